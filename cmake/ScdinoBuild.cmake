@@ -1,0 +1,35 @@
+# Build-speed settings shared by every target: ccache, and one precompiled
+# LibTorch header reused by every target that includes LibTorch (a translation
+# unit that parses <torch/torch.h> from scratch costs ~40 s on two cores).
+
+find_program(SCDINO_CCACHE ccache)
+if(SCDINO_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${SCDINO_CCACHE})
+  # ccache only caches translation units built with a precompiled header when
+  # these are relaxed; the header's content is still hashed.
+  set(ENV{CCACHE_SLOPPINESS} "pch_defines,time_macros,include_file_mtime,include_file_ctime")
+endif()
+
+# The precompiled header lives on its own small object library; every LibTorch
+# target reuses it through scdino_use_torch(). Libraries are static and no
+# target asks for -fPIC/-fPIE, so one PCH suits libraries and executables.
+function(scdino_torch_pch_target)
+  if(TARGET scdino_torch_pch)
+    return()
+  endif()
+  file(WRITE ${CMAKE_BINARY_DIR}/scdino_torch_pch.cc "// translation unit that owns the LibTorch precompiled header\n")
+  add_library(scdino_torch_pch OBJECT ${CMAKE_BINARY_DIR}/scdino_torch_pch.cc)
+  target_link_libraries(scdino_torch_pch PUBLIC torch)
+  target_precompile_headers(scdino_torch_pch PUBLIC <torch/torch.h>)
+endfunction()
+
+# scdino_use_torch(<target>): links LibTorch and reuses the shared PCH.
+function(scdino_use_torch target)
+  scdino_torch_pch_target()
+  target_link_libraries(${target} PUBLIC torch)
+  target_precompile_headers(${target} REUSE_FROM scdino_torch_pch)
+endfunction()
+
+function(scdino_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+endfunction()

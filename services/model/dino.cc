@@ -1,0 +1,151 @@
+#include "model/dino.h"
+
+#include <cmath>
+#include <set>
+#include <sstream>
+
+namespace scdino::model {
+
+namespace {
+
+MultiCropWrapper MakeNetwork(const DinoOptions& o, double drop_path) {
+  auto vit = o.vit;
+  vit.drop_path_rate(drop_path);
+  DinoHeadOptions head(vit.embed_dim(), o.out_dim);
+  head.hidden_dim(o.head_hidden_dim).bottleneck_dim(o.head_bottleneck_dim).nlayers(o.head_nlayers)
+      .norm_last_layer(o.norm_last_layer);
+  return MultiCropWrapper(VisionTransformer(vit), DinoHead(head));
+}
+
+}  // namespace
+
+Dino::Dino(const DinoOptions& options, torch::Device device) : options_(options), device_(device) {
+  student = MakeNetwork(options_, options_.vit.drop_path_rate());
+  teacher = MakeNetwork(options_, 0.0);
+  student->to(device_);
+  teacher->to(device_);
+  for (auto& p : teacher->parameters()) p.set_requires_grad(false);
+  {
+    TensorMap w;
+    SaveModule(*student, "", w);
+    ThrowIfError(LoadIntoModule(*teacher, w, "", "student"));
+  }
+  teacher->eval();
+  student->train();
+  loss = DinoLoss(DinoLossOptions(options_.out_dim, ncrops())
+                      .warmup_teacher_temp(options_.warmup_teacher_temp)
+                      .teacher_temp(options_.teacher_temp)
+                      .warmup_teacher_temp_epochs(options_.warmup_teacher_temp_epochs)
+                      .epochs(options_.epochs)
+                      .student_temp(options_.student_temp)
+                      .center_momentum(options_.center_momentum));
+  loss->to(device_);
+  auto groups = ParamGroups(*student);
+  for (const auto& g : groups) student_params_.insert(student_params_.end(), g.begin(), g.end());
+  optimizer = std::make_unique<AdamW>(std::move(groups), options_.adamw);
+}
+
+StepOutput Dino::Step(const StepInput& in, const StepHooks& hooks) {
+  TORCH_CHECK(static_cast<int64_t>(in.crops.size()) == ncrops(), "a DINO step needs ", ncrops(),
+              " crops (2 global + ", options_.local_crops_number, " local), got ", in.crops.size());
+  StepOutput out;
+  optimizer->zero_grad();
+  {
+    torch::NoGradGuard no_grad;
+    out.teacher = teacher->forward({in.crops[0], in.crops[1]});
+  }
+  out.student = student->forward(in.crops);
+  auto l = loss->forward(out.student.head, out.teacher.head, in.epoch);
+  out.loss = l.detach();
+  out.finite = std::isfinite(out.loss.item<double>());
+  if (!out.finite) return out;
+  l.backward();
+  if (hooks.after_backward) hooks.after_backward();
+  if (options_.clip_grad > 0) ClipGradients(student_params_, options_.clip_grad);
+  CancelLastLayerGradients(student_params_, in.epoch, options_.freeze_last_layer);
+  optimizer->step(in.lr, in.weight_decay);
+  loss->update_center(out.teacher.head);
+  UpdateTeacher(*student, *teacher, in.momentum);
+  return out;
+}
+
+Status LoadIntoModule(torch::nn::Module& module, const TensorMap& tensors, const std::string& prefix,
+                      const std::string& origin) {
+  torch::NoGradGuard guard;
+  std::set<std::string> used;
+  auto load = [&](const std::string& name, torch::Tensor& dst) -> Status {
+    auto it = tensors.find(prefix + name);
+    if (it == tensors.end()) return Status::NotFound(origin + ": tensor '" + prefix + name + "' is missing");
+    if (it->second.sizes() != dst.sizes()) {
+      std::ostringstream ss;
+      ss << origin << ": tensor '" << prefix << name << "' has shape " << it->second.sizes() << ", the model expects "
+         << dst.sizes();
+      return Status::InvalidArgument(ss.str());
+    }
+    dst.copy_(it->second);
+    used.insert(prefix + name);
+    return Status::Ok();
+  };
+  for (auto& p : module.named_parameters()) {
+    if (auto s = load(p.key(), p.value()); !s.ok()) return s;
+  }
+  for (auto& b : module.named_buffers()) {
+    if (auto s = load(b.key(), b.value()); !s.ok()) return s;
+  }
+  for (const auto& [name, t] : tensors) {
+    if (name.rfind(prefix, 0) == 0 && !used.count(name)) {
+      return Status::InvalidArgument(origin + ": tensor '" + name + "' matches no parameter of the model");
+    }
+  }
+  return Status::Ok();
+}
+
+void SaveModule(const torch::nn::Module& module, const std::string& prefix, TensorMap& out) {
+  for (const auto& p : module.named_parameters()) out[prefix + p.key()] = p.value().detach();
+  for (const auto& b : module.named_buffers()) out[prefix + b.key()] = b.value().detach();
+}
+
+Status Dino::LoadWeights(const TensorMap& weights, const std::string& origin) {
+  TensorMap ours;
+  for (const auto& [k, v] : weights) {
+    if (k.rfind("backbone.", 0) == 0 || k.rfind("head.", 0) == 0) ours[k] = v;
+  }
+  if (auto s = LoadIntoModule(*student, ours, "", origin); !s.ok()) return s;
+  return LoadIntoModule(*teacher, ours, "", origin);
+}
+
+TensorMap Dino::TeacherWeights() const {
+  TensorMap w;
+  SaveModule(*teacher, "", w);
+  return w;
+}
+
+TensorMap Dino::StateDict() const {
+  TensorMap s;
+  SaveModule(*student, "student.", s);
+  SaveModule(*teacher, "teacher.", s);
+  s["dino_loss.center"] = loss->center.detach();
+  optimizer->save_state("optimizer.", s);
+  return s;
+}
+
+Status Dino::LoadStateDict(const TensorMap& state, const std::string& origin) {
+  TensorMap student_part, teacher_part;
+  for (const auto& [k, v] : state) {
+    if (k.rfind("student.", 0) == 0) student_part[k] = v;
+    if (k.rfind("teacher.", 0) == 0) teacher_part[k] = v;
+  }
+  if (auto s = LoadIntoModule(*student, student_part, "student.", origin); !s.ok()) return s;
+  if (auto s = LoadIntoModule(*teacher, teacher_part, "teacher.", origin); !s.ok()) return s;
+  auto c = state.find("dino_loss.center");
+  if (c == state.end() || c->second.sizes() != loss->center.sizes()) {
+    return Status::DataLoss(origin + ": 'dino_loss.center' is missing or has the wrong shape");
+  }
+  {
+    torch::NoGradGuard guard;
+    loss->center.copy_(c->second);
+  }
+  return optimizer->load_state("optimizer.", state, origin);
+}
+
+}  // namespace scdino::model

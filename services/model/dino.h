@@ -1,0 +1,111 @@
+// A DINO training pair: student and teacher (multi-crop ViT + head), the DINO
+// loss with its center, AdamW, and one training step exactly as the
+// reference main_dino.py takes it.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/safetensors.h"
+#include "common/status.h"
+#include "model/dino_head.h"
+#include "model/dino_loss.h"
+#include "model/optim.h"
+#include "model/vit.h"
+
+namespace scdino::model {
+
+struct DinoOptions {
+  /// Backbone; drop_path_rate applies to the student only.
+  VitOptions vit;
+  int64_t out_dim = 65536;
+  int64_t head_hidden_dim = 2048;
+  int64_t head_bottleneck_dim = 256;
+  int64_t head_nlayers = 3;
+  bool norm_last_layer = true;
+  int64_t local_crops_number = 8;
+  double warmup_teacher_temp = 0.04;
+  double teacher_temp = 0.04;
+  int64_t warmup_teacher_temp_epochs = 0;
+  int64_t epochs = 100;
+  double student_temp = 0.1;
+  double center_momentum = 0.9;
+  /// Per-parameter gradient-norm clip; 0 disables.
+  double clip_grad = 3.0;
+  /// Epochs during which the last layer's gradients are cancelled.
+  int64_t freeze_last_layer = 1;
+  AdamWOptions adamw;
+};
+
+/// Inputs of one iteration: the crops (2 global, then local), the epoch, and
+/// the schedule values of this iteration.
+struct StepInput {
+  std::vector<torch::Tensor> crops;
+  int64_t epoch = 0;
+  double lr = 0.0;
+  double weight_decay = 0.0;
+  double momentum = 0.996;
+};
+
+/// Points where distributed training joins a step.
+struct StepHooks {
+  /// After backward, before clipping: where gradients are averaged over ranks.
+  std::function<void()> after_backward;
+};
+
+struct StepOutput {
+  torch::Tensor loss;        ///< scalar, detached
+  bool finite = true;        ///< false: nothing was updated (no backward, no center move)
+  MultiCropOutput student;   ///< student backbone and head outputs (all crops)
+  MultiCropOutput teacher;   ///< teacher outputs (global crops)
+};
+
+/// Not thread-safe: one training loop owns it.
+class Dino {
+ public:
+  explicit Dino(const DinoOptions& options, torch::Device device = torch::kCPU);
+
+  /// One iteration: teacher and student forward, loss, backward, hooks,
+  /// clipping, last-layer freeze, AdamW, center update, teacher EMA. A
+  /// non-finite loss returns finite=false and changes nothing.
+  StepOutput Step(const StepInput& in, const StepHooks& hooks = {});
+
+  /// Loads reference-named weights ("backbone.*", "head.*") into the student
+  /// and copies them to the teacher. Every parameter must be present with
+  /// its shape; unknown names are errors too.
+  Status LoadWeights(const TensorMap& weights, const std::string& origin);
+  /// The teacher's weights under reference names (what features use).
+  TensorMap TeacherWeights() const;
+
+  /// Everything a resume needs: "student.*", "teacher.*", "dino_loss.center",
+  /// "optimizer.*".
+  TensorMap StateDict() const;
+  Status LoadStateDict(const TensorMap& state, const std::string& origin);
+
+  const DinoOptions& options() const { return options_; }
+  torch::Device device() const { return device_; }
+  int64_t ncrops() const { return 2 + options_.local_crops_number; }
+
+  MultiCropWrapper student{nullptr};
+  MultiCropWrapper teacher{nullptr};
+  DinoLoss loss{nullptr};
+  std::unique_ptr<AdamW> optimizer;
+
+ private:
+  DinoOptions options_;
+  torch::Device device_;
+  std::vector<NamedParam> student_params_;
+};
+
+/// Copies named tensors into a module's parameters and buffers (strict).
+Status LoadIntoModule(torch::nn::Module& module, const TensorMap& tensors, const std::string& prefix,
+                      const std::string& origin);
+
+/// A module's parameters and buffers as "<prefix><name>".
+void SaveModule(const torch::nn::Module& module, const std::string& prefix, TensorMap& out);
+
+}  // namespace scdino::model

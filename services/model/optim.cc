@@ -1,0 +1,128 @@
+#include "model/optim.h"
+
+#include <cmath>
+
+namespace scdino::model {
+
+namespace {
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
+std::array<std::vector<NamedParam>, 2> ParamGroups(const torch::nn::Module& module) {
+  std::array<std::vector<NamedParam>, 2> g;
+  for (const auto& p : module.named_parameters()) {
+    if (!p.value().requires_grad()) continue;
+    const bool no_decay = EndsWith(p.key(), ".bias") || p.value().dim() == 1;
+    g[no_decay ? 1 : 0].push_back({p.key(), p.value()});
+  }
+  return g;
+}
+
+AdamW::AdamW(std::array<std::vector<NamedParam>, 2> groups, AdamWOptions options)
+    : groups_(std::move(groups)), o_(options) {
+  for (int g = 0; g < 2; ++g) state_[g].resize(groups_[g].size());
+}
+
+void AdamW::step(double lr, double weight_decay) {
+  torch::NoGradGuard guard;
+  for (int g = 0; g < 2; ++g) {
+    const double wd = g == 0 ? weight_decay : 0.0;
+    for (size_t i = 0; i < groups_[g].size(); ++i) {
+      auto& p = groups_[g][i].param;
+      const auto& grad = p.grad();
+      if (!grad.defined()) continue;
+      State& s = state_[g][i];
+      if (!s.exp_avg.defined()) {
+        s.exp_avg = torch::zeros_like(p, torch::MemoryFormat::Preserve);
+        s.exp_avg_sq = torch::zeros_like(p, torch::MemoryFormat::Preserve);
+      }
+      s.step += 1;
+      p.mul_(1.0 - lr * wd);
+      s.exp_avg.mul_(o_.beta1).add_(grad, 1.0 - o_.beta1);
+      s.exp_avg_sq.mul_(o_.beta2).addcmul_(grad, grad, 1.0 - o_.beta2);
+      const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(s.step));
+      const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(s.step));
+      auto denom = (s.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(o_.eps);
+      p.addcdiv_(s.exp_avg, denom, -lr / bc1);
+    }
+  }
+}
+
+void AdamW::zero_grad() {
+  for (auto& group : groups_)
+    for (auto& p : group) p.param.mutable_grad() = torch::Tensor();
+}
+
+void AdamW::save_state(const std::string& prefix, TensorMap& out) const {
+  for (int g = 0; g < 2; ++g) {
+    for (size_t i = 0; i < groups_[g].size(); ++i) {
+      const State& s = state_[g][i];
+      const std::string base = prefix + groups_[g][i].name;
+      out[base + ".step"] = torch::tensor({s.step}, torch::kInt64);
+      if (s.exp_avg.defined()) {
+        out[base + ".exp_avg"] = s.exp_avg;
+        out[base + ".exp_avg_sq"] = s.exp_avg_sq;
+      }
+    }
+  }
+}
+
+Status AdamW::load_state(const std::string& prefix, const TensorMap& in, const std::string& origin) {
+  for (int g = 0; g < 2; ++g) {
+    for (size_t i = 0; i < groups_[g].size(); ++i) {
+      const auto& p = groups_[g][i].param;
+      const std::string base = prefix + groups_[g][i].name;
+      auto st = in.find(base + ".step");
+      if (st == in.end()) return Status::DataLoss(origin + ": optimizer state '" + base + ".step' is missing");
+      State s;
+      s.step = st->second.item<int64_t>();
+      auto a = in.find(base + ".exp_avg");
+      auto b = in.find(base + ".exp_avg_sq");
+      if (s.step > 0) {
+        if (a == in.end() || b == in.end()) {
+          return Status::DataLoss(origin + ": optimizer moments of '" + groups_[g][i].name + "' are missing");
+        }
+        if (a->second.sizes() != p.sizes() || b->second.sizes() != p.sizes()) {
+          return Status::DataLoss(origin + ": optimizer moments of '" + groups_[g][i].name + "' do not match its shape");
+        }
+        s.exp_avg = a->second.to(p.options()).clone();
+        s.exp_avg_sq = b->second.to(p.options()).clone();
+      }
+      state_[g][i] = std::move(s);
+    }
+  }
+  return Status::Ok();
+}
+
+void ClipGradients(const std::vector<NamedParam>& params, double clip) {
+  torch::NoGradGuard guard;
+  for (const auto& p : params) {
+    auto& g = p.param.mutable_grad();
+    if (!g.defined()) continue;
+    // clip / (norm + 1e-6) as the reference computes it (a float32 tensor);
+    // multiplying by min(coef, 1) equals "scale only when coef < 1".
+    auto coef = (g.norm(2) + 1e-6).reciprocal() * clip;
+    g.mul_(coef.clamp_max(1.0));
+  }
+}
+
+void CancelLastLayerGradients(const std::vector<NamedParam>& params, int64_t epoch, int64_t freeze_epochs) {
+  if (epoch >= freeze_epochs) return;
+  for (const auto& p : params) {
+    if (p.name.find("last_layer") != std::string::npos) p.param.mutable_grad() = torch::Tensor();
+  }
+}
+
+void UpdateTeacher(const torch::nn::Module& student, torch::nn::Module& teacher, double m) {
+  torch::NoGradGuard guard;
+  auto tp = teacher.named_parameters();
+  for (const auto& s : student.named_parameters()) {
+    auto* t = tp.find(s.key());
+    TORCH_CHECK(t != nullptr, "teacher has no parameter '", s.key(), "'");
+    t->mul_(m).add_(s.value().detach() * (1.0 - m));
+  }
+}
+
+}  // namespace scdino::model

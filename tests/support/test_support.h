@@ -1,0 +1,62 @@
+// Helpers shared by the test suites: where the reference fixtures are, a
+// scratch directory per test, and tensor comparisons that report where and by
+// how much two tensors differ.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace scdino::testing {
+
+/// ../shared beside the repository (CI has it there), or $SCDINO_SHARED_DIR.
+inline std::string SharedDir() {
+  if (const char* d = std::getenv("SCDINO_SHARED_DIR")) return d;
+  return std::string(SCDINO_SOURCE_DIR) + "/../shared";
+}
+
+/// A fresh directory under the build tree, removed when the test ends.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "scratch";
+    path_ = std::filesystem::path(SCDINO_BINARY_DIR) / "test-scratch" / name;
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(path_);
+  }
+  std::string path() const { return path_.string(); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// |a - b| <= atol + rtol * |b| elementwise; on failure reports the worst
+/// element, its values and the tensor's scale.
+inline ::testing::AssertionResult AllClose(const torch::Tensor& a_in, const torch::Tensor& b_in, double rtol,
+                                           double atol) {
+  auto a = a_in.detach().to(torch::kCPU, torch::kFloat64);
+  auto b = b_in.detach().to(torch::kCPU, torch::kFloat64);
+  if (a.sizes() != b.sizes()) {
+    return ::testing::AssertionFailure() << "shape " << a.sizes() << " vs expected " << b.sizes();
+  }
+  if (a.numel() == 0) return ::testing::AssertionSuccess();
+  auto excess = (a - b).abs() - (b.abs() * rtol + atol);
+  auto worst = excess.flatten().argmax().item<int64_t>();
+  if (excess.flatten()[worst].item<double>() <= 0 && !a.isnan().any().item<bool>()) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "element " << worst << ": got " << a.flatten()[worst].item<double>()
+                                       << ", expected " << b.flatten()[worst].item<double>() << " (rtol " << rtol
+                                       << ", atol " << atol << ", max |expected| " << b.abs().max().item<double>()
+                                       << ", max |diff| " << (a - b).abs().max().item<double>() << ")";
+}
+
+}  // namespace scdino::testing
