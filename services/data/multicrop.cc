@@ -1,0 +1,106 @@
+#include "data/multicrop.h"
+
+#include <cmath>
+#include <random>
+
+#include "data/sampler.h"
+
+namespace scdino::data {
+
+MultiCropAugmenter::MultiCropAugmenter(MultiCropOptions o) : o_(o) {
+  TORCH_CHECK(o_.global_size > 0 && o_.local_size > 0, "crop sizes must be positive");
+  TORCH_CHECK(o_.local_crops_number >= 0, "local_crops_number must be >= 0, got ", o_.local_crops_number);
+  TORCH_CHECK(o_.mean.size() == o_.std.size(), "normalisation needs as many means as stds, got ", o_.mean.size(),
+              " and ", o_.std.size());
+  for (double s : o_.std) TORCH_CHECK(s > 0, "normalisation std must be > 0, got ", s);
+  for (const auto& s : {o_.global_scale, o_.local_scale}) {
+    TORCH_CHECK(s[0] > 0 && s[0] <= s[1] && s[1] <= 1.0, "crop scale range must satisfy 0 < min <= max <= 1, got (",
+                s[0], ", ", s[1], ")");
+  }
+}
+
+CropParams MultiCropAugmenter::Params(int64_t epoch, int64_t sample, int64_t crop, int64_t h, int64_t w) const {
+  std::mt19937_64 rng(MixSeed({o_.seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(sample),
+                               static_cast<uint64_t>(crop), 0xc409ull}));
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  const auto& scale = crop < 2 ? o_.global_scale : o_.local_scale;
+  const double area = static_cast<double>(h * w);
+  const double log_r0 = std::log(o_.ratio[0]), log_r1 = std::log(o_.ratio[1]);
+  CropParams p;
+  bool found = false;
+  for (int attempt = 0; attempt < 10 && !found; ++attempt) {
+    const double target = area * (scale[0] + (scale[1] - scale[0]) * u01(rng));
+    const double aspect = std::exp(log_r0 + (log_r1 - log_r0) * u01(rng));
+    const double cw = std::round(std::sqrt(target * aspect));
+    const double ch = std::round(std::sqrt(target / aspect));
+    if (cw > 0 && cw <= w && ch > 0 && ch <= h) {
+      p.top = std::floor(u01(rng) * (h - ch + 1));
+      p.left = std::floor(u01(rng) * (w - cw + 1));
+      p.height = ch;
+      p.width = cw;
+      found = true;
+    }
+  }
+  if (!found) {  // central crop with the ratio clamped, as torchvision
+    const double in_ratio = static_cast<double>(w) / h;
+    double cw = w, ch = h;
+    if (in_ratio < o_.ratio[0]) {
+      ch = std::round(cw / o_.ratio[0]);
+    } else if (in_ratio > o_.ratio[1]) {
+      cw = std::round(ch * o_.ratio[1]);
+    }
+    p.height = ch;
+    p.width = cw;
+    p.top = std::floor((h - ch) / 2);
+    p.left = std::floor((w - cw) / 2);
+  }
+  p.hflip = u01(rng) < o_.hflip_p;
+  p.vflip = u01(rng) < o_.vflip_p;
+  return p;
+}
+
+torch::Tensor MultiCropAugmenter::CropBatch(const torch::Tensor& images, const std::vector<int64_t>& indices,
+                                            int64_t epoch, int64_t crop, int64_t size) const {
+  const int64_t B = images.size(0), H = images.size(2), W = images.size(3);
+  // theta maps output coordinates in [-1, 1] to input coordinates
+  // (align_corners=false): x_in = sx * x_out + tx, with sx < 0 for a flip.
+  auto theta = torch::zeros({B, 2, 3}, torch::kFloat32);
+  auto t = theta.accessor<float, 3>();
+  for (int64_t b = 0; b < B; ++b) {
+    const CropParams p = Params(epoch, indices[b], crop, H, W);
+    const double sx = p.width / W, sy = p.height / H;
+    t[b][0][0] = static_cast<float>(p.hflip ? -sx : sx);
+    t[b][0][2] = static_cast<float>((p.left + p.width / 2.0) / W * 2.0 - 1.0);
+    t[b][1][1] = static_cast<float>(p.vflip ? -sy : sy);
+    t[b][1][2] = static_cast<float>((p.top + p.height / 2.0) / H * 2.0 - 1.0);
+  }
+  theta = theta.to(images.device());
+  auto grid = torch::nn::functional::affine_grid(theta, {B, images.size(1), size, size}, /*align_corners=*/false);
+  // Bicubic (mode 2) with border padding (mode 1); the functional options of
+  // LibTorch 1.13 do not offer bicubic.
+  auto out = torch::grid_sampler(images, grid, /*interpolation_mode=*/2, /*padding_mode=*/1, /*align_corners=*/false)
+                 .clamp_(0.0, 1.0);
+  if (!o_.mean.empty()) {
+    auto opts = torch::TensorOptions().dtype(out.dtype()).device(out.device());
+    auto mean = torch::tensor(o_.mean, opts).view({1, -1, 1, 1});
+    auto std = torch::tensor(o_.std, opts).view({1, -1, 1, 1});
+    out = (out - mean) / std;
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> MultiCropAugmenter::Apply(const torch::Tensor& images, const std::vector<int64_t>& indices,
+                                                     int64_t epoch) const {
+  TORCH_CHECK(images.dim() == 4 && images.size(0) == static_cast<int64_t>(indices.size()),
+              "multi-crop expects [B, C, H, W] images and B indices, got ", images.sizes(), " and ", indices.size());
+  TORCH_CHECK(o_.mean.empty() || static_cast<int64_t>(o_.mean.size()) == images.size(1), "normalisation has ",
+              o_.mean.size(), " channel means, the images have ", images.size(1), " channels");
+  std::vector<torch::Tensor> crops;
+  crops.reserve(ncrops());
+  for (int64_t c = 0; c < ncrops(); ++c) {
+    crops.push_back(CropBatch(images, indices, epoch, c, c < 2 ? o_.global_size : o_.local_size));
+  }
+  return crops;
+}
+
+}  // namespace scdino::data

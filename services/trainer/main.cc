@@ -1,0 +1,112 @@
+// scdino-trainer: DINO pretraining from a YAML config. Wiring only: flags,
+// config, data source, Trainer::Run, exit code (see docs/trainer.md).
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "training/config.h"
+#include "training/trainer.h"
+
+namespace {
+
+// Exit codes, documented in docs/trainer.md.
+constexpr int kExitCompleted = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitBadInput = 2;
+constexpr int kExitStopped = 3;
+
+void Usage(std::ostream& out) {
+  out << "usage: scdino-trainer --config FILE [--threads N] [--stop-after-iterations K] [--no-resume]\n"
+         "  --config FILE               YAML config (scDINO's scDINO_full_pipeline.yaml keys, plus section scdino)\n"
+         "  --threads N                 intra-op CPU threads (overrides scdino.threads; 0 = all cores)\n"
+         "  --stop-after-iterations K   checkpoint and exit (code 3) once K iterations are done in total\n"
+         "  --no-resume                 ignore an existing checkpoint in the run directory\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path;
+  int64_t threads = -1;
+  scdino::training::TrainerOptions options;
+  options.log = &std::cout;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* flag) -> const char* {
+      if (i + 1 >= argc) {
+        std::cerr << "scdino-trainer: " << flag << " needs a value\n";
+        Usage(std::cerr);
+        std::exit(kExitBadInput);
+      }
+      return argv[++i];
+    };
+    auto integer = [&](const char* flag) -> int64_t {
+      const char* v = value(flag);
+      char* end = nullptr;
+      long long x = std::strtoll(v, &end, 10);
+      if (*v == '\0' || *end != '\0' || x < 0) {
+        std::cerr << "scdino-trainer: " << flag << " expects an integer >= 0, got '" << v << "'\n";
+        std::exit(kExitBadInput);
+      }
+      return x;
+    };
+    if (a == "--config") {
+      config_path = value("--config");
+    } else if (a == "--threads") {
+      threads = integer("--threads");
+    } else if (a == "--stop-after-iterations") {
+      options.stop_after_iterations = integer("--stop-after-iterations");
+    } else if (a == "--no-resume") {
+      options.resume = false;
+    } else if (a == "-h" || a == "--help") {
+      Usage(std::cout);
+      return kExitCompleted;
+    } else {
+      std::cerr << "scdino-trainer: unknown argument '" << a << "'\n";
+      Usage(std::cerr);
+      return kExitBadInput;
+    }
+  }
+  if (config_path.empty()) {
+    std::cerr << "scdino-trainer: --config FILE is required\n";
+    Usage(std::cerr);
+    return kExitBadInput;
+  }
+  auto config = scdino::training::LoadTrainConfig(config_path);
+  if (!config.ok()) {
+    std::cerr << "scdino-trainer: " << config.status().message() << "\n";
+    return kExitBadInput;
+  }
+  const int n = scdino::training::ConfigureThreads(threads >= 0 ? threads : config->scdino.threads);
+  std::cerr << "scdino-trainer: run " << config->run_dir() << ", " << n << " CPU threads\n";
+  try {
+    torch::Device device = config->scdino.device == "cuda" ? torch::kCUDA : torch::kCPU;
+    if (device.is_cuda() && !torch::cuda::is_available()) {
+      std::cerr << "scdino-trainer: " << config_path << ": scdino.device is cuda, but no CUDA device is available\n";
+      return kExitBadInput;
+    }
+    auto source = scdino::training::MakeSource(*config, 0, 1, device);
+    if (!source.ok()) {
+      std::cerr << "scdino-trainer: " << source.status().message() << "\n";
+      return kExitBadInput;
+    }
+    scdino::training::Trainer trainer(std::move(*config), std::move(source).value(), options);
+    auto result = trainer.Run();
+    if (!result.ok()) {
+      std::cerr << "scdino-trainer: " << result.status().ToString() << "\n";
+      return kExitFailed;
+    }
+    if (!result->completed) {
+      std::cerr << "scdino-trainer: stopped after iteration " << result->iteration << "; checkpoint "
+                << result->checkpoint << " (run again to resume)\n";
+      return kExitStopped;
+    }
+    std::cerr << "scdino-trainer: done, " << result->iteration << " iterations; checkpoint " << result->checkpoint
+              << "\n";
+    return kExitCompleted;
+  } catch (const std::exception& e) {
+    std::cerr << "scdino-trainer: " << e.what() << "\n";
+    return kExitFailed;
+  }
+}

@@ -1,0 +1,140 @@
+// Training configuration: the keys of scDINO's scDINO_full_pipeline.yaml
+// (sections meta, train_scDINO with hyperparameters, downstream_analyses)
+// with their meanings and defaults, plus our own section `scdino`. Filled
+// from YAML at the edge and validated in one place (LoadTrainConfig); every
+// error names the file, the key path, the value and what was expected.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "data/synthetic.h"
+#include "model/dino.h"
+#include "model/schedules.h"
+
+namespace scdino::training {
+
+/// Section `meta`.
+struct MetaConfig {
+  std::string name_of_run = "scdino_run";  ///< run directory name under output_dir
+  std::string output_dir = "runs";
+  std::string dataset_dir;                 ///< image root (file data sources)
+  int64_t folder_depth_for_labels = 0;     ///< 0: the folder holding the images names the class
+  double train_datasetsplit_fraction = 0.8;
+  int64_t seed = 40;
+  bool images_are_RGB = false;
+  std::map<int64_t, std::string> channel_dict;  ///< channel index -> name
+  /// scDINO's selected_channel_combination_per_run: "01234" style strings,
+  /// or lists of indices or channel names.
+  std::vector<std::vector<int64_t>> selected_channel_combination_per_run{{0, 1, 2, 3, 4}};
+  int64_t center_crop = 0;  ///< 0: none
+};
+
+/// Section `train_scDINO.hyperparameters` (scDINO keys first, ours after).
+struct HyperConfig {
+  std::string arch = "vit_small";  ///< vit_tiny | vit_small | vit_base
+  int64_t patch_size = 16;
+  bool norm_last_layer = true;
+  double momentum_teacher = 0.996;
+  bool use_bn_in_head = false;
+  double warmup_teacher_temp = 0.04;
+  double teacher_temp = 0.04;  ///< also read as scDINO's spelling `techer_temp`
+  int64_t warmup_teacher_temp_epochs = 0;
+  bool use_fp16 = true;        ///< mixed precision on GPUs; CPU runs stay fp32
+  double weight_decay = 0.04;
+  double weight_decay_end = 0.4;
+  double clip_grad = 3.0;      ///< 0 disables
+  int64_t freeze_last_layer = 1;
+  double lr = 0.0005;          ///< at global batch 256; scaled linearly
+  int64_t warmup_epochs = 10;  ///< also read as scDINO's spelling `warump_epochs`
+  double min_lr = 1e-6;
+  std::string optimizer = "adamw";
+  double drop_path_rate = 0.1;
+  std::array<double, 2> global_crops_scale{0.14, 1.0};
+  int64_t local_crops_number = 8;
+  std::array<double, 2> local_crops_scale{0.05, 0.14};
+  // Our keys.
+  int64_t global_crops_size = 224;
+  int64_t local_crops_size = 96;
+  int64_t out_dim = 65536;
+  int64_t head_hidden_dim = 2048;
+  int64_t head_bottleneck_dim = 256;
+  int64_t head_nlayers = 3;
+  int64_t embed_dim = 0;  ///< 0: from arch
+  int64_t depth = 0;      ///< 0: from arch
+  int64_t num_heads = 0;  ///< 0: from arch
+  double mlp_ratio = 4.0;
+  double student_temp = 0.1;
+  double center_momentum = 0.9;
+};
+
+/// Section `train_scDINO`.
+struct TrainSection {
+  std::string dino_vit_name = "scDINO_ViT";
+  double fraction_for_mean_std_calc = 0.2;
+  int64_t epochs = 100;
+  int64_t saveckp_freq = 20;  ///< also keep checkpoint{epoch:04} every N epochs
+  int64_t num_gpus = 1;
+  int64_t batch_size_per_gpu = 24;
+  int64_t num_workers = 8;
+  std::string dist_url = "env://";
+  HyperConfig hyperparameters;
+};
+
+/// Section `downstream_analyses` (read by the features and evaluation services).
+struct DownstreamConfig {
+  bool normalize = true;
+  int64_t features_num_gpus = 1;
+  int64_t features_batch_size_per_gpu = 24;
+  int64_t features_num_workers = 8;
+  std::string checkpoint_key = "teacher";
+  bool resize = true;
+  int64_t resize_length = 224;
+  int64_t attention_images_per_class = 1;
+  bool resize_attention_image = true;
+  int64_t attention_image_size = 480;
+  std::vector<int64_t> knn_n_neighbors{10, 20, 100, 200};
+  double knn_temperature = 0.07;
+  int64_t umap_n_neighbors = 30;
+  double umap_min_dist = 0.4;
+  int64_t umap_n_components = 2;
+  std::string umap_metric = "euclidean";
+  double umap_spread = 1.1;
+  int64_t umap_epochs = 100;
+  bool umap_topometry_plots = false;
+};
+
+/// Section `scdino`: what scDINO's file does not say.
+struct RuntimeConfig {
+  std::string device = "cpu";  ///< cpu | cuda
+  int64_t threads = 0;         ///< intra-op threads; 0: all cores
+  std::string data_source = "synthetic";
+  data::SyntheticOptions synthetic;  ///< for data_source: synthetic
+  /// Which entry of selected_channel_combination_per_run this run trains.
+  int64_t channel_combination = 0;
+};
+
+struct TrainConfig {
+  MetaConfig meta;
+  TrainSection train;
+  DownstreamConfig downstream;
+  RuntimeConfig scdino;
+  std::string source_path;  ///< the YAML file it came from
+  std::string source_text;  ///< its text, kept in every checkpoint
+
+  std::string run_dir() const;
+  /// The channels this run trains on, in order.
+  const std::vector<int64_t>& channels() const;
+  model::DinoOptions dino_options() const;
+  model::ScheduleOptions schedule_options(int64_t niter_per_epoch, int64_t world_size) const;
+};
+
+/// Parses and validates YAML text; `origin` (the path) starts every error.
+StatusOr<TrainConfig> ParseTrainConfig(const std::string& yaml_text, const std::string& origin);
+StatusOr<TrainConfig> LoadTrainConfig(const std::string& path);
+
+}  // namespace scdino::training

@@ -1,0 +1,189 @@
+#include "training/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <thread>
+
+#include "common/files.h"
+#include "data/in_memory_source.h"
+#include "data/sampler.h"
+#include "data/synthetic.h"
+#include "model/schedules.h"
+#include "training/checkpoint.h"
+
+namespace scdino::training {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+char* Format(char* buf, size_t n, const char* fmt, int64_t v) {
+  std::snprintf(buf, n, fmt, static_cast<long long>(v));
+  return buf;
+}
+}  // namespace
+
+int ConfigureThreads(int64_t threads) {
+  int n = threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  torch::set_num_threads(n);
+  return n;
+}
+
+StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const TrainConfig& c, int64_t rank, int64_t world,
+                                                            torch::Device device) {
+  const auto& h = c.train.hyperparameters;
+  data::MultiCropOptions crops;
+  crops.global_size = h.global_crops_size;
+  crops.local_size = h.local_crops_size;
+  crops.local_crops_number = h.local_crops_number;
+  crops.global_scale = h.global_crops_scale;
+  crops.local_scale = h.local_crops_scale;
+  crops.seed = static_cast<uint64_t>(c.meta.seed);
+  data::SamplerOptions sampler;
+  sampler.batch_size = c.train.batch_size_per_gpu;
+  sampler.rank = rank;
+  sampler.world_size = world;
+  sampler.seed = static_cast<uint64_t>(c.meta.seed);
+  if (c.scdino.data_source == "synthetic") {
+    auto set = data::MakeSyntheticSet(c.scdino.synthetic);
+    auto images = set.images.index_select(1, torch::tensor(c.channels(), torch::kInt64)).contiguous();
+    // Per-channel statistics of the in-memory images for normalisation.
+    auto mean = images.mean({0, 2, 3}, false, torch::kFloat64);
+    auto std = images.to(torch::kFloat64).std({0, 2, 3}).clamp_min(1e-6);
+    for (int64_t i = 0; i < mean.size(0); ++i) {
+      crops.mean.push_back(mean[i].item<double>());
+      crops.std.push_back(std[i].item<double>());
+    }
+    std::unique_ptr<data::MultiCropSource> src =
+        std::make_unique<data::InMemorySource>(images, set.labels, sampler, crops, device);
+    return src;
+  }
+  return Status::InvalidArgument(c.source_path + ": scdino.data_source: unknown source '" + c.scdino.data_source + "'");
+}
+
+Trainer::Trainer(TrainConfig config, std::unique_ptr<data::MultiCropSource> source, TrainerOptions options)
+    : config_(std::move(config)),
+      source_(std::move(source)),
+      options_(options),
+      device_(config_.scdino.device == "cuda" ? torch::kCUDA : torch::kCPU) {
+  torch::manual_seed(static_cast<uint64_t>(config_.meta.seed));
+  dino_ = std::make_unique<model::Dino>(config_.dino_options(), device_);
+  TORCH_CHECK(source_->channels() == dino_->options().vit.in_chans(), "the data source gives ", source_->channels(),
+              " channels, the model expects ", dino_->options().vit.in_chans());
+}
+
+Status Trainer::WriteCheckpoint(const std::string& path, int64_t iteration, int64_t niter) {
+  CheckpointInfo info;
+  info.iteration = iteration;
+  info.epoch = iteration / niter;
+  info.config_text = config_.source_text;
+  return SaveCheckpoint(path, *dino_, info);
+}
+
+StatusOr<TrainResult> Trainer::Run() {
+  const std::string run_dir = config_.run_dir();
+  if (auto s = MakeDirs(run_dir); !s.ok()) return s;
+  const std::string latest = run_dir + "/checkpoint.safetensors";
+  const int64_t niter = source_->batches_per_epoch();
+  const int64_t epochs = config_.train.epochs;
+  const int64_t total = epochs * niter;
+  model::Schedules sched;
+  try {
+    sched = model::MakeSchedules(config_.schedule_options(niter, /*world_size=*/1));
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(config_.source_path + ": " + e.what());
+  }
+  const auto& temps = dino_->loss->teacher_temp_schedule();
+
+  TrainResult result;
+  int64_t it = 0;
+  if (options_.resume && FileExists(latest)) {
+    auto info = LoadCheckpoint(latest, *dino_);
+    if (!info.ok()) return info.status();
+    it = info->iteration;
+    result.checkpoint = latest;
+  }
+  std::ofstream log_file(run_dir + "/log.jsonl", std::ios::app);
+  if (!log_file) return Status::IOError("cannot append to " + run_dir + "/log.jsonl");
+
+  const int64_t batch = source_->batch_size();
+  double loss_sum = 0.0;
+  int64_t loss_n = 0;
+  double data_wait = 0.0;
+  auto epoch_start = Clock::now();
+  const int64_t stop_at = options_.stop_after_iterations;
+  while (it < total) {
+    const int64_t epoch = it / niter;
+    if (loss_n == 0) source_->StartEpoch(epoch, it % niter);
+    auto t0 = Clock::now();
+    auto b = source_->Next();
+    data_wait += Seconds(t0, Clock::now()) + source_->TakeWaitSeconds();
+    if (!b) return Status::Internal("data source ended epoch " + std::to_string(epoch) + " after " +
+                                    std::to_string(it % niter) + " of " + std::to_string(niter) + " batches");
+    // Stochastic depth draws from a stream seeded per iteration, so a resumed
+    // run repeats exactly the draws of an uninterrupted one.
+    torch::manual_seed(data::MixSeed({static_cast<uint64_t>(config_.meta.seed), static_cast<uint64_t>(it), 0xd809}));
+    model::StepInput in;
+    in.crops = std::move(b->crops);
+    in.epoch = epoch;
+    in.lr = sched.lr[it];
+    in.weight_decay = sched.weight_decay[it];
+    in.momentum = sched.momentum[it];
+    auto out = dino_->Step(in);
+    if (!out.finite) {
+      return Status::Aborted("loss is " + std::to_string(out.loss.item<double>()) + " at iteration " +
+                             std::to_string(it) + " (epoch " + std::to_string(epoch) +
+                             "); stopping. The last checkpoint is " +
+                             (result.checkpoint.empty() ? std::string("none") : result.checkpoint));
+    }
+    result.last_loss = out.loss.item<double>();
+    loss_sum += result.last_loss;
+    ++loss_n;
+    ++it;
+    result.iteration = it;
+
+    const bool epoch_end = it % niter == 0;
+    if (epoch_end) {
+      const double secs = Seconds(epoch_start, Clock::now());
+      nlohmann::json line = {{"epoch", epoch},
+                             {"iteration", it},
+                             {"loss", loss_sum / static_cast<double>(loss_n)},
+                             {"lr", in.lr},
+                             {"wd", in.weight_decay},
+                             {"momentum", in.momentum},
+                             {"teacher_temp", temps[epoch]},
+                             {"images_per_s", static_cast<double>(loss_n * batch) / secs},
+                             {"data_wait_s", data_wait},
+                             {"epoch_time_s", secs}};
+      log_file << line.dump() << "\n";
+      log_file.flush();
+      if (options_.log) *options_.log << line.dump() << std::endl;
+      loss_sum = 0.0;
+      loss_n = 0;
+      data_wait = 0.0;
+      epoch_start = Clock::now();
+      if (auto s = WriteCheckpoint(latest, it, niter); !s.ok()) return s;
+      result.checkpoint = latest;
+      if ((epoch + 1) % config_.train.saveckp_freq == 0 || it == total) {
+        char name[64];
+        const std::string numbered = run_dir + "/" + Format(name, sizeof name, "checkpoint%04lld.safetensors", epoch);
+        if (auto s = WriteCheckpoint(numbered, it, niter); !s.ok()) return s;
+      }
+    }
+    if (it < total && ((stop_at >= 0 && it >= stop_at) || stop_.load())) {
+      if (!epoch_end) {
+        if (auto s = WriteCheckpoint(latest, it, niter); !s.ok()) return s;
+        result.checkpoint = latest;
+      }
+      return result;
+    }
+  }
+  result.completed = true;
+  return result;
+}
+
+}  // namespace scdino::training

@@ -1,0 +1,66 @@
+// The single-process DINO training loop: schedules per iteration, one DINO
+// step per batch, a JSON log line per epoch, atomic checkpoints, automatic
+// and exact resume from the latest checkpoint.
+#pragma once
+
+#include <atomic>
+#include <iosfwd>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "data/source.h"
+#include "model/dino.h"
+#include "training/config.h"
+
+namespace scdino::training {
+
+struct TrainerOptions {
+  /// Resume from <run_dir>/checkpoint.safetensors when it exists.
+  bool resume = true;
+  /// Stop (checkpoint, return) once this many iterations are done in total;
+  /// -1: run to the end.
+  int64_t stop_after_iterations = -1;
+  /// Where the per-epoch JSON lines go besides <run_dir>/log.jsonl; may be null.
+  std::ostream* log = nullptr;
+};
+
+struct TrainResult {
+  bool completed = false;   ///< all epochs done (else stopped early, resumable)
+  int64_t iteration = 0;    ///< iterations done in total
+  double last_loss = 0.0;
+  std::string checkpoint;   ///< path of the last checkpoint written
+};
+
+/// The data source a config asks for, on `device`, sharded for (rank, world).
+StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const TrainConfig& config, int64_t rank,
+                                                            int64_t world_size, torch::Device device);
+
+class Trainer {
+ public:
+  Trainer(TrainConfig config, std::unique_ptr<data::MultiCropSource> source, TrainerOptions options = {});
+
+  /// Trains until the last epoch or a stop; errors (non-finite loss, a
+  /// checkpoint that cannot be written) come back as a Status.
+  StatusOr<TrainResult> Run();
+
+  /// Thread-safe: finish the current step, checkpoint, return from Run.
+  void RequestStop() { stop_.store(true); }
+
+  model::Dino& dino() { return *dino_; }
+
+ private:
+  Status WriteCheckpoint(const std::string& path, int64_t iteration, int64_t niter);
+
+  TrainConfig config_;
+  std::unique_ptr<data::MultiCropSource> source_;
+  TrainerOptions options_;
+  std::unique_ptr<model::Dino> dino_;
+  torch::Device device_;
+  std::atomic<bool> stop_{false};
+};
+
+/// Intra-op threads for a config value (0: all cores); returns the count set.
+int ConfigureThreads(int64_t threads);
+
+}  // namespace scdino::training
