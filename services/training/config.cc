@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -171,7 +172,7 @@ Reader ChannelDict(std::map<int64_t, std::string>* out) {
 
 // Channel combinations are resolved after the whole file is read, since
 // names refer to channel_dict.
-Reader Raw(YAML::Node* out) {
+Reader Raw(std::optional<YAML::Node>* out) {
   return [=](const YAML::Node& n, const std::string&) {
     *out = n;
     return Status::Ok();
@@ -347,7 +348,7 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
   auto& h = c.train.hyperparameters;
   auto& d = c.downstream;
   auto& r = c.scdino;
-  YAML::Node combos;
+  std::optional<YAML::Node> combos;
   constexpr auto kIn = Bound::kInclusive;
   constexpr auto kEx = Bound::kExclusive;
   const std::vector<Key> top = {
@@ -456,7 +457,7 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
   };
   Status s = ReadSection(root, "", top);
   if (s.ok() && combos) {
-    s = ResolveCombinations(combos, "meta.selected_channel_combination_per_run", m.channel_dict,
+    s = ResolveCombinations(*combos, "meta.selected_channel_combination_per_run", m.channel_dict,
                             &m.selected_channel_combination_per_run);
   }
   if (s.ok()) s = CrossCheck(c);

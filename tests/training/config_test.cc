@@ -1,0 +1,180 @@
+#include "training/config.h"
+
+#include <gtest/gtest.h>
+
+namespace scdino::training {
+namespace {
+
+// The layout and spellings of scDINO's scDINO_full_pipeline.yaml, including
+// its `techer_temp`, `warump_epochs` and python tuples.
+const char* kScdinoStyle = R"(
+meta:
+  name_of_run: "pbmc_run"
+  output_dir: "/tmp/out"
+  dataset_dir: "/data/pbmc"
+  folder_depth_for_labels: 0
+  train_datasetsplit_fraction: 0.8
+  seed: 40
+  images_are_RGB: False
+  channel_dict: { 0: "AF647", 1: "BF", 2: "DAPI", 3: "CD3", 4: "PE" }
+  selected_channel_combination_per_run: ["01234", "0", "24"]
+  center_crop: 0
+train_scDINO:
+  dino_vit_name: "vit"
+  fraction_for_mean_std_calc: 0.2
+  epochs: 10
+  saveckp_freq: 2
+  num_gpus: 2
+  batch_size_per_gpu: 30
+  num_workers: 8
+  dist_url: "env://"
+  hyperparameters:
+    arch: "vit_small"
+    patch_size: 16
+    norm_last_layer: True
+    momentum_teacher: 0.996
+    use_bn_in_head: False
+    warmup_teacher_temp: 0.04
+    techer_temp: 0.07
+    warmup_teacher_temp_epochs: 0
+    use_fp16: True
+    weight_decay: 0.04
+    weight_decay_end: 0.4
+    clip_grad: 3
+    freeze_last_layer: 1
+    lr: 0.0005
+    warump_epochs: 5
+    min_lr: 0.000001
+    optimizer: "adamw"
+    drop_path_rate: 0.1
+    global_crops_scale: !!python/tuple [0.14, 1.0]
+    local_crops_number: 8
+    local_crops_scale: !!python/tuple [0.05, 0.14]
+downstream_analyses:
+  compute_cls_features:
+    normalize: True
+    num_gpus: 2
+    batch_size_per_gpu: 24
+    num_workers: 8
+    checkpoint_key: teacher
+    resize: True
+    resize_length: 224
+  attention_visualisation:
+    num_images_per_class: 1
+    resize_attention_image: True
+    image_size: 480
+  kNN:
+    global:
+      n_neighbors: [5, 10, 50]
+      temperature: 0.1
+  umap_eval:
+    n_neighbors: 30
+    min_dist: 0.4
+    n_components: 2
+    metric: euclidean
+    spread: 1.1
+    epochs: 100
+    topometry_plots: False
+)";
+
+TEST(TrainConfig, AcceptsScdinoPipelineFileAsItIs) {
+  auto c = ParseTrainConfig(kScdinoStyle, "pipeline.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->run_dir(), "/tmp/out/pbmc_run");
+  EXPECT_DOUBLE_EQ(c->train.hyperparameters.teacher_temp, 0.07);
+  EXPECT_EQ(c->train.hyperparameters.warmup_epochs, 5);
+  EXPECT_EQ(c->train.hyperparameters.global_crops_scale[0], 0.14);
+  EXPECT_EQ(c->meta.channel_dict.at(2), "DAPI");
+  ASSERT_EQ(c->meta.selected_channel_combination_per_run.size(), 3u);
+  EXPECT_EQ(c->meta.selected_channel_combination_per_run[2], (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(c->downstream.knn_n_neighbors, (std::vector<int64_t>{5, 10, 50}));
+  auto o = c->dino_options();
+  EXPECT_EQ(o.vit.embed_dim(), 384);
+  EXPECT_EQ(o.vit.in_chans(), 5);
+  EXPECT_EQ(o.vit.img_size(), 224);
+  EXPECT_EQ(o.out_dim, 65536);
+}
+
+TEST(TrainConfig, DefaultsAreScdinos) {
+  auto c = ParseTrainConfig("meta: {}\ntrain_scDINO: {}\n", "min.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const auto& h = c->train.hyperparameters;
+  EXPECT_EQ(h.arch, "vit_small");
+  EXPECT_EQ(h.local_crops_number, 8);
+  EXPECT_DOUBLE_EQ(h.lr, 0.0005);
+  EXPECT_DOUBLE_EQ(h.momentum_teacher, 0.996);
+  EXPECT_EQ(c->channels(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+}
+
+TEST(TrainConfig, ChannelsByNameAndAboveNine) {
+  auto c = ParseTrainConfig(R"(
+meta:
+  channel_dict: {2: DAPI, 1: BF, 11: CD45}
+  selected_channel_combination_per_run: [[DAPI, BF], [11, 0]]
+scdino: {channel_combination: 1, synthetic: {channels: 12}}
+)",
+                            "x.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->meta.selected_channel_combination_per_run[0], (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(c->channels(), (std::vector<int64_t>{11, 0}));
+}
+
+struct BadCase {
+  const char* yaml;
+  std::vector<const char*> message_parts;
+};
+
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.yaml; }
+
+class BadConfig : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadConfig, StopsWithAnErrorNamingKeyValueAndExpectation) {
+  auto c = ParseTrainConfig(GetParam().yaml, "bad.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  const std::string& m = c.status().message();
+  EXPECT_EQ(m.rfind("bad.yaml: ", 0), 0u) << m;
+  for (const char* part : GetParam().message_parts) EXPECT_NE(m.find(part), std::string::npos) << part << " in: " << m;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BadConfig,
+    ::testing::Values(
+        BadCase{"train_scDINO:\n  hyperparameters:\n    lrr: 0.1\n",
+                {"line 3", "unknown key 'train_scDINO.hyperparameters.lrr'", "known keys of train_scDINO.hyperparameters", "lr"}},
+        BadCase{"metadata: {}\n", {"unknown key 'metadata'", "meta, train_scDINO"}},
+        BadCase{"train_scDINO:\n  epochs: ten\n", {"train_scDINO.epochs", "expected an integer >= 1", "got 'ten'"}},
+        BadCase{"train_scDINO:\n  epochs: 2.5\n", {"train_scDINO.epochs", "got '2.5'"}},
+        BadCase{"train_scDINO:\n  epochs: 0\n", {"train_scDINO.epochs", "got '0'"}},
+        BadCase{"train_scDINO:\n  hyperparameters: {lr: -1}\n", {"hyperparameters.lr", "a number > 0", "got '-1'"}},
+        BadCase{"train_scDINO:\n  hyperparameters: {momentum_teacher: 1.5}\n",
+                {"momentum_teacher", ">= 0 and <= 1", "'1.5'"}},
+        BadCase{"train_scDINO:\n  hyperparameters: {drop_path_rate: 1}\n", {"drop_path_rate", "< 1"}},
+        BadCase{"train_scDINO:\n  hyperparameters: {norm_last_layer: maybe}\n",
+                {"norm_last_layer", "true or false", "'maybe'"}},
+        BadCase{"train_scDINO:\n  hyperparameters: {arch: resnet50}\n",
+                {"hyperparameters.arch", "vit_tiny | vit_small | vit_base", "'resnet50'"}},
+        BadCase{"train_scDINO:\n  hyperparameters: {optimizer: sgd}\n", {"optimizer", "adamw", "'sgd'"}},
+        BadCase{"train_scDINO:\n  hyperparameters: {local_crops_scale: [0.5, 0.2]}\n",
+                {"local_crops_scale", "min <= max", "a list"}},
+        BadCase{"train_scDINO:\n  hyperparameters: {teacher_temp: 0.04, techer_temp: 0.05}\n",
+                {"teacher_temp", "only once"}},
+        BadCase{"train_scDINO:\n  epochs: 3\n  hyperparameters: {warmup_epochs: 5}\n",
+                {"warmup_epochs", "at most train_scDINO.epochs (3)", "got 5"}},
+        BadCase{"train_scDINO:\n  hyperparameters: {patch_size: 16, local_crops_size: 40}\n",
+                {"local_crops_size", "multiple of patch_size (16)", "got 40"}},
+        BadCase{"train_scDINO:\n  hyperparameters: {use_bn_in_head: true}\n", {"use_bn_in_head", "expected false"}},
+        BadCase{"meta:\n  selected_channel_combination_per_run: [\"0a\"]\n",
+                {"selected_channel_combination_per_run[0]", "'0a'"}},
+        BadCase{"meta:\n  channel_dict: {0: DAPI}\n  selected_channel_combination_per_run: [[DAPI, GFP]]\n",
+                {"selected_channel_combination_per_run[0]", "meta.channel_dict (DAPI)", "'GFP'"}},
+        BadCase{"meta:\n  selected_channel_combination_per_run: [\"00\"]\n", {"each channel at most once"}},
+        BadCase{"meta:\n  selected_channel_combination_per_run: [\"7\"]\n",
+                {"channel 7", "scdino.synthetic.channels = 5"}},
+        BadCase{"scdino: {channel_combination: 3}\n", {"scdino.channel_combination", "below the 1 entries"}},
+        BadCase{"scdino: {device: tpu}\n", {"scdino.device", "cpu | cuda", "'tpu'"}},
+        BadCase{"meta: [1, 2\n", {"not valid YAML", "line"}},
+        BadCase{"", {"empty"}}));
+
+}  // namespace
+}  // namespace scdino::training

@@ -1,0 +1,193 @@
+#include "training/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/files.h"
+#include "common/safetensors.h"
+#include "support/test_support.h"
+#include "training/checkpoint.h"
+
+namespace scdino::training {
+namespace {
+
+using scdino::testing::ScratchDir;
+
+// A model and data set small enough for many runs per second: 3 epochs of 4
+// iterations, stochastic depth on (so its random stream is exercised).
+std::string TinyConfig(const std::string& out_dir, const std::string& name, int64_t embed_dim = 32) {
+  return R"(
+meta:
+  name_of_run: ")" + name + R"("
+  output_dir: ")" + out_dir + R"("
+  seed: 3
+  selected_channel_combination_per_run: ["021"]
+train_scDINO:
+  epochs: 3
+  saveckp_freq: 2
+  batch_size_per_gpu: 4
+  hyperparameters:
+    arch: vit_tiny
+    embed_dim: )" + std::to_string(embed_dim) + R"(
+    depth: 2
+    num_heads: 2
+    patch_size: 8
+    global_crops_size: 16
+    local_crops_size: 8
+    local_crops_number: 2
+    out_dim: 64
+    head_hidden_dim: 32
+    head_bottleneck_dim: 16
+    warmup_epochs: 1
+    drop_path_rate: 0.2
+    lr: 0.05
+scdino:
+  threads: 1
+  synthetic: {classes: 2, per_class: 8, channels: 4, size: 16, seed: 1}
+)";
+}
+
+TrainConfig Parse(const std::string& yaml) {
+  auto c = ParseTrainConfig(yaml, "tiny.yaml");
+  if (!c.ok()) throw std::runtime_error(c.status().ToString());
+  return std::move(c).value();
+}
+
+StatusOr<TrainResult> RunOnce(const std::string& yaml, TrainerOptions opts = {}) {
+  auto config = Parse(yaml);
+  auto source = MakeSource(config, 0, 1, torch::kCPU);
+  if (!source.ok()) return source.status();
+  Trainer trainer(std::move(config), std::move(source).value(), opts);
+  return trainer.Run();
+}
+
+TensorMap Tensors(const std::string& path) {
+  auto f = ReadSafetensors(path);
+  if (!f.ok()) throw std::runtime_error(f.status().ToString());
+  return f->tensors;
+}
+
+void ExpectIdentical(const TensorMap& a, const TensorMap& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [k, v] : a) {
+    ASSERT_TRUE(b.count(k)) << k;
+    EXPECT_TRUE(v.equal(b.at(k))) << k << " differs by " << (v.to(torch::kDouble) - b.at(k).to(torch::kDouble)).abs().max().item<double>();
+  }
+}
+
+TEST(Trainer, WritesLogLinesAndCheckpoints) {
+  ScratchDir dir;
+  std::ostringstream log;
+  TrainerOptions opts;
+  opts.log = &log;
+  auto r = RunOnce(TinyConfig(dir.path(), "run"), opts);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->completed);
+  EXPECT_EQ(r->iteration, 12);
+  const std::string run = dir.path() + "/run";
+  EXPECT_TRUE(FileExists(run + "/checkpoint.safetensors"));
+  EXPECT_TRUE(FileExists(run + "/checkpoint0001.safetensors"));  // saveckp_freq 2: after epochs 1 ...
+  EXPECT_TRUE(FileExists(run + "/checkpoint0002.safetensors"));  // ... and the last
+  EXPECT_FALSE(FileExists(run + "/checkpoint0000.safetensors"));
+  std::ifstream in(run + "/log.jsonl");
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j.at("epoch").get<int>(), lines);
+    for (const char* k : {"loss", "lr", "wd", "momentum", "teacher_temp", "images_per_s"}) EXPECT_TRUE(j.contains(k)) << k;
+    EXPECT_TRUE(std::isfinite(j.at("loss").get<double>()));
+    ++lines;
+  }
+  EXPECT_EQ(lines, 3);
+  const std::string logged = log.str();
+  EXPECT_EQ(std::count(logged.begin(), logged.end(), '\n'), 3);
+  // The checkpoint names its iteration and carries the config text.
+  auto f = ReadSafetensors(run + "/checkpoint.safetensors");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->metadata.at("iteration"), "12");
+  EXPECT_NE(f->metadata.at("config").find("name_of_run"), std::string::npos);
+  EXPECT_TRUE(f->tensors.count("teacher.backbone.cls_token"));
+  EXPECT_TRUE(f->tensors.count("optimizer.backbone.pos_embed.exp_avg"));
+}
+
+class ExactResume : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(ExactResume, StoppedAndResumedRunEndsWithTheSameWeights) {
+  ScratchDir dir;
+  auto full = RunOnce(TinyConfig(dir.path(), "full"));
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+
+  TrainerOptions stop;
+  stop.stop_after_iterations = GetParam();
+  auto first = RunOnce(TinyConfig(dir.path(), "resumed"), stop);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_FALSE(first->completed);
+  EXPECT_EQ(first->iteration, GetParam());
+  auto second = RunOnce(TinyConfig(dir.path(), "resumed"));
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_TRUE(second->completed);
+  ExpectIdentical(Tensors(dir.path() + "/resumed/checkpoint.safetensors"),
+                  Tensors(dir.path() + "/full/checkpoint.safetensors"));
+}
+
+// Mid-epoch (5 of 4-iteration epochs) and at an epoch boundary (8).
+INSTANTIATE_TEST_SUITE_P(StopPoints, ExactResume, ::testing::Values(5, 8));
+
+TEST(Trainer, FailedCheckpointWriteKeepsThePreviousOneAndSaysWhy) {
+  ScratchDir dir;
+  const std::string run = dir.path() + "/run";
+  // The numbered checkpoint of epoch 1 cannot be written: its path is a
+  // non-empty directory.
+  std::filesystem::create_directories(run + "/checkpoint0001.safetensors/occupied");
+  auto r = RunOnce(TinyConfig(dir.path(), "run"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kIOError);
+  EXPECT_NE(r.status().message().find("checkpoint0001.safetensors"), std::string::npos) << r.status().message();
+  auto latest = ReadSafetensors(run + "/checkpoint.safetensors");
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  EXPECT_EQ(latest->metadata.at("iteration"), "8");
+}
+
+TEST(Trainer, RefusesACheckpointOfAnotherModel) {
+  ScratchDir dir;
+  ASSERT_TRUE(RunOnce(TinyConfig(dir.path(), "run")).ok());
+  auto r = RunOnce(TinyConfig(dir.path(), "run", /*embed_dim=*/16));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("checkpoint.safetensors"), std::string::npos);
+  EXPECT_NE(r.status().message().find("\"embed_dim\":32"), std::string::npos) << r.status().message();
+}
+
+// The binary as a user runs it: exit codes and messages.
+int RunTrainer(const std::string& args, const std::string& out_file) {
+  const std::string cmd = std::string(SCDINO_TRAINER_BIN) + " " + args + " > " + out_file + " 2>&1";
+  int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+TEST(TrainerBinary, ExitCodesAndMessages) {
+  ScratchDir dir;
+  const std::string cfg = dir.file("config.yaml");
+  const std::string out = dir.file("out.txt");
+  std::ofstream(cfg) << TinyConfig(dir.path(), "bin");
+  EXPECT_EQ(RunTrainer("--config " + cfg + " --stop-after-iterations 6", out), 3);
+  EXPECT_NE(ReadFile(out)->find("stopped after iteration 6"), std::string::npos) << *ReadFile(out);
+  EXPECT_EQ(RunTrainer("--config " + cfg, out), 0);
+  EXPECT_NE(ReadFile(out)->find("done, 12 iterations"), std::string::npos) << *ReadFile(out);
+
+  const std::string bad = dir.file("bad.yaml");
+  std::ofstream(bad) << "train_scDINO:\n  batch_size_per_gpu: -4\n";
+  EXPECT_EQ(RunTrainer("--config " + bad, out), 2);
+  EXPECT_NE(ReadFile(out)->find(bad + ": line 2: train_scDINO.batch_size_per_gpu"), std::string::npos) << *ReadFile(out);
+  EXPECT_EQ(RunTrainer("--config " + dir.file("missing.yaml"), out), 2);
+  EXPECT_NE(ReadFile(out)->find("missing.yaml"), std::string::npos);
+  EXPECT_EQ(RunTrainer("--threads many --config " + cfg, out), 2);
+  EXPECT_EQ(RunTrainer("--frobnicate", out), 2);
+}
+
+}  // namespace
+}  // namespace scdino::training
