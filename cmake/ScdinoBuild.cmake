@@ -4,10 +4,12 @@
 
 find_program(SCDINO_CCACHE ccache)
 if(SCDINO_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
-  set(CMAKE_CXX_COMPILER_LAUNCHER ${SCDINO_CCACHE})
   # ccache only caches translation units built with a precompiled header when
-  # these are relaxed; the header's content is still hashed.
-  set(ENV{CCACHE_SLOPPINESS} "pch_defines,time_macros,include_file_mtime,include_file_ctime")
+  # these checks are relaxed; the header's content is still hashed.
+  set(CMAKE_CXX_COMPILER_LAUNCHER
+      ${CMAKE_COMMAND} -E env
+      "CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime"
+      ${SCDINO_CCACHE})
 endif()
 
 # The precompiled header lives on its own small object library; every LibTorch
