@@ -15,11 +15,13 @@
 // - updates (after minus before) of student and teacher weights: 1e-3 x the
 //   largest update of that tensor. An AdamW update is about lr in size, far
 //   below the weights themselves, so only a relative comparison of updates
-//   shows that the optimiser, clipping, freeze and EMA are right.
+//   shows that the optimiser, clipping, freeze and EMA are right. Elements
+//   whose gradient is mathematically zero are excluded (see below).
 // - schedules: 1e-12 relative (float64 on both sides).
-// On a Debian 12 machine (LibTorch 1.13, OpenBLAS) every tensor matches the
-// reference bit for bit (checked with zero tolerances); the tolerances above
-// leave room for other BLAS kernels, thread counts and LibTorch 2.x.
+// On a Debian 12 machine (LibTorch 1.13, OpenBLAS, 2 threads) every tensor
+// matches the reference bit for bit (checked with zero tolerances); with one
+// thread the rounding differs. The tolerances leave room for other BLAS
+// kernels, thread counts and LibTorch 2.x.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -175,6 +177,14 @@ TEST(DinoParity, TwoTrainingStepsMatchReference) {
         EXPECT_TRUE(ScaledClose(p.value().grad(), g->second, 1e-3, 1e-4)) << "grad." << name;
         ++grads;
       }
+      // Elements whose reference gradient is below float32 rounding of the
+      // tensor's scale (1e-7 x its largest) have a gradient that is
+      // mathematically zero (the key bias: softmax ignores a constant added
+      // to every logit of a row). Adam divides by the gradient's own size, so
+      // their update is rounding noise of lr size, different for every BLAS
+      // and thread count; they are only checked to stay within that size.
+      torch::Tensor determined = torch::ones(p.value().sizes(), torch::kBool);
+      if (g != T.end()) determined = g->second.abs() > 1e-7 * g->second.abs().max();
       for (const std::string net : {"student", "teacher"}) {
         const auto& want_after = T.at(net + "_after." + name);
         const auto& was = before.at(net + "." + name);
@@ -182,8 +192,15 @@ TEST(DinoParity, TwoTrainingStepsMatchReference) {
         auto want_update = want_after - was;
         auto got_update = now.detach() - was;
         const double scale = want_update.abs().max().item<double>();
-        EXPECT_TRUE(AllClose(got_update, want_update, 0.0, 1e-3 * scale + 1e-9)) << net << " update of " << name;
-        EXPECT_TRUE(AllClose(now, want_after, 0.0, 1e-6)) << net << "_after." << name;
+        EXPECT_TRUE(AllClose(got_update.masked_select(determined), want_update.masked_select(determined), 0.0,
+                             1e-3 * scale + 1e-9))
+            << net << " update of " << name;
+        EXPECT_TRUE(AllClose(now.detach().masked_select(determined), want_after.masked_select(determined), 0.0, 1e-6))
+            << net << "_after." << name;
+        auto noise = got_update.masked_select(~determined);
+        if (noise.numel() > 0) {
+          EXPECT_LE(noise.abs().max().item<double>(), 1.5 * scale + 1e-12) << net << " noise-level update of " << name;
+        }
         ++updates;
       }
     }
