@@ -1,5 +1,7 @@
 #include "training/trainer.h"
 
+#include <dlfcn.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -30,6 +32,10 @@ char* Format(char* buf, size_t n, const char* fmt, int64_t v) {
 int ConfigureThreads(int64_t threads) {
   int n = threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   torch::set_num_threads(n);
+  // Matrix products run on the BLAS library's own thread pool, which
+  // set_num_threads does not reach; OpenBLAS exposes a setter.
+  using SetThreads = void (*)(int);
+  if (auto* set_blas = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set_blas(n);
   return n;
 }
 

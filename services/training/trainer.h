@@ -60,7 +60,8 @@ class Trainer {
   std::atomic<bool> stop_{false};
 };
 
-/// Intra-op threads for a config value (0: all cores); returns the count set.
+/// Sets LibTorch's intra-op threads and OpenBLAS's threads (when it is the
+/// BLAS in use) for a config value (0: all cores); returns the count set.
 int ConfigureThreads(int64_t threads);
 
 }  // namespace scdino::training
