@@ -22,15 +22,30 @@ struct MultiCropOptions {
   std::array<double, 2> ratio{3.0 / 4.0, 4.0 / 3.0};
   double hflip_p = 0.5;
   double vflip_p = 0.5;
+  /// Per-channel brightness factor U(range), applied with this probability
+  /// to each crop, then clamped to [0, 1].
+  double brightness_p = 0.8;
+  std::array<double, 2> brightness{0.5, 1.25};
+  /// Gaussian blur probability: first global crop, second global, locals.
+  std::array<double, 3> blur_p{1.0, 0.1, 0.5};
+  std::array<double, 2> blur_sigma{0.1, 1.5};
+  int64_t blur_kernel = 5;
+  /// Solarisation (x > threshold becomes 1 - x) of the second global crop.
+  double solarize_p = 0.2;
+  double solarize_threshold = 0.5;
   uint64_t seed = 0;
   /// Per-channel normalisation applied last; empty: none.
   std::vector<double> mean, std;
 };
 
-/// Crop box in pixels of the source image plus flips.
+/// One crop of one sample: box in pixels of the source image, flips, and the
+/// photometric operations (scDINO's recipe, in this order after the crop).
 struct CropParams {
   double top = 0, left = 0, height = 0, width = 0;
   bool hflip = false, vflip = false;
+  std::vector<double> brightness;  ///< per channel; empty: not applied
+  double blur_sigma = 0.0;         ///< 0: not applied
+  bool solarize = false;
 };
 
 class MultiCropAugmenter {
@@ -38,20 +53,23 @@ class MultiCropAugmenter {
   explicit MultiCropAugmenter(MultiCropOptions o);
 
   /// Crop `crop` (0, 1 global; then local) of `sample_index` in `epoch`, for
-  /// an image of h x w pixels: torchvision's RandomResizedCrop.get_params.
-  CropParams Params(int64_t epoch, int64_t sample_index, int64_t crop, int64_t h, int64_t w) const;
+  /// an image of h x w pixels and c channels: the box as torchvision's
+  /// RandomResizedCrop.get_params, then flips and photometric draws.
+  CropParams Params(int64_t epoch, int64_t sample_index, int64_t crop, int64_t h, int64_t w, int64_t c = 1) const;
 
   /// images: [B, C, H, W] float in [0, 1] on the device; indices: the
-  /// samples' data-set positions. Returns 2 + local_crops_number crops.
-  std::vector<torch::Tensor> Apply(const torch::Tensor& images, const std::vector<int64_t>& indices,
-                                   int64_t epoch) const;
+  /// samples' data-set positions; sizes: each sample's true h, w when
+  /// images are padded to a common size (empty: all H x W). Returns
+  /// 2 + local_crops_number crops.
+  std::vector<torch::Tensor> Apply(const torch::Tensor& images, const std::vector<int64_t>& indices, int64_t epoch,
+                                   const std::vector<std::array<int64_t, 2>>& sizes = {}) const;
 
   const MultiCropOptions& options() const { return o_; }
   int64_t ncrops() const { return 2 + o_.local_crops_number; }
 
  private:
   torch::Tensor CropBatch(const torch::Tensor& images, const std::vector<int64_t>& indices, int64_t epoch,
-                          int64_t crop, int64_t size) const;
+                          int64_t crop, int64_t size, const std::vector<std::array<int64_t, 2>>& sizes) const;
   MultiCropOptions o_;
 };
 

@@ -263,6 +263,12 @@ Status CrossCheck(const TrainConfig& c) {
     return bad("train_scDINO.hyperparameters.embed_dim: expected a multiple of num_heads (" +
                std::to_string(vit.num_heads()) + "), got " + std::to_string(vit.embed_dim()));
   }
+  if (c.scdino.data_source == "folder" && c.meta.dataset_dir.empty()) {
+    return bad("meta.dataset_dir: expected the data set folder (scdino.data_source is folder), got nothing");
+  }
+  if (c.scdino.data_source == "csv" && c.scdino.index_csv.empty()) {
+    return bad("scdino.index_csv: expected a CSV of path,label rows (scdino.data_source is csv), got nothing");
+  }
   if (c.scdino.data_source == "synthetic") {
     for (int64_t ch : c.channels()) {
       if (ch >= c.scdino.synthetic.channels) {
@@ -283,6 +289,10 @@ Status CrossCheck(const TrainConfig& c) {
 }  // namespace
 
 std::string TrainConfig::run_dir() const { return meta.output_dir + "/" + meta.name_of_run; }
+
+std::string TrainConfig::stats_path() const {
+  return scdino.stats_file.empty() ? run_dir() + "/channel_stats.json" : scdino.stats_file;
+}
 
 const std::vector<int64_t>& TrainConfig::channels() const {
   return meta.selected_channel_combination_per_run.at(static_cast<size_t>(scdino.channel_combination));
@@ -444,7 +454,12 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
       {"scdino", Section({
                      {"device", Str(&r.device, {"cpu", "cuda"})},
                      {"threads", Int(&r.threads, 0)},
-                     {"data_source", Str(&r.data_source, {"synthetic"})},
+                     {"data_source", Str(&r.data_source, {"folder", "csv", "synthetic"})},
+                     {"index_csv", Str(&r.index_csv)},
+                     {"on_bad_image", Str(&r.on_bad_image, {"fail", "skip"})},
+                     {"cache_images", Bool(&r.cache_images)},
+                     {"prefetch_batches", Int(&r.prefetch_batches, 1)},
+                     {"stats_file", Str(&r.stats_file)},
                      {"channel_combination", Int(&r.channel_combination, 0)},
                      {"synthetic", Section({
                                        {"classes", Int(&r.synthetic.classes, 1)},

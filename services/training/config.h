@@ -112,7 +112,18 @@ struct DownstreamConfig {
 struct RuntimeConfig {
   std::string device = "cpu";  ///< cpu | cuda
   int64_t threads = 0;         ///< intra-op threads; 0: all cores
-  std::string data_source = "synthetic";
+  /// folder: meta.dataset_dir in class folders (labels at
+  /// meta.folder_depth_for_labels); csv: index_csv; synthetic: generated in
+  /// memory.
+  std::string data_source = "folder";
+  std::string index_csv;              ///< for data_source: csv (path,label rows)
+  std::string on_bad_image = "fail";  ///< fail | skip
+  bool cache_images = false;          ///< keep decoded images in memory
+  int64_t prefetch_batches = 4;
+  /// Channel statistics JSON; read when it exists, else computed over
+  /// fraction_for_mean_std_calc of the images and written there. Empty:
+  /// <run_dir>/channel_stats.json.
+  std::string stats_file;
   data::SyntheticOptions synthetic;  ///< for data_source: synthetic
   /// Which entry of selected_channel_combination_per_run this run trains.
   int64_t channel_combination = 0;
@@ -127,6 +138,7 @@ struct TrainConfig {
   std::string source_text;  ///< its text, kept in every checkpoint
 
   std::string run_dir() const;
+  std::string stats_path() const;
   /// The channels this run trains on, in order.
   const std::vector<int64_t>& channels() const;
   model::DinoOptions dino_options() const;

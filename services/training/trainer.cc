@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <iostream>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -12,6 +14,8 @@
 
 #include "common/files.h"
 #include "data/in_memory_source.h"
+#include "data/loader.h"
+#include "data/stats.h"
 #include "data/sampler.h"
 #include "data/synthetic.h"
 #include "model/schedules.h"
@@ -68,7 +72,70 @@ StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const TrainConfig& c
         std::make_unique<data::InMemorySource>(images, set.labels, sampler, crops, device);
     return src;
   }
-  return Status::InvalidArgument(c.source_path + ": scdino.data_source: unknown source '" + c.scdino.data_source + "'");
+  // Files: index, statistics (read or computed), then the loader.
+  const auto policy = c.scdino.on_bad_image == "skip" ? data::BadImagePolicy::kSkip : data::BadImagePolicy::kFail;
+  StatusOr<data::Dataset> dataset = Status::Internal("unset");
+  if (c.scdino.data_source == "csv") {
+    dataset = data::IndexCsv(c.scdino.index_csv);
+  } else {
+    data::IndexOptions io;
+    io.folder_depth_for_labels = c.meta.folder_depth_for_labels;
+    io.on_bad_image = policy;
+    dataset = data::IndexFolder(c.meta.dataset_dir, io);
+  }
+  if (!dataset.ok()) return dataset.status();
+  for (const auto& why : dataset->skipped) std::cerr << "scdino: skipping " << why << "\n";
+  data::ImagePrep prep;
+  prep.channels = c.channels();
+  prep.center_crop = c.meta.center_crop;
+  auto stats = LoadOrComputeStats(c, *dataset, prep);
+  if (!stats.ok()) return stats.status();
+  crops.mean = stats->mean;
+  crops.std = stats->std;
+  if (auto s = MakeDirs(c.run_dir()); !s.ok()) return s;
+  nlohmann::json classes = dataset->classes;
+  if (auto s = WriteFileAtomic(c.run_dir() + "/classes.json", classes.dump() + "\n"); !s.ok()) return s;
+  data::LoaderOptions lo;
+  lo.prep = prep;
+  lo.sampler = sampler;
+  lo.crops = crops;
+  lo.threads = static_cast<int>(std::max<int64_t>(1, c.train.num_workers));
+  lo.prefetch = static_cast<int>(c.scdino.prefetch_batches);
+  lo.cache = c.scdino.cache_images;
+  lo.on_bad_image = policy;
+  try {
+    std::unique_ptr<data::MultiCropSource> src = std::make_unique<data::FileLoader>(std::move(dataset).value(), lo, device);
+    return src;
+  } catch (const StatusError& e) {
+    return e.status();
+  }
+}
+
+StatusOr<data::ChannelStats> LoadOrComputeStats(const TrainConfig& c, const data::Dataset& d,
+                                                const data::ImagePrep& prep) {
+  const std::string path = c.stats_path();
+  if (FileExists(path)) {
+    auto s = data::ReadStats(path);
+    if (!s.ok()) return s.status();
+    if (s->channels != prep.channels) {
+      return Status::FailedPrecondition(path + ": statistics are for other channels than this run's; delete it to "
+                                        "recompute, or point scdino.stats_file elsewhere");
+    }
+    return s;
+  }
+  data::StatsOptions so;
+  so.fraction = c.train.fraction_for_mean_std_calc;
+  so.seed = static_cast<uint64_t>(c.meta.seed);
+  so.threads = static_cast<int>(std::max<int64_t>(1, c.train.num_workers));
+  so.on_bad_image = c.scdino.on_bad_image == "skip" ? data::BadImagePolicy::kSkip : data::BadImagePolicy::kFail;
+  auto s = data::ComputeChannelStats(d, prep, so);
+  if (!s.ok()) return s.status();
+  auto dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) {
+    if (auto st = MakeDirs(dir.string()); !st.ok()) return st;
+  }
+  if (auto st = data::WriteStats(path, *s); !st.ok()) return st;
+  return s;
 }
 
 Trainer::Trainer(TrainConfig config, std::unique_ptr<data::MultiCropSource> source, TrainerOptions options)
@@ -126,7 +193,12 @@ StatusOr<TrainResult> Trainer::Run() {
     const int64_t epoch = it / niter;
     if (loss_n == 0) source_->StartEpoch(epoch, it % niter);
     auto t0 = Clock::now();
-    auto b = source_->Next();
+    std::optional<data::MultiCropBatch> b;
+    try {
+      b = source_->Next();
+    } catch (const StatusError& e) {
+      return Status(e.status().code() == StatusCode::kOk ? Status::Internal("loader") : e.status());
+    }
     data_wait += Seconds(t0, Clock::now()) + source_->TakeWaitSeconds();
     if (!b) return Status::Internal("data source ended epoch " + std::to_string(epoch) + " after " +
                                     std::to_string(it % niter) + " of " + std::to_string(niter) + " batches");

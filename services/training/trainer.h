@@ -9,7 +9,9 @@
 #include <string>
 
 #include "common/status.h"
+#include "data/dataset.h"
 #include "data/source.h"
+#include "data/stats.h"
 #include "model/dino.h"
 #include "training/config.h"
 
@@ -35,6 +37,11 @@ struct TrainResult {
 /// The data source a config asks for, on `device`, sharded for (rank, world).
 StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const TrainConfig& config, int64_t rank,
                                                             int64_t world_size, torch::Device device);
+
+/// Channel statistics: read from config.stats_path() when it exists (and is
+/// for the same channels), else computed and written there.
+StatusOr<data::ChannelStats> LoadOrComputeStats(const TrainConfig& config, const data::Dataset& dataset,
+                                                const data::ImagePrep& prep);
 
 class Trainer {
  public:

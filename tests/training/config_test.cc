@@ -96,7 +96,7 @@ TEST(TrainConfig, AcceptsScdinoPipelineFileAsItIs) {
 }
 
 TEST(TrainConfig, DefaultsAreScdinos) {
-  auto c = ParseTrainConfig("meta: {}\ntrain_scDINO: {}\n", "min.yaml");
+  auto c = ParseTrainConfig("meta: {dataset_dir: /data}\ntrain_scDINO: {}\n", "min.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const auto& h = c->train.hyperparameters;
   EXPECT_EQ(h.arch, "vit_small");
@@ -111,7 +111,7 @@ TEST(TrainConfig, ChannelsByNameAndAboveNine) {
 meta:
   channel_dict: {2: DAPI, 1: BF, 11: CD45}
   selected_channel_combination_per_run: [[DAPI, BF], [11, 0]]
-scdino: {channel_combination: 1, synthetic: {channels: 12}}
+scdino: {data_source: synthetic, channel_combination: 1, synthetic: {channels: 12}}
 )",
                             "x.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -169,11 +169,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"meta:\n  channel_dict: {0: DAPI}\n  selected_channel_combination_per_run: [[DAPI, GFP]]\n",
                 {"selected_channel_combination_per_run[0]", "meta.channel_dict (DAPI)", "'GFP'"}},
         BadCase{"meta:\n  selected_channel_combination_per_run: [\"00\"]\n", {"each channel at most once"}},
-        BadCase{"meta:\n  selected_channel_combination_per_run: [\"7\"]\n",
+        BadCase{"meta:\n  selected_channel_combination_per_run: [\"7\"]\nscdino: {data_source: synthetic}\n",
                 {"channel 7", "scdino.synthetic.channels = 5"}},
         BadCase{"scdino: {channel_combination: 3}\n", {"scdino.channel_combination", "below the 1 entries"}},
         BadCase{"scdino: {device: tpu}\n", {"scdino.device", "cpu | cuda", "'tpu'"}},
         BadCase{"meta: [1, 2\n", {"not valid YAML", "line"}},
+        BadCase{"meta: {}\n", {"meta.dataset_dir", "data set folder"}},
+        BadCase{"scdino: {data_source: csv}\n", {"scdino.index_csv", "path,label"}},
+        BadCase{"scdino: {on_bad_image: ignore}\n", {"scdino.on_bad_image", "fail | skip", "'ignore'"}},
         BadCase{"", {"empty"}}));
 
 }  // namespace

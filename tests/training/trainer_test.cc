@@ -47,6 +47,7 @@ train_scDINO:
     lr: 0.05
 scdino:
   threads: 1
+  data_source: synthetic
   synthetic: {classes: 2, per_class: 8, channels: 4, size: 16, seed: 1}
 )";
 }

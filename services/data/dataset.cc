@@ -1,0 +1,152 @@
+#include "data/dataset.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "data/image_io.h"
+
+namespace scdino::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+Dataset Finish(Dataset d, const std::map<std::string, std::string>& labels_by_path) {
+  std::set<std::string> names;
+  for (const auto& [p, l] : labels_by_path) names.insert(l);
+  d.classes.assign(names.begin(), names.end());
+  for (const auto& [p, l] : labels_by_path) {
+    d.entries.push_back({p, std::lower_bound(d.classes.begin(), d.classes.end(), l) - d.classes.begin()});
+  }
+  return d;
+}
+
+}  // namespace
+
+StatusOr<Dataset> IndexFolder(const std::string& root, const IndexOptions& o) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return Status::NotFound("data set folder " + root + " does not exist or is not a folder");
+  Dataset d;
+  d.root = root;
+  std::map<std::string, std::string> labels;
+  std::set<std::string> dirs_with_images;
+  std::vector<std::string> leaf_dirs;
+  for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::follow_directory_symlink, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) return Status::IOError("cannot list " + root + ": " + ec.message());
+    const fs::path p = it->path();
+    const std::string name = p.filename().string();
+    if (!name.empty() && name[0] == '.') {
+      if (it->is_directory()) it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_directory()) {
+      bool has_subdir = false;
+      for (const auto& e : fs::directory_iterator(p, ec)) {
+        if (e.is_directory() && e.path().filename().string()[0] != '.') has_subdir = true;
+      }
+      if (!has_subdir) leaf_dirs.push_back(p.string());
+      continue;
+    }
+    if (!it->is_regular_file()) continue;
+    if (!IsImageFile(p.string())) {
+      const std::string why = p.string() + ": not an image file (expected .tif, .tiff, .png, .jpg or .jpeg)";
+      if (o.on_bad_image == BadImagePolicy::kFail) {
+        return Status::InvalidArgument(why + "; remove it or set on_bad_image: skip");
+      }
+      d.skipped.push_back(why);
+      continue;
+    }
+    // The label folder: depth 0 is the image's folder, 1 the one above, ...
+    fs::path rel = fs::relative(p, root);
+    std::vector<std::string> parts;
+    for (const auto& c : rel.parent_path()) parts.push_back(c.string());
+    if (static_cast<int64_t>(parts.size()) <= o.folder_depth_for_labels) {
+      return Status::InvalidArgument(p.string() + ": lies " + std::to_string(parts.size()) +
+                                     " folder(s) below the data set root, too shallow for folder_depth_for_labels = " +
+                                     std::to_string(o.folder_depth_for_labels));
+    }
+    labels[p.string()] = parts[parts.size() - 1 - o.folder_depth_for_labels];
+    dirs_with_images.insert(p.parent_path().string());
+  }
+  for (const auto& dir : leaf_dirs) {
+    if (dirs_with_images.count(dir)) continue;
+    const std::string why = dir + ": class folder without images";
+    if (o.on_bad_image == BadImagePolicy::kFail) return Status::InvalidArgument(why);
+    d.skipped.push_back(why);
+  }
+  if (labels.empty()) return Status::InvalidArgument(root + ": no images found (.tif, .tiff, .png, .jpg, .jpeg)");
+  return Finish(std::move(d), labels);
+}
+
+StatusOr<Dataset> IndexCsv(const std::string& csv_path) {
+  std::ifstream in(csv_path);
+  if (!in) return Status::NotFound("cannot open index CSV " + csv_path);
+  Dataset d;
+  d.root = fs::path(csv_path).parent_path().string();
+  std::map<std::string, std::string> labels;
+  std::string line;
+  int64_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    auto comma = line.rfind(',');
+    if (comma == std::string::npos || comma == 0 || comma + 1 == line.size()) {
+      return Status::InvalidArgument(csv_path + ": line " + std::to_string(lineno) +
+                                     ": expected 'path,label', got '" + line + "'");
+    }
+    std::string path = line.substr(0, comma), label = line.substr(comma + 1);
+    if (lineno == 1 && path == "path" && label == "label") continue;
+    if (fs::path(path).is_relative()) path = (fs::path(d.root) / path).string();
+    labels[path] = label;
+  }
+  if (labels.empty()) return Status::InvalidArgument(csv_path + ": no rows (expected 'path,label' lines)");
+  return Finish(std::move(d), labels);
+}
+
+StatusOr<torch::Tensor> PrepareImage(const torch::Tensor& hwc, const ImagePrep& prep, const std::string& path) {
+  const int64_t h = hwc.size(0), w = hwc.size(1), c = hwc.size(2);
+  torch::Tensor x = hwc.permute({2, 0, 1}).to(torch::kFloat32);
+  if (!prep.channels.empty()) {
+    for (int64_t ch : prep.channels) {
+      if (ch < 0 || ch >= c) {
+        std::ostringstream sel;
+        for (size_t i = 0; i < prep.channels.size(); ++i) sel << (i ? "," : "") << prep.channels[i];
+        return Status::InvalidArgument(path + ": has " + std::to_string(c) + " channel(s), but channels [" + sel.str() +
+                                       "] were selected");
+      }
+    }
+    x = x.index_select(0, torch::tensor(prep.channels, torch::kInt64));
+  }
+  if (prep.center_crop > 0) {
+    if (prep.center_crop > h || prep.center_crop > w) {
+      return Status::InvalidArgument(path + ": is " + std::to_string(h) + "x" + std::to_string(w) +
+                                     ", smaller than center_crop " + std::to_string(prep.center_crop));
+    }
+    // torchvision's CenterCrop offsets: round((size - crop) / 2).
+    const int64_t top = static_cast<int64_t>(std::round((h - prep.center_crop) / 2.0));
+    const int64_t left = static_cast<int64_t>(std::round((w - prep.center_crop) / 2.0));
+    x = x.slice(1, top, top + prep.center_crop).slice(2, left, left + prep.center_crop);
+  }
+  if (!torch::isfinite(x).all().item<bool>()) return Status::DataLoss(path + ": contains NaN or infinite values");
+  auto flat = x.reshape({x.size(0), -1});
+  auto lo = std::get<0>(flat.min(1)).view({-1, 1, 1});
+  auto hi = std::get<0>(flat.max(1)).view({-1, 1, 1});
+  auto range = hi - lo;
+  // A constant channel becomes 0, never 0/0.
+  auto out = torch::where(range > 0, (x - lo) / range.clamp_min(1e-30), torch::zeros_like(x));
+  return out.contiguous();
+}
+
+StatusOr<torch::Tensor> LoadImage(const std::string& path, const ImagePrep& prep) {
+  auto raw = ReadImage(path);
+  if (!raw.ok()) return raw.status();
+  return PrepareImage(*raw, prep, path);
+}
+
+}  // namespace scdino::data

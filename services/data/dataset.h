@@ -1,0 +1,61 @@
+// Data-set indexing: which files are images of which class. Layouts: class
+// folders (ROOT/<class>/<image>), deeper trees labelled at a chosen depth
+// (scDINO's folder_depth_for_labels), and an index CSV (path,label). Class
+// indices follow the sorted class names, so the mapping is stable.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace scdino::data {
+
+enum class BadImagePolicy {
+  kFail,  ///< stop with the file and the reason
+  kSkip,  ///< count it, log its path once, leave it out
+};
+
+struct DatasetEntry {
+  std::string path;
+  int64_t label = -1;
+};
+
+struct Dataset {
+  std::string root;
+  std::vector<std::string> classes;  ///< sorted; index = label
+  std::vector<DatasetEntry> entries; ///< sorted by path
+  std::vector<std::string> skipped;  ///< files left out under kSkip, with the reason
+};
+
+struct IndexOptions {
+  /// 0: the folder holding an image names its class; 1: the folder above; ...
+  int64_t folder_depth_for_labels = 0;
+  BadImagePolicy on_bad_image = BadImagePolicy::kFail;
+};
+
+/// Walks `root`. Files starting with '.' are ignored; other non-image files
+/// and class folders without images are bad input under the policy.
+StatusOr<Dataset> IndexFolder(const std::string& root, const IndexOptions& o = {});
+
+/// Reads a CSV of `path,label` rows (a header row `path,label` is allowed);
+/// relative paths are taken from the CSV's directory.
+StatusOr<Dataset> IndexCsv(const std::string& csv_path);
+
+/// Per-image preprocessing before augmentation (scDINO's): channel
+/// selection, optional center crop, per-channel min-max to [0, 1].
+struct ImagePrep {
+  std::vector<int64_t> channels;  ///< indices into the image's channels, in order; empty: all
+  int64_t center_crop = 0;        ///< square side in pixels; 0: none
+};
+
+/// H x W x C raw image -> C' x H' x W' float32 in [0, 1]. A constant channel
+/// becomes 0. Errors name `path`, the channel count and the selection.
+StatusOr<torch::Tensor> PrepareImage(const torch::Tensor& hwc, const ImagePrep& prep, const std::string& path);
+
+/// Reads and prepares one image.
+StatusOr<torch::Tensor> LoadImage(const std::string& path, const ImagePrep& prep);
+
+}  // namespace scdino::data

@@ -1,0 +1,175 @@
+#include "data/loader.h"
+
+#include <chrono>
+#include <iostream>
+
+namespace scdino::data {
+
+FileLoader::FileLoader(Dataset dataset, LoaderOptions options, torch::Device device)
+    : dataset_(std::move(dataset)),
+      options_(std::move(options)),
+      sampler_([&] {
+        auto s = options_.sampler;
+        s.dataset_size = static_cast<int64_t>(dataset_.entries.size());
+        return s;
+      }()),
+      augmenter_(options_.crops),
+      device_(device) {
+  if (sampler_.batches_per_epoch() <= 0) {
+    ThrowIfError(Status::InvalidArgument(
+        "data set " + dataset_.root + " has " + std::to_string(dataset_.entries.size()) +
+        " images: no full batch of " + std::to_string(options_.sampler.batch_size) + " per rank for " +
+        std::to_string(options_.sampler.world_size) + " rank(s)"));
+  }
+  // The channel count after selection, from the first readable image.
+  channels_ = static_cast<int64_t>(options_.prep.channels.size());
+  if (channels_ == 0) {
+    for (size_t i = 0; i < dataset_.entries.size() && channels_ == 0; ++i) {
+      auto img = LoadOne(static_cast<int64_t>(i));
+      if (img.ok()) channels_ = img->size(0);
+      else if (options_.on_bad_image == BadImagePolicy::kFail) ThrowIfError(img.status());
+    }
+  }
+  const int n = std::max(1, options_.threads);
+  for (int i = 0; i < n; ++i) workers_.emplace_back([this] { Worker(); });
+}
+
+FileLoader::~FileLoader() { StopWorkers(); }
+
+void FileLoader::StopWorkers() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+}
+
+void FileLoader::StartEpoch(int64_t epoch, int64_t first_batch) {
+  auto indices = sampler_.EpochIndices(epoch);
+  std::lock_guard<std::mutex> l(mu_);
+  epoch_ = epoch;
+  epoch_indices_ = std::move(indices);
+  next_to_load_ = next_to_take_ = first_batch;
+  ready_.clear();
+  ++generation_;  // batches still being loaded for the old epoch are dropped
+  cv_.notify_all();
+}
+
+StatusOr<torch::Tensor> FileLoader::LoadOne(int64_t index) {
+  if (options_.cache) {
+    std::lock_guard<std::mutex> l(cache_mu_);
+    auto it = cache_.find(index);
+    if (it != cache_.end()) return it->second;
+  }
+  auto img = LoadImage(dataset_.entries[index].path, options_.prep);
+  if (img.ok() && options_.cache) {
+    std::lock_guard<std::mutex> l(cache_mu_);
+    cache_.emplace(index, *img);
+  }
+  return img;
+}
+
+FileLoader::RawBatch FileLoader::Load(const std::vector<int64_t>& indices) {
+  torch::InferenceMode guard;
+  RawBatch b;
+  std::vector<torch::Tensor> images;
+  int64_t hmax = 0, wmax = 0;
+  for (int64_t idx : indices) {
+    auto img = LoadOne(idx);
+    if (img.ok() && channels_ > 0 && img->size(0) != channels_) {
+      img = Status::InvalidArgument(dataset_.entries[idx].path + ": has " + std::to_string(img->size(0)) +
+                                    " channel(s) after selection, the data set's first image has " +
+                                    std::to_string(channels_));
+    }
+    if (!img.ok()) {
+      if (options_.on_bad_image == BadImagePolicy::kFail) {
+        b.error = img.status();
+        return b;
+      }
+      skipped_count_++;
+      std::lock_guard<std::mutex> l(cache_mu_);
+      if (logged_bad_.insert(dataset_.entries[idx].path).second) {
+        std::cerr << "scdino: skipping bad image: " << img.status().message() << "\n";
+      }
+      continue;
+    }
+    hmax = std::max(hmax, img->size(1));
+    wmax = std::max(wmax, img->size(2));
+    images.push_back(*img);
+    b.indices.push_back(idx);
+  }
+  if (images.empty()) {
+    b.error = Status::DataLoss("every image of a batch was bad (first: " +
+                               dataset_.entries[indices.front()].path + ")");
+    return b;
+  }
+  // Pad to a common size by repeating edge pixels; each sample keeps its
+  // true size so crops stay inside its own pixels.
+  for (auto& img : images) {
+    b.sizes.push_back({img.size(1), img.size(2)});
+    if (img.size(1) != hmax || img.size(2) != wmax) {
+      img = torch::nn::functional::pad(img.unsqueeze(0),
+                                       torch::nn::functional::PadFuncOptions({0, wmax - img.size(2), 0, hmax - img.size(1)})
+                                           .mode(torch::kReplicate))
+                .squeeze(0);
+    }
+  }
+  b.images = torch::stack(images);
+  return b;
+}
+
+void FileLoader::Worker() {
+  at::set_num_threads(1);
+  std::unique_lock<std::mutex> l(mu_);
+  while (true) {
+    cv_.wait(l, [&] {
+      return stopping_ || (next_to_load_ < static_cast<int64_t>(sampler_.batches_per_epoch()) &&
+                           next_to_load_ < next_to_take_ + options_.prefetch && !epoch_indices_.empty());
+    });
+    if (stopping_) return;
+    const int64_t k = next_to_load_++;
+    const int64_t gen = generation_;
+    const int64_t bs = options_.sampler.batch_size;
+    std::vector<int64_t> idx(epoch_indices_.begin() + k * bs, epoch_indices_.begin() + (k + 1) * bs);
+    l.unlock();
+    RawBatch b = Load(idx);
+    l.lock();
+    if (gen == generation_) ready_.emplace(k, std::move(b));
+    cv_.notify_all();
+  }
+}
+
+std::optional<MultiCropBatch> FileLoader::Next() {
+  RawBatch raw;
+  int64_t epoch;
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    if (next_to_take_ >= sampler_.batches_per_epoch()) return std::nullopt;
+    const auto t0 = std::chrono::steady_clock::now();
+    cv_.wait(l, [&] { return ready_.count(next_to_take_) > 0; });
+    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    raw = std::move(ready_.at(next_to_take_));
+    ready_.erase(next_to_take_);
+    ++next_to_take_;
+    epoch = epoch_;
+  }
+  cv_.notify_all();
+  ThrowIfError(raw.error);
+  MultiCropBatch b;
+  b.crops = augmenter_.Apply(raw.images.to(device_), raw.indices, epoch, raw.sizes);
+  std::vector<int64_t> labels;
+  for (int64_t i : raw.indices) labels.push_back(dataset_.entries[i].label);
+  b.labels = torch::tensor(labels, torch::kInt64);
+  b.indices = torch::tensor(raw.indices, torch::kInt64);
+  return b;
+}
+
+double FileLoader::TakeWaitSeconds() {
+  double w = wait_seconds_;
+  wait_seconds_ = 0.0;
+  return w;
+}
+
+}  // namespace scdino::data

@@ -1,0 +1,87 @@
+// The file loader: a MultiCropSource over an indexed data set. Background
+// threads read, decode and preprocess (channel selection, center crop,
+// min-max) the images of upcoming batches into a bounded prefetch queue,
+// optionally keeping decoded images in memory; Next() moves a batch to the
+// training device and augments it there.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include "data/dataset.h"
+#include "data/multicrop.h"
+#include "data/sampler.h"
+#include "data/source.h"
+
+namespace scdino::data {
+
+struct LoaderOptions {
+  ImagePrep prep;
+  SamplerOptions sampler;   ///< dataset_size is filled from the data set
+  MultiCropOptions crops;
+  int threads = 2;          ///< reading and decoding threads
+  int prefetch = 4;         ///< batches decoded ahead
+  bool cache = false;       ///< keep decoded, preprocessed images in memory
+  BadImagePolicy on_bad_image = BadImagePolicy::kFail;
+};
+
+/// Thread-safe towards its own workers; Next() and StartEpoch() are called
+/// from one thread.
+class FileLoader : public MultiCropSource {
+ public:
+  FileLoader(Dataset dataset, LoaderOptions options, torch::Device device = torch::kCPU);
+  ~FileLoader() override;
+
+  int64_t channels() const override { return channels_; }
+  int64_t batches_per_epoch() const override { return sampler_.batches_per_epoch(); }
+  int64_t batch_size() const override { return options_.sampler.batch_size; }
+  void StartEpoch(int64_t epoch, int64_t first_batch) override;
+  /// Throws StatusError for a bad image under kFail (file and reason).
+  std::optional<MultiCropBatch> Next() override;
+  double TakeWaitSeconds() override;
+
+  /// Images left out under kSkip so far.
+  int64_t skipped_images() const { return skipped_count_.load(); }
+  const Dataset& dataset() const { return dataset_; }
+
+ private:
+  struct RawBatch {
+    torch::Tensor images;  // [b, C, Hmax, Wmax] padded
+    std::vector<std::array<int64_t, 2>> sizes;
+    std::vector<int64_t> indices;
+    Status error;
+  };
+  void Worker();
+  void StopWorkers();
+  RawBatch Load(const std::vector<int64_t>& indices);
+  StatusOr<torch::Tensor> LoadOne(int64_t index);
+
+  Dataset dataset_;
+  LoaderOptions options_;
+  EpochSampler sampler_;
+  MultiCropAugmenter augmenter_;
+  torch::Device device_;
+  int64_t channels_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int64_t> epoch_indices_;
+  int64_t epoch_ = 0, next_to_load_ = 0, next_to_take_ = 0, generation_ = 0;
+  std::map<int64_t, RawBatch> ready_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+
+  std::mutex cache_mu_;
+  std::unordered_map<int64_t, torch::Tensor> cache_;
+  std::set<std::string> logged_bad_;
+  std::atomic<int64_t> skipped_count_{0};
+  double wait_seconds_ = 0.0;
+};
+
+}  // namespace scdino::data

@@ -1,0 +1,127 @@
+#include "data/stats.h"
+
+#include <atomic>
+#include <cmath>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "common/files.h"
+#include "data/sampler.h"
+
+namespace scdino::data {
+
+StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& prep, const StatsOptions& o) {
+  if (!(o.fraction > 0 && o.fraction <= 1)) {
+    return Status::InvalidArgument("fraction_for_mean_std_calc: expected a number in (0, 1], got " +
+                                   std::to_string(o.fraction));
+  }
+  const int64_t n = static_cast<int64_t>(d.entries.size());
+  const int64_t take = std::max<int64_t>(1, static_cast<int64_t>(std::llround(o.fraction * n)));
+  std::vector<int64_t> order(n);
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  std::mt19937_64 rng(MixSeed({o.seed, 0x57a75ull}));
+  std::shuffle(order.begin(), order.end(), rng);
+  order.resize(take);
+
+  struct Acc {
+    std::vector<double> sum, sumsq;
+    int64_t pixels = 0, images = 0;
+  };
+  const int threads = std::max(1, o.threads);
+  std::vector<Acc> acc(threads);
+  std::atomic<int64_t> next{0};
+  std::mutex err_mu;
+  Status error;
+  auto work = [&](int t) {
+    torch::InferenceMode guard;
+    at::set_num_threads(1);
+    for (int64_t k = next++; k < take; k = next++) {
+      const auto& e = d.entries[order[k]];
+      auto img = LoadImage(e.path, prep);
+      if (!img.ok()) {
+        if (o.on_bad_image == BadImagePolicy::kSkip) continue;
+        std::lock_guard<std::mutex> l(err_mu);
+        if (error.ok()) error = img.status();
+        next = take;
+        return;
+      }
+      auto x = img->to(torch::kFloat64).reshape({img->size(0), -1});
+      auto s = x.sum(1), sq = (x * x).sum(1);
+      Acc& a = acc[t];
+      if (a.sum.empty()) a.sum.assign(x.size(0), 0.0), a.sumsq.assign(x.size(0), 0.0);
+      if (static_cast<int64_t>(a.sum.size()) != x.size(0)) continue;
+      for (int64_t c = 0; c < x.size(0); ++c) {
+        a.sum[c] += s[c].item<double>();
+        a.sumsq[c] += sq[c].item<double>();
+      }
+      a.pixels += x.size(1);
+      a.images += 1;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(work, t);
+  for (auto& th : pool) th.join();
+  if (!error.ok()) return error;
+
+  Acc total;
+  for (const auto& a : acc) {
+    if (a.sum.empty()) continue;
+    if (total.sum.empty()) total.sum.assign(a.sum.size(), 0.0), total.sumsq.assign(a.sum.size(), 0.0);
+    for (size_t c = 0; c < a.sum.size(); ++c) {
+      total.sum[c] += a.sum[c];
+      total.sumsq[c] += a.sumsq[c];
+    }
+    total.pixels += a.pixels;
+    total.images += a.images;
+  }
+  if (total.images == 0) return Status::InvalidArgument("no readable image among the " + std::to_string(take) + " sampled");
+  ChannelStats s;
+  s.channels = prep.channels;
+  s.images = total.images;
+  s.fraction = o.fraction;
+  s.seed = o.seed;
+  for (size_t c = 0; c < total.sum.size(); ++c) {
+    const double m = total.sum[c] / total.pixels;
+    s.mean.push_back(m);
+    // A channel constant over every sampled image has std 0; 1e-6 keeps the
+    // normalisation finite (the channel is 0 after min-max anyway).
+    s.std.push_back(std::max(1e-6, std::sqrt(std::max(0.0, total.sumsq[c] / total.pixels - m * m))));
+  }
+  return s;
+}
+
+std::string StatsToJson(const ChannelStats& s) {
+  nlohmann::json j = {{"channels", s.channels}, {"mean", s.mean}, {"std", s.std},
+                      {"images", s.images},     {"fraction", s.fraction}, {"seed", s.seed}};
+  return j.dump(2) + "\n";
+}
+
+Status WriteStats(const std::string& path, const ChannelStats& s) { return WriteFileAtomic(path, StatsToJson(s)); }
+
+StatusOr<ChannelStats> ReadStats(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  ChannelStats s;
+  try {
+    s.channels = j.at("channels").get<std::vector<int64_t>>();
+    s.mean = j.at("mean").get<std::vector<double>>();
+    s.std = j.at("std").get<std::vector<double>>();
+    s.images = j.value("images", int64_t{0});
+    s.fraction = j.value("fraction", 0.2);
+    s.seed = j.value("seed", uint64_t{0});
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(path + ": not a statistics file (expected channels, mean, std): " + e.what());
+  }
+  if (s.mean.size() != s.std.size() || s.mean.empty()) {
+    return Status::InvalidArgument(path + ": mean and std must be non-empty lists of equal length");
+  }
+  for (double v : s.std) {
+    if (!(v > 0)) return Status::InvalidArgument(path + ": std must be > 0, got " + std::to_string(v));
+  }
+  return s;
+}
+
+}  // namespace scdino::data

@@ -1,0 +1,36 @@
+// Per-channel normalisation statistics over a seeded random fraction of the
+// training images (scDINO's fraction_for_mean_std_calc), after the same
+// preprocessing the loader applies, accumulated in double precision on
+// several threads.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "data/dataset.h"
+
+namespace scdino::data {
+
+struct ChannelStats {
+  std::vector<int64_t> channels;  ///< the selected channel indices
+  std::vector<double> mean, std;  ///< per selected channel, over all pixels
+  int64_t images = 0;             ///< images used
+  double fraction = 0.2;
+  uint64_t seed = 0;
+};
+
+struct StatsOptions {
+  double fraction = 0.2;
+  uint64_t seed = 0;
+  int threads = 2;
+  BadImagePolicy on_bad_image = BadImagePolicy::kFail;
+};
+
+StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& prep, const StatsOptions& o);
+
+std::string StatsToJson(const ChannelStats& s);
+StatusOr<ChannelStats> ReadStats(const std::string& path);
+Status WriteStats(const std::string& path, const ChannelStats& s);
+
+}  // namespace scdino::data
