@@ -18,6 +18,9 @@ MultiCropOptions Whole() {
   o.global_scale = {1.0, 1.0};
   o.local_scale = {1.0, 1.0};
   o.ratio = {1.0, 1.0};
+  o.brightness_p = 0.0;
+  o.blur_p = {0.0, 0.0, 0.0};
+  o.solarize_p = 0.0;
   return o;
 }
 
@@ -89,6 +92,75 @@ TEST(MultiCrop, NormalisesPerChannel) {
   EXPECT_TRUE(AllClose(crop, want, 0, 1e-4));
   o.mean = {0.5};
   EXPECT_THROW(MultiCropAugmenter{o}, c10::Error);
+}
+
+TEST(MultiCrop, BrightnessScalesEachChannelWithinItsRange) {
+  auto o = Whole();
+  o.hflip_p = o.vflip_p = 0;
+  o.brightness_p = 1.0;
+  auto img = torch::full({8, 3, 12, 12}, 0.4f);
+  std::vector<int64_t> idx{0, 1, 2, 3, 4, 5, 6, 7};
+  auto crop = MultiCropAugmenter(o).Apply(img, idx, 0)[0];
+  auto factor = crop.mean({2, 3}) / 0.4;  // [B, C]
+  EXPECT_GE(factor.min().item<double>(), 0.5 - 1e-4);
+  EXPECT_LE(factor.max().item<double>(), 1.25 + 1e-4);
+  EXPECT_GT((factor.select(1, 0) - factor.select(1, 1)).abs().max().item<double>(), 1e-3) << "per-channel factors";
+  // Bright pixels clamp at 1.
+  auto ones = MultiCropAugmenter(o).Apply(torch::ones({8, 3, 12, 12}), idx, 0)[0];
+  EXPECT_LE(ones.max().item<float>(), 1.0f);
+}
+
+TEST(MultiCrop, BlurStaysWithinItsSigmaBounds) {
+  // A single bright pixel spreads into the kernel: its spread (second
+  // moment) lies between that of sigma 0.1 and sigma 1.5 truncated to 5x5.
+  auto o = Whole();
+  o.hflip_p = o.vflip_p = 0;
+  o.blur_p = {1.0, 1.0, 1.0};
+  auto img = torch::zeros({16, 1, 12, 12});
+  img.select(2, 6).select(2, 6).fill_(1.0);
+  std::vector<int64_t> idx(16);
+  for (int i = 0; i < 16; ++i) idx[i] = i;
+  auto crop = MultiCropAugmenter(o).Apply(img, idx, 0)[0];
+  auto pos = torch::arange(12, torch::kFloat32) - 6;
+  auto row = crop.sum(3).squeeze(1);  // [B, 12] mass per row
+  auto var = (row * pos * pos).sum(1) / row.sum(1);
+  auto truncated_var = [](double s) {
+    double num = 0, den = 0;
+    for (int x = -2; x <= 2; ++x) {
+      double w = std::exp(-0.5 * x * x / (s * s));
+      num += w * x * x;
+      den += w;
+    }
+    return num / den;
+  };
+  EXPECT_GE(var.min().item<double>(), truncated_var(0.1) - 1e-4);
+  EXPECT_LE(var.max().item<double>(), truncated_var(1.5) + 1e-4);
+  EXPECT_GT(var.max().item<double>() - var.min().item<double>(), 0.1) << "sigma varies between samples";
+  EXPECT_NEAR(crop.sum().item<double>(), 16.0, 1e-3) << "blur keeps the mass";
+}
+
+TEST(MultiCrop, SolarisesOnlyTheSecondGlobalCropAboveTheThreshold) {
+  auto o = Whole();
+  o.hflip_p = o.vflip_p = 0;
+  o.solarize_p = 1.0;
+  auto img = torch::linspace(0, 1, 144).view({1, 1, 12, 12});
+  auto crops = MultiCropAugmenter(o).Apply(img, {0}, 0);
+  EXPECT_TRUE(AllClose(crops[0], img, 0, 1e-5)) << "first global crop untouched";
+  EXPECT_TRUE(AllClose(crops[2], img, 0, 1e-5)) << "local crop untouched";
+  auto want = torch::where(img > 0.5, 1 - img, img);
+  EXPECT_TRUE(AllClose(crops[1], want, 0, 1e-5));
+}
+
+TEST(MultiCrop, PaddedSamplesAreCroppedWithinTheirOwnPixels) {
+  // A 6x6 image padded into a 12x12 canvas: a whole-image crop sees only its
+  // 6x6 pixels (the canvas beyond is never sampled).
+  auto o = Whole();
+  o.hflip_p = o.vflip_p = 0;
+  o.global_size = 6;
+  auto canvas = torch::full({1, 1, 12, 12}, 0.9f);
+  canvas.slice(2, 0, 6).slice(3, 0, 6).copy_(torch::rand({6, 6}) * 0.5);
+  auto crop = MultiCropAugmenter(o).Apply(canvas, {0}, 0, {{6, 6}})[0];
+  EXPECT_TRUE(AllClose(crop[0][0], canvas[0][0].slice(0, 0, 6).slice(1, 0, 6), 0, 1e-5));
 }
 
 }  // namespace

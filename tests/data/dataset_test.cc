@@ -1,0 +1,132 @@
+#include "data/dataset.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "data/image_io.h"
+#include "support/test_support.h"
+
+namespace scdino::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+void Image(const std::string& path, int64_t c = 3, int64_t value = 100) {
+  fs::create_directories(fs::path(path).parent_path());
+  auto t = torch::arange(5 * 6 * c, torch::kInt32).remainder(200).to(torch::kUInt8).view({5, 6, c});
+  t.select(2, 0).fill_(static_cast<uint8_t>(value));
+  ASSERT_TRUE(WriteTiff(path, t).ok());
+}
+
+TEST(IndexFolder, ClassFoldersSortedAndStable) {
+  scdino::testing::ScratchDir d;
+  Image(d.file("root/zebra/a.tif"));
+  Image(d.file("root/apple/b.tif"));
+  Image(d.file("root/apple/c.tiff"));
+  std::ofstream(d.file("root/apple/.DS_Store")) << "x";
+  auto ds = IndexFolder(d.file("root"));
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->classes, (std::vector<std::string>{"apple", "zebra"}));
+  ASSERT_EQ(ds->entries.size(), 3u);
+  EXPECT_EQ(ds->entries[0].label, 0);
+  EXPECT_EQ(ds->entries[2].label, 1);
+}
+
+TEST(IndexFolder, DeeperTreesLabelledAtDepth) {
+  // Test/<Donor>/<Condition>/<class>/image, as the reference test set.
+  scdino::testing::ScratchDir d;
+  Image(d.file("Test/donor1/ctrl/Tcell/1.tif"));
+  Image(d.file("Test/donor2/stim/Bcell/2.tif"));
+  Image(d.file("Test/donor2/ctrl/Tcell/3.tif"));
+  auto by_class = IndexFolder(d.file("Test"));
+  ASSERT_TRUE(by_class.ok());
+  EXPECT_EQ(by_class->classes, (std::vector<std::string>{"Bcell", "Tcell"}));
+  IndexOptions o;
+  o.folder_depth_for_labels = 1;
+  auto by_condition = IndexFolder(d.file("Test"), o);
+  ASSERT_TRUE(by_condition.ok());
+  EXPECT_EQ(by_condition->classes, (std::vector<std::string>{"ctrl", "stim"}));
+  o.folder_depth_for_labels = 3;
+  auto too_deep = IndexFolder(d.file("Test"), o);
+  ASSERT_FALSE(too_deep.ok());
+  EXPECT_NE(too_deep.status().message().find("folder_depth_for_labels = 3"), std::string::npos);
+}
+
+TEST(IndexFolder, BadInputFailsOrIsSkipped) {
+  scdino::testing::ScratchDir d;
+  Image(d.file("root/a/1.tif"));
+  std::ofstream(d.file("root/a/readme.txt")) << "notes";
+  fs::create_directories(d.file("root/empty"));
+  auto fail = IndexFolder(d.file("root"));
+  ASSERT_FALSE(fail.ok());
+  EXPECT_NE(fail.status().message().find("readme.txt"), std::string::npos) << fail.status().message();
+  fs::remove(d.file("root/a/readme.txt"));
+  auto empty = IndexFolder(d.file("root"));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("empty: class folder without images"), std::string::npos);
+  std::ofstream(d.file("root/a/readme.txt")) << "notes";
+  IndexOptions skip;
+  skip.on_bad_image = BadImagePolicy::kSkip;
+  auto s = IndexFolder(d.file("root"), skip);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->entries.size(), 1u);
+  EXPECT_EQ(s->skipped.size(), 2u);
+  EXPECT_EQ(IndexFolder(d.file("nowhere")).status().code(), StatusCode::kNotFound);
+}
+
+TEST(IndexCsv, PathsAndLabels) {
+  scdino::testing::ScratchDir d;
+  Image(d.file("imgs/x.tif"));
+  Image(d.file("imgs/y.tif"));
+  std::ofstream(d.file("index.csv")) << "path,label\nimgs/x.tif,b\r\n" << d.file("imgs/y.tif") << ",a\n";
+  auto ds = IndexCsv(d.file("index.csv"));
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->classes, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(ds->entries.size(), 2u);
+  EXPECT_TRUE(fs::exists(ds->entries[0].path));
+  std::ofstream(d.file("bad.csv")) << "imgs/x.tif\n";
+  auto bad = IndexCsv(d.file("bad.csv"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("line 1"), std::string::npos);
+}
+
+TEST(PrepareImage, SelectsChannelsAndMinMaxesEach) {
+  auto hwc = torch::zeros({2, 2, 12}, torch::kInt32);
+  hwc.select(2, 11).copy_(torch::tensor({{10, 20}, {30, 50}}));
+  hwc.select(2, 3).fill_(7);  // constant channel
+  ImagePrep prep;
+  prep.channels = {11, 3};
+  auto x = PrepareImage(hwc, prep, "img.tif");
+  ASSERT_TRUE(x.ok()) << x.status().ToString();
+  EXPECT_EQ(x->sizes(), (std::vector<int64_t>{2, 2, 2}));
+  EXPECT_TRUE(x->select(0, 0).allclose(torch::tensor({{0.0f, 0.25f}, {0.5f, 1.0f}})));
+  EXPECT_TRUE(x->select(0, 1).eq(0).all().item<bool>()) << "a constant channel becomes 0";
+  EXPECT_TRUE(torch::isfinite(*x).all().item<bool>());
+  prep.channels = {12};
+  auto bad = PrepareImage(hwc, prep, "img.tif");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("img.tif: has 12 channel(s), but channels [12] were selected"),
+            std::string::npos)
+      << bad.status().message();
+}
+
+TEST(PrepareImage, CenterCropAndNonFiniteValues) {
+  auto hwc = torch::arange(50, torch::kFloat32).view({5, 10, 1});
+  ImagePrep prep;
+  prep.center_crop = 4;
+  auto x = PrepareImage(hwc, prep, "f.tif");
+  ASSERT_TRUE(x.ok());
+  EXPECT_EQ(x->sizes(), (std::vector<int64_t>{1, 4, 4}));
+  prep.center_crop = 6;
+  EXPECT_FALSE(PrepareImage(hwc, prep, "f.tif").ok());
+  hwc[0][0][0] = std::nanf("");
+  prep.center_crop = 0;
+  auto nan = PrepareImage(hwc, prep, "f.tif");
+  ASSERT_FALSE(nan.ok());
+  EXPECT_NE(nan.status().message().find("NaN"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace scdino::data

@@ -1,0 +1,129 @@
+#include "data/loader.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "data/image_io.h"
+#include "data/synthetic.h"
+#include "support/test_support.h"
+
+namespace scdino::data {
+namespace {
+
+// A class-folder TIFF set of synthetic cells.
+Dataset Write(const std::string& root, int64_t classes, int64_t per_class) {
+  SyntheticOptions o;
+  o.classes = classes;
+  o.per_class = per_class;
+  o.channels = 3;
+  o.size = 20;
+  for (int64_t k = 0; k < classes; ++k) {
+    std::filesystem::create_directories(root + "/k" + std::to_string(k));
+    for (int64_t i = 0; i < per_class; ++i) {
+      auto hwc = (SyntheticCell(o, k, i).permute({1, 2, 0}) * 255).round().to(torch::kUInt8);
+      EXPECT_TRUE(WriteTiff(root + "/k" + std::to_string(k) + "/" + std::to_string(i) + ".tif", hwc).ok());
+    }
+  }
+  auto d = IndexFolder(root);
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
+  return *d;
+}
+
+LoaderOptions Options(int threads, int64_t rank = 0, int64_t world = 1) {
+  LoaderOptions o;
+  o.sampler.batch_size = 4;
+  o.sampler.rank = rank;
+  o.sampler.world_size = world;
+  o.sampler.seed = 11;
+  o.crops.global_size = 16;
+  o.crops.local_size = 8;
+  o.crops.local_crops_number = 2;
+  o.threads = threads;
+  o.prefetch = 2;
+  return o;
+}
+
+std::vector<MultiCropBatch> Epoch(FileLoader& l, int64_t epoch, int64_t first = 0) {
+  l.StartEpoch(epoch, first);
+  std::vector<MultiCropBatch> out;
+  while (auto b = l.Next()) out.push_back(*b);
+  return out;
+}
+
+TEST(FileLoader, SameBatchesForAnyThreadCountAndCache) {
+  scdino::testing::ScratchDir dir;
+  auto d = Write(dir.path(), 2, 9);
+  FileLoader one(d, Options(1));
+  auto o3 = Options(3);
+  o3.cache = true;
+  FileLoader three(d, o3);
+  EXPECT_EQ(one.batches_per_epoch(), 4);  // 18 images, batches of 4, drop_last
+  EXPECT_EQ(one.channels(), 3);
+  for (int64_t epoch : {0, 1, 1}) {  // epoch 1 twice: the second from the cache
+    auto a = Epoch(one, epoch), b = Epoch(three, epoch);
+    ASSERT_EQ(a.size(), 4u);
+    ASSERT_EQ(b.size(), 4u);
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(a[i].indices.equal(b[i].indices));
+      for (size_t c = 0; c < a[i].crops.size(); ++c) EXPECT_TRUE(a[i].crops[c].equal(b[i].crops[c]));
+      EXPECT_TRUE(torch::isfinite(a[i].crops[0]).all().item<bool>());
+    }
+  }
+  // Resume inside an epoch gives the same remaining batches.
+  auto full = Epoch(one, 2), rest = Epoch(one, 2, 3);
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_TRUE(rest[0].crops[1].equal(full[3].crops[1]));
+}
+
+TEST(FileLoader, RanksShareNothing) {
+  scdino::testing::ScratchDir dir;
+  auto d = Write(dir.path(), 2, 8);
+  std::set<int64_t> seen;
+  for (int64_t r = 0; r < 2; ++r) {
+    FileLoader l(d, Options(2, r, 2));
+    for (const auto& b : Epoch(l, 0)) {
+      for (int64_t i = 0; i < b.indices.size(0); ++i) EXPECT_TRUE(seen.insert(b.indices[i].item<int64_t>()).second);
+    }
+  }
+  EXPECT_EQ(seen.size(), 16u);
+}
+
+TEST(FileLoader, BadImagesFailWithThePathOrAreSkippedWithoutNaN) {
+  scdino::testing::ScratchDir dir;
+  auto d = Write(dir.path(), 2, 6);
+  const std::string broken = d.entries[3].path;
+  std::ofstream(broken, std::ios::trunc) << "truncated";
+  // A wrong channel count is bad input too.
+  EXPECT_TRUE(WriteTiff(d.entries[7].path, torch::zeros({20, 20, 2}, torch::kUInt8)).ok());
+  {
+    FileLoader fail(d, Options(2));
+    fail.StartEpoch(0, 0);
+    try {
+      while (fail.Next()) {
+      }
+      FAIL() << "expected an error";
+    } catch (const StatusError& e) {
+      const std::string m = e.status().message();
+      EXPECT_TRUE(m.find(broken) != std::string::npos || m.find(d.entries[7].path) != std::string::npos) << m;
+    }
+  }
+  auto o = Options(2);
+  o.on_bad_image = BadImagePolicy::kSkip;
+  FileLoader skip(d, o);
+  int64_t images = 0;
+  for (const auto& b : Epoch(skip, 0)) {
+    images += b.indices.size(0);
+    for (const auto& c : b.crops) EXPECT_TRUE(torch::isfinite(c).all().item<bool>());
+    for (int64_t i = 0; i < b.indices.size(0); ++i) {
+      EXPECT_NE(b.indices[i].item<int64_t>(), 3);
+      EXPECT_NE(b.indices[i].item<int64_t>(), 7);
+    }
+  }
+  EXPECT_EQ(skip.skipped_images(), 2);
+  EXPECT_EQ(images, 12 - 2);
+}
+
+}  // namespace
+}  // namespace scdino::data

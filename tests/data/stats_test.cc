@@ -1,0 +1,75 @@
+#include "data/stats.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "data/image_io.h"
+#include "support/test_support.h"
+
+namespace scdino::data {
+namespace {
+
+Dataset WriteSet(const std::string& root, int n) {
+  Dataset d;
+  d.root = root;
+  d.classes = {"c"};
+  std::filesystem::create_directories(root + "/c");
+  for (int i = 0; i < n; ++i) {
+    auto img = torch::randint(0, 256, {6 + i % 3, 7, 4}, torch::kInt32).to(torch::kUInt8);
+    const std::string p = root + "/c/" + std::to_string(i) + ".tif";
+    EXPECT_TRUE(WriteTiff(p, img).ok());
+    d.entries.push_back({p, 0});
+  }
+  return d;
+}
+
+TEST(ChannelStats, MatchesADirectComputation) {
+  scdino::testing::ScratchDir dir;
+  auto d = WriteSet(dir.path(), 20);
+  ImagePrep prep;
+  prep.channels = {3, 1};
+  StatsOptions o;
+  o.fraction = 1.0;
+  o.threads = 3;
+  auto s = ComputeChannelStats(d, prep, o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  // Direct: every pixel of every preprocessed image, in one double tensor.
+  std::vector<torch::Tensor> pix;
+  for (const auto& e : d.entries) pix.push_back(LoadImage(e.path, prep)->to(torch::kFloat64).reshape({2, -1}));
+  auto all = torch::cat(pix, 1);
+  for (int c = 0; c < 2; ++c) {
+    EXPECT_NEAR(s->mean[c], all[c].mean().item<double>(), 1e-12);
+    EXPECT_NEAR(s->std[c], all[c].std(/*unbiased=*/false).item<double>(), 1e-9);
+  }
+  EXPECT_EQ(s->images, 20);
+  EXPECT_EQ(s->channels, prep.channels);
+}
+
+TEST(ChannelStats, SeededFractionAndThreadIndependence) {
+  scdino::testing::ScratchDir dir;
+  auto d = WriteSet(dir.path(), 30);
+  StatsOptions o;
+  o.fraction = 0.2;
+  o.seed = 5;
+  o.threads = 1;
+  auto one = ComputeChannelStats(d, {}, o);
+  o.threads = 4;
+  auto four = ComputeChannelStats(d, {}, o);
+  ASSERT_TRUE(one.ok() && four.ok());
+  EXPECT_EQ(one->images, 6);
+  for (size_t c = 0; c < one->mean.size(); ++c) EXPECT_NEAR(one->mean[c], four->mean[c], 1e-12);
+  o.seed = 6;
+  auto other = ComputeChannelStats(d, {}, o);
+  EXPECT_NE(other->mean[0], one->mean[0]);
+  // Written and read back.
+  ASSERT_TRUE(WriteStats(dir.file("s.json"), *one).ok());
+  auto back = ReadStats(dir.file("s.json"));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->mean, one->mean);
+  o.fraction = 0;
+  EXPECT_FALSE(ComputeChannelStats(d, {}, o).ok());
+}
+
+}  // namespace
+}  // namespace scdino::data
