@@ -7,6 +7,18 @@
 
 namespace scdino::data {
 
+std::vector<double> GaussianKernel(double sigma, int64_t k) {
+  // torchvision's GaussianBlur kernel: exp(-x^2 / 2 sigma^2), normalised.
+  std::vector<double> g(k);
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    const double x = static_cast<double>(i - k / 2);
+    sum += (g[i] = std::exp(-0.5 * (x / sigma) * (x / sigma)));
+  }
+  for (auto& v : g) v /= sum;
+  return g;
+}
+
 MultiCropAugmenter::MultiCropAugmenter(MultiCropOptions o) : o_(o) {
   TORCH_CHECK(o_.global_size > 0 && o_.local_size > 0, "crop sizes must be positive");
   TORCH_CHECK(o_.local_crops_number >= 0, "local_crops_number must be >= 0, got ", o_.local_crops_number);
@@ -71,6 +83,21 @@ torch::Tensor MultiCropAugmenter::CropBatch(const torch::Tensor& images, const s
                                             int64_t epoch, int64_t crop, int64_t size,
                                             const std::vector<std::array<int64_t, 2>>& sizes) const {
   const int64_t B = images.size(0), C = images.size(1), H = images.size(2), W = images.size(3);
+  std::vector<CropParams> params;
+  params.reserve(B);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t h = sizes.empty() ? H : sizes[b][0], w = sizes.empty() ? W : sizes[b][1];
+    params.push_back(Params(epoch, indices[b], crop, h, w, C));
+  }
+  if (o_.fused_cpu && images.device().is_cpu() && images.scalar_type() == torch::kFloat32) {
+    return CropBatchFusedCpu(images.contiguous(), params, size, sizes, o_);
+  }
+  return CropBatchTensorOps(images, params, size);
+}
+
+torch::Tensor MultiCropAugmenter::CropBatchTensorOps(const torch::Tensor& images, const std::vector<CropParams>& params,
+                                                     int64_t size) const {
+  const int64_t B = images.size(0), C = images.size(1), H = images.size(2), W = images.size(3);
   // theta maps output coordinates in [-1, 1] to input coordinates
   // (align_corners=false): x_in = sx * x_out + tx, with sx < 0 for a flip.
   // A sample smaller than the padded canvas is cropped within its own h x w.
@@ -85,8 +112,7 @@ torch::Tensor MultiCropAugmenter::CropBatch(const torch::Tensor& images, const s
   auto so = solar.accessor<bool, 1>();
   bool any_bright = false, any_blur = false, any_solar = false;
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t h = sizes.empty() ? H : sizes[b][0], w = sizes.empty() ? W : sizes[b][1];
-    const CropParams p = Params(epoch, indices[b], crop, h, w, C);
+    const CropParams& p = params[b];
     const double sx = p.width / W, sy = p.height / H;
     t[b][0][0] = static_cast<float>(p.hflip ? -sx : sx);
     t[b][0][2] = static_cast<float>((p.left + p.width / 2.0) / W * 2.0 - 1.0);
@@ -95,13 +121,8 @@ torch::Tensor MultiCropAugmenter::CropBatch(const torch::Tensor& images, const s
     for (size_t k = 0; k < p.brightness.size(); ++k) br[b][k] = static_cast<float>(p.brightness[k]);
     any_bright |= !p.brightness.empty();
     if (p.blur_sigma > 0) {
-      // torchvision's GaussianBlur kernel: exp(-x^2 / 2 sigma^2), normalised.
-      double sum = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        const double x = static_cast<double>(k - K / 2);
-        sum += (kr[b][k] = static_cast<float>(std::exp(-0.5 * (x / p.blur_sigma) * (x / p.blur_sigma))));
-      }
-      for (int64_t k = 0; k < K; ++k) kr[b][k] = static_cast<float>(kr[b][k] / sum);
+      auto g = GaussianKernel(p.blur_sigma, K);
+      for (int64_t k = 0; k < K; ++k) kr[b][k] = static_cast<float>(g[k]);
       any_blur = true;
     } else {
       kr[b][K / 2] = 1.0f;

@@ -34,6 +34,11 @@ struct MultiCropOptions {
   double solarize_p = 0.2;
   double solarize_threshold = 0.5;
   uint64_t seed = 0;
+  /// On CPU, compute each crop in one fused separable pass (resize, flips
+  /// and blur as two sparse matrix products, then brightness, clamp,
+  /// solarisation and normalisation while the plane is in cache). false: the
+  /// tensor-op path that CUDA uses (affine grid sample, grouped blur).
+  bool fused_cpu = true;
   /// Per-channel normalisation applied last; empty: none.
   std::vector<double> mean, std;
 };
@@ -70,7 +75,22 @@ class MultiCropAugmenter {
  private:
   torch::Tensor CropBatch(const torch::Tensor& images, const std::vector<int64_t>& indices, int64_t epoch,
                           int64_t crop, int64_t size, const std::vector<std::array<int64_t, 2>>& sizes) const;
+  torch::Tensor CropBatchTensorOps(const torch::Tensor& images, const std::vector<CropParams>& params,
+                                   int64_t size) const;
   MultiCropOptions o_;
 };
+
+/// torchvision's GaussianBlur kernel of `k` taps for `sigma`.
+std::vector<double> GaussianKernel(double sigma, int64_t k);
+
+/// The fused CPU implementation of one crop for a batch: images [B, C, H, W]
+/// float32 contiguous on the CPU, each sample cropped within its own
+/// sizes[b] (or H x W). Resize is torchvision's bicubic (A = -0.75, taps
+/// clamped to the crop box) and the blur (reflect padding) is folded into the
+/// same separable weights, so it acts before the brightness clamp rather than
+/// after it; brightness is a per-channel factor and commutes with the blur,
+/// so only pixels saturated by brightness can differ.
+torch::Tensor CropBatchFusedCpu(const torch::Tensor& images, const std::vector<CropParams>& params, int64_t size,
+                                const std::vector<std::array<int64_t, 2>>& sizes, const MultiCropOptions& o);
 
 }  // namespace scdino::data

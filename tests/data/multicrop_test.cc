@@ -24,8 +24,14 @@ MultiCropOptions Whole() {
   return o;
 }
 
-TEST(MultiCrop, ShapesOfEveryCrop) {
+// Every test runs on the fused CPU path and on the tensor-op path (CUDA's).
+class MultiCrop : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Paths, MultiCrop, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "FusedCpu" : "TensorOps"; });
+
+TEST_P(MultiCrop, ShapesOfEveryCrop) {
   MultiCropOptions o;
+  o.fused_cpu = GetParam();
   o.global_size = 32;
   o.local_size = 16;
   o.local_crops_number = 3;
@@ -36,11 +42,12 @@ TEST(MultiCrop, ShapesOfEveryCrop) {
   EXPECT_EQ(crops[4].sizes(), (std::vector<int64_t>{4, 5, 16, 16}));
 }
 
-TEST(MultiCrop, AFlipFlips) {
+TEST_P(MultiCrop, AFlipFlips) {
   auto img = torch::rand({1, 3, 12, 12});
   for (bool h : {false, true}) {
     for (bool v : {false, true}) {
       auto o = Whole();
+      o.fused_cpu = GetParam();
       o.hflip_p = h ? 1.0 : 0.0;
       o.vflip_p = v ? 1.0 : 0.0;
       auto crop = MultiCropAugmenter(o).Apply(img, {7}, 0)[0];
@@ -52,9 +59,11 @@ TEST(MultiCrop, AFlipFlips) {
   }
 }
 
-TEST(MultiCrop, CropBoxesFollowTheScaleRange) {
+TEST_P(MultiCrop, CropBoxesFollowTheScaleRange) {
   MultiCropOptions o;
+  o.fused_cpu = GetParam();
   MultiCropAugmenter aug(o);
+  (void)GetParam();
   for (int64_t i = 0; i < 200; ++i) {
     auto g = aug.Params(0, i, 0, 50, 50);
     auto l = aug.Params(0, i, 3, 50, 50);
@@ -66,8 +75,9 @@ TEST(MultiCrop, CropBoxesFollowTheScaleRange) {
   }
 }
 
-TEST(MultiCrop, ASamplesCropsDoNotDependOnItsBatch) {
+TEST_P(MultiCrop, ASamplesCropsDoNotDependOnItsBatch) {
   MultiCropOptions o;
+  o.fused_cpu = GetParam();
   o.global_size = 16;
   o.local_size = 8;
   o.local_crops_number = 2;
@@ -81,8 +91,9 @@ TEST(MultiCrop, ASamplesCropsDoNotDependOnItsBatch) {
   EXPECT_FALSE(e[0][0].allclose(b[0][0]));
 }
 
-TEST(MultiCrop, NormalisesPerChannel) {
+TEST_P(MultiCrop, NormalisesPerChannel) {
   auto o = Whole();
+  o.fused_cpu = GetParam();
   o.mean = {0.5, 0.25};
   o.std = {0.5, 0.25};
   auto img = torch::rand({2, 2, 12, 12});
@@ -94,8 +105,9 @@ TEST(MultiCrop, NormalisesPerChannel) {
   EXPECT_THROW(MultiCropAugmenter{o}, c10::Error);
 }
 
-TEST(MultiCrop, BrightnessScalesEachChannelWithinItsRange) {
+TEST_P(MultiCrop, BrightnessScalesEachChannelWithinItsRange) {
   auto o = Whole();
+  o.fused_cpu = GetParam();
   o.hflip_p = o.vflip_p = 0;
   o.brightness_p = 1.0;
   auto img = torch::full({8, 3, 12, 12}, 0.4f);
@@ -110,10 +122,11 @@ TEST(MultiCrop, BrightnessScalesEachChannelWithinItsRange) {
   EXPECT_LE(ones.max().item<float>(), 1.0f);
 }
 
-TEST(MultiCrop, BlurStaysWithinItsSigmaBounds) {
+TEST_P(MultiCrop, BlurStaysWithinItsSigmaBounds) {
   // A single bright pixel spreads into the kernel: its spread (second
   // moment) lies between that of sigma 0.1 and sigma 1.5 truncated to 5x5.
   auto o = Whole();
+  o.fused_cpu = GetParam();
   o.hflip_p = o.vflip_p = 0;
   o.blur_p = {1.0, 1.0, 1.0};
   auto img = torch::zeros({16, 1, 12, 12});
@@ -139,8 +152,9 @@ TEST(MultiCrop, BlurStaysWithinItsSigmaBounds) {
   EXPECT_NEAR(crop.sum().item<double>(), 16.0, 1e-3) << "blur keeps the mass";
 }
 
-TEST(MultiCrop, SolarisesOnlyTheSecondGlobalCropAboveTheThreshold) {
+TEST_P(MultiCrop, SolarisesOnlyTheSecondGlobalCropAboveTheThreshold) {
   auto o = Whole();
+  o.fused_cpu = GetParam();
   o.hflip_p = o.vflip_p = 0;
   o.solarize_p = 1.0;
   auto img = torch::linspace(0, 1, 144).view({1, 1, 12, 12});
@@ -151,16 +165,38 @@ TEST(MultiCrop, SolarisesOnlyTheSecondGlobalCropAboveTheThreshold) {
   EXPECT_TRUE(AllClose(crops[1], want, 0, 1e-5));
 }
 
-TEST(MultiCrop, PaddedSamplesAreCroppedWithinTheirOwnPixels) {
+TEST_P(MultiCrop, PaddedSamplesAreCroppedWithinTheirOwnPixels) {
   // A 6x6 image padded into a 12x12 canvas: a whole-image crop sees only its
   // 6x6 pixels (the canvas beyond is never sampled).
   auto o = Whole();
+  o.fused_cpu = GetParam();
   o.hflip_p = o.vflip_p = 0;
   o.global_size = 6;
   auto canvas = torch::full({1, 1, 12, 12}, 0.9f);
   canvas.slice(2, 0, 6).slice(3, 0, 6).copy_(torch::rand({6, 6}) * 0.5);
   auto crop = MultiCropAugmenter(o).Apply(canvas, {0}, 0, {{6, 6}})[0];
   EXPECT_TRUE(AllClose(crop[0][0], canvas[0][0].slice(0, 0, 6).slice(1, 0, 6), 0, 1e-5));
+}
+
+TEST(MultiCropPaths, FusedCpuAgreesWithTensorOps) {
+  // Same crop boxes, flips, brightness and solarisation on both paths; they
+  // differ only in resampling detail (the fused path clamps bicubic taps to
+  // the crop box, as torchvision; grid sampling reads past it), so compare
+  // statistics of the crops rather than pixels.
+  MultiCropOptions o;
+  o.global_size = 32;
+  o.local_size = 16;
+  o.local_crops_number = 2;
+  o.blur_p = {0.0, 0.0, 0.0};
+  auto img = torch::rand({8, 3, 40, 40});
+  std::vector<int64_t> idx{0, 1, 2, 3, 4, 5, 6, 7};
+  auto fused = MultiCropAugmenter(o).Apply(img, idx, 3);
+  o.fused_cpu = false;
+  auto ops = MultiCropAugmenter(o).Apply(img, idx, 3);
+  for (size_t c = 0; c < fused.size(); ++c) {
+    EXPECT_EQ(fused[c].sizes(), ops[c].sizes());
+    EXPECT_LT((fused[c].mean({2, 3}) - ops[c].mean({2, 3})).abs().max().item<double>(), 0.03) << "crop " << c;
+  }
 }
 
 }  // namespace
