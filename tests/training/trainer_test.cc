@@ -10,6 +10,8 @@
 #include "common/files.h"
 #include "common/safetensors.h"
 #include "support/test_support.h"
+#include "data/image_io.h"
+#include "data/synthetic.h"
 #include "training/checkpoint.h"
 
 namespace scdino::training {
@@ -161,6 +163,44 @@ TEST(Trainer, RefusesACheckpointOfAnotherModel) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("checkpoint.safetensors"), std::string::npos);
   EXPECT_NE(r.status().message().find("\"embed_dim\":32"), std::string::npos) << r.status().message();
+}
+
+// Training from TIFF files through the file loader: statistics and the class
+// mapping are written into the run directory, and the statistics are reused.
+TEST(Trainer, TrainsFromATiffDataSetThroughTheLoader) {
+  ScratchDir dir;
+  data::SyntheticOptions so;
+  so.classes = 2;
+  so.per_class = 8;
+  so.channels = 4;
+  so.size = 16;
+  for (int64_t k = 0; k < so.classes; ++k) {
+    for (int64_t i = 0; i < so.per_class; ++i) {
+      const std::string d = dir.path() + "/cells/type_" + std::string(1, static_cast<char>('b' - k));
+      std::filesystem::create_directories(d);
+      auto hwc = (data::SyntheticCell(so, k, i).permute({1, 2, 0}) * 255).round().to(torch::kUInt8);
+      ASSERT_TRUE(data::WriteTiff(d + "/" + std::to_string(i) + ".tif", hwc).ok());
+    }
+  }
+  std::string yaml = TinyConfig(dir.path(), "tiff");
+  yaml.replace(yaml.find("  data_source: synthetic\n"), std::string("  data_source: synthetic\n").size(),
+               "  data_source: folder\n");
+  yaml.replace(yaml.find("  seed: 3\n"), std::string("  seed: 3\n").size(),
+               "  seed: 3\n  dataset_dir: \"" + dir.path() + "/cells\"\n");
+  auto r = RunOnce(yaml);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->completed);
+  const std::string run = dir.path() + "/tiff";
+  EXPECT_EQ(*ReadFile(run + "/classes.json"), "[\"type_a\",\"type_b\"]\n");
+  auto stats = data::ReadStats(run + "/channel_stats.json");
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->channels, (std::vector<int64_t>{0, 2, 1}));
+  EXPECT_EQ(stats->mean.size(), 3u);
+  // A second run (fresh, not resumed) reads the same statistics file.
+  std::filesystem::remove(run + "/checkpoint.safetensors");
+  const std::string before = *ReadFile(run + "/channel_stats.json");
+  ASSERT_TRUE(RunOnce(yaml).ok());
+  EXPECT_EQ(*ReadFile(run + "/channel_stats.json"), before);
 }
 
 // The binary as a user runs it: exit codes and messages.
