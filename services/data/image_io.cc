@@ -226,7 +226,7 @@ StatusOr<RawImage> ReadImage(const std::string& path) {
   return Status::InvalidArgument(path + ": not an image file (expected .tif, .tiff, .png, .jpg or .jpeg)");
 }
 
-Status WriteTiff(const std::string& path, const torch::Tensor& hwc_in, bool deflate) {
+Status WriteTiff(const std::string& path, const torch::Tensor& hwc_in, TiffCompression compression) {
   InstallTiffHandlers();
   tiff_message.clear();
   TORCH_CHECK(hwc_in.dim() == 3, "WriteTiff expects H x W x C, got ", hwc_in.sizes());
@@ -248,7 +248,10 @@ Status WriteTiff(const std::string& path, const torch::Tensor& hwc_in, bool defl
     std::vector<uint16_t> extra(c - 1, EXTRASAMPLE_UNSPECIFIED);
     TIFFSetField(tif.get(), TIFFTAG_EXTRASAMPLES, static_cast<uint16_t>(extra.size()), extra.data());
   }
-  TIFFSetField(tif.get(), TIFFTAG_COMPRESSION, deflate ? COMPRESSION_ADOBE_DEFLATE : COMPRESSION_NONE);
+  TIFFSetField(tif.get(), TIFFTAG_COMPRESSION,
+               compression == TiffCompression::kLzw       ? COMPRESSION_LZW
+               : compression == TiffCompression::kDeflate ? COMPRESSION_ADOBE_DEFLATE
+                                                          : COMPRESSION_NONE);
   TIFFSetField(tif.get(), TIFFTAG_ROWSPERSTRIP, h);
   const std::string desc = "{\"shape\": [" + std::to_string(h) + ", " + std::to_string(w) + ", " + std::to_string(c) + "]}";
   TIFFSetField(tif.get(), TIFFTAG_IMAGEDESCRIPTION, desc.c_str());

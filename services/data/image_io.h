@@ -23,9 +23,12 @@ StatusOr<RawImage> ReadImage(const std::string& path);
 
 StatusOr<RawImage> ReadTiff(const std::string& path);
 
+enum class TiffCompression { kNone, kLzw, kDeflate };
+
 /// Writes an H x W x C uint8 or int32 (as 16-bit) image as one TIFF page with
 /// interleaved samples and tifffile's {"shape": [H, W, C]} description.
-Status WriteTiff(const std::string& path, const torch::Tensor& hwc, bool deflate = false);
+Status WriteTiff(const std::string& path, const torch::Tensor& hwc,
+                 TiffCompression compression = TiffCompression::kNone);
 
 /// True for the extensions ReadImage decodes.
 bool IsImageFile(const std::string& path);

@@ -3,7 +3,7 @@
 namespace scdino::data {
 
 InMemorySource::InMemorySource(torch::Tensor images, torch::Tensor labels, SamplerOptions sampler,
-                               MultiCropOptions crops, torch::Device device)
+                               MultiCropOptions crops, torch::Device device, std::vector<std::string> class_names)
     : images_(std::move(images)),
       labels_(std::move(labels)),
       sampler_([&] {
@@ -12,7 +12,8 @@ InMemorySource::InMemorySource(torch::Tensor images, torch::Tensor labels, Sampl
       }()),
       augmenter_(std::move(crops)),
       device_(device),
-      batch_size_(sampler.batch_size) {
+      batch_size_(sampler.batch_size),
+      class_names_(std::move(class_names)) {
   TORCH_CHECK(images_.dim() == 4, "in-memory images must be [N, C, H, W], got ", images_.sizes());
   TORCH_CHECK(labels_.dim() == 1 && labels_.size(0) == images_.size(0), "expected ", images_.size(0),
               " labels, got ", labels_.sizes());

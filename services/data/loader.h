@@ -45,6 +45,7 @@ class FileLoader : public MultiCropSource {
   /// Throws StatusError for a bad image under kFail (file and reason).
   std::optional<MultiCropBatch> Next() override;
   double TakeWaitSeconds() override;
+  std::vector<std::string> class_names() const override { return dataset_.classes; }
 
   /// Images left out under kSkip so far.
   int64_t skipped_images() const { return skipped_count_.load(); }

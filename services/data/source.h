@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace scdino::data {
@@ -37,6 +38,8 @@ class MultiCropSource {
   virtual std::optional<MultiCropBatch> Next() = 0;
   /// Seconds the caller spent waiting on data since the previous call.
   virtual double TakeWaitSeconds() { return 0.0; }
+  /// Class names, index = label (sorted).
+  virtual std::vector<std::string> class_names() const = 0;
 };
 
 }  // namespace scdino::data

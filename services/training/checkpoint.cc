@@ -34,7 +34,8 @@ Status SaveCheckpoint(const std::string& path, const model::Dino& dino, const Ch
                 {"epoch", std::to_string(info.epoch)},
                 {"world_size", std::to_string(info.world_size)},
                 {"model", ModelShapeJson(dino.options())},
-                {"config", info.config_text}};
+                {"config", info.config_text},
+                {"classes", nlohmann::json(info.classes).dump()}};
   return WriteSafetensors(path, dino.StateDict(), meta);
 }
 
@@ -55,6 +56,10 @@ StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, model::Dino& di
   }
   info.model_json = m.at("model");
   info.config_text = m.count("config") ? m.at("config") : "";
+  if (m.count("classes")) {
+    auto c = nlohmann::json::parse(m.at("classes"), nullptr, false);
+    if (c.is_array()) info.classes = c.get<std::vector<std::string>>();
+  }
   const std::string ours = ModelShapeJson(dino.options());
   if (nlohmann::json::parse(info.model_json, nullptr, false) != nlohmann::json::parse(ours)) {
     return Status::FailedPrecondition(path + ": the checkpoint's model " + info.model_json +

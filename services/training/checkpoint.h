@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "model/dino.h"
@@ -17,6 +18,7 @@ struct CheckpointInfo {
   int64_t world_size = 1;
   std::string model_json;   ///< model shape, compared on resume
   std::string config_text;  ///< the YAML the run was started with
+  std::vector<std::string> classes;  ///< class names of the data set, index = label
 };
 
 /// The model shape as JSON (architecture, channels, patch, head, crops).

@@ -133,6 +133,19 @@ Reader Range2(std::array<double, 2>* out, double lo, double hi) {
   };
 }
 
+Reader Probabilities3(std::array<double, 3>* out) {
+  return [=](const YAML::Node& n, const std::string& path) {
+    const std::string want = "a list of 3 probabilities in [0, 1] (first global crop, second global crop, local crops)";
+    std::array<double, 3> v;
+    if (!n.IsSequence() || n.size() != 3) return Bad(n, path, want);
+    for (size_t i = 0; i < 3; ++i) {
+      if (!YAML::convert<double>::decode(n[i], v[i]) || !(v[i] >= 0 && v[i] <= 1)) return Bad(n, path, want);
+    }
+    *out = v;
+    return Status::Ok();
+  };
+}
+
 Reader IntList(std::vector<int64_t>* out, int64_t min) {
   return [=](const YAML::Node& n, const std::string& path) {
     std::vector<int64_t> v;
@@ -262,6 +275,10 @@ Status CrossCheck(const TrainConfig& c) {
   if (vit.embed_dim() % vit.num_heads() != 0) {
     return bad("train_scDINO.hyperparameters.embed_dim: expected a multiple of num_heads (" +
                std::to_string(vit.num_heads()) + "), got " + std::to_string(vit.embed_dim()));
+  }
+  if (c.scdino.augmentation.blur_kernel % 2 == 0) {
+    return bad("scdino.augmentation.blur_kernel: expected an odd number of taps, got " +
+               std::to_string(c.scdino.augmentation.blur_kernel));
   }
   if (c.scdino.data_source == "folder" && c.meta.dataset_dir.empty()) {
     return bad("meta.dataset_dir: expected the data set folder (scdino.data_source is folder), got nothing");
@@ -460,6 +477,17 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
                      {"cache_images", Bool(&r.cache_images)},
                      {"prefetch_batches", Int(&r.prefetch_batches, 1)},
                      {"stats_file", Str(&r.stats_file)},
+                     {"augmentation", Section({
+                                          {"hflip_p", Real(&r.augmentation.hflip_p, 0, kIn, 1, kIn)},
+                                          {"vflip_p", Real(&r.augmentation.vflip_p, 0, kIn, 1, kIn)},
+                                          {"brightness_p", Real(&r.augmentation.brightness_p, 0, kIn, 1, kIn)},
+                                          {"brightness", Range2(&r.augmentation.brightness, 0, 100)},
+                                          {"blur_p", Probabilities3(&r.augmentation.blur_p)},
+                                          {"blur_sigma", Range2(&r.augmentation.blur_sigma, 0, 100)},
+                                          {"blur_kernel", Int(&r.augmentation.blur_kernel, 1, 31)},
+                                          {"solarize_p", Real(&r.augmentation.solarize_p, 0, kIn, 1, kIn)},
+                                          {"solarize_threshold", Real(&r.augmentation.solarize_threshold, 0, kIn, 1, kIn)},
+                                      })},
                      {"channel_combination", Int(&r.channel_combination, 0)},
                      {"synthetic", Section({
                                        {"classes", Int(&r.synthetic.classes, 1)},

@@ -108,6 +108,20 @@ struct DownstreamConfig {
   bool umap_topometry_plots = false;
 };
 
+/// Section `scdino.augmentation`: the probabilities and ranges of the
+/// multi-crop recipe (defaults: scDINO's).
+struct AugmentationConfig {
+  double hflip_p = 0.5;
+  double vflip_p = 0.5;
+  double brightness_p = 0.8;
+  std::array<double, 2> brightness{0.5, 1.25};
+  std::array<double, 3> blur_p{1.0, 0.1, 0.5};  ///< first global, second global, local
+  std::array<double, 2> blur_sigma{0.1, 1.5};
+  int64_t blur_kernel = 5;
+  double solarize_p = 0.2;  ///< second global crop
+  double solarize_threshold = 0.5;
+};
+
 /// Section `scdino`: what scDINO's file does not say.
 struct RuntimeConfig {
   std::string device = "cpu";  ///< cpu | cuda
@@ -125,6 +139,7 @@ struct RuntimeConfig {
   /// <run_dir>/channel_stats.json.
   std::string stats_file;
   data::SyntheticOptions synthetic;  ///< for data_source: synthetic
+  AugmentationConfig augmentation;
   /// Which entry of selected_channel_combination_per_run this run trains.
   int64_t channel_combination = 0;
 };

@@ -53,6 +53,16 @@ StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const TrainConfig& c
   crops.global_scale = h.global_crops_scale;
   crops.local_scale = h.local_crops_scale;
   crops.seed = static_cast<uint64_t>(c.meta.seed);
+  const auto& aug = c.scdino.augmentation;
+  crops.hflip_p = aug.hflip_p;
+  crops.vflip_p = aug.vflip_p;
+  crops.brightness_p = aug.brightness_p;
+  crops.brightness = aug.brightness;
+  crops.blur_p = aug.blur_p;
+  crops.blur_sigma = aug.blur_sigma;
+  crops.blur_kernel = aug.blur_kernel;
+  crops.solarize_p = aug.solarize_p;
+  crops.solarize_threshold = aug.solarize_threshold;
   data::SamplerOptions sampler;
   sampler.batch_size = c.train.batch_size_per_gpu;
   sampler.rank = rank;
@@ -69,7 +79,7 @@ StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const TrainConfig& c
       crops.std.push_back(std[i].item<double>());
     }
     std::unique_ptr<data::MultiCropSource> src =
-        std::make_unique<data::InMemorySource>(images, set.labels, sampler, crops, device);
+        std::make_unique<data::InMemorySource>(images, set.labels, sampler, crops, device, set.class_names);
     return src;
   }
   // Files: index, statistics (read or computed), then the loader.
@@ -154,6 +164,7 @@ Status Trainer::WriteCheckpoint(const std::string& path, int64_t iteration, int6
   info.iteration = iteration;
   info.epoch = iteration / niter;
   info.config_text = config_.source_text;
+  info.classes = source_->class_names();
   return SaveCheckpoint(path, *dino_, info);
 }
 

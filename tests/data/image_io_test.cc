@@ -39,8 +39,12 @@ TEST(ImageIo, WriteTiffRoundTrips) {
   ASSERT_TRUE(WriteTiff(dir.file("a.tif"), u8).ok());
   EXPECT_TRUE(ReadImage(dir.file("a.tif"))->equal(u8));
   auto u16 = torch::randint(0, 65536, {5, 6, 3}, torch::kInt32);
-  ASSERT_TRUE(WriteTiff(dir.file("b.tiff"), u16, /*deflate=*/true).ok());
+  ASSERT_TRUE(WriteTiff(dir.file("b.tiff"), u16, TiffCompression::kDeflate).ok());
   EXPECT_TRUE(ReadImage(dir.file("b.tiff"))->equal(u16));
+  ASSERT_TRUE(WriteTiff(dir.file("c.tif"), u8, TiffCompression::kLzw).ok());
+  EXPECT_TRUE(ReadImage(dir.file("c.tif"))->equal(u8));
+  ASSERT_TRUE(WriteTiff(dir.file("d.tif"), u16, TiffCompression::kLzw).ok());
+  EXPECT_TRUE(ReadImage(dir.file("d.tif"))->equal(u16));
 }
 
 TEST(ImageIo, PngAndJpegThroughOpenCv) {

@@ -106,6 +106,22 @@ TEST(TrainConfig, DefaultsAreScdinos) {
   EXPECT_EQ(c->channels(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
 }
 
+TEST(TrainConfig, AugmentationKeys) {
+  auto c = ParseTrainConfig(R"(
+meta: {dataset_dir: /d}
+scdino:
+  augmentation: {hflip_p: 0, brightness: [0.8, 1.1], blur_p: [0.5, 0.5, 0], blur_sigma: [0.2, 2], solarize_p: 0.5}
+)",
+                            "aug.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const auto& a = c->scdino.augmentation;
+  EXPECT_EQ(a.hflip_p, 0.0);
+  EXPECT_EQ(a.vflip_p, 0.5);
+  EXPECT_EQ(a.brightness[1], 1.1);
+  EXPECT_EQ(a.blur_p[2], 0.0);
+  EXPECT_EQ(a.solarize_p, 0.5);
+}
+
 TEST(TrainConfig, ChannelsByNameAndAboveNine) {
   auto c = ParseTrainConfig(R"(
 meta:
@@ -177,6 +193,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"meta: {}\n", {"meta.dataset_dir", "data set folder"}},
         BadCase{"scdino: {data_source: csv}\n", {"scdino.index_csv", "path,label"}},
         BadCase{"scdino: {on_bad_image: ignore}\n", {"scdino.on_bad_image", "fail | skip", "'ignore'"}},
+        BadCase{"scdino: {augmentation: {blur_p: [1, 0.1]}}\n", {"scdino.augmentation.blur_p", "3 probabilities"}},
+        BadCase{"scdino: {augmentation: {solarize_p: 1.5}}\n", {"scdino.augmentation.solarize_p", "'1.5'"}},
+        BadCase{"scdino: {augmentation: {blur_kernel: 4}}\n", {"blur_kernel", "odd", "got 4"}},
         BadCase{"", {"empty"}}));
 
 }  // namespace

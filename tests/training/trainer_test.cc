@@ -196,6 +196,9 @@ TEST(Trainer, TrainsFromATiffDataSetThroughTheLoader) {
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
   EXPECT_EQ(stats->channels, (std::vector<int64_t>{0, 2, 1}));
   EXPECT_EQ(stats->mean.size(), 3u);
+  auto ckpt = ReadSafetensors(run + "/checkpoint.safetensors");
+  ASSERT_TRUE(ckpt.ok());
+  EXPECT_EQ(ckpt->metadata.at("classes"), "[\"type_a\",\"type_b\"]");
   // A second run (fresh, not resumed) reads the same statistics file.
   std::filesystem::remove(run + "/checkpoint.safetensors");
   const std::string before = *ReadFile(run + "/channel_stats.json");
