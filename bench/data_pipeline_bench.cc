@@ -11,24 +11,18 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "bench/bench_flags.h"
 #include "data/loader.h"
 #include "training/trainer.h"
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> a = {{"data", ""},        {"batch", "32"},         {"batches", "20"},
-                                          {"threads", "2"},    {"loader-threads", "2"}, {"global", "224"},
-                                          {"local", "96"},     {"local-crops", "8"},    {"cache", "0"}};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i];
-    if (k.rfind("--", 0) != 0 || !a.count(k.substr(2))) {
-      std::cerr << "unknown flag " << k << "\n";
-      return 2;
-    }
-    a[k.substr(2)] = argv[i + 1];
-  }
-  auto num = [&](const char* k) { return std::stoll(a.at(k)); };
+  const scdino::bench::Flags a(argc, argv,
+                               {{"data", ""}, {"batch", "32"}, {"batches", "20"}, {"threads", "2"},
+                                {"loader-threads", "2"}, {"global", "224"}, {"local", "96"}, {"local-crops", "8"},
+                                {"cache", "0"}});
+  auto num = [&](const char* k) { return a.num(k); };
   const int threads = scdino::training::ConfigureThreads(num("threads"));
-  auto dataset = scdino::data::IndexFolder(a["data"]);
+  auto dataset = scdino::data::IndexFolder(a.str("data"));
   if (!dataset.ok()) {
     std::cerr << dataset.status().ToString() << "\n";
     return 2;
@@ -62,7 +56,7 @@ int main(int argc, char** argv) {
                       {"images", images},             {"seconds", secs},
                       {"images_per_s", images / secs}, {"waiting_on_decode_s", waited}, {"threads", threads},
                       {"loader_threads", num("loader-threads")}, {"batch", num("batch")},
-                      {"crops", "2x" + a["global"] + " + " + a["local-crops"] + "x" + a["local"]}};
+                      {"crops", "2x" + a.str("global") + " + " + a.str("local-crops") + "x" + a.str("local")}};
   std::cout << r.dump() << std::endl;
   return 0;
 }

@@ -13,30 +13,22 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "bench/bench_flags.h"
 #include "model/dino.h"
 #include "model/vit.h"
 #include "training/trainer.h"
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> a = {{"arch", "vit_small"}, {"patch", "16"},      {"channels", "5"},
-                                          {"global", "224"},     {"local", "96"},      {"local-crops", "8"},
-                                          {"batch", "8"},        {"out-dim", "65536"}, {"depth", "0"},
-                                          {"steps", "3"},        {"warmup", "1"},      {"threads", "0"},
-                                          {"device", "cpu"}};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i];
-    if (k.rfind("--", 0) != 0 || !a.count(k.substr(2))) {
-      std::cerr << "unknown flag " << k << "\n";
-      return 2;
-    }
-    a[k.substr(2)] = argv[i + 1];
-  }
-  auto num = [&](const char* k) { return std::stoll(a.at(k)); };
+  const scdino::bench::Flags a(argc, argv,
+                               {{"arch", "vit_small"}, {"patch", "16"}, {"channels", "5"}, {"global", "224"},
+                                {"local", "96"}, {"local-crops", "8"}, {"batch", "8"}, {"out-dim", "65536"},
+                                {"depth", "0"}, {"steps", "3"}, {"warmup", "1"}, {"threads", "0"}, {"device", "cpu"}});
+  auto num = [&](const char* k) { return a.num(k); };
   const int threads = scdino::training::ConfigureThreads(num("threads"));
-  torch::Device device = a["device"] == "cuda" ? torch::kCUDA : torch::kCPU;
+  torch::Device device = a.str("device") == "cuda" ? torch::kCUDA : torch::kCPU;
 
   scdino::model::DinoOptions o;
-  o.vit = scdino::model::VitOptions::Preset(a["arch"]);
+  o.vit = scdino::model::VitOptions::Preset(a.str("arch"));
   o.vit.in_chans(num("channels")).patch_size(num("patch")).img_size(num("global")).drop_path_rate(0.1);
   if (num("depth") > 0) o.vit.depth(num("depth"));
   o.out_dim = num("out-dim");
@@ -63,7 +55,7 @@ int main(int argc, char** argv) {
   sync();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   nlohmann::json r = {{"benchmark", "train_step"},
-                      {"arch", a["arch"]},
+                      {"arch", a.str("arch")},
                       {"depth", o.vit.depth()},
                       {"patch", num("patch")},
                       {"channels", num("channels")},
@@ -73,7 +65,7 @@ int main(int argc, char** argv) {
                       {"local_size", num("local")},
                       {"batch", B},
                       {"out_dim", o.out_dim},
-                      {"device", a["device"]},
+                      {"device", a.str("device")},
                       {"threads", threads},
                       {"steps", num("steps")},
                       {"step_s", secs / static_cast<double>(num("steps"))},

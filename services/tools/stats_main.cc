@@ -39,20 +39,12 @@ int main(int argc, char** argv) {
   if (!out.empty()) config->scdino.stats_file = out;
   const std::string path = config->stats_path();
   std::remove(path.c_str());
-  scdino::data::IndexOptions io;
-  io.folder_depth_for_labels = config->meta.folder_depth_for_labels;
-  io.on_bad_image = config->scdino.on_bad_image == "skip" ? scdino::data::BadImagePolicy::kSkip
-                                                         : scdino::data::BadImagePolicy::kFail;
-  auto dataset = config->scdino.data_source == "csv" ? scdino::data::IndexCsv(config->scdino.index_csv)
-                                                     : scdino::data::IndexFolder(config->meta.dataset_dir, io);
+  auto dataset = scdino::training::IndexDataset(*config);
   if (!dataset.ok()) {
     std::cerr << "scdino-stats: " << dataset.status().message() << "\n";
     return 2;
   }
-  scdino::data::ImagePrep prep;
-  prep.channels = config->channels();
-  prep.center_crop = config->meta.center_crop;
-  auto stats = scdino::training::LoadOrComputeStats(*config, *dataset, prep);
+  auto stats = scdino::training::LoadOrComputeStats(*config, *dataset, config->image_prep());
   if (!stats.ok()) {
     std::cerr << "scdino-stats: " << stats.status().message() << "\n";
     return 1;

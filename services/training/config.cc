@@ -359,6 +359,39 @@ model::ScheduleOptions TrainConfig::schedule_options(int64_t niter_per_epoch, in
   return s;
 }
 
+data::MultiCropOptions TrainConfig::multicrop_options() const {
+  const auto& h = train.hyperparameters;
+  const auto& a = scdino.augmentation;
+  data::MultiCropOptions o;
+  o.global_size = h.global_crops_size;
+  o.local_size = h.local_crops_size;
+  o.local_crops_number = h.local_crops_number;
+  o.global_scale = h.global_crops_scale;
+  o.local_scale = h.local_crops_scale;
+  o.hflip_p = a.hflip_p;
+  o.vflip_p = a.vflip_p;
+  o.brightness_p = a.brightness_p;
+  o.brightness = a.brightness;
+  o.blur_p = a.blur_p;
+  o.blur_sigma = a.blur_sigma;
+  o.blur_kernel = a.blur_kernel;
+  o.solarize_p = a.solarize_p;
+  o.solarize_threshold = a.solarize_threshold;
+  o.seed = static_cast<uint64_t>(meta.seed);
+  return o;
+}
+
+data::ImagePrep TrainConfig::image_prep() const {
+  data::ImagePrep p;
+  p.channels = channels();
+  p.center_crop = meta.center_crop;
+  return p;
+}
+
+data::BadImagePolicy TrainConfig::bad_image_policy() const {
+  return scdino.on_bad_image == "skip" ? data::BadImagePolicy::kSkip : data::BadImagePolicy::kFail;
+}
+
 StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::string& origin) {
   TrainConfig c;
   c.source_path = origin;

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "common/status.h"
+#include "data/dataset.h"
+#include "data/multicrop.h"
 #include "data/synthetic.h"
 #include "model/dino.h"
 #include "model/schedules.h"
@@ -158,6 +160,11 @@ struct TrainConfig {
   const std::vector<int64_t>& channels() const;
   model::DinoOptions dino_options() const;
   model::ScheduleOptions schedule_options(int64_t niter_per_epoch, int64_t world_size) const;
+  /// Crop sizes, scales, augmentation and seed (normalisation is filled from
+  /// the channel statistics).
+  data::MultiCropOptions multicrop_options() const;
+  data::ImagePrep image_prep() const;
+  data::BadImagePolicy bad_image_policy() const;
 };
 
 /// Parses and validates YAML text; `origin` (the path) starts every error.

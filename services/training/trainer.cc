@@ -45,24 +45,7 @@ int ConfigureThreads(int64_t threads) {
 
 StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const TrainConfig& c, int64_t rank, int64_t world,
                                                             torch::Device device) {
-  const auto& h = c.train.hyperparameters;
-  data::MultiCropOptions crops;
-  crops.global_size = h.global_crops_size;
-  crops.local_size = h.local_crops_size;
-  crops.local_crops_number = h.local_crops_number;
-  crops.global_scale = h.global_crops_scale;
-  crops.local_scale = h.local_crops_scale;
-  crops.seed = static_cast<uint64_t>(c.meta.seed);
-  const auto& aug = c.scdino.augmentation;
-  crops.hflip_p = aug.hflip_p;
-  crops.vflip_p = aug.vflip_p;
-  crops.brightness_p = aug.brightness_p;
-  crops.brightness = aug.brightness;
-  crops.blur_p = aug.blur_p;
-  crops.blur_sigma = aug.blur_sigma;
-  crops.blur_kernel = aug.blur_kernel;
-  crops.solarize_p = aug.solarize_p;
-  crops.solarize_threshold = aug.solarize_threshold;
+  data::MultiCropOptions crops = c.multicrop_options();
   data::SamplerOptions sampler;
   sampler.batch_size = c.train.batch_size_per_gpu;
   sampler.rank = rank;
@@ -83,21 +66,10 @@ StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const TrainConfig& c
     return src;
   }
   // Files: index, statistics (read or computed), then the loader.
-  const auto policy = c.scdino.on_bad_image == "skip" ? data::BadImagePolicy::kSkip : data::BadImagePolicy::kFail;
-  StatusOr<data::Dataset> dataset = Status::Internal("unset");
-  if (c.scdino.data_source == "csv") {
-    dataset = data::IndexCsv(c.scdino.index_csv);
-  } else {
-    data::IndexOptions io;
-    io.folder_depth_for_labels = c.meta.folder_depth_for_labels;
-    io.on_bad_image = policy;
-    dataset = data::IndexFolder(c.meta.dataset_dir, io);
-  }
+  auto dataset = IndexDataset(c);
   if (!dataset.ok()) return dataset.status();
   for (const auto& why : dataset->skipped) std::cerr << "scdino: skipping " << why << "\n";
-  data::ImagePrep prep;
-  prep.channels = c.channels();
-  prep.center_crop = c.meta.center_crop;
+  const data::ImagePrep prep = c.image_prep();
   auto stats = LoadOrComputeStats(c, *dataset, prep);
   if (!stats.ok()) return stats.status();
   crops.mean = stats->mean;
@@ -112,13 +84,21 @@ StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const TrainConfig& c
   lo.threads = static_cast<int>(std::max<int64_t>(1, c.train.num_workers));
   lo.prefetch = static_cast<int>(c.scdino.prefetch_batches);
   lo.cache = c.scdino.cache_images;
-  lo.on_bad_image = policy;
+  lo.on_bad_image = c.bad_image_policy();
   try {
     std::unique_ptr<data::MultiCropSource> src = std::make_unique<data::FileLoader>(std::move(dataset).value(), lo, device);
     return src;
   } catch (const StatusError& e) {
     return e.status();
   }
+}
+
+StatusOr<data::Dataset> IndexDataset(const TrainConfig& c) {
+  if (c.scdino.data_source == "csv") return data::IndexCsv(c.scdino.index_csv);
+  data::IndexOptions io;
+  io.folder_depth_for_labels = c.meta.folder_depth_for_labels;
+  io.on_bad_image = c.bad_image_policy();
+  return data::IndexFolder(c.meta.dataset_dir, io);
 }
 
 StatusOr<data::ChannelStats> LoadOrComputeStats(const TrainConfig& c, const data::Dataset& d,
@@ -137,7 +117,7 @@ StatusOr<data::ChannelStats> LoadOrComputeStats(const TrainConfig& c, const data
   so.fraction = c.train.fraction_for_mean_std_calc;
   so.seed = static_cast<uint64_t>(c.meta.seed);
   so.threads = static_cast<int>(std::max<int64_t>(1, c.train.num_workers));
-  so.on_bad_image = c.scdino.on_bad_image == "skip" ? data::BadImagePolicy::kSkip : data::BadImagePolicy::kFail;
+  so.on_bad_image = c.bad_image_policy();
   auto s = data::ComputeChannelStats(d, prep, so);
   if (!s.ok()) return s.status();
   auto dir = std::filesystem::path(path).parent_path();
@@ -208,7 +188,7 @@ StatusOr<TrainResult> Trainer::Run() {
     try {
       b = source_->Next();
     } catch (const StatusError& e) {
-      return Status(e.status().code() == StatusCode::kOk ? Status::Internal("loader") : e.status());
+      return e.status();
     }
     data_wait += Seconds(t0, Clock::now()) + source_->TakeWaitSeconds();
     if (!b) return Status::Internal("data source ended epoch " + std::to_string(epoch) + " after " +

@@ -38,6 +38,9 @@ struct TrainResult {
 StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const TrainConfig& config, int64_t rank,
                                                             int64_t world_size, torch::Device device);
 
+/// The indexed data set of a folder or csv data source.
+StatusOr<data::Dataset> IndexDataset(const TrainConfig& config);
+
 /// Channel statistics: read from config.stats_path() when it exists (and is
 /// for the same channels), else computed and written there.
 StatusOr<data::ChannelStats> LoadOrComputeStats(const TrainConfig& config, const data::Dataset& dataset,
