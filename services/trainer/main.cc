@@ -1,5 +1,9 @@
 // scdino-trainer: DINO pretraining from a YAML config. Wiring only: flags,
 // config, data source, Trainer::Run, exit code (see docs/trainer.md).
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -15,18 +19,47 @@ constexpr int kExitCompleted = 0;
 constexpr int kExitFailed = 1;
 constexpr int kExitBadInput = 2;
 constexpr int kExitStopped = 3;
+constexpr int kExitPreempted = 75;  // EX_TEMPFAIL: stopped by a signal, checkpoint written; requeue
+
+std::atomic<int> g_signal{0};
+std::atomic<scdino::training::Trainer*> g_trainer{nullptr};
+
+// SIGTERM, SIGUSR1 (Slurm's --signal=USR1@120) and SIGINT: the first asks the
+// trainer to finish its step, checkpoint and return; a second one ends the
+// process at once (checkpoint writes are atomic, so nothing written is lost).
+// A handler rather than sigwait on a dedicated thread: OpenBLAS starts its
+// threads when the library loads, before main could block signals for them.
+// It only touches lock-free atomics and write(2), which are signal-safe.
+void OnSignal(int sig) {
+  static_assert(std::atomic<int>::is_always_lock_free && std::atomic<void*>::is_always_lock_free);
+  if (g_signal.exchange(sig) != 0) {
+    const char msg[] = "scdino-trainer: second signal, exiting now\n";
+    (void)!::write(2, msg, sizeof msg - 1);
+    std::_Exit(kExitFailed);
+  }
+  const char msg[] = "scdino-trainer: signal received: finishing the current step, then checkpointing\n";
+  (void)!::write(2, msg, sizeof msg - 1);
+  if (auto* t = g_trainer.load()) t->RequestStop();
+}
 
 void Usage(std::ostream& out) {
   out << "usage: scdino-trainer --config FILE [--threads N] [--stop-after-iterations K] [--no-resume]\n"
          "  --config FILE               YAML config (scDINO's scDINO_full_pipeline.yaml keys, plus section scdino)\n"
          "  --threads N                 intra-op CPU threads (overrides scdino.threads; 0 = all cores)\n"
          "  --stop-after-iterations K   checkpoint and exit (code 3) once K iterations are done in total\n"
-         "  --no-resume                 ignore an existing checkpoint in the run directory\n";
+         "  --no-resume                 ignore an existing checkpoint in the run directory\n"
+         "exit codes: 0 completed, 1 failed, 2 bad input, 3 stopped by --stop-after-iterations,\n"
+         "            75 stopped by SIGTERM/SIGUSR1/SIGINT after a checkpoint (requeue to resume)\n";
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGUSR1, SIGINT}) sigaction(sig, &sa, nullptr);
+
   std::string config_path;
   int64_t threads = -1;
   scdino::training::TrainerOptions options;
@@ -92,7 +125,10 @@ int main(int argc, char** argv) {
       return kExitBadInput;
     }
     scdino::training::Trainer trainer(std::move(*config), std::move(source).value(), options);
+    g_trainer.store(&trainer);
+    if (g_signal.load() != 0) trainer.RequestStop();  // a signal that came during set-up
     auto result = trainer.Run();
+    g_trainer.store(nullptr);
     if (!result.ok()) {
       std::cerr << "scdino-trainer: " << result.status().ToString() << "\n";
       return kExitFailed;
@@ -100,7 +136,7 @@ int main(int argc, char** argv) {
     if (!result->completed) {
       std::cerr << "scdino-trainer: stopped after iteration " << result->iteration << "; checkpoint "
                 << result->checkpoint << " (run again to resume)\n";
-      return kExitStopped;
+      return g_signal.load() != 0 ? kExitPreempted : kExitStopped;
     }
     std::cerr << "scdino-trainer: done, " << result->iteration << " iterations; checkpoint " << result->checkpoint
               << "\n";

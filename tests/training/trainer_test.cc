@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -231,6 +235,50 @@ TEST(TrainerBinary, ExitCodesAndMessages) {
   EXPECT_NE(ReadFile(out)->find("missing.yaml"), std::string::npos);
   EXPECT_EQ(RunTrainer("--threads many --config " + cfg, out), 2);
   EXPECT_EQ(RunTrainer("--frobnicate", out), 2);
+}
+
+// Preemption as Slurm does it (--signal=USR1@120, or SIGTERM at the time
+// limit): the trainer finishes its step, checkpoints and exits with 75; run
+// again, it resumes and ends with the weights of an uninterrupted run.
+TEST(TrainerBinary, SignalStopsWithACheckpointAndResumesExactly) {
+  ScratchDir dir;
+  std::string yaml = TinyConfig(dir.path(), "sig");
+  yaml.replace(yaml.find("epochs: 3"), 9, "epochs: 40");
+  std::ofstream(dir.file("sig.yaml")) << yaml;
+  std::string full_yaml = TinyConfig(dir.path(), "full");
+  full_yaml.replace(full_yaml.find("epochs: 3"), 9, "epochs: 40");
+  std::ofstream(dir.file("full.yaml")) << full_yaml;
+  for (int sig : {SIGUSR1, SIGTERM}) {
+    std::filesystem::remove_all(dir.path() + "/sig");
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      std::freopen(dir.file("sig.out").c_str(), "w", stdout);
+      std::freopen(dir.file("sig.err").c_str(), "w", stderr);
+      execl(SCDINO_TRAINER_BIN, SCDINO_TRAINER_BIN, "--config", dir.file("sig.yaml").c_str(), nullptr);
+      std::_Exit(127);
+    }
+    // Signal once the first epoch is logged.
+    const std::string log = dir.path() + "/sig/log.jsonl";
+    for (int i = 0; i < 600 && !(FileExists(log) && !ReadFile(log)->empty()); ++i) usleep(50 * 1000);
+    ASSERT_TRUE(FileExists(log)) << *ReadFile(dir.file("sig.err"));
+    kill(pid, sig);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 75) << *ReadFile(dir.file("sig.err"));
+    auto ckpt = ReadSafetensors(dir.path() + "/sig/checkpoint.safetensors");
+    ASSERT_TRUE(ckpt.ok());
+    const int64_t stopped_at = std::stoll(ckpt->metadata.at("iteration"));
+    EXPECT_GT(stopped_at, 0);
+    EXPECT_LT(stopped_at, 160) << "the run was stopped before its end";
+    EXPECT_NE(ReadFile(dir.file("sig.err"))->find("finishing the current step"), std::string::npos);
+  }
+  const std::string out = dir.file("out.txt");
+  EXPECT_EQ(RunTrainer("--config " + dir.file("sig.yaml"), out), 0) << *ReadFile(out);
+  EXPECT_EQ(RunTrainer("--config " + dir.file("full.yaml"), out), 0);
+  ExpectIdentical(Tensors(dir.path() + "/sig/checkpoint.safetensors"),
+                  Tensors(dir.path() + "/full/checkpoint.safetensors"));
 }
 
 }  // namespace

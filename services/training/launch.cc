@@ -1,0 +1,144 @@
+#include "training/launch.h"
+
+#include <cstdlib>
+#include <tuple>
+
+namespace scdino::training {
+namespace {
+
+StatusOr<int64_t> Int(const char* name, const char* value, int64_t min) {
+  char* end = nullptr;
+  long long v = std::strtoll(value, &end, 10);
+  if (*value == '\0' || *end != '\0' || v < min) {
+    return Status::InvalidArgument(std::string("environment variable ") + name + ": expected an integer >= " +
+                                   std::to_string(min) + ", got '" + value + "'");
+  }
+  return static_cast<int64_t>(v);
+}
+
+// Splits at commas that are not inside brackets.
+std::vector<std::string> SplitTop(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  int depth = 0;
+  for (char c : s) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (c == ',' && depth == 0) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur.push_back(c);
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+}  // namespace
+
+int64_t PortForJob(int64_t job_id) { return 20000 + job_id % 20000; }
+
+StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& list) {
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("host list '" + list + "': " + why);
+  };
+  std::vector<std::string> hosts;
+  for (const std::string& item : SplitTop(list)) {
+    if (item.empty()) return bad("empty host name");
+    // Expand the first bracket group, then recurse on the rest.
+    const auto open = item.find('[');
+    if (open == std::string::npos) {
+      if (item.find(']') != std::string::npos) return bad("']' without '['");
+      hosts.push_back(item);
+      continue;
+    }
+    const auto close = item.find(']', open);
+    if (close == std::string::npos) return bad("'[' without ']'");
+    const std::string prefix = item.substr(0, open), suffix = item.substr(close + 1);
+    const std::string ranges = item.substr(open + 1, close - open - 1);
+    if (ranges.empty()) return bad("empty brackets");
+    std::vector<std::string> expanded;
+    size_t start = 0;
+    while (start <= ranges.size()) {
+      size_t comma = ranges.find(',', start);
+      if (comma == std::string::npos) comma = ranges.size();
+      const std::string r = ranges.substr(start, comma - start);
+      const auto dash = r.find('-');
+      const std::string lo = r.substr(0, dash), hi = dash == std::string::npos ? lo : r.substr(dash + 1);
+      if (lo.empty() || hi.empty() || lo.find_first_not_of("0123456789") != std::string::npos ||
+          hi.find_first_not_of("0123456789") != std::string::npos) {
+        return bad("'" + r + "' is not a number or a range of numbers");
+      }
+      const long long a = std::stoll(lo), b = std::stoll(hi);
+      if (b < a) return bad("range '" + r + "' runs backwards");
+      if (b - a > 100000) return bad("range '" + r + "' is too large");
+      const size_t width = lo.size() > 1 && lo[0] == '0' ? lo.size() : 0;
+      for (long long v = a; v <= b; ++v) {
+        std::string num = std::to_string(v);
+        if (num.size() < width) num = std::string(width - num.size(), '0') + num;
+        expanded.push_back(prefix + num);
+      }
+      start = comma + 1;
+    }
+    for (const auto& e : expanded) {
+      auto rest = ExpandHostlist(e + suffix);
+      if (!rest.ok()) return bad(rest.status().message());
+      hosts.insert(hosts.end(), rest->begin(), rest->end());
+    }
+  }
+  return hosts;
+}
+
+StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>& getenv) {
+  LaunchInfo info;
+  auto get_int = [&](const char* name, int64_t min, int64_t* out) -> Status {
+    const char* v = getenv(name);
+    if (v == nullptr) return Status::Ok();
+    auto x = Int(name, v, min);
+    if (!x.ok()) return x.status();
+    *out = *x;
+    return Status::Ok();
+  };
+  if (getenv("RANK") != nullptr && getenv("WORLD_SIZE") != nullptr) {
+    info.source = "torchrun";
+    for (auto [name, min, out] : {std::tuple<const char*, int64_t, int64_t*>{"RANK", 0, &info.rank},
+                                  {"WORLD_SIZE", 1, &info.world_size},
+                                  {"LOCAL_RANK", 0, &info.local_rank},
+                                  {"MASTER_PORT", 1, &info.master_port}}) {
+      if (auto s = get_int(name, min, out); !s.ok()) return s;
+    }
+    if (const char* a = getenv("MASTER_ADDR")) info.master_addr = a;
+  } else if (getenv("SLURM_PROCID") != nullptr && getenv("SLURM_NTASKS") != nullptr) {
+    info.source = "slurm";
+    int64_t job = 0;
+    for (auto [name, min, out] : {std::tuple<const char*, int64_t, int64_t*>{"SLURM_PROCID", 0, &info.rank},
+                                  {"SLURM_NTASKS", 1, &info.world_size},
+                                  {"SLURM_LOCALID", 0, &info.local_rank},
+                                  {"SLURM_JOB_ID", 0, &job}}) {
+      if (auto s = get_int(name, min, out); !s.ok()) return s;
+    }
+    info.master_port = PortForJob(job);
+    const char* nodes = getenv("SLURM_STEP_NODELIST");
+    const char* which = "SLURM_STEP_NODELIST";
+    if (nodes == nullptr) {
+      nodes = getenv("SLURM_JOB_NODELIST");
+      which = "SLURM_JOB_NODELIST";
+    }
+    if (nodes != nullptr) {
+      auto hosts = ExpandHostlist(nodes);
+      if (!hosts.ok()) return Status::InvalidArgument(std::string("environment variable ") + which + ": " +
+                                                      hosts.status().message());
+      info.master_addr = hosts->front();
+    }
+    if (const char* a = getenv("MASTER_ADDR")) info.master_addr = a;
+    if (auto s = get_int("MASTER_PORT", 1, &info.master_port); !s.ok()) return s;
+  }
+  if (info.rank >= info.world_size) {
+    return Status::InvalidArgument("rank " + std::to_string(info.rank) + " is not below the world size " +
+                                   std::to_string(info.world_size) + " (" + info.source + " variables)");
+  }
+  return info;
+}
+
+}  // namespace scdino::training

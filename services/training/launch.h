@@ -1,0 +1,40 @@
+// Where this process sits in a distributed run: rank, world size, local rank
+// and the rendezvous address, from Slurm's variables, torchrun-style
+// variables, or a single process when neither is set.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace scdino::training {
+
+struct LaunchInfo {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  int64_t local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int64_t master_port = 29500;
+  std::string source = "single";  ///< slurm | torchrun | single
+};
+
+/// Reads the environment through `getenv` (injectable for tests):
+/// torchrun-style RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
+/// when RANK and WORLD_SIZE are set; else Slurm's SLURM_PROCID,
+/// SLURM_NTASKS, SLURM_LOCALID, the first host of SLURM_STEP_NODELIST (or
+/// SLURM_JOB_NODELIST) and a port derived from SLURM_JOB_ID (MASTER_ADDR and
+/// MASTER_PORT override); else one process. Errors name the variable.
+StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>& getenv);
+
+/// The port of a Slurm job's rendezvous: 20000 + job id mod 20000, so jobs
+/// sharing a node rarely collide and every task of a job agrees.
+int64_t PortForJob(int64_t job_id);
+
+/// Expands a Slurm host list ("gpu-st-[1-4,7],login1", "n[01-03]-ib") into
+/// host names, keeping zero padding. InvalidArgument names the list.
+StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& list);
+
+}  // namespace scdino::training

@@ -1,0 +1,80 @@
+#include "training/launch.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace scdino::training {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+StatusOr<LaunchInfo> From(const Env& env) {
+  return LaunchFromEnv([&](const char* k) -> const char* {
+    auto it = env.find(k);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(Hostlist, ExpandsSlurmNotation) {
+  auto h = ExpandHostlist("gpu-st-[1-4,7],login1");
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(*h, (std::vector<std::string>{"gpu-st-1", "gpu-st-2", "gpu-st-3", "gpu-st-4", "gpu-st-7", "login1"}));
+  EXPECT_EQ(*ExpandHostlist("n[08-11]-ib"), (std::vector<std::string>{"n08-ib", "n09-ib", "n10-ib", "n11-ib"}));
+  EXPECT_EQ(*ExpandHostlist("a[1-2]b[3,5]"), (std::vector<std::string>{"a1b3", "a1b5", "a2b3", "a2b5"}));
+  EXPECT_EQ(*ExpandHostlist("single"), std::vector<std::string>{"single"});
+  EXPECT_EQ(ExpandHostlist("ip-10-0-[0-1]-[5]")->size(), 2u);
+  for (const char* bad : {"n[1-", "n]", "n[]", "n[3-1]", "n[a-b]", "a,,b", ""}) {
+    auto r = ExpandHostlist(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) EXPECT_NE(r.status().message().find(std::string("'") + bad + "'"), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(Launch, SingleProcessWhenNothingIsSet) {
+  auto l = From({});
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->source, "single");
+  EXPECT_EQ(l->world_size, 1);
+}
+
+TEST(Launch, FromSlurm) {
+  auto l = From({{"SLURM_PROCID", "5"},
+                 {"SLURM_NTASKS", "8"},
+                 {"SLURM_LOCALID", "1"},
+                 {"SLURM_JOB_ID", "123456"},
+                 {"SLURM_STEP_NODELIST", "gpu-st-[3-4]"},
+                 {"SLURM_JOB_NODELIST", "gpu-st-[1-4]"}});
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(l->source, "slurm");
+  EXPECT_EQ(l->rank, 5);
+  EXPECT_EQ(l->world_size, 8);
+  EXPECT_EQ(l->local_rank, 1);
+  EXPECT_EQ(l->master_addr, "gpu-st-3");
+  EXPECT_EQ(l->master_port, PortForJob(123456));
+  EXPECT_EQ(l->master_port, 20000 + 123456 % 20000);
+}
+
+TEST(Launch, TorchrunVariablesWin) {
+  auto l = From({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.1.2.3"},
+                 {"MASTER_PORT", "29600"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->source, "torchrun");
+  EXPECT_EQ(l->rank, 1);
+  EXPECT_EQ(l->master_addr, "10.1.2.3");
+  EXPECT_EQ(l->master_port, 29600);
+}
+
+TEST(Launch, BadValuesNameTheVariable) {
+  auto a = From({{"RANK", "x"}, {"WORLD_SIZE", "2"}});
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("RANK: expected an integer >= 0, got 'x'"), std::string::npos);
+  auto b = From({{"RANK", "2"}, {"WORLD_SIZE", "2"}});
+  EXPECT_NE(b.status().message().find("rank 2 is not below the world size 2"), std::string::npos);
+  auto c = From({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "n[1-"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("SLURM_JOB_NODELIST"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace scdino::training
