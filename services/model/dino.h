@@ -89,6 +89,8 @@ class Dino {
   const DinoOptions& options() const { return options_; }
   torch::Device device() const { return device_; }
   int64_t ncrops() const { return 2 + options_.local_crops_number; }
+  /// The student's trainable parameters (weights, then biases and 1-D).
+  const std::vector<NamedParam>& trainable() const { return student_params_; }
 
   MultiCropWrapper student{nullptr};
   MultiCropWrapper teacher{nullptr};

@@ -1,0 +1,164 @@
+#include "training/distributed.h"
+
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <chrono>
+#include <cstdlib>
+
+namespace scdino::training {
+
+StatusOr<std::shared_ptr<Collective>> Collective::Connect(const LaunchInfo& launch, const DistributedOptions& options,
+                                                          torch::Device device) {
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(launch.master_port);
+  so.isServer = launch.rank == 0;
+  so.numWorkers = static_cast<size_t>(launch.world_size);
+  so.timeout = options.timeout;
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
+  } catch (const std::exception& e) {
+    return Status::Unavailable("rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world_size) +
+                               ": rendezvous at " + launch.master_addr + ":" + std::to_string(launch.master_port) +
+                               " failed within " + std::to_string(options.timeout.count()) + " ms: " + e.what());
+  }
+  try {
+    return Create(store, launch.rank, launch.world_size, options, device);
+  } catch (const std::exception& e) {
+    return Status::Unavailable("rank " + std::to_string(launch.rank) + ": process group: " + e.what());
+  }
+}
+
+std::shared_ptr<Collective> Collective::Create(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
+                                               int64_t world_size, const DistributedOptions& options,
+                                               torch::Device device) {
+  std::shared_ptr<Collective> c(new Collective());
+  c->store_ = store;
+  c->rank_ = rank;
+  c->world_size_ = world_size;
+  c->options_ = options;
+  TORCH_CHECK(device.is_cpu(), "NCCL process groups need a CUDA build of LibTorch; this build has Gloo (CPU) only");
+  auto opts = c10d::ProcessGroupGloo::Options::create(options.timeout);
+  // The interface named by GLOO_SOCKET_IFNAME, else the one this host's
+  // name resolves to (reachable from other nodes), else loopback.
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+  } else {
+    try {
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    } catch (const std::exception&) {
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    }
+  }
+  c->pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank), static_cast<int>(world_size),
+                                                       opts);
+  return c;
+}
+
+c10::intrusive_ptr<c10d::Work> Collective::AllReduceSumAsync(torch::Tensor& t) {
+  std::vector<torch::Tensor> v{t};
+  return pg_->allreduce(v);
+}
+
+void Collective::Wait(const c10::intrusive_ptr<c10d::Work>& work) {
+  try {
+    work->wait(options_.timeout);
+  } catch (const std::exception& e) {
+    ThrowIfError(Status::Aborted("rank " + std::to_string(rank_) + ": a collective did not complete within " +
+                                 std::to_string(options_.timeout.count()) +
+                                 " ms; another rank has probably died or hangs: " + e.what()));
+  }
+}
+
+void Collective::AllReduceSum(torch::Tensor& t) { Wait(AllReduceSumAsync(t)); }
+
+void Collective::Barrier() {
+  auto t = torch::zeros({1});
+  AllReduceSum(t);
+}
+
+GradientAllReducer::GradientAllReducer(std::shared_ptr<Collective> collective, std::vector<model::NamedParam> params,
+                                       int64_t bucket_bytes)
+    : collective_(std::move(collective)), params_(std::move(params)), bucket_of_(params_.size()) {
+  Bucket current;
+  int64_t bytes = 0;
+  for (size_t k = params_.size(); k-- > 0;) {
+    const auto& p = params_[k].param;
+    if (!current.params.empty() && bytes + p.numel() * p.element_size() > bucket_bytes) {
+      buckets_.push_back(std::move(current));
+      current = Bucket();
+      bytes = 0;
+    }
+    bucket_of_[k] = buckets_.size();
+    current.params.push_back(k);
+    current.numel += p.numel();
+    bytes += p.numel() * p.element_size();
+  }
+  if (!current.params.empty()) buckets_.push_back(std::move(current));
+  for (auto& b : buckets_) b.pending = static_cast<int64_t>(b.params.size());
+  for (size_t k = 0; k < params_.size(); ++k) {
+    // The accumulator runs once per backward, after the incoming gradients
+    // of every use of the parameter are summed into .grad.
+    auto acc = torch::autograd::impl::grad_accumulator(params_[k].param);
+    acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, k](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          MarkReady(k);
+          return outputs;
+        }));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+void GradientAllReducer::MarkReady(size_t k) {
+  Bucket& b = buckets_[bucket_of_[k]];
+  if (--b.pending == 0) Launch(b);
+}
+
+void GradientAllReducer::Launch(Bucket& b) {
+  torch::NoGradGuard guard;
+  std::vector<torch::Tensor> parts;
+  for (size_t k : b.params) {
+    const auto& p = params_[k].param;
+    parts.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
+  }
+  b.flat = torch::cat(parts);
+  b.work = collective_->AllReduceSumAsync(b.flat);
+}
+
+void GradientAllReducer::Finish() {
+  torch::NoGradGuard guard;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& b : buckets_) {
+    if (!b.work) Launch(b);
+  }
+  const double inv = 1.0 / static_cast<double>(collective_->world_size());
+  for (auto& b : buckets_) {
+    collective_->Wait(b.work);
+    int64_t offset = 0;
+    for (size_t k : b.params) {
+      auto& p = params_[k].param;
+      auto avg = b.flat.slice(0, offset, offset + p.numel()).view(p.sizes()).mul_(inv);
+      if (p.grad().defined()) {
+        p.mutable_grad().copy_(avg);
+      } else {
+        p.mutable_grad() = avg.clone();
+      }
+      offset += p.numel();
+    }
+    b.work.reset();
+    b.flat = torch::Tensor();
+    b.pending = static_cast<int64_t>(b.params.size());
+  }
+  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double GradientAllReducer::TakeWaitSeconds() {
+  double w = wait_seconds_;
+  wait_seconds_ = 0.0;
+  return w;
+}
+
+}  // namespace scdino::training

@@ -1,0 +1,144 @@
+#include "training/distributed.h"
+
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <thread>
+
+#include "model/dino.h"
+#include "support/test_support.h"
+
+namespace scdino::training {
+namespace {
+
+using scdino::testing::AllClose;
+
+model::DinoOptions Tiny() {
+  model::DinoOptions o;
+  o.vit = model::VitOptions().in_chans(3).patch_size(8).img_size(16).embed_dim(32).depth(2).num_heads(2);
+  o.out_dim = 64;
+  o.head_hidden_dim = 32;
+  o.head_bottleneck_dim = 16;
+  o.local_crops_number = 2;
+  o.epochs = 3;
+  return o;
+}
+
+std::vector<torch::Tensor> Crops(int64_t step, int64_t batch) {
+  torch::manual_seed(100 + step);
+  return {torch::randn({batch, 3, 16, 16}), torch::randn({batch, 3, 16, 16}), torch::randn({batch, 3, 8, 8}),
+          torch::randn({batch, 3, 8, 8})};
+}
+
+model::StepInput Input(std::vector<torch::Tensor> crops, int64_t step) {
+  model::StepInput in;
+  in.crops = std::move(crops);
+  in.epoch = step;  // epoch 0 freezes the last layer, later epochs train it
+  in.lr = 1e-3;
+  in.weight_decay = 0.04;
+  in.momentum = 0.99;
+  return in;
+}
+
+// Two Gloo ranks (threads of this process, talking over TCP), each with half
+// of the global batch, end with the weights, teacher and center of one
+// process that takes the whole batch.
+TEST(Distributed, TwoRanksWithHalfBatchesEqualOneProcessWithTheWholeBatch) {
+  torch::manual_seed(0);
+  model::Dino init(Tiny());
+  const TensorMap start = init.TeacherWeights();
+  const int64_t B = 4, steps = 3;
+
+  model::Dino single(Tiny());
+  ASSERT_TRUE(single.LoadWeights(start, "start").ok());
+  std::vector<TensorMap> single_grads;
+  for (int64_t s = 0; s < steps; ++s) {
+    single.Step(Input(Crops(s, B), s));  // Crops reseeds: the same crops as below
+    TensorMap g;
+    for (const auto& p : single.trainable()) {
+      if (p.param.grad().defined()) g[p.name] = p.param.grad().clone();
+    }
+    single_grads.push_back(g);
+  }
+
+  // The global random generator is shared by threads: crops are made first.
+  std::vector<std::vector<torch::Tensor>> all_crops;
+  for (int64_t s = 0; s < steps; ++s) all_crops.push_back(Crops(s, B));
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::unique_ptr<model::Dino>> ranks(2);
+  std::vector<std::vector<TensorMap>> rank_grads(2);
+  std::vector<int64_t> buckets(2);
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      torch::set_num_threads(1);
+      DistributedOptions opts;
+      opts.bucket_bytes = 64 << 10;  // several buckets for this small model
+      auto coll = Collective::Create(store, r, 2, opts, torch::kCPU);
+      ranks[r] = std::make_unique<model::Dino>(Tiny());
+      auto& dino = *ranks[r];
+      ThrowIfError(dino.LoadWeights(start, "start"));
+      dino.loss->set_all_reduce([coll](torch::Tensor& t) { coll->AllReduceSum(t); }, 2);
+      GradientAllReducer reducer(coll, dino.trainable(), opts.bucket_bytes);
+      buckets[r] = reducer.buckets();
+      model::StepHooks hooks;
+      hooks.after_backward = [&] { reducer.Finish(); };
+      for (int64_t s = 0; s < steps; ++s) {
+        std::vector<torch::Tensor> half;
+        for (const auto& c : all_crops[s]) half.push_back(c.slice(0, r * B / 2, (r + 1) * B / 2));
+        dino.Step(Input(half, s), hooks);
+        TensorMap g;
+        for (const auto& p : dino.trainable()) {
+          if (p.param.grad().defined()) g[p.name] = p.param.grad().clone();
+        }
+        rank_grads[r].push_back(g);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_GT(buckets[0], 2);
+
+  // Gradients after all-reduce, clipping and the freeze: the same on both
+  // ranks and equal to the whole-batch gradients up to float32 summation
+  // order (tolerance 1e-5 relative to each tensor's largest element).
+  for (int64_t s = 0; s < steps; ++s) {
+    ASSERT_EQ(rank_grads[0][s].size(), single_grads[s].size());
+    for (const auto& [name, g] : single_grads[s]) {
+      EXPECT_TRUE(rank_grads[0][s].at(name).equal(rank_grads[1][s].at(name))) << name;
+      const double scale = g.abs().max().item<double>();
+      EXPECT_TRUE(AllClose(rank_grads[0][s].at(name), g, 1e-4, 1e-5 * scale + 1e-12)) << "step " << s << " " << name;
+    }
+  }
+  // Weights, teacher and center: the ranks agree exactly; against the single
+  // process the weights agree to 1e-5 (three AdamW steps of lr 1e-3, Adam
+  // normalises each gradient element, so noise-level gradient elements, like
+  // the mathematically zero key bias, move by up to lr either way).
+  const auto a = ranks[0]->StateDict(), b = ranks[1]->StateDict(), one = single.StateDict();
+  for (const auto& [name, t] : one) {
+    if (name.rfind("optimizer.", 0) == 0) continue;
+    EXPECT_TRUE(a.at(name).equal(b.at(name))) << name;
+    const double tol = name.find("attn.qkv.bias") != std::string::npos ? 7e-3 : 1e-5;
+    EXPECT_TRUE(AllClose(a.at(name), t, 0, tol)) << name;
+  }
+  EXPECT_TRUE(AllClose(ranks[0]->loss->center, single.loss->center, 1e-5, 1e-7)) << "center";
+}
+
+TEST(Distributed, APeerThatNeverComesFailsWithinTheTimeout) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  DistributedOptions opts;
+  opts.timeout = std::chrono::milliseconds(1500);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    auto coll = Collective::Create(store, 0, 2, opts, torch::kCPU);
+    auto t = torch::ones({4});
+    coll->AllReduceSum(t);
+    FAIL() << "expected a timeout";
+  } catch (const std::exception& e) {
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(secs, 30.0);
+    SUCCEED() << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace scdino::training
