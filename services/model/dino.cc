@@ -58,6 +58,7 @@ StepOutput Dino::Step(const StepInput& in, const StepHooks& hooks) {
   auto l = loss->forward(out.student.head, out.teacher.head, in.epoch);
   out.loss = l.detach();
   out.finite = std::isfinite(out.loss.item<double>());
+  if (hooks.all_finite) out.finite = hooks.all_finite(out.finite);
   if (!out.finite) return out;
   l.backward();
   if (hooks.after_backward) hooks.after_backward();

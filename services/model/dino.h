@@ -55,6 +55,9 @@ struct StepInput {
 struct StepHooks {
   /// After backward, before clipping: where gradients are averaged over ranks.
   std::function<void()> after_backward;
+  /// Given this rank's "loss is finite", returns whether every rank's is, so
+  /// that all ranks skip or stop together.
+  std::function<bool(bool)> all_finite;
 };
 
 struct StepOutput {

@@ -119,7 +119,22 @@ int main(int argc, char** argv) {
       std::cerr << "scdino-trainer: " << config_path << ": scdino.device is cuda, but no CUDA device is available\n";
       return kExitBadInput;
     }
-    auto source = scdino::training::MakeSource(*config, 0, 1, device);
+    auto launch = scdino::training::LaunchFromEnv([](const char* k) { return std::getenv(k); });
+    if (!launch.ok()) {
+      std::cerr << "scdino-trainer: " << launch.status().message() << "\n";
+      return kExitBadInput;
+    }
+    if (launch->world_size > 1) {
+      auto c = scdino::training::Collective::Connect(*launch, {}, device);
+      if (!c.ok()) {
+        std::cerr << "scdino-trainer: " << c.status().message() << "\n";
+        return kExitFailed;
+      }
+      options.collective = *c;
+      std::cerr << "scdino-trainer: rank " << launch->rank << " of " << launch->world_size << " (" << launch->source
+                << " launch, rendezvous " << launch->master_addr << ":" << launch->master_port << ")\n";
+    }
+    auto source = scdino::training::MakeSource(*config, launch->rank, launch->world_size, device);
     if (!source.ok()) {
       std::cerr << "scdino-trainer: " << source.status().message() << "\n";
       return kExitBadInput;

@@ -137,10 +137,24 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<data::MultiCropSource> sour
   dino_ = std::make_unique<model::Dino>(config_.dino_options(), device_);
   TORCH_CHECK(source_->channels() == dino_->options().vit.in_chans(), "the data source gives ", source_->channels(),
               " channels, the model expects ", dino_->options().vit.in_chans());
+  if (auto c = options_.collective) {
+    dino_->loss->set_all_reduce([c](torch::Tensor& t) { c->AllReduceSum(t); }, c->world_size());
+    reducer_ = std::make_unique<GradientAllReducer>(c, dino_->trainable(), options_.bucket_bytes);
+  }
+}
+
+std::vector<double> Trainer::SumOverRanks(std::vector<double> values) {
+  if (!options_.collective) return values;
+  auto t = torch::tensor(values, torch::kFloat64);
+  options_.collective->AllReduceSum(t);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = t[static_cast<int64_t>(i)].item<double>();
+  return values;
 }
 
 Status Trainer::WriteCheckpoint(const std::string& path, int64_t iteration, int64_t niter) {
+  if (options_.collective && options_.collective->rank() != 0) return Status::Ok();
   CheckpointInfo info;
+  info.world_size = options_.collective ? options_.collective->world_size() : 1;
   info.iteration = iteration;
   info.epoch = iteration / niter;
   info.config_text = config_.source_text;
@@ -157,7 +171,8 @@ StatusOr<TrainResult> Trainer::Run() {
   const int64_t total = epochs * niter;
   model::Schedules sched;
   try {
-    sched = model::MakeSchedules(config_.schedule_options(niter, /*world_size=*/1));
+    sched = model::MakeSchedules(
+        config_.schedule_options(niter, options_.collective ? options_.collective->world_size() : 1));
   } catch (const std::exception& e) {
     return Status::InvalidArgument(config_.source_path + ": " + e.what());
   }
@@ -171,8 +186,17 @@ StatusOr<TrainResult> Trainer::Run() {
     it = info->iteration;
     result.checkpoint = latest;
   }
-  std::ofstream log_file(run_dir + "/log.jsonl", std::ios::app);
-  if (!log_file) return Status::IOError("cannot append to " + run_dir + "/log.jsonl");
+  const bool writer = !options_.collective || options_.collective->rank() == 0;
+  std::ofstream log_file;
+  if (writer) {
+    log_file.open(run_dir + "/log.jsonl", std::ios::app);
+    if (!log_file) return Status::IOError("cannot append to " + run_dir + "/log.jsonl");
+  }
+  model::StepHooks hooks;
+  if (reducer_) {
+    hooks.after_backward = [this] { reducer_->Finish(); };
+    hooks.all_finite = [this](bool finite) { return SumOverRanks({finite ? 0.0 : 1.0})[0] == 0.0; };
+  }
 
   const int64_t batch = source_->batch_size();
   double loss_sum = 0.0;
@@ -202,7 +226,7 @@ StatusOr<TrainResult> Trainer::Run() {
     in.lr = sched.lr[it];
     in.weight_decay = sched.weight_decay[it];
     in.momentum = sched.momentum[it];
-    auto out = dino_->Step(in);
+    auto out = dino_->Step(in, hooks);
     if (!out.finite) {
       return Status::Aborted("loss is " + std::to_string(out.loss.item<double>()) + " at iteration " +
                              std::to_string(it) + " (epoch " + std::to_string(epoch) +
@@ -218,19 +242,24 @@ StatusOr<TrainResult> Trainer::Run() {
     const bool epoch_end = it % niter == 0;
     if (epoch_end) {
       const double secs = Seconds(epoch_start, Clock::now());
+      // Logged figures are over all ranks: mean loss, total images/s.
+      const auto sums = SumOverRanks({loss_sum, static_cast<double>(loss_n), static_cast<double>(loss_n * batch)});
+      const double mean_loss = sums[0] / sums[1], images = sums[2];
       nlohmann::json line = {{"epoch", epoch},
                              {"iteration", it},
-                             {"loss", loss_sum / static_cast<double>(loss_n)},
+                             {"loss", mean_loss},
                              {"lr", in.lr},
                              {"wd", in.weight_decay},
                              {"momentum", in.momentum},
                              {"teacher_temp", temps[epoch]},
-                             {"images_per_s", static_cast<double>(loss_n * batch) / secs},
+                             {"images_per_s", images / secs},
                              {"data_wait_s", data_wait},
                              {"epoch_time_s", secs}};
-      log_file << line.dump() << "\n";
-      log_file.flush();
-      if (options_.log) *options_.log << line.dump() << std::endl;
+      if (writer) {
+        log_file << line.dump() << "\n";
+        log_file.flush();
+        if (options_.log) *options_.log << line.dump() << std::endl;
+      }
       loss_sum = 0.0;
       loss_n = 0;
       data_wait = 0.0;
@@ -243,7 +272,9 @@ StatusOr<TrainResult> Trainer::Run() {
         if (auto s = WriteCheckpoint(numbered, it, niter); !s.ok()) return s;
       }
     }
-    if (it < total && ((stop_at >= 0 && it >= stop_at) || stop_.load())) {
+    bool stop = (stop_at >= 0 && it >= stop_at) || stop_.load();
+    if (options_.collective && it < total) stop = SumOverRanks({stop ? 1.0 : 0.0})[0] > 0;  // any rank stops all
+    if (it < total && stop) {
       if (!epoch_end) {
         if (auto s = WriteCheckpoint(latest, it, niter); !s.ok()) return s;
         result.checkpoint = latest;

@@ -14,6 +14,7 @@
 #include "data/stats.h"
 #include "model/dino.h"
 #include "training/config.h"
+#include "training/distributed.h"
 
 namespace scdino::training {
 
@@ -25,6 +26,11 @@ struct TrainerOptions {
   int64_t stop_after_iterations = -1;
   /// Where the per-epoch JSON lines go besides <run_dir>/log.jsonl; may be null.
   std::ostream* log = nullptr;
+  /// The process group of a distributed run; null for one process. Rank 0
+  /// writes the log and the checkpoints; every rank takes the same stop and
+  /// skip decisions.
+  std::shared_ptr<Collective> collective;
+  int64_t bucket_bytes = 25 << 20;
 };
 
 struct TrainResult {
@@ -62,8 +68,12 @@ class Trainer {
  private:
   Status WriteCheckpoint(const std::string& path, int64_t iteration, int64_t niter);
 
+  /// Sum of `values` over ranks (identity for one process).
+  std::vector<double> SumOverRanks(std::vector<double> values);
+
   TrainConfig config_;
   std::unique_ptr<data::MultiCropSource> source_;
+  std::unique_ptr<GradientAllReducer> reducer_;
   TrainerOptions options_;
   std::unique_ptr<model::Dino> dino_;
   torch::Device device_;

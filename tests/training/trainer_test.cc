@@ -281,5 +281,68 @@ TEST(TrainerBinary, SignalStopsWithACheckpointAndResumesExactly) {
                   Tensors(dir.path() + "/full/checkpoint.safetensors"));
 }
 
+pid_t Spawn(const std::vector<std::string>& env, const std::string& config, const std::string& out) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
+    std::freopen(out.c_str(), "w", stdout);
+    std::freopen(out.c_str(), "a", stderr);
+    execl(SCDINO_TRAINER_BIN, SCDINO_TRAINER_BIN, "--config", config.c_str(), "--threads", "1", nullptr);
+    std::_Exit(127);
+  }
+  return pid;
+}
+
+int Reap(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Two trainer processes (torchrun-style variables, Gloo over loopback), each
+// with half of the global batch, end where one process with the whole batch
+// ends: same data, schedules, center and teacher, up to float32 summation
+// order.
+TEST(TrainerBinary, TwoRanksMatchOneProcessWithTheWholeBatch) {
+  ScratchDir dir;
+  auto config = [&](const std::string& name, int batch) {
+    std::string y = TinyConfig(dir.path(), name);
+    y.replace(y.find("batch_size_per_gpu: 4"), 21, "batch_size_per_gpu: " + std::to_string(batch));
+    y.replace(y.find("drop_path_rate: 0.2"), 19, "drop_path_rate: 0.0");
+    std::ofstream(dir.file(name + ".yaml")) << y;
+    return dir.file(name + ".yaml");
+  };
+  const std::string one = config("one", 4), two = config("two", 2);
+  const std::string port = std::to_string(21000 + getpid() % 20000);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    pids.push_back(Spawn({"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r),
+                          "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port},
+                         two, dir.file("rank" + std::to_string(r) + ".out")));
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(Reap(pids[r]), 0) << *ReadFile(dir.file("rank" + std::to_string(r) + ".out"));
+  }
+  EXPECT_EQ(Reap(Spawn({}, one, dir.file("one.out"))), 0) << *ReadFile(dir.file("one.out"));
+  EXPECT_NE(ReadFile(dir.file("rank1.out"))->find("rank 1 of 2"), std::string::npos);
+  auto a = ReadSafetensors(dir.path() + "/two/checkpoint.safetensors");
+  auto b = ReadSafetensors(dir.path() + "/one/checkpoint.safetensors");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->metadata.at("world_size"), "2");
+  EXPECT_EQ(a->metadata.at("iteration"), b->metadata.at("iteration"));
+  for (const auto& [name, t] : b->tensors) {
+    if (name.rfind("optimizer.", 0) == 0) continue;
+    // See distributed_test.cc for the tolerance on the key bias.
+    const double tol = name.find("attn.qkv.bias") != std::string::npos ? 0.1 : 2e-4;
+    EXPECT_TRUE(scdino::testing::AllClose(a->tensors.at(name), t, 0, tol)) << name;
+  }
+  // The log is written once, by rank 0, with the loss over both ranks.
+  std::ifstream log(dir.path() + "/two/log.jsonl");
+  std::string line;
+  int lines = 0;
+  while (std::getline(log, line)) ++lines;
+  EXPECT_EQ(lines, 3);
+}
+
 }  // namespace
 }  // namespace scdino::training
