@@ -507,6 +507,7 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
                      {"data_source", Str(&r.data_source, {"folder", "csv", "synthetic"})},
                      {"index_csv", Str(&r.index_csv)},
                      {"on_bad_image", Str(&r.on_bad_image, {"fail", "skip"})},
+                     {"on_nonfinite_loss", Str(&r.on_nonfinite_loss, {"stop", "skip"})},
                      {"cache_images", Bool(&r.cache_images)},
                      {"prefetch_batches", Int(&r.prefetch_batches, 1)},
                      {"stats_file", Str(&r.stats_file)},

@@ -134,6 +134,9 @@ struct RuntimeConfig {
   std::string data_source = "folder";
   std::string index_csv;              ///< for data_source: csv (path,label rows)
   std::string on_bad_image = "fail";  ///< fail | skip
+  /// stop: a non-finite loss stops the run naming the iteration; skip: the
+  /// step changes nothing and is counted (nonfinite_steps in the log).
+  std::string on_nonfinite_loss = "stop";
   bool cache_images = false;          ///< keep decoded images in memory
   int64_t prefetch_batches = 4;
   /// Channel statistics JSON; read when it exists, else computed over

@@ -202,11 +202,16 @@ StatusOr<TrainResult> Trainer::Run() {
   double loss_sum = 0.0;
   int64_t loss_n = 0;
   double data_wait = 0.0;
+  int64_t nonfinite = 0;
+  bool epoch_started = false;
   auto epoch_start = Clock::now();
   const int64_t stop_at = options_.stop_after_iterations;
   while (it < total) {
     const int64_t epoch = it / niter;
-    if (loss_n == 0) source_->StartEpoch(epoch, it % niter);
+    if (!epoch_started) {
+      source_->StartEpoch(epoch, it % niter);
+      epoch_started = true;
+    }
     auto t0 = Clock::now();
     std::optional<data::MultiCropBatch> b;
     try {
@@ -227,15 +232,21 @@ StatusOr<TrainResult> Trainer::Run() {
     in.weight_decay = sched.weight_decay[it];
     in.momentum = sched.momentum[it];
     auto out = dino_->Step(in, hooks);
-    if (!out.finite) {
+    if (!out.finite && config_.scdino.on_nonfinite_loss == "stop") {
       return Status::Aborted("loss is " + std::to_string(out.loss.item<double>()) + " at iteration " +
                              std::to_string(it) + " (epoch " + std::to_string(epoch) +
-                             "); stopping. The last checkpoint is " +
+                             "); stopping (scdino.on_nonfinite_loss: skip would skip such steps). The last "
+                             "checkpoint is " +
                              (result.checkpoint.empty() ? std::string("none") : result.checkpoint));
     }
-    result.last_loss = out.loss.item<double>();
-    loss_sum += result.last_loss;
-    ++loss_n;
+    if (out.finite) {
+      result.last_loss = out.loss.item<double>();
+      loss_sum += result.last_loss;
+      ++loss_n;
+    } else {
+      ++nonfinite;
+      ++result.nonfinite_steps;
+    }
     ++it;
     result.iteration = it;
 
@@ -243,8 +254,8 @@ StatusOr<TrainResult> Trainer::Run() {
     if (epoch_end) {
       const double secs = Seconds(epoch_start, Clock::now());
       // Logged figures are over all ranks: mean loss, total images/s.
-      const auto sums = SumOverRanks({loss_sum, static_cast<double>(loss_n), static_cast<double>(loss_n * batch)});
-      const double mean_loss = sums[0] / sums[1], images = sums[2];
+      const auto sums = SumOverRanks({loss_sum, static_cast<double>(loss_n), static_cast<double>(niter * batch)});
+      const double mean_loss = sums[1] > 0 ? sums[0] / sums[1] : std::nan(""), images = sums[2];
       nlohmann::json line = {{"epoch", epoch},
                              {"iteration", it},
                              {"loss", mean_loss},
@@ -254,6 +265,7 @@ StatusOr<TrainResult> Trainer::Run() {
                              {"teacher_temp", temps[epoch]},
                              {"images_per_s", images / secs},
                              {"data_wait_s", data_wait},
+                             {"nonfinite_steps", nonfinite},
                              {"epoch_time_s", secs}};
       if (writer) {
         log_file << line.dump() << "\n";
@@ -262,6 +274,8 @@ StatusOr<TrainResult> Trainer::Run() {
       }
       loss_sum = 0.0;
       loss_n = 0;
+      nonfinite = 0;
+      epoch_started = false;
       data_wait = 0.0;
       epoch_start = Clock::now();
       if (auto s = WriteCheckpoint(latest, it, niter); !s.ok()) return s;

@@ -37,6 +37,7 @@ struct TrainResult {
   bool completed = false;   ///< all epochs done (else stopped early, resumable)
   int64_t iteration = 0;    ///< iterations done in total
   double last_loss = 0.0;
+  int64_t nonfinite_steps = 0;  ///< steps skipped for a non-finite loss
   std::string checkpoint;   ///< path of the last checkpoint written
 };
 

@@ -210,6 +210,30 @@ TEST(Trainer, TrainsFromATiffDataSetThroughTheLoader) {
   EXPECT_EQ(*ReadFile(run + "/channel_stats.json"), before);
 }
 
+// An lr of 1e30 sends the weights to infinity after the first update, so
+// the second step's loss is not finite.
+TEST(Trainer, NonFiniteLossStopsNamingTheIterationOrIsSkipped) {
+  ScratchDir dir;
+  std::string yaml = TinyConfig(dir.path(), "nan");
+  yaml.replace(yaml.find("lr: 0.05"), 8, "lr: 1.0e+30");
+  yaml.replace(yaml.find("warmup_epochs: 1"), 16, "warmup_epochs: 0");
+  auto stop = RunOnce(yaml);
+  ASSERT_FALSE(stop.ok());
+  EXPECT_EQ(stop.status().code(), StatusCode::kAborted);
+  EXPECT_NE(stop.status().message().find("at iteration 1 (epoch 0)"), std::string::npos) << stop.status().message();
+  std::filesystem::remove_all(dir.path() + "/nan");
+  const std::string key = "  data_source: synthetic";
+  yaml.replace(yaml.find(key), key.size(), "  on_nonfinite_loss: skip\n" + key);
+  auto skip = RunOnce(yaml);
+  ASSERT_TRUE(skip.ok()) << skip.status().ToString();
+  EXPECT_TRUE(skip->completed);
+  EXPECT_EQ(skip->nonfinite_steps, 11);
+  std::ifstream log(dir.path() + "/nan/log.jsonl");
+  std::string first;
+  std::getline(log, first);
+  EXPECT_EQ(nlohmann::json::parse(first).at("nonfinite_steps").get<int>(), 3);
+}
+
 // The binary as a user runs it: exit codes and messages.
 int RunTrainer(const std::string& args, const std::string& out_file) {
   const std::string cmd = std::string(SCDINO_TRAINER_BIN) + " " + args + " > " + out_file + " 2>&1";
