@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# A real single-node Slurm for the tests that submit deploy/slurm/*.sbatch.
+bash scripts/slurm-local.sh
 build_dir=${BUILD_DIR:-build}
 # One intra-op thread per test process: CTest already runs tests in parallel.
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Installs and starts a real single-node Slurm (Debian's slurm-wlm and munge)
+# on this machine, for the tests that submit deploy/slurm/*.sbatch. Uses the
+# node's real CPU count and memory; proctrack/linuxproc and task/none, so it
+# needs no cgroups. Idempotent: a running cluster is left as it is.
+#
+#   bash scripts/slurm-local.sh          # start (installs on first use)
+#   bash scripts/slurm-local.sh stop
+set -euo pipefail
+state=${SCDINO_SLURM_STATE:-/var/tmp/scdino-slurm}
+conf_dir=/etc/slurm
+
+if [ "${1:-start}" = stop ]; then
+  pkill -x slurmd || true
+  pkill -x slurmctld || true
+  exit 0
+fi
+
+if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
+fi
+
+if sinfo -h -o '%T' 2>/dev/null | grep -qE 'idle|mixed|allocated'; then
+  exit 0
+fi
+
+host=$(hostname -s)
+cpus=$(nproc)
+mem_mb=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 - 1024 ))
+mkdir -p "$state"/{ctld,d} /var/log/slurm /run/munge "$conf_dir"
+
+# munge: one key, the daemon running as root is fine for a test cluster.
+if [ ! -s /etc/munge/munge.key ]; then
+  mkdir -p /etc/munge
+  dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key status=none
+fi
+chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge 2>/dev/null || true
+chmod 0700 /etc/munge; chmod 0400 /etc/munge/munge.key
+pgrep -x munged >/dev/null || su -s /bin/sh munge -c /usr/sbin/munged 2>/dev/null || /usr/sbin/munged --force
+
+cat > "$conf_dir/slurm.conf" <<CONF
+ClusterName=scdino-test
+SlurmctldHost=$host
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+StateSaveLocation=$state/ctld
+SlurmdSpoolDir=$state/d
+SlurmctldPidFile=$state/slurmctld.pid
+SlurmdPidFile=$state/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+ReturnToService=2
+MpiDefault=none
+JobRequeue=1
+KillWait=30
+NodeName=$host CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+CONF
+
+pgrep -x slurmctld >/dev/null || slurmctld
+pgrep -x slurmd >/dev/null || slurmd
+for _ in $(seq 1 60); do
+  if sinfo -h -o '%T' 2>/dev/null | grep -qE 'idle|mixed|allocated'; then
+    exit 0
+  fi
+  scontrol update nodename="$host" state=resume >/dev/null 2>&1 || true
+  sleep 1
+done
+echo "scdino: Slurm did not come up; see /var/log/slurm/slurmctld.log and slurmd.log" >&2
+sinfo >&2 || true
+exit 1

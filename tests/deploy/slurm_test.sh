@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Submits deploy/slurm/train.sbatch to the real single-node Slurm started by
+# scripts/slurm-local.sh: a 2-task data-parallel run, then a run sent
+# `scancel --signal=USR1` mid-way, which must checkpoint, requeue itself,
+# resume and finish with the weights of an uninterrupted run.
+#   tests/deploy/slurm_test.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+src=$1
+build=$2
+work="$build/test-scratch/slurm"
+rm -rf "$work"
+mkdir -p "$work"
+if ! sinfo -h -o '%T' 2>/dev/null | grep -qE 'idle|mixed|allocated'; then
+  echo "FAIL: no Slurm cluster (scripts/slurm-local.sh starts one)"
+  exit 1
+fi
+
+config() {  # name epochs
+  cat > "$work/$1.yaml" <<YAML
+meta: {name_of_run: "$1", output_dir: "$work", seed: 5, selected_channel_combination_per_run: ["012"]}
+train_scDINO:
+  epochs: $2
+  saveckp_freq: 100
+  batch_size_per_gpu: 4
+  num_workers: 1
+  hyperparameters: {arch: vit_tiny, embed_dim: 32, depth: 2, num_heads: 2, patch_size: 8, global_crops_size: 16,
+                    local_crops_size: 8, local_crops_number: 2, out_dim: 64, head_hidden_dim: 32,
+                    head_bottleneck_dim: 16, warmup_epochs: 1, drop_path_rate: 0.0}
+scdino: {threads: 1, data_source: synthetic, synthetic: {classes: 2, per_class: 8, channels: 3, size: 16, seed: 1}}
+YAML
+}
+
+submit() {  # name ntasks -> job id
+  sbatch --parsable --ntasks="$2" --cpus-per-task=1 --output="$work/$1-%j.out" \
+    --export=ALL,SCDINO_BIN="$build/services/trainer" "$src/deploy/slurm/train.sbatch" "$work/$1.yaml"
+}
+
+wait_gone() {  # job id, seconds
+  for _ in $(seq 1 "$2"); do
+    squeue -h -j "$1" 2>/dev/null | grep -q . || return 0
+    sleep 1
+  done
+  echo "FAIL: job $1 still in the queue after $2 s"; squeue; exit 1
+}
+
+iteration() { python3 - "$1" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+print(json.loads(b[8:8 + n])['__metadata__']['iteration'])
+PY
+}
+
+same_weights() { python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+def load(p):
+    b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n])
+    return {k: b[8 + n + v['data_offsets'][0]: 8 + n + v['data_offsets'][1]] for k, v in h.items() if k != '__metadata__'}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+bad = [k for k in a if not k.startswith('optimizer.') and a[k] != b.get(k)]
+print('identical' if not bad else 'differ: ' + ', '.join(bad[:5]))
+PY
+}
+
+# 1. Two tasks, data parallel over Gloo, rendezvous from Slurm's variables.
+config two 2
+job=$(submit two 2)
+wait_gone "$job" 300
+grep -q "rank 1 of 2 (slurm launch" "$work"/two-*.out || { echo "FAIL: no 2-rank launch"; cat "$work"/two-*.out; exit 1; }
+[ "$(iteration "$work/two/checkpoint.safetensors")" = 4 ] || { echo "FAIL: 2-task run did not finish"; cat "$work"/two-*.out; exit 1; }
+[ "$(wc -l < "$work/two/log.jsonl")" = 2 ] || { echo "FAIL: expected 2 log lines"; exit 1; }
+echo "ok: 2-task training job"
+
+# 2. Preemption: USR1 mid-way, requeue, resume, same result as uninterrupted.
+config full 40
+config preempted 40
+ref=$(submit full 1)
+job=$(submit preempted 1)
+for _ in $(seq 1 300); do
+  [ -s "$work/preempted/log.jsonl" ] && break
+  sleep 0.2
+done
+scancel --signal=USR1 "$job"
+wait_gone "$job" 600
+wait_gone "$ref" 600
+grep -q "requeueing job $job" "$work"/preempted-*.out || { echo "FAIL: job was not requeued"; cat "$work"/preempted-*.out; exit 1; }
+[ "$(iteration "$work/preempted/checkpoint.safetensors")" = 160 ] || { echo "FAIL: requeued run did not finish"; cat "$work"/preempted-*.out; exit 1; }
+result=$(same_weights "$work/preempted/checkpoint.safetensors" "$work/full/checkpoint.safetensors")
+[ "$result" = identical ] || { echo "FAIL: resumed run $result from the uninterrupted one"; exit 1; }
+echo "ok: USR1 -> checkpoint -> requeue -> resume -> identical weights"
