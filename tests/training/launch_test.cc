@@ -27,7 +27,9 @@ TEST(Hostlist, ExpandsSlurmNotation) {
   for (const char* bad : {"n[1-", "n]", "n[]", "n[3-1]", "n[a-b]", "a,,b", ""}) {
     auto r = ExpandHostlist(bad);
     EXPECT_FALSE(r.ok()) << bad;
-    if (!r.ok()) EXPECT_NE(r.status().message().find(std::string("'") + bad + "'"), std::string::npos) << r.status().message();
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find(std::string("'") + bad + "'"), std::string::npos) << r.status().message();
+    }
   }
 }
 
