@@ -125,7 +125,11 @@ int main(int argc, char** argv) {
       return kExitBadInput;
     }
     if (launch->world_size > 1) {
-      auto c = scdino::training::Collective::Connect(*launch, {}, device);
+      scdino::training::DistributedOptions dist;
+      dist.timeout = std::chrono::seconds(config->scdino.distributed_timeout_s);
+      dist.bucket_bytes = config->scdino.bucket_mb << 20;
+      options.bucket_bytes = dist.bucket_bytes;
+      auto c = scdino::training::Collective::Connect(*launch, dist, device);
       if (!c.ok()) {
         std::cerr << "scdino-trainer: " << c.status().message() << "\n";
         return kExitFailed;

@@ -508,6 +508,8 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
                      {"index_csv", Str(&r.index_csv)},
                      {"on_bad_image", Str(&r.on_bad_image, {"fail", "skip"})},
                      {"on_nonfinite_loss", Str(&r.on_nonfinite_loss, {"stop", "skip"})},
+                     {"distributed_timeout_s", Int(&r.distributed_timeout_s, 1)},
+                     {"bucket_mb", Int(&r.bucket_mb, 1)},
                      {"cache_images", Bool(&r.cache_images)},
                      {"prefetch_batches", Int(&r.prefetch_batches, 1)},
                      {"stats_file", Str(&r.stats_file)},

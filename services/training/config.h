@@ -137,6 +137,10 @@ struct RuntimeConfig {
   /// stop: a non-finite loss stops the run naming the iteration; skip: the
   /// step changes nothing and is counted (nonfinite_steps in the log).
   std::string on_nonfinite_loss = "stop";
+  /// Distributed runs: seconds a rendezvous or collective may take before
+  /// the rank gives up (a dead or hung peer), and the gradient bucket size.
+  int64_t distributed_timeout_s = 300;
+  int64_t bucket_mb = 25;
   bool cache_images = false;          ///< keep decoded images in memory
   int64_t prefetch_batches = 4;
   /// Channel statistics JSON; read when it exists, else computed over

@@ -67,7 +67,8 @@ void Collective::Wait(const c10::intrusive_ptr<c10d::Work>& work) {
   try {
     work->wait(options_.timeout);
   } catch (const std::exception& e) {
-    ThrowIfError(Status::Aborted("rank " + std::to_string(rank_) + ": a collective did not complete within " +
+    ThrowIfError(Status::Aborted("rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) +
+                                 ": a collective failed or did not complete within " +
                                  std::to_string(options_.timeout.count()) +
                                  " ms; another rank has probably died or hangs: " + e.what()));
   }

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -366,6 +367,35 @@ TEST(TrainerBinary, TwoRanksMatchOneProcessWithTheWholeBatch) {
   int lines = 0;
   while (std::getline(log, line)) ++lines;
   EXPECT_EQ(lines, 3);
+}
+
+// A rank that dies mid-run: the survivor stops within the configured
+// timeout with an error, instead of hanging.
+TEST(TrainerBinary, ARankThatDiesStopsTheOthersWithinTheTimeout) {
+  ScratchDir dir;
+  std::string y = TinyConfig(dir.path(), "dies");
+  y.replace(y.find("epochs: 3"), 9, "epochs: 200");
+  y.replace(y.find("  threads: 1"), 12, "  threads: 1\n  distributed_timeout_s: 10");
+  std::ofstream(dir.file("dies.yaml")) << y;
+  const std::string port = std::to_string(21000 + (getpid() + 7) % 20000);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    pids.push_back(Spawn({"RANK=" + std::to_string(r), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port},
+                         dir.file("dies.yaml"), dir.file("rank" + std::to_string(r) + ".out")));
+  }
+  const std::string log = dir.path() + "/dies/log.jsonl";
+  for (int i = 0; i < 600 && !(FileExists(log) && !ReadFile(log)->empty()); ++i) usleep(50 * 1000);
+  ASSERT_TRUE(FileExists(log)) << *ReadFile(dir.file("rank0.out"));
+  kill(pids[1], SIGKILL);
+  Reap(pids[1]);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = Reap(pids[0]);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(rc, 1) << *ReadFile(dir.file("rank0.out"));
+  EXPECT_LT(secs, 30.0);
+  EXPECT_NE(ReadFile(dir.file("rank0.out"))->find("rank 0"), std::string::npos) << *ReadFile(dir.file("rank0.out"));
+  // The last checkpoint survives.
+  EXPECT_TRUE(ReadSafetensors(dir.path() + "/dies/checkpoint.safetensors").ok());
 }
 
 }  // namespace
