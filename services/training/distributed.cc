@@ -76,10 +76,6 @@ void Collective::Wait(const c10::intrusive_ptr<c10d::Work>& work) {
 
 void Collective::AllReduceSum(torch::Tensor& t) { Wait(AllReduceSumAsync(t)); }
 
-void Collective::Barrier() {
-  auto t = torch::zeros({1});
-  AllReduceSum(t);
-}
 
 GradientAllReducer::GradientAllReducer(std::shared_ptr<Collective> collective, std::vector<model::NamedParam> params,
                                        int64_t bucket_bytes)

@@ -49,7 +49,6 @@ class Collective {
   void AllReduceSum(torch::Tensor& t);
   c10::intrusive_ptr<c10d::Work> AllReduceSumAsync(torch::Tensor& t);
   void Wait(const c10::intrusive_ptr<c10d::Work>& work);
-  void Barrier();
 
  private:
   Collective() = default;

@@ -198,11 +198,10 @@ StatusOr<TrainResult> Trainer::Run() {
     hooks.all_finite = [this](bool finite) { return SumOverRanks({finite ? 0.0 : 1.0})[0] == 0.0; };
   }
 
-  const int64_t batch = source_->batch_size();
   double loss_sum = 0.0;
   int64_t loss_n = 0;
   double data_wait = 0.0;
-  int64_t nonfinite = 0;
+  int64_t nonfinite = 0, images = 0;
   bool epoch_started = false;
   auto epoch_start = Clock::now();
   const int64_t stop_at = options_.stop_after_iterations;
@@ -225,6 +224,7 @@ StatusOr<TrainResult> Trainer::Run() {
     // Stochastic depth draws from a stream seeded per iteration, so a resumed
     // run repeats exactly the draws of an uninterrupted one.
     torch::manual_seed(data::MixSeed({static_cast<uint64_t>(config_.meta.seed), static_cast<uint64_t>(it), 0xd809}));
+    images += b->indices.size(0);  // a skipped bad image makes a batch smaller
     model::StepInput in;
     in.crops = std::move(b->crops);
     in.epoch = epoch;
@@ -254,8 +254,8 @@ StatusOr<TrainResult> Trainer::Run() {
     if (epoch_end) {
       const double secs = Seconds(epoch_start, Clock::now());
       // Logged figures are over all ranks: mean loss, total images/s.
-      const auto sums = SumOverRanks({loss_sum, static_cast<double>(loss_n), static_cast<double>(niter * batch)});
-      const double mean_loss = sums[1] > 0 ? sums[0] / sums[1] : std::nan(""), images = sums[2];
+      const auto sums = SumOverRanks({loss_sum, static_cast<double>(loss_n), static_cast<double>(images)});
+      const double mean_loss = sums[1] > 0 ? sums[0] / sums[1] : std::nan("");
       nlohmann::json line = {{"epoch", epoch},
                              {"iteration", it},
                              {"loss", mean_loss},
@@ -263,8 +263,9 @@ StatusOr<TrainResult> Trainer::Run() {
                              {"wd", in.weight_decay},
                              {"momentum", in.momentum},
                              {"teacher_temp", temps[epoch]},
-                             {"images_per_s", images / secs},
+                             {"images_per_s", sums[2] / secs},
                              {"data_wait_s", data_wait},
+                             {"allreduce_wait_s", reducer_ ? reducer_->TakeWaitSeconds() : 0.0},
                              {"nonfinite_steps", nonfinite},
                              {"epoch_time_s", secs}};
       if (writer) {
@@ -275,6 +276,7 @@ StatusOr<TrainResult> Trainer::Run() {
       loss_sum = 0.0;
       loss_n = 0;
       nonfinite = 0;
+      images = 0;
       epoch_started = false;
       data_wait = 0.0;
       epoch_start = Clock::now();
