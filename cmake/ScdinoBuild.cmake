@@ -21,14 +21,18 @@ function(scdino_torch_pch_target)
   endif()
   file(WRITE ${CMAKE_BINARY_DIR}/scdino_torch_pch.cc "// translation unit that owns the LibTorch precompiled header\n")
   add_library(scdino_torch_pch OBJECT ${CMAKE_BINARY_DIR}/scdino_torch_pch.cc)
-  target_link_libraries(scdino_torch_pch PUBLIC torch)
+  target_link_libraries(scdino_torch_pch PUBLIC torch Threads::Threads)
+  target_compile_options(scdino_torch_pch PUBLIC -pthread)
   target_precompile_headers(scdino_torch_pch PUBLIC <torch/torch.h>)
 endfunction()
 
 # scdino_use_torch(<target>): links LibTorch and reuses the shared PCH.
 function(scdino_use_torch target)
   scdino_torch_pch_target()
-  target_link_libraries(${target} PUBLIC torch)
+  target_link_libraries(${target} PUBLIC torch Threads::Threads)
+  # gRPC's targets compile with -pthread (it defines _REENTRANT); a PCH is
+  # only reused under the same flags, so every LibTorch target uses it.
+  target_compile_options(${target} PUBLIC -pthread)
   target_precompile_headers(${target} REUSE_FROM scdino_torch_pch)
 endfunction()
 

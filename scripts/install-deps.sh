@@ -8,7 +8,7 @@ packages=(
   libtorch-dev libopenblas0-pthread libgloo-dev
   libtiff-dev libopencv-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  prometheus-cpp-dev libyaml-cpp-dev nlohmann-json3-dev
+  prometheus-cpp-dev libyaml-cpp-dev nlohmann-json3-dev prometheus
   libgtest-dev libgmock-dev
 )
 

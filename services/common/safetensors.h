@@ -34,6 +34,10 @@ StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::st
 
 StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
 
+/// Only the "__metadata__" of a file, reading just its header (for listing
+/// large checkpoints).
+StatusOr<Metadata> ReadSafetensorsMetadata(const std::string& path);
+
 /// Writes atomically (see WriteFileAtomic): a failed write keeps the old file.
 Status WriteSafetensors(const std::string& path, const TensorMap& tensors,
                         const Metadata& metadata = {});

@@ -43,6 +43,7 @@ Dino::Dino(const DinoOptions& options, torch::Device device) : options_(options)
   auto groups = ParamGroups(*student);
   for (const auto& g : groups) student_params_.insert(student_params_.end(), g.begin(), g.end());
   optimizer = std::make_unique<AdamW>(std::move(groups), options_.adamw);
+  if (options_.loss_scaling) scaler = std::make_unique<LossScaler>(options_.loss_scaler);
 }
 
 StepOutput Dino::Step(const StepInput& in, const StepHooks& hooks) {
@@ -50,21 +51,35 @@ StepOutput Dino::Step(const StepInput& in, const StepHooks& hooks) {
               " crops (2 global + ", options_.local_crops_number, " local), got ", in.crops.size());
   StepOutput out;
   optimizer->zero_grad();
+  torch::Tensor l;
   {
-    torch::NoGradGuard no_grad;
-    out.teacher = teacher->forward({in.crops[0], in.crops[1]});
+    AutocastGuard autocast(device_, options_.precision);
+    {
+      torch::NoGradGuard no_grad;
+      out.teacher = teacher->forward({in.crops[0], in.crops[1]});
+    }
+    out.student = student->forward(in.crops);
+    l = loss->forward(out.student.head, out.teacher.head, in.epoch);
   }
-  out.student = student->forward(in.crops);
-  auto l = loss->forward(out.student.head, out.teacher.head, in.epoch);
-  out.loss = l.detach();
+  out.loss = l.detach().to(torch::kFloat);
   out.finite = std::isfinite(out.loss.item<double>());
   if (hooks.all_finite) out.finite = hooks.all_finite(out.finite);
   if (!out.finite) return out;
-  l.backward();
+  (scaler ? scaler->Scale(l) : l).backward();
   if (hooks.after_backward) hooks.after_backward();
-  if (options_.clip_grad > 0) ClipGradients(student_params_, options_.clip_grad);
-  CancelLastLayerGradients(student_params_, in.epoch, options_.freeze_last_layer);
-  optimizer->step(in.lr, in.weight_decay);
+  if (scaler) {
+    // Gradients are already averaged over ranks, so an overflow on any rank
+    // is an overflow on all of them and every rank skips together.
+    out.overflow = !scaler->Unscale(student_params_);
+    scaler->Update(out.overflow);
+  }
+  if (!out.overflow) {
+    if (options_.clip_grad > 0) ClipGradients(student_params_, options_.clip_grad);
+    CancelLastLayerGradients(student_params_, in.epoch, options_.freeze_last_layer);
+    optimizer->step(in.lr, in.weight_decay);
+  }
+  // As the reference: the center and the teacher move even when the
+  // optimizer step was skipped for an overflow.
   loss->update_center(out.teacher.head);
   UpdateTeacher(*student, *teacher, in.momentum);
   return out;
@@ -127,6 +142,7 @@ TensorMap Dino::StateDict() const {
   SaveModule(*teacher, "teacher.", s);
   s["dino_loss.center"] = loss->center.detach();
   optimizer->save_state("optimizer.", s);
+  if (scaler) scaler->SaveState("loss_scaler.", s);
   return s;
 }
 
@@ -146,7 +162,8 @@ Status Dino::LoadStateDict(const TensorMap& state, const std::string& origin) {
     torch::NoGradGuard guard;
     loss->center.copy_(c->second);
   }
-  return optimizer->load_state("optimizer.", state, origin);
+  if (auto s = optimizer->load_state("optimizer.", state, origin); !s.ok()) return s;
+  return scaler ? scaler->LoadState("loss_scaler.", state, origin) : Status::Ok();
 }
 
 }  // namespace scdino::model

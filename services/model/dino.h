@@ -15,6 +15,7 @@
 #include "model/dino_head.h"
 #include "model/dino_loss.h"
 #include "model/optim.h"
+#include "model/precision.h"
 #include "model/vit.h"
 
 namespace scdino::model {
@@ -39,6 +40,13 @@ struct DinoOptions {
   /// Epochs during which the last layer's gradients are cancelled.
   int64_t freeze_last_layer = 1;
   AdamWOptions adamw;
+  /// Autocast dtype of forward and loss; parameters, gradients and optimizer
+  /// state stay fp32. CPU autocast supports bf16 only.
+  Precision precision = Precision::kFp32;
+  /// Dynamic loss scaling (what fp16 needs; independent of precision so
+  /// that it can be checked on its own).
+  bool loss_scaling = false;
+  LossScalerOptions loss_scaler;
 };
 
 /// Inputs of one iteration: the crops (2 global, then local), the epoch, and
@@ -63,6 +71,7 @@ struct StepHooks {
 struct StepOutput {
   torch::Tensor loss;        ///< scalar, detached
   bool finite = true;        ///< false: nothing was updated (no backward, no center move)
+  bool overflow = false;     ///< loss scaling: gradients overflowed, optimizer step skipped
   MultiCropOutput student;   ///< student backbone and head outputs (all crops)
   MultiCropOutput teacher;   ///< teacher outputs (global crops)
 };
@@ -85,7 +94,7 @@ class Dino {
   TensorMap TeacherWeights() const;
 
   /// Everything a resume needs: "student.*", "teacher.*", "dino_loss.center",
-  /// "optimizer.*".
+  /// "optimizer.*", and "loss_scaler.*" with loss scaling.
   TensorMap StateDict() const;
   Status LoadStateDict(const TensorMap& state, const std::string& origin);
 
@@ -99,6 +108,8 @@ class Dino {
   MultiCropWrapper teacher{nullptr};
   DinoLoss loss{nullptr};
   std::unique_ptr<AdamW> optimizer;
+  /// Null unless options().loss_scaling.
+  std::unique_ptr<LossScaler> scaler;
 
  private:
   DinoOptions options_;

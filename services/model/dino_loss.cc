@@ -37,7 +37,8 @@ torch::Tensor DinoLossImpl::forward(const torch::Tensor& student_out, const torc
 
 void DinoLossImpl::update_center(const torch::Tensor& teacher_out) {
   torch::NoGradGuard guard;
-  auto batch_center = torch::sum(teacher_out.detach(), 0, /*keepdim=*/true);
+  // fp32 even when the teacher ran under autocast: the center is fp32.
+  auto batch_center = torch::sum(teacher_out.detach(), 0, /*keepdim=*/true, torch::kFloat);
   if (all_reduce_) all_reduce_(batch_center);
   batch_center = batch_center / static_cast<double>(teacher_out.size(0) * world_size_);
   center.copy_(center * o_.center_momentum() + batch_center * (1.0 - o_.center_momentum()));

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "training/config.h"
+#include "trainer/control_plane.h"
 #include "training/trainer.h"
 
 namespace {
@@ -19,6 +20,7 @@ constexpr int kExitCompleted = 0;
 constexpr int kExitFailed = 1;
 constexpr int kExitBadInput = 2;
 constexpr int kExitStopped = 3;
+constexpr int kExitStoppedByApi = 4;  // scdinoctl stop: checkpoint written; do not requeue
 constexpr int kExitPreempted = 75;  // EX_TEMPFAIL: stopped by a signal, checkpoint written; requeue
 
 std::atomic<int> g_signal{0};
@@ -49,6 +51,7 @@ void Usage(std::ostream& out) {
          "  --stop-after-iterations K   checkpoint and exit (code 3) once K iterations are done in total\n"
          "  --no-resume                 ignore an existing checkpoint in the run directory\n"
          "exit codes: 0 completed, 1 failed, 2 bad input, 3 stopped by --stop-after-iterations,\n"
+         "            4 stopped through the control API (scdinoctl stop) after a checkpoint,\n"
          "            75 stopped by SIGTERM/SIGUSR1/SIGINT after a checkpoint (requeue to resume)\n";
 }
 
@@ -114,17 +117,28 @@ int main(int argc, char** argv) {
   const int n = scdino::training::ConfigureThreads(threads >= 0 ? threads : config->scdino.threads);
   std::cerr << "scdino-trainer: run " << config->run_dir() << ", " << n << " CPU threads\n";
   try {
-    torch::Device device = config->scdino.device == "cuda" ? torch::kCUDA : torch::kCPU;
-    if (device.is_cuda() && !torch::cuda::is_available()) {
-      std::cerr << "scdino-trainer: " << config_path << ": scdino.device is cuda, but no CUDA device is available\n";
-      return kExitBadInput;
-    }
     auto launch = scdino::training::LaunchFromEnv([](const char* k) { return std::getenv(k); });
     if (!launch.ok()) {
       std::cerr << "scdino-trainer: " << launch.status().message() << "\n";
       return kExitBadInput;
     }
-    if (launch->world_size > 1) {
+    torch::Device device = torch::kCPU;
+    if (config->scdino.device == "cuda") {
+      if (!torch::cuda::is_available()) {
+        std::cerr << "scdino-trainer: " << config_path << ": scdino.device is cuda, but no CUDA device is available"
+                  << " (or this build's LibTorch has no CUDA)\n";
+        return kExitBadInput;
+      }
+      // One GPU per task: the local rank picks it.
+      device = torch::Device(torch::kCUDA,
+                             static_cast<c10::DeviceIndex>(launch->local_rank % torch::cuda::device_count()));
+    }
+    options.device = device;
+    std::cerr << "scdino-trainer: device " << device << ", precision "
+              << scdino::model::PrecisionName(config->precision()) << "\n";
+    // A process group for several processes, or for one when torchrun-style
+    // variables ask for it (scripts/gpu-check.sh runs NCCL at world size 1).
+    if (launch->world_size > 1 || launch->source == "torchrun") {
       scdino::training::DistributedOptions dist;
       dist.timeout = std::chrono::seconds(config->scdino.distributed_timeout_s);
       dist.bucket_bytes = config->scdino.bucket_mb << 20;
@@ -135,12 +149,23 @@ int main(int argc, char** argv) {
         return kExitFailed;
       }
       options.collective = *c;
-      std::cerr << "scdino-trainer: rank " << launch->rank << " of " << launch->world_size << " (" << launch->source
-                << " launch, rendezvous " << launch->master_addr << ":" << launch->master_port << ")\n";
+      std::cerr << "scdino-trainer: rank " << launch->rank << " of " << launch->world_size << ", "
+                << options.collective->backend() << " (" << launch->source << " launch, rendezvous "
+                << launch->master_addr << ":" << launch->master_port << ")\n";
     }
+    auto plane = scdino::trainer::ControlPlane::Start(*config, *launch, device, &options);
+    if (!plane.ok()) {
+      std::cerr << "scdino-trainer: " << plane.status().ToString() << "\n";
+      return kExitFailed;
+    }
+    auto& control = (*plane)->control();
     auto source = scdino::training::MakeSource(*config, launch->rank, launch->world_size, device);
     if (!source.ok()) {
       std::cerr << "scdino-trainer: " << source.status().message() << "\n";
+      control.Update([&](scdino::RunStatus& st) {
+        st.state = scdino::RunState::kFailed;
+        st.error = source.status().ToString();
+      });
       return kExitBadInput;
     }
     scdino::training::Trainer trainer(std::move(*config), std::move(source).value(), options);
@@ -148,6 +173,7 @@ int main(int argc, char** argv) {
     if (g_signal.load() != 0) trainer.RequestStop();  // a signal that came during set-up
     auto result = trainer.Run();
     g_trainer.store(nullptr);
+    (*plane)->Finish();
     if (!result.ok()) {
       std::cerr << "scdino-trainer: " << result.status().ToString() << "\n";
       return kExitFailed;
@@ -155,7 +181,8 @@ int main(int argc, char** argv) {
     if (!result->completed) {
       std::cerr << "scdino-trainer: stopped after iteration " << result->iteration << "; checkpoint "
                 << result->checkpoint << " (run again to resume)\n";
-      return g_signal.load() != 0 ? kExitPreempted : kExitStopped;
+      if (g_signal.load() != 0) return kExitPreempted;
+      return control.Requests().stop ? kExitStoppedByApi : kExitStopped;
     }
     std::cerr << "scdino-trainer: done, " << result->iteration << " iterations; checkpoint " << result->checkpoint
               << "\n";

@@ -267,6 +267,14 @@ Status CrossCheck(const TrainConfig& c) {
                  std::to_string(h.patch_size) + "), got " + std::to_string(size));
     }
   }
+  if (c.scdino.control.tls_cert_file.empty() != c.scdino.control.tls_key_file.empty()) {
+    return bad("scdino.control: tls_cert_file and tls_key_file go together (both set: TLS; both empty: plaintext), "
+               "got only " + std::string(c.scdino.control.tls_cert_file.empty() ? "tls_key_file" : "tls_cert_file"));
+  }
+  if (c.scdino.control.listen.find(':') == std::string::npos) {
+    return bad("scdino.control.listen: expected host:port (port 0: any free port), got '" + c.scdino.control.listen +
+               "'");
+  }
   if (h.use_bn_in_head) {
     return bad("train_scDINO.hyperparameters.use_bn_in_head: expected false (batch norm in the head is not "
                "supported; scDINO's default is false), got true");
@@ -311,6 +319,14 @@ std::string TrainConfig::stats_path() const {
   return scdino.stats_file.empty() ? run_dir() + "/channel_stats.json" : scdino.stats_file;
 }
 
+std::string TrainConfig::token_path() const {
+  return scdino.control.token_file.empty() ? run_dir() + "/control.token" : scdino.control.token_file;
+}
+
+std::string TrainConfig::file_sd_dir() const {
+  return scdino.metrics.file_sd_dir.empty() ? meta.output_dir + "/prometheus_targets" : scdino.metrics.file_sd_dir;
+}
+
 const std::vector<int64_t>& TrainConfig::channels() const {
   return meta.selected_channel_combination_per_run.at(static_cast<size_t>(scdino.channel_combination));
 }
@@ -341,7 +357,17 @@ model::DinoOptions TrainConfig::dino_options() const {
   o.center_momentum = h.center_momentum;
   o.clip_grad = h.clip_grad;
   o.freeze_last_layer = h.freeze_last_layer;
+  o.precision = precision();
+  o.loss_scaling = o.precision == model::Precision::kFp16;
   return o;
+}
+
+model::Precision TrainConfig::precision() const {
+  if (scdino.device != "cuda") return model::Precision::kFp32;
+  if (scdino.precision == "auto") {
+    return train.hyperparameters.use_fp16 ? model::Precision::kBf16 : model::Precision::kFp32;
+  }
+  return model::ParsePrecision(scdino.precision).value();  // validated when read
 }
 
 model::ScheduleOptions TrainConfig::schedule_options(int64_t niter_per_epoch, int64_t world_size) const {
@@ -503,6 +529,7 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
        })},
       {"scdino", Section({
                      {"device", Str(&r.device, {"cpu", "cuda"})},
+                     {"precision", Str(&r.precision, {"auto", "fp32", "bf16", "fp16"})},
                      {"threads", Int(&r.threads, 0)},
                      {"data_source", Str(&r.data_source, {"folder", "csv", "synthetic"})},
                      {"index_csv", Str(&r.index_csv)},
@@ -525,6 +552,19 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
                                           {"solarize_threshold", Real(&r.augmentation.solarize_threshold, 0, kIn, 1, kIn)},
                                       })},
                      {"channel_combination", Int(&r.channel_combination, 0)},
+                     {"control", Section({
+                                     {"enabled", Bool(&r.control.enabled)},
+                                     {"listen", Str(&r.control.listen)},
+                                     {"token_file", Str(&r.control.token_file)},
+                                     {"tls_cert_file", Str(&r.control.tls_cert_file)},
+                                     {"tls_key_file", Str(&r.control.tls_key_file)},
+                                 })},
+                     {"metrics", Section({
+                                     {"enabled", Bool(&r.metrics.enabled)},
+                                     {"listen", Str(&r.metrics.listen)},
+                                     {"port", Int(&r.metrics.port, 0, 65535)},
+                                     {"file_sd_dir", Str(&r.metrics.file_sd_dir)},
+                                 })},
                      {"synthetic", Section({
                                        {"classes", Int(&r.synthetic.classes, 1)},
                                        {"per_class", Int(&r.synthetic.per_class, 1)},

@@ -124,9 +124,34 @@ struct AugmentationConfig {
   double solarize_threshold = 0.5;
 };
 
+/// Section `scdino.control`: the gRPC control API served by rank 0.
+struct ControlConfig {
+  bool enabled = true;
+  /// host:port; port 0 picks a free port (the endpoint file says which).
+  std::string listen = "0.0.0.0:0";
+  /// The token file; empty: <run_dir>/control.token, created on first start.
+  std::string token_file;
+  /// PEM certificate and key; both set: TLS.
+  std::string tls_cert_file, tls_key_file;
+};
+
+/// Section `scdino.metrics`: the Prometheus endpoint of every process.
+struct MetricsConfig {
+  bool enabled = true;
+  std::string listen = "0.0.0.0";
+  /// 0 picks a free port; otherwise rank r uses port + local rank.
+  int64_t port = 0;
+  /// file_sd directory Prometheus reads; empty: <meta.output_dir>/prometheus_targets.
+  std::string file_sd_dir;
+};
+
 /// Section `scdino`: what scDINO's file does not say.
 struct RuntimeConfig {
   std::string device = "cpu";  ///< cpu | cuda
+  /// Mixed precision on CUDA: auto (bf16 when train.hyperparameters.use_fp16,
+  /// as scDINO's flag, else fp32) | fp32 | bf16 | fp16 (with dynamic loss
+  /// scaling). CPU runs always train in fp32.
+  std::string precision = "auto";
   int64_t threads = 0;         ///< intra-op threads; 0: all cores
   /// folder: meta.dataset_dir in class folders (labels at
   /// meta.folder_depth_for_labels); csv: index_csv; synthetic: generated in
@@ -151,6 +176,8 @@ struct RuntimeConfig {
   AugmentationConfig augmentation;
   /// Which entry of selected_channel_combination_per_run this run trains.
   int64_t channel_combination = 0;
+  ControlConfig control;
+  MetricsConfig metrics;
 };
 
 struct TrainConfig {
@@ -163,9 +190,13 @@ struct TrainConfig {
 
   std::string run_dir() const;
   std::string stats_path() const;
+  std::string token_path() const;
+  std::string file_sd_dir() const;
   /// The channels this run trains on, in order.
   const std::vector<int64_t>& channels() const;
   model::DinoOptions dino_options() const;
+  /// The precision this run trains in (scdino.precision resolved for the device).
+  model::Precision precision() const;
   model::ScheduleOptions schedule_options(int64_t niter_per_epoch, int64_t world_size) const;
   /// Crop sizes, scales, augmentation and seed (normalisation is filled from
   /// the channel statistics).

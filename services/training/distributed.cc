@@ -5,10 +5,22 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#ifdef SCDINO_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
 #include <chrono>
 #include <cstdlib>
 
 namespace scdino::training {
+
+bool HaveNccl() {
+#ifdef SCDINO_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
 
 StatusOr<std::shared_ptr<Collective>> Collective::Connect(const LaunchInfo& launch, const DistributedOptions& options,
                                                           torch::Device device) {
@@ -40,7 +52,20 @@ std::shared_ptr<Collective> Collective::Create(const c10::intrusive_ptr<c10d::St
   c->rank_ = rank;
   c->world_size_ = world_size;
   c->options_ = options;
-  TORCH_CHECK(device.is_cpu(), "NCCL process groups need a CUDA build of LibTorch; this build has Gloo (CPU) only");
+  c->device_ = device;
+  if (device.is_cuda()) {
+#ifdef SCDINO_WITH_NCCL
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = options.timeout;
+    c->pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank), static_cast<int>(world_size),
+                                                         opts);
+    return c;
+#else
+    ThrowIfError(Status::FailedPrecondition(
+        "a CUDA device needs an NCCL process group, and this build of scdino has none (LibTorch without CUDA/NCCL); "
+        "build against a CUDA LibTorch (scripts/gpu-check.sh shows how)"));
+#endif
+  }
   auto opts = c10d::ProcessGroupGloo::Options::create(options.timeout);
   // The interface named by GLOO_SOCKET_IFNAME, else the one this host's
   // name resolves to (reachable from other nodes), else loopback.
@@ -74,7 +99,15 @@ void Collective::Wait(const c10::intrusive_ptr<c10d::Work>& work) {
   }
 }
 
-void Collective::AllReduceSum(torch::Tensor& t) { Wait(AllReduceSumAsync(t)); }
+void Collective::AllReduceSum(torch::Tensor& t) {
+  if (t.device() == device_) {
+    Wait(AllReduceSumAsync(t));
+    return;
+  }
+  auto staged = t.to(device_);
+  Wait(AllReduceSumAsync(staged));
+  t.copy_(staged);
+}
 
 
 GradientAllReducer::GradientAllReducer(std::shared_ptr<Collective> collective, std::vector<model::NamedParam> params,

@@ -7,6 +7,9 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#endif
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/torch.h>
 
@@ -20,6 +23,18 @@
 
 
 namespace scdino::training {
+
+// LibTorch 2.x moved the collectives of Gloo and NCCL onto c10d::Backend;
+// 1.13 has them on c10d::ProcessGroup.
+#if TORCH_VERSION_MAJOR >= 2
+using CollectiveBackend = c10d::Backend;
+#else
+using CollectiveBackend = c10d::ProcessGroup;
+#endif
+
+/// Whether this build can run NCCL process groups (a CUDA LibTorch with
+/// c10d NCCL); Debian's CPU LibTorch cannot.
+bool HaveNccl();
 
 struct DistributedOptions {
   /// Rendezvous and collective timeout: a rank that dies or hangs makes the
@@ -37,6 +52,7 @@ class Collective {
   static StatusOr<std::shared_ptr<Collective>> Connect(const LaunchInfo& launch, const DistributedOptions& options,
                                                        torch::Device device);
   /// Over an existing store (tests run ranks as threads on a HashStore).
+  /// NCCL for a CUDA device, Gloo for the CPU.
   static std::shared_ptr<Collective> Create(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
                                             int64_t world_size, const DistributedOptions& options,
                                             torch::Device device);
@@ -44,15 +60,20 @@ class Collective {
   int64_t rank() const { return rank_; }
   int64_t world_size() const { return world_size_; }
   const DistributedOptions& options() const { return options_; }
+  /// "gloo" or "nccl".
+  const char* backend() const { return device_.is_cuda() ? "nccl" : "gloo"; }
 
   /// In-place sum over ranks; throws naming the timeout when a peer is gone.
+  /// With NCCL a CPU tensor (a metric, a decision) goes through the device.
   void AllReduceSum(torch::Tensor& t);
+  /// `t` must be on the group's device.
   c10::intrusive_ptr<c10d::Work> AllReduceSumAsync(torch::Tensor& t);
   void Wait(const c10::intrusive_ptr<c10d::Work>& work);
 
  private:
   Collective() = default;
-  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  c10::intrusive_ptr<CollectiveBackend> pg_;
+  torch::Device device_ = torch::kCPU;
   c10::intrusive_ptr<c10d::Store> store_;
   int64_t rank_ = 0, world_size_ = 1;
   DistributedOptions options_;

@@ -20,12 +20,17 @@
 #include "data/synthetic.h"
 #include "model/schedules.h"
 #include "training/checkpoint.h"
+#include "training/device_memory.h"
 
 namespace scdino::training {
 
 namespace {
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 char* Format(char* buf, size_t n, const char* fmt, int64_t v) {
   std::snprintf(buf, n, fmt, static_cast<long long>(v));
@@ -132,7 +137,8 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<data::MultiCropSource> sour
     : config_(std::move(config)),
       source_(std::move(source)),
       options_(options),
-      device_(config_.scdino.device == "cuda" ? torch::kCUDA : torch::kCPU) {
+      device_(options_.device ? *options_.device
+                              : torch::Device(config_.scdino.device == "cuda" ? torch::kCUDA : torch::kCPU)) {
   torch::manual_seed(static_cast<uint64_t>(config_.meta.seed));
   dino_ = std::make_unique<model::Dino>(config_.dino_options(), device_);
   TORCH_CHECK(source_->channels() == dino_->options().vit.in_chans(), "the data source gives ", source_->channels(),
@@ -152,27 +158,68 @@ std::vector<double> Trainer::SumOverRanks(std::vector<double> values) {
 }
 
 Status Trainer::WriteCheckpoint(const std::string& path, int64_t iteration, int64_t niter) {
-  if (options_.collective && options_.collective->rank() != 0) return Status::Ok();
-  CheckpointInfo info;
-  info.world_size = options_.collective ? options_.collective->world_size() : 1;
-  info.iteration = iteration;
-  info.epoch = iteration / niter;
-  info.config_text = config_.source_text;
-  info.classes = source_->class_names();
-  return SaveCheckpoint(path, *dino_, info);
+  const auto t0 = Clock::now();
+  Status written = Status::Ok();
+  const bool writer = !options_.collective || options_.collective->rank() == 0;
+  if (writer) {
+    CheckpointInfo info;
+    info.world_size = options_.collective ? options_.collective->world_size() : 1;
+    info.iteration = iteration;
+    info.epoch = iteration / niter;
+    info.config_text = config_.source_text;
+    info.classes = source_->class_names();
+    written = SaveCheckpoint(path, *dino_, info);
+  }
+  // Every rank learns whether rank 0's write worked, so that a failed write
+  // stops all of them now rather than leaving the others in the next
+  // collective until the timeout.
+  if (options_.collective && SumOverRanks({written.ok() ? 0.0 : 1.0})[0] > 0 && written.ok()) {
+    return Status::IOError("rank 0 could not write checkpoint " + path + " (its log says why); stopping");
+  }
+  if (written.ok() && writer) {
+    CheckpointReport report;
+    report.path = std::filesystem::absolute(path).string();
+    report.seconds = Seconds(t0, Clock::now());
+    report.unix_ms = UnixMs();
+    report.iteration = iteration;
+    if (options_.on_checkpoint) options_.on_checkpoint(report);
+    Publish([&](RunStatus& st) {
+      st.last_checkpoint = report.path;
+      st.last_checkpoint_unix_ms = report.unix_ms;
+    });
+  }
+  return written;
+}
+
+void Trainer::Publish(const std::function<void(RunStatus&)>& change) {
+  if (options_.control) options_.control->Update(change);
 }
 
 StatusOr<TrainResult> Trainer::Run() {
+  auto result = RunLoop();
+  Publish([&](RunStatus& st) {
+    if (!result.ok()) {
+      st.state = RunState::kFailed;
+      st.error = result.status().ToString();
+    } else {
+      st.state = result->completed ? RunState::kCompleted : RunState::kStopped;
+    }
+  });
+  if (options_.control && !result.ok()) options_.control->CompleteCheckpoints(result.status(), 0);
+  return result;
+}
+
+StatusOr<TrainResult> Trainer::RunLoop() {
   const std::string run_dir = config_.run_dir();
   if (auto s = MakeDirs(run_dir); !s.ok()) return s;
   const std::string latest = run_dir + "/checkpoint.safetensors";
   const int64_t niter = source_->batches_per_epoch();
   const int64_t epochs = config_.train.epochs;
   const int64_t total = epochs * niter;
+  const int64_t world = options_.collective ? options_.collective->world_size() : 1;
   model::Schedules sched;
   try {
-    sched = model::MakeSchedules(
-        config_.schedule_options(niter, options_.collective ? options_.collective->world_size() : 1));
+    sched = model::MakeSchedules(config_.schedule_options(niter, world));
   } catch (const std::exception& e) {
     return Status::InvalidArgument(config_.source_path + ": " + e.what());
   }
@@ -197,10 +244,44 @@ StatusOr<TrainResult> Trainer::Run() {
     hooks.after_backward = [this] { reducer_->Finish(); };
     hooks.all_finite = [this](bool finite) { return SumOverRanks({finite ? 0.0 : 1.0})[0] == 0.0; };
   }
+  Publish([&](RunStatus& st) {
+    st.state = RunState::kRunning;
+    st.epochs = epochs;
+    st.iterations = total;
+    st.iteration = it;
+    st.epoch = it / niter;
+    st.items_total = total * source_->batch_size() * world;
+    st.items_done = it * source_->batch_size() * world;
+  });
+
+  // Requests of rank 0's control channel and this process's signals, agreed
+  // over ranks: {stop, pause, checkpoint}.
+  auto decide = [&]() {
+    const RunRequests r = options_.control ? options_.control->Requests() : RunRequests{};
+    std::vector<double> v{(stop_.load() || r.stop) ? 1.0 : 0.0, r.pause ? 1.0 : 0.0, r.checkpoint ? 1.0 : 0.0};
+    if (options_.collective) v = SumOverRanks(v);
+    return RunRequests{v[1] > 0, v[0] > 0, v[2] > 0};
+  };
+  // A checkpoint asked for through the API: a kept snapshot named by its
+  // iteration, and the resume point.
+  auto checkpoint_now = [&]() -> Status {
+    Publish([](RunStatus& st) { st.state = RunState::kCheckpointing; });
+    char name[64];
+    const std::string snapshot = run_dir + "/" + Format(name, sizeof name, "checkpoint_it%08lld.safetensors", it);
+    Status s = WriteCheckpoint(snapshot, it, niter);
+    if (s.ok()) s = WriteCheckpoint(latest, it, niter);
+    if (options_.control) {
+      options_.control->CompleteCheckpoints(
+          s.ok() ? StatusOr<std::string>(std::filesystem::absolute(snapshot).string()) : StatusOr<std::string>(s), it);
+    }
+    if (s.ok()) result.checkpoint = latest;
+    return s;
+  };
 
   double loss_sum = 0.0;
   int64_t loss_n = 0;
-  double data_wait = 0.0;
+  double data_wait = 0.0, allreduce_wait = 0.0;
+  double rate = 0.0;  // iterations/s, smoothed
   int64_t nonfinite = 0, images = 0;
   bool epoch_started = false;
   auto epoch_start = Clock::now();
@@ -211,20 +292,24 @@ StatusOr<TrainResult> Trainer::Run() {
       source_->StartEpoch(epoch, it % niter);
       epoch_started = true;
     }
-    auto t0 = Clock::now();
+    const auto t0 = Clock::now();
     std::optional<data::MultiCropBatch> b;
     try {
       b = source_->Next();
     } catch (const StatusError& e) {
       return e.status();
     }
-    data_wait += Seconds(t0, Clock::now()) + source_->TakeWaitSeconds();
+    StepReport report;
+    report.data_wait_seconds = Seconds(t0, Clock::now()) + source_->TakeWaitSeconds();
+    data_wait += report.data_wait_seconds;
     if (!b) return Status::Internal("data source ended epoch " + std::to_string(epoch) + " after " +
                                     std::to_string(it % niter) + " of " + std::to_string(niter) + " batches");
     // Stochastic depth draws from a stream seeded per iteration, so a resumed
     // run repeats exactly the draws of an uninterrupted one.
     torch::manual_seed(data::MixSeed({static_cast<uint64_t>(config_.meta.seed), static_cast<uint64_t>(it), 0xd809}));
-    images += b->indices.size(0);  // a skipped bad image makes a batch smaller
+    report.images = b->indices.size(0);
+    report.skipped_images = source_->batch_size() - report.images;  // a skipped bad image makes a batch smaller
+    images += report.images;
     model::StepInput in;
     in.crops = std::move(b->crops);
     in.epoch = epoch;
@@ -249,6 +334,32 @@ StatusOr<TrainResult> Trainer::Run() {
     }
     ++it;
     result.iteration = it;
+    report.iteration = it;
+    report.epoch = epoch;
+    report.finite = out.finite;
+    report.loss = result.last_loss;
+    report.lr = in.lr;
+    report.weight_decay = in.weight_decay;
+    report.momentum = in.momentum;
+    report.teacher_temp = temps[epoch];
+    report.allreduce_wait_seconds = reducer_ ? reducer_->TakeWaitSeconds() : 0.0;
+    allreduce_wait += report.allreduce_wait_seconds;
+    report.step_seconds = Seconds(t0, Clock::now());
+    if (options_.on_step) options_.on_step(report);
+    rate = rate == 0.0 ? 1.0 / report.step_seconds : 0.9 * rate + 0.1 / report.step_seconds;
+    Publish([&](RunStatus& st) {
+      st.iteration = it;
+      st.epoch = it / niter < epochs ? it / niter : epochs - 1;
+      st.items_done = it * source_->batch_size() * world;
+      st.items_per_second = rate * static_cast<double>(source_->batch_size() * world);
+      st.eta_seconds = static_cast<double>(total - it) / rate;
+      st.loss = report.loss;
+      st.learning_rate = report.lr;
+      st.weight_decay = report.weight_decay;
+      st.teacher_momentum = report.momentum;
+      st.teacher_temperature = report.teacher_temp;
+      st.nonfinite_steps = result.nonfinite_steps;
+    });
 
     const bool epoch_end = it % niter == 0;
     if (epoch_end) {
@@ -265,9 +376,14 @@ StatusOr<TrainResult> Trainer::Run() {
                              {"teacher_temp", temps[epoch]},
                              {"images_per_s", sums[2] / secs},
                              {"data_wait_s", data_wait},
-                             {"allreduce_wait_s", reducer_ ? reducer_->TakeWaitSeconds() : 0.0},
+                             {"allreduce_wait_s", allreduce_wait},
                              {"nonfinite_steps", nonfinite},
                              {"epoch_time_s", secs}};
+      if (auto mem = QueryDeviceMemory(device_)) {
+        line["gpu_mem_peak_bytes"] = mem->peak_allocated_bytes;
+        line["gpu_mem_reserved_bytes"] = mem->reserved_bytes;
+      }
+      if (dino_->scaler) line["loss_scale"] = dino_->scaler->scale();
       if (writer) {
         log_file << line.dump() << "\n";
         log_file.flush();
@@ -279,7 +395,9 @@ StatusOr<TrainResult> Trainer::Run() {
       images = 0;
       epoch_started = false;
       data_wait = 0.0;
+      allreduce_wait = 0.0;
       epoch_start = Clock::now();
+      Publish([](RunStatus& st) { st.state = RunState::kCheckpointing; });
       if (auto s = WriteCheckpoint(latest, it, niter); !s.ok()) return s;
       result.checkpoint = latest;
       if ((epoch + 1) % config_.train.saveckp_freq == 0 || it == total) {
@@ -287,16 +405,40 @@ StatusOr<TrainResult> Trainer::Run() {
         const std::string numbered = run_dir + "/" + Format(name, sizeof name, "checkpoint%04lld.safetensors", epoch);
         if (auto s = WriteCheckpoint(numbered, it, niter); !s.ok()) return s;
       }
+      Publish([](RunStatus& st) { st.state = RunState::kRunning; });
     }
-    bool stop = (stop_at >= 0 && it >= stop_at) || stop_.load();
-    if (options_.collective && it < total) stop = SumOverRanks({stop ? 1.0 : 0.0})[0] > 0;  // any rank stops all
-    if (it < total && stop) {
+    if (it >= total) break;
+    RunRequests r = decide();
+    bool stop = r.stop || (stop_at >= 0 && it >= stop_at);
+    while (!stop && (r.pause || r.checkpoint)) {
+      if (r.checkpoint) {
+        if (auto s = checkpoint_now(); !s.ok()) return s;
+      }
+      if (r.pause) {
+        Publish([](RunStatus& st) { st.state = RunState::kPaused; });
+        const auto p0 = Clock::now();
+        // Rank 0 waits for a request; the others wait in the next agreement,
+        // which comes every 200 ms, so a pause may outlast the collective
+        // timeout.
+        if (options_.control) {
+          options_.control->WaitForRequest(std::chrono::milliseconds(200));
+        } else if (!options_.collective || options_.collective->rank() == 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+        epoch_start += Clock::now() - p0;  // a pause is not training time
+      }
+      r = decide();
+      stop = r.stop;
+    }
+    if (stop) {
+      Publish([](RunStatus& st) { st.state = RunState::kStopping; });
       if (!epoch_end) {
         if (auto s = WriteCheckpoint(latest, it, niter); !s.ok()) return s;
         result.checkpoint = latest;
       }
       return result;
     }
+    Publish([](RunStatus& st) { st.state = RunState::kRunning; });
   }
   result.completed = true;
   return result;

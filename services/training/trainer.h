@@ -5,9 +5,12 @@
 
 #include <atomic>
 #include <iosfwd>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "common/run_control.h"
 #include "common/status.h"
 #include "data/dataset.h"
 #include "data/source.h"
@@ -17,6 +20,26 @@
 #include "training/distributed.h"
 
 namespace scdino::training {
+
+/// What one training step did, for metrics (this rank's view).
+struct StepReport {
+  int64_t iteration = 0;  ///< iterations done after this step
+  int64_t epoch = 0;
+  int64_t images = 0;          ///< images this rank stepped on
+  int64_t skipped_images = 0;  ///< bad images dropped from this rank's batch
+  bool finite = true;          ///< false: a non-finite loss, the step was skipped
+  double loss = 0.0, lr = 0.0, weight_decay = 0.0, momentum = 0.0, teacher_temp = 0.0;
+  double step_seconds = 0.0;       ///< whole iteration, data included
+  double data_wait_seconds = 0.0;  ///< waiting for the batch
+  double allreduce_wait_seconds = 0.0;  ///< gradient communication not hidden by backward
+};
+
+struct CheckpointReport {
+  std::string path;
+  double seconds = 0.0;
+  int64_t unix_ms = 0;
+  int64_t iteration = 0;
+};
 
 struct TrainerOptions {
   /// Resume from <run_dir>/checkpoint.safetensors when it exists.
@@ -31,6 +54,16 @@ struct TrainerOptions {
   /// skip decisions.
   std::shared_ptr<Collective> collective;
   int64_t bucket_bytes = 25 << 20;
+  /// The device to train on (a CUDA index per local rank); empty: the
+  /// config's scdino.device, index 0.
+  std::optional<torch::Device> device;
+  /// Rank 0's control channel: status goes out, pause/stop/checkpoint
+  /// requests come in and are agreed with the other ranks at every step
+  /// boundary. May be null (then only RequestStop steers the run).
+  RunControl* control = nullptr;
+  /// Called on every rank after each step and each checkpoint it writes.
+  std::function<void(const StepReport&)> on_step;
+  std::function<void(const CheckpointReport&)> on_checkpoint;
 };
 
 struct TrainResult {
@@ -58,7 +91,8 @@ class Trainer {
   Trainer(TrainConfig config, std::unique_ptr<data::MultiCropSource> source, TrainerOptions options = {});
 
   /// Trains until the last epoch or a stop; errors (non-finite loss, a
-  /// checkpoint that cannot be written) come back as a Status.
+  /// checkpoint that cannot be written) come back as a Status. The control
+  /// channel ends in COMPLETED, STOPPED or FAILED.
   StatusOr<TrainResult> Run();
 
   /// Thread-safe: finish the current step, checkpoint, return from Run.
@@ -67,7 +101,10 @@ class Trainer {
   model::Dino& dino() { return *dino_; }
 
  private:
+  /// Rank 0 writes; in a group every rank returns an error when it failed.
   Status WriteCheckpoint(const std::string& path, int64_t iteration, int64_t niter);
+  StatusOr<TrainResult> RunLoop();
+  void Publish(const std::function<void(RunStatus&)>& change);
 
   /// Sum of `values` over ranks (identity for one process).
   std::vector<double> SumOverRanks(std::vector<double> values);

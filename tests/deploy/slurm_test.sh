@@ -65,7 +65,7 @@ PY
 config two 2
 job=$(submit two 2)
 wait_gone "$job" 300
-grep -q "rank 1 of 2 (slurm launch" "$work"/two-*.out || { echo "FAIL: no 2-rank launch"; cat "$work"/two-*.out; exit 1; }
+grep -q "rank 1 of 2, gloo (slurm launch" "$work"/two-*.out || { echo "FAIL: no 2-rank launch"; cat "$work"/two-*.out; exit 1; }
 [ "$(iteration "$work/two/checkpoint.safetensors")" = 4 ] || { echo "FAIL: 2-task run did not finish"; cat "$work"/two-*.out; exit 1; }
 [ "$(wc -l < "$work/two/log.jsonl")" = 2 ] || { echo "FAIL: expected 2 log lines"; exit 1; }
 echo "ok: 2-task training job"
@@ -87,3 +87,30 @@ grep -q "requeueing job $job" "$work"/preempted-*.out || { echo "FAIL: job was n
 result=$(same_weights "$work/preempted/checkpoint.safetensors" "$work/full/checkpoint.safetensors")
 [ "$result" = identical ] || { echo "FAIL: resumed run $result from the uninterrupted one"; exit 1; }
 echo "ok: USR1 -> checkpoint -> requeue -> resume -> identical weights"
+
+# scdinoctl against a trainer the batch script launched: status names the
+# Slurm job and both ranks; stop ends the job through the API (exit 4, no
+# requeue), with a checkpoint, and the endpoint file is removed.
+ctl="$build/services/ctl/scdinoctl"
+config ctl 400
+job=$(submit ctl 2)
+for _ in $(seq 1 300); do
+  [ -f "$work/ctl/endpoints/trainer.json" ] && break
+  sleep 0.2
+done
+[ -f "$work/ctl/endpoints/trainer.json" ] || { echo "FAIL: no endpoint file from the Slurm-launched trainer"; cat "$work"/ctl-*.out; exit 1; }
+status=$("$ctl" status --run-dir "$work/ctl" --json) || { echo "FAIL: scdinoctl status failed"; cat "$work"/ctl-*.out; exit 1; }
+python3 - "$status" "$job" <<'PY' || { echo "FAIL: status does not describe the Slurm job: $status"; exit 1; }
+import json, sys
+s = json.loads(sys.argv[1])
+assert s["run"]["slurm_job_id"] == sys.argv[2], s["run"]
+assert int(s["run"]["world_size"]) == 2, s["run"]
+PY
+"$ctl" status --run-dir "$work/ctl"
+"$ctl" stop --run-dir "$work/ctl" || { echo "FAIL: scdinoctl stop failed"; exit 1; }
+wait_gone "$job" 120
+grep -q "stopped after iteration" "$work"/ctl-*.out || { echo "FAIL: the job did not stop gracefully"; cat "$work"/ctl-*.out; exit 1; }
+! grep -q "requeueing" "$work"/ctl-*.out || { echo "FAIL: a stop through the API was requeued"; exit 1; }
+[ ! -f "$work/ctl/endpoints/trainer.json" ] || { echo "FAIL: endpoint file left behind"; exit 1; }
+[ -f "$work/ctl/checkpoint.safetensors" ] || { echo "FAIL: no checkpoint after stop"; exit 1; }
+echo "ok: scdinoctl status and stop against a Slurm-launched 2-rank trainer"

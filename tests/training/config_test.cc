@@ -122,6 +122,24 @@ scdino:
   EXPECT_EQ(a.solarize_p, 0.5);
 }
 
+// Mixed precision follows scDINO's use_fp16 on CUDA unless scdino.precision
+// says otherwise; CPU runs always train in fp32.
+TEST(TrainConfig, PrecisionResolvesForTheDevice) {
+  auto precision = [](const std::string& yaml) {
+    auto c = ParseTrainConfig("meta: {dataset_dir: /d}\n" + yaml, "p.yaml");
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? c->precision() : model::Precision::kFp32;
+  };
+  EXPECT_EQ(precision("scdino: {device: cuda}\n"), model::Precision::kBf16);  // use_fp16 defaults to true
+  EXPECT_EQ(precision("train_scDINO: {hyperparameters: {use_fp16: false}}\nscdino: {device: cuda}\n"),
+            model::Precision::kFp32);
+  EXPECT_EQ(precision("scdino: {device: cuda, precision: fp16}\n"), model::Precision::kFp16);
+  EXPECT_EQ(precision("scdino: {device: cpu, precision: bf16}\n"), model::Precision::kFp32);
+  auto c = ParseTrainConfig("meta: {dataset_dir: /d}\nscdino: {device: cuda, precision: fp16}\n", "p.yaml");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->dino_options().loss_scaling);
+}
+
 TEST(TrainConfig, ChannelsByNameAndAboveNine) {
   auto c = ParseTrainConfig(R"(
 meta:
@@ -189,6 +207,10 @@ INSTANTIATE_TEST_SUITE_P(
                 {"channel 7", "scdino.synthetic.channels = 5"}},
         BadCase{"scdino: {channel_combination: 3}\n", {"scdino.channel_combination", "below the 1 entries"}},
         BadCase{"scdino: {device: tpu}\n", {"scdino.device", "cpu | cuda", "'tpu'"}},
+        BadCase{"scdino: {control: {tls_cert_file: c.pem}}\n", {"scdino.control", "tls_key_file", "go together"}},
+        BadCase{"scdino: {control: {listen: localhost}}\n", {"scdino.control.listen", "host:port", "'localhost'"}},
+        BadCase{"scdino: {metrics: {port: 70000}}\n", {"scdino.metrics.port", "70000"}},
+        BadCase{"scdino: {precision: half}\n", {"scdino.precision", "auto | fp32 | bf16 | fp16", "'half'"}},
         BadCase{"meta: [1, 2\n", {"not valid YAML", "line"}},
         BadCase{"meta: {}\n", {"meta.dataset_dir", "data set folder"}},
         BadCase{"scdino: {data_source: csv}\n", {"scdino.index_csv", "path,label"}},

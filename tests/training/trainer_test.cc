@@ -1,6 +1,7 @@
 #include "training/trainer.h"
 
 #include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/files.h"
 #include "common/safetensors.h"
@@ -159,6 +161,48 @@ TEST(Trainer, FailedCheckpointWriteKeepsThePreviousOneAndSaysWhy) {
   auto latest = ReadSafetensors(run + "/checkpoint.safetensors");
   ASSERT_TRUE(latest.ok()) << latest.status().ToString();
   EXPECT_EQ(latest->metadata.at("iteration"), "8");
+}
+
+// In a group only rank 0 writes; when its write fails every rank stops at
+// once with an error, instead of the others waiting in the next collective
+// until the timeout.
+TEST(Trainer, FailedCheckpointWriteStopsEveryRankAtOnce) {
+  ScratchDir dir;
+  const std::string run = dir.path() + "/run";
+  std::filesystem::create_directories(run + "/checkpoint0001.safetensors/occupied");
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  DistributedOptions dist;
+  dist.timeout = std::chrono::seconds(120);
+  std::vector<StatusOr<TrainResult>> results(2, Status::Internal("not run"));
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> ranks;
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      auto config = Parse(TinyConfig(dir.path(), "run"));
+      TrainerOptions opts;
+      opts.collective = Collective::Create(store, rank, 2, dist, torch::kCPU);
+      auto source = MakeSource(config, rank, 2, torch::kCPU);
+      if (!source.ok()) {
+        results[rank] = source.status();
+        return;
+      }
+      Trainer trainer(std::move(config), std::move(source).value(), opts);
+      results[rank] = trainer.Run();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(secs, 60.0) << "a rank waited for the collective timeout";
+  ASSERT_FALSE(results[0].ok());
+  EXPECT_NE(results[0].status().message().find("checkpoint0001.safetensors"), std::string::npos)
+      << results[0].status().message();
+  ASSERT_FALSE(results[1].ok());
+  EXPECT_EQ(results[1].status().code(), StatusCode::kIOError);
+  EXPECT_NE(results[1].status().message().find("rank 0 could not write checkpoint"), std::string::npos)
+      << results[1].status().message();
+  auto latest = ReadSafetensors(run + "/checkpoint.safetensors");
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  EXPECT_EQ(latest->metadata.at("world_size"), "2");
 }
 
 TEST(Trainer, RefusesACheckpointOfAnotherModel) {

@@ -1,0 +1,87 @@
+// The meeting point of a service's work loop and its control API: the loop
+// publishes its status here and polls the requests (pause, resume, stop,
+// checkpoint) that callers file; the gRPC server (control layer) reads and
+// files through it. No gRPC here, so the LibTorch layers can use it.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace scdino {
+
+enum class RunState { kStarting, kRunning, kPaused, kCheckpointing, kStopping, kCompleted, kFailed, kStopped };
+const char* RunStateName(RunState s);  ///< "STARTING", ...
+inline bool IsFinal(RunState s) {
+  return s == RunState::kCompleted || s == RunState::kFailed || s == RunState::kStopped;
+}
+
+/// A snapshot of a run (the fields of scdino.v1.Status).
+struct RunStatus {
+  RunState state = RunState::kStarting;
+  std::string error;
+  // Progress.
+  int64_t epoch = 0, epochs = 0, iteration = 0, iterations = 0;
+  int64_t items_done = 0, items_total = 0;
+  double items_per_second = 0.0, eta_seconds = 0.0;
+  // Trainer.
+  double loss = 0.0, learning_rate = 0.0, weight_decay = 0.0, teacher_temperature = 0.0, teacher_momentum = 0.0;
+  std::string last_checkpoint;
+  int64_t last_checkpoint_unix_ms = 0;
+  int64_t nonfinite_steps = 0;
+  /// Increases with every Update.
+  int64_t revision = 0;
+};
+
+/// What callers asked for since the loop last looked.
+struct RunRequests {
+  bool pause = false;       ///< be paused (true until Resume)
+  bool stop = false;
+  bool checkpoint = false;  ///< at least one SaveCheckpoint is waiting
+};
+
+/// Thread-safe: the work loop, the server's handler threads and signal
+/// watchers use one instance.
+class RunControl {
+ public:
+  // Work-loop side.
+  /// Changes the status under the lock and wakes watchers.
+  void Update(const std::function<void(RunStatus&)>& change);
+  RunRequests Requests() const;
+  /// Answers every waiting SaveCheckpoint with a path or an error.
+  void CompleteCheckpoints(const StatusOr<std::string>& result, int64_t iteration);
+  /// Blocks until a request changes or `timeout` passes (a paused loop).
+  void WaitForRequest(std::chrono::milliseconds timeout);
+
+  // Caller side (the API). Requests after a final state are refused.
+  Status Pause();
+  Status Resume();
+  Status Stop();
+  struct CheckpointResult {
+    std::string path;
+    int64_t iteration = 0;
+  };
+  /// Filed; the loop writes at its next step boundary.
+  StatusOr<std::future<StatusOr<CheckpointResult>>> RequestCheckpoint();
+
+  RunStatus Snapshot() const;
+  /// Waits until the revision exceeds `after` or `timeout` passes; returns
+  /// the snapshot either way.
+  RunStatus WaitForChange(int64_t after, std::chrono::milliseconds timeout) const;
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable changed_;
+  RunStatus status_;
+  RunRequests requests_;
+  std::vector<std::promise<StatusOr<CheckpointResult>>> checkpoint_waiters_;
+};
+
+}  // namespace scdino

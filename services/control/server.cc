@@ -1,0 +1,310 @@
+#include "control/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+
+#include "common/files.h"
+#include "common/safetensors.h"
+#include "control/token.h"
+#include "scdino/v1/control.grpc.pb.h"
+
+namespace scdino::control {
+
+namespace v1 = ::scdino::v1;
+
+grpc::Status ToGrpcStatus(const Status& s) {
+  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+  switch (s.code()) {
+    case StatusCode::kOk: return grpc::Status::OK;
+    case StatusCode::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case StatusCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
+    case StatusCode::kAlreadyExists: code = grpc::StatusCode::ALREADY_EXISTS; break;
+    case StatusCode::kFailedPrecondition: code = grpc::StatusCode::FAILED_PRECONDITION; break;
+    case StatusCode::kIOError: code = grpc::StatusCode::INTERNAL; break;
+    case StatusCode::kDataLoss: code = grpc::StatusCode::DATA_LOSS; break;
+    case StatusCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
+    case StatusCode::kAborted: code = grpc::StatusCode::ABORTED; break;
+    case StatusCode::kInternal: code = grpc::StatusCode::INTERNAL; break;
+  }
+  return grpc::Status(code, s.message());
+}
+
+std::vector<CheckpointEntry> ListCheckpointFiles(const std::string& run_dir) {
+  std::vector<CheckpointEntry> out;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(run_dir, ec)) {
+    const std::string name = f.path().filename().string();
+    if (!f.is_regular_file() || name.rfind("checkpoint", 0) != 0 || f.path().extension() != ".safetensors") continue;
+    auto meta = ReadSafetensorsMetadata(f.path().string());
+    if (!meta.ok() || !meta->count("iteration")) continue;
+    CheckpointEntry e;
+    e.path = std::filesystem::absolute(f.path()).string();
+    try {
+      e.iteration = std::stoll(meta->at("iteration"));
+      e.epoch = meta->count("epoch") ? std::stoll(meta->at("epoch")) : 0;
+    } catch (const std::exception&) {
+      continue;
+    }
+    e.size_bytes = static_cast<int64_t>(f.file_size(ec));
+    struct stat st {};
+    if (::stat(e.path.c_str(), &st) == 0) {
+      e.modified_unix_ms = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
+    }
+    out.push_back(std::move(e));
+  }
+  std::sort(out.begin(), out.end(), [](const CheckpointEntry& a, const CheckpointEntry& b) {
+    return std::tie(a.iteration, a.modified_unix_ms, a.path) < std::tie(b.iteration, b.modified_unix_ms, b.path);
+  });
+  return out;
+}
+
+namespace {
+
+v1::RunState ToProto(RunState s) {
+  switch (s) {
+    case RunState::kStarting: return v1::RUN_STATE_STARTING;
+    case RunState::kRunning: return v1::RUN_STATE_RUNNING;
+    case RunState::kPaused: return v1::RUN_STATE_PAUSED;
+    case RunState::kCheckpointing: return v1::RUN_STATE_CHECKPOINTING;
+    case RunState::kStopping: return v1::RUN_STATE_STOPPING;
+    case RunState::kCompleted: return v1::RUN_STATE_COMPLETED;
+    case RunState::kFailed: return v1::RUN_STATE_FAILED;
+    case RunState::kStopped: return v1::RUN_STATE_STOPPED;
+  }
+  return v1::RUN_STATE_UNSPECIFIED;
+}
+
+v1::ServiceKind KindOf(const std::string& service) {
+  if (service == "trainer") return v1::SERVICE_KIND_TRAINER;
+  if (service == "features") return v1::SERVICE_KIND_FEATURES;
+  if (service == "eval") return v1::SERVICE_KIND_EVAL;
+  return v1::SERVICE_KIND_UNSPECIFIED;
+}
+
+}  // namespace
+
+// Both generated services over one RunControl; the shared token check.
+class ControlServer::Impl {
+ public:
+  Impl(const ServerOptions& o, RunControl* control, std::shared_ptr<std::atomic<int64_t>> refused)
+      : o_(o), control_(control), refused_(std::move(refused)), control_service_(this), trainer_service_(this) {}
+
+  grpc::Status Authorize(grpc::ServerContext* ctx, const char* method) {
+    const auto& md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    const char* why = "no authorization metadata";
+    if (it != md.end()) {
+      const std::string value(it->second.data(), it->second.size());
+      const std::string prefix = "Bearer ";
+      if (value.rfind(prefix, 0) == 0 && TokensEqual(value.substr(prefix.size()), o_.token)) return grpc::Status::OK;
+      why = "wrong token";
+    }
+    refused_->fetch_add(1);
+    if (o_.on_unauthenticated) o_.on_unauthenticated();
+    std::cerr << "scdino-" << o_.service << ": control: refused " << method << " from " << ctx->peer() << ": " << why
+              << "\n";
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "missing or wrong token: send 'authorization: Bearer <token>' with the content of the run's "
+                        "control.token");
+  }
+
+  void Fill(const RunStatus& s, v1::Status* out) const {
+    out->set_service(KindOf(o_.service));
+    out->set_state(ToProto(s.state));
+    out->set_error(s.error);
+    out->set_revision(s.revision);
+    auto* p = out->mutable_progress();
+    p->set_epoch(s.epoch);
+    p->set_epochs(s.epochs);
+    p->set_iteration(s.iteration);
+    p->set_iterations(s.iterations);
+    p->set_items_done(s.items_done);
+    p->set_items_total(s.items_total);
+    p->set_items_per_second(s.items_per_second);
+    p->set_eta_seconds(s.eta_seconds);
+    if (o_.service == "trainer") {
+      auto* t = out->mutable_trainer();
+      t->set_loss(s.loss);
+      t->set_learning_rate(s.learning_rate);
+      t->set_weight_decay(s.weight_decay);
+      t->set_teacher_temperature(s.teacher_temperature);
+      t->set_teacher_momentum(s.teacher_momentum);
+      t->set_last_checkpoint(s.last_checkpoint);
+      t->set_last_checkpoint_unix_ms(s.last_checkpoint_unix_ms);
+      t->set_nonfinite_steps(s.nonfinite_steps);
+    }
+    auto* r = out->mutable_run();
+    r->set_run_id(o_.run_id);
+    r->set_run_dir(o_.run_dir);
+    r->set_slurm_job_id(o_.slurm_job_id);
+    r->set_slurm_step_id(o_.slurm_step_id);
+    r->set_world_size(o_.world_size);
+    r->set_version(SCDINO_VERSION);
+    r->set_host(o_.host);
+    r->set_pid(::getpid());
+    r->set_start_unix_ms(o_.start_unix_ms);
+  }
+
+  class ControlService final : public v1::Control::Service {
+   public:
+    explicit ControlService(Impl* impl) : impl_(impl) {}
+    grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest*, v1::Status* out) override {
+      if (auto a = impl_->Authorize(ctx, "GetStatus"); !a.ok()) return a;
+      impl_->Fill(impl_->control_->Snapshot(), out);
+      return grpc::Status::OK;
+    }
+    grpc::Status WatchStatus(grpc::ServerContext* ctx, const v1::WatchStatusRequest* req,
+                             grpc::ServerWriter<v1::Status>* writer) override {
+      if (auto a = impl_->Authorize(ctx, "WatchStatus"); !a.ok()) return a;
+      if (req->interval_ms() < 0) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "interval_ms must be >= 0");
+      }
+      // Wake at least every 200 ms to notice a cancelled call or a shutdown.
+      const auto tick = std::chrono::milliseconds(200);
+      const auto interval = std::chrono::milliseconds(req->interval_ms());
+      RunStatus s = impl_->control_->Snapshot();
+      auto last_sent = std::chrono::steady_clock::now();
+      int64_t sent_revision = -1;
+      while (!ctx->IsCancelled() && !impl_->shutting_down_.load()) {
+        if (s.revision != sent_revision ||
+            (interval.count() > 0 && std::chrono::steady_clock::now() - last_sent >= interval)) {
+          v1::Status msg;
+          impl_->Fill(s, &msg);
+          if (!writer->Write(msg)) break;
+          sent_revision = s.revision;
+          last_sent = std::chrono::steady_clock::now();
+          if (IsFinal(s.state)) break;
+        }
+        auto wait = tick;
+        if (interval.count() > 0) wait = std::min(tick, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                            interval - (std::chrono::steady_clock::now() - last_sent)));
+        s = impl_->control_->WaitForChange(sent_revision, std::max(wait, std::chrono::milliseconds(1)));
+      }
+      return grpc::Status::OK;
+    }
+    grpc::Status Pause(grpc::ServerContext* ctx, const v1::PauseRequest*, v1::ControlReply* out) override {
+      return Request(ctx, "Pause", &RunControl::Pause, out);
+    }
+    grpc::Status Resume(grpc::ServerContext* ctx, const v1::ResumeRequest*, v1::ControlReply* out) override {
+      return Request(ctx, "Resume", &RunControl::Resume, out);
+    }
+    grpc::Status Stop(grpc::ServerContext* ctx, const v1::StopRequest*, v1::ControlReply* out) override {
+      return Request(ctx, "Stop", &RunControl::Stop, out);
+    }
+
+   private:
+    grpc::Status Request(grpc::ServerContext* ctx, const char* name, Status (RunControl::*fn)(),
+                         v1::ControlReply* out) {
+      if (auto a = impl_->Authorize(ctx, name); !a.ok()) return a;
+      if (auto s = (impl_->control_->*fn)(); !s.ok()) return ToGrpcStatus(s);
+      std::cerr << "scdino-" << impl_->o_.service << ": control: " << name << " from " << ctx->peer() << "\n";
+      out->set_state(ToProto(impl_->control_->Snapshot().state));
+      return grpc::Status::OK;
+    }
+    Impl* impl_;
+  };
+
+  class TrainerService final : public v1::Trainer::Service {
+   public:
+    explicit TrainerService(Impl* impl) : impl_(impl) {}
+    grpc::Status SaveCheckpoint(grpc::ServerContext* ctx, const v1::SaveCheckpointRequest*,
+                                v1::SaveCheckpointReply* out) override {
+      if (auto a = impl_->Authorize(ctx, "SaveCheckpoint"); !a.ok()) return a;
+      auto f = impl_->control_->RequestCheckpoint();
+      if (!f.ok()) return ToGrpcStatus(f.status());
+      // The loop answers at its next step boundary; give up with the caller.
+      while (f->wait_for(std::chrono::milliseconds(200)) != std::future_status::ready) {
+        if (ctx->IsCancelled() || impl_->shutting_down_.load()) {
+          return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled before the checkpoint was written");
+        }
+      }
+      auto r = f->get();
+      if (!r.ok()) return ToGrpcStatus(r.status());
+      out->set_path(r->path);
+      out->set_iteration(r->iteration);
+      return grpc::Status::OK;
+    }
+    grpc::Status ListCheckpoints(grpc::ServerContext* ctx, const v1::ListCheckpointsRequest*,
+                                 v1::ListCheckpointsReply* out) override {
+      if (auto a = impl_->Authorize(ctx, "ListCheckpoints"); !a.ok()) return a;
+      for (const auto& e : ListCheckpointFiles(impl_->o_.run_dir)) {
+        auto* c = out->add_checkpoints();
+        c->set_path(e.path);
+        c->set_iteration(e.iteration);
+        c->set_epoch(e.epoch);
+        c->set_size_bytes(e.size_bytes);
+        c->set_modified_unix_ms(e.modified_unix_ms);
+      }
+      return grpc::Status::OK;
+    }
+
+   private:
+    Impl* impl_;
+  };
+
+  ServerOptions o_;
+  RunControl* control_;
+  std::shared_ptr<std::atomic<int64_t>> refused_;
+  std::atomic<bool> shutting_down_{false};
+  ControlService control_service_;
+  TrainerService trainer_service_;
+};
+
+StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(ServerOptions options, RunControl* control) {
+  if (options.token.empty()) return Status::InvalidArgument("control server: a token is required");
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return Status::InvalidArgument("control TLS needs both a certificate and a key file (tls_cert_file, tls_key_file)");
+  }
+  std::unique_ptr<ControlServer> server(new ControlServer());
+  server->options_ = options;
+  server->impl_ = std::make_unique<Impl>(options, control, server->refused_);
+
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!options.tls_cert_file.empty()) {
+    auto cert = ReadFile(options.tls_cert_file);
+    if (!cert.ok()) return cert.status();
+    auto key = ReadFile(options.tls_key_file);
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    creds = grpc::SslServerCredentials(ssl);
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default, which would let two runs share a
+  // fixed port silently.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort(options.listen_address, creds, &server->port_);
+  builder.RegisterService(&server->impl_->control_service_);
+  if (options.service == "trainer") builder.RegisterService(&server->impl_->trainer_service_);
+  server->server_ = builder.BuildAndStart();
+  if (!server->server_ || server->port_ == 0) {
+    return Status::Unavailable("control server: cannot listen on " + options.listen_address +
+                               " (address in use or not an address of this host?)");
+  }
+  auto* health = server->server_->GetHealthCheckService();
+  health->SetServingStatus("", true);
+  health->SetServingStatus("scdino.v1.Control", true);
+  if (options.service == "trainer") health->SetServingStatus("scdino.v1.Trainer", true);
+  return server;
+}
+
+void ControlServer::Shutdown() {
+  if (!server_) return;
+  impl_->shutting_down_.store(true);
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server_->Wait();
+  server_.reset();
+}
+
+ControlServer::~ControlServer() { Shutdown(); }
+
+}  // namespace scdino::control

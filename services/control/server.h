@@ -1,0 +1,74 @@
+// The control server a service's rank 0 runs: scdino.v1.Control (and, for
+// the trainer, scdino.v1.Trainer) over a RunControl, plus gRPC health
+// checking and server reflection. Every Control/Trainer call must carry the
+// run's token; refused calls are counted and logged without the token.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/run_control.h"
+#include "common/status.h"
+
+namespace grpc {
+class Server;
+class Status;
+}  // namespace grpc
+
+namespace scdino::control {
+
+/// One checkpoint file, as ListCheckpoints reports it.
+struct CheckpointEntry {
+  std::string path;
+  int64_t iteration = 0, epoch = 0, size_bytes = 0, modified_unix_ms = 0;
+};
+
+/// The checkpoints (*.safetensors with an "iteration" in their metadata) in
+/// a run directory, oldest first.
+std::vector<CheckpointEntry> ListCheckpointFiles(const std::string& run_dir);
+
+struct ServerOptions {
+  /// host:port to listen on; port 0 picks a free port (see port()).
+  std::string listen_address = "0.0.0.0:0";
+  /// The token every call must present (required).
+  std::string token;
+  /// PEM files; both set: TLS, both empty: plaintext.
+  std::string tls_cert_file, tls_key_file;
+  /// trainer | features | eval.
+  std::string service = "trainer";
+  /// Status.run.
+  std::string run_id, run_dir, slurm_job_id, slurm_step_id, host;
+  int64_t world_size = 1;
+  int64_t start_unix_ms = 0;
+  /// Called for every refused call (a metric counts them).
+  std::function<void()> on_unauthenticated;
+};
+
+/// Thread-safe; gRPC's threads serve calls until Shutdown or destruction.
+class ControlServer {
+ public:
+  static StatusOr<std::unique_ptr<ControlServer>> Start(ServerOptions options, RunControl* control);
+  ~ControlServer();
+  int port() const { return port_; }
+  bool tls() const { return !options_.tls_cert_file.empty(); }
+  int64_t refused_calls() const { return refused_->load(); }
+  /// Ends open streams, then stops.
+  void Shutdown();
+
+ private:
+  ControlServer() = default;
+  class Impl;
+  ServerOptions options_;
+  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<std::atomic<int64_t>> refused_ = std::make_shared<std::atomic<int64_t>>(0);
+  int port_ = 0;
+};
+
+/// The one mapping from our Status codes to gRPC's.
+grpc::Status ToGrpcStatus(const Status& s);
+
+}  // namespace scdino::control

@@ -1,0 +1,341 @@
+// scdinoctl: status, watch, pause, resume, stop, checkpoint and checkpoints
+// of a running scdino service, through its control API (docs/control.md).
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <iostream>
+#include <string>
+
+#include "control/client.h"
+#include "control/token.h"
+#include "scdino/v1/control.grpc.pb.h"
+
+namespace {
+
+namespace v1 = scdino::v1;
+
+// Exit codes, documented in docs/control.md.
+constexpr int kOk = 0;
+constexpr int kFailed = 1;
+constexpr int kBadArguments = 2;
+constexpr int kUnreachable = 3;
+constexpr int kUnauthenticated = 4;
+constexpr int kNotFound = 5;
+constexpr int kRefused = 6;  // the run cannot do that now (e.g. it has ended)
+
+void Usage(std::ostream& out) {
+  out << "usage: scdinoctl COMMAND (--run-dir DIR [--service S] | --target HOST:PORT --token-file F) [options]\n"
+         "commands:\n"
+         "  status        the run's state, progress, speed and last values\n"
+         "  watch         status on every change until the run ends (Ctrl-C to leave)\n"
+         "  pause         pause at the next step boundary\n"
+         "  resume        continue a paused run\n"
+         "  stop          finish the step, write a checkpoint, exit\n"
+         "  checkpoint    write a checkpoint now and print its path (trainer)\n"
+         "  checkpoints   list the run's checkpoints (trainer)\n"
+         "options:\n"
+         "  --run-dir DIR       the run directory (endpoint file and token found there)\n"
+         "  --service S         trainer | features | eval (default trainer)\n"
+         "  --target HOST:PORT  a server address instead of --run-dir\n"
+         "  --token-file F      the run's control.token (with --target)\n"
+         "  --tls               use TLS (with --target); --tls-ca F: PEM roots to trust\n"
+         "  --json              JSON instead of tables (one object per line for watch)\n"
+         "  --timeout S         seconds to wait for an answer (default 10; checkpoint 600)\n"
+         "  --interval-ms N     watch: also print every N ms when nothing changed\n"
+         "exit codes: 0 ok, 1 failed, 2 bad arguments, 3 unreachable, 4 unauthenticated,\n"
+         "            5 not found, 6 refused (the run cannot do that now)\n";
+}
+
+int ExitFor(const grpc::Status& s, const std::string& target) {
+  std::cerr << "scdinoctl: " << target << ": " << s.error_message() << "\n";
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return kUnreachable;
+    case grpc::StatusCode::UNAUTHENTICATED: return kUnauthenticated;
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::UNIMPLEMENTED: return kNotFound;
+    case grpc::StatusCode::FAILED_PRECONDITION: return kRefused;
+    default: return kFailed;
+  }
+}
+
+std::string Json(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+std::string StateName(v1::RunState s) {
+  std::string n = v1::RunState_Name(s);
+  return n.rfind("RUN_STATE_", 0) == 0 ? n.substr(10) : n;
+}
+
+std::string Time(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+  return buf;
+}
+
+std::string Duration(double s) {
+  if (s <= 0) return "-";
+  char buf[32];
+  const long x = static_cast<long>(s + 0.5);
+  if (x >= 3600) {
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", x / 3600, (x / 60) % 60);
+  } else if (x >= 60) {
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", x / 60, x % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%lds", x);
+  }
+  return buf;
+}
+
+void PrintTable(const v1::Status& s) {
+  const auto& p = s.progress();
+  const auto& r = s.run();
+  char buf[512];
+  std::string service = v1::ServiceKind_Name(s.service());
+  service = service.substr(service.rfind('_') + 1);
+  for (auto& c : service) c = static_cast<char>(std::tolower(c));
+  std::printf("%-12s%s\n", "service", service.c_str());
+  std::printf("%-12s%s (%s)\n", "run", r.run_id().c_str(), r.run_dir().c_str());
+  std::printf("%-12s%s%s%s\n", "state", StateName(s.state()).c_str(), s.error().empty() ? "" : ": ",
+              s.error().c_str());
+  if (p.iterations() > 0) {
+    std::snprintf(buf, sizeof buf, "epoch %lld/%lld, iteration %lld/%lld (%.1f%%)",
+                  static_cast<long long>(p.epoch() + 1), static_cast<long long>(p.epochs()),
+                  static_cast<long long>(p.iteration()), static_cast<long long>(p.iterations()),
+                  100.0 * static_cast<double>(p.iteration()) / static_cast<double>(p.iterations()));
+  } else {
+    std::snprintf(buf, sizeof buf, "%lld/%lld items", static_cast<long long>(p.items_done()),
+                  static_cast<long long>(p.items_total()));
+  }
+  std::printf("%-12s%s\n", "progress", buf);
+  std::printf("%-12s%.1f items/s, ETA %s\n", "speed", p.items_per_second(), Duration(p.eta_seconds()).c_str());
+  if (s.has_trainer()) {
+    const auto& t = s.trainer();
+    std::printf("%-12s%.5f\n", "loss", t.loss());
+    std::printf("%-12slr %.3g, weight decay %.3g, teacher temp %.3g, momentum %.5f\n", "schedule", t.learning_rate(),
+                t.weight_decay(), t.teacher_temperature(), t.teacher_momentum());
+    std::printf("%-12s%s (%s)\n", "checkpoint", t.last_checkpoint().empty() ? "-" : t.last_checkpoint().c_str(),
+                Time(t.last_checkpoint_unix_ms()).c_str());
+    if (t.nonfinite_steps() > 0) std::printf("%-12s%lld\n", "nonfinite", static_cast<long long>(t.nonfinite_steps()));
+  }
+  std::printf("%-12s%s pid %lld, world size %lld, started %s\n", "host", r.host().c_str(),
+              static_cast<long long>(r.pid()), static_cast<long long>(r.world_size()),
+              Time(r.start_unix_ms()).c_str());
+  if (!r.slurm_job_id().empty()) {
+    std::printf("%-12sjob %s step %s\n", "slurm", r.slurm_job_id().c_str(), r.slurm_step_id().c_str());
+  }
+  std::printf("%-12s%s\n", "version", r.version().c_str());
+}
+
+void PrintLine(const v1::Status& s) {
+  const auto& p = s.progress();
+  std::printf("%s %-10s it %lld/%lld epoch %lld/%lld %.1f items/s ETA %s", Time(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch()).count()).c_str(),
+              StateName(s.state()).c_str(), static_cast<long long>(p.iteration()),
+              static_cast<long long>(p.iterations()), static_cast<long long>(p.epoch() + 1),
+              static_cast<long long>(p.epochs()), p.items_per_second(), Duration(p.eta_seconds()).c_str());
+  if (s.has_trainer()) std::printf(" loss %.5f", s.trainer().loss());
+  if (!s.error().empty()) std::printf(" error: %s", s.error().c_str());
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    Usage(std::cerr);
+    return kBadArguments;
+  }
+  const std::string command = argv[1];
+  if (command == "-h" || command == "--help") {
+    Usage(std::cout);
+    return kOk;
+  }
+  std::string run_dir, service = "trainer", target, token_file, tls_ca;
+  bool json = false, tls = false;
+  double timeout = -1;
+  int64_t interval_ms = 0;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << "scdinoctl: " << a << " needs a value\n";
+        std::exit(kBadArguments);
+      }
+      return argv[++i];
+    };
+    auto number = [&]() -> double {
+      const std::string v = value();
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || x < 0) {
+        std::cerr << "scdinoctl: " << a << " expects a number >= 0, got '" << v << "'\n";
+        std::exit(kBadArguments);
+      }
+      return x;
+    };
+    if (a == "--run-dir") {
+      run_dir = value();
+    } else if (a == "--service") {
+      service = value();
+    } else if (a == "--target") {
+      target = value();
+    } else if (a == "--token-file") {
+      token_file = value();
+    } else if (a == "--tls") {
+      tls = true;
+    } else if (a == "--tls-ca") {
+      tls_ca = value();
+    } else if (a == "--json") {
+      json = true;
+    } else if (a == "--timeout") {
+      timeout = number();
+    } else if (a == "--interval-ms") {
+      interval_ms = static_cast<int64_t>(number());
+    } else {
+      std::cerr << "scdinoctl: unknown argument '" << a << "'\n";
+      Usage(std::cerr);
+      return kBadArguments;
+    }
+  }
+  static const char* kCommands[] = {"status", "watch", "pause", "resume", "stop", "checkpoint", "checkpoints"};
+  if (std::find(std::begin(kCommands), std::end(kCommands), command) == std::end(kCommands)) {
+    std::cerr << "scdinoctl: unknown command '" << command << "'\n";
+    Usage(std::cerr);
+    return kBadArguments;
+  }
+  if (service != "trainer" && service != "features" && service != "eval") {
+    std::cerr << "scdinoctl: --service expects trainer, features or eval, got '" << service << "'\n";
+    return kBadArguments;
+  }
+  if (run_dir.empty() == target.empty()) {
+    std::cerr << "scdinoctl: give either --run-dir DIR or --target HOST:PORT (with --token-file)\n";
+    return kBadArguments;
+  }
+  scdino::control::ClientTarget t;
+  if (!run_dir.empty()) {
+    auto r = scdino::control::ResolveRun(run_dir, service);
+    if (!r.ok()) {
+      std::cerr << "scdinoctl: " << r.status().message() << "\n";
+      return r.status().code() == scdino::StatusCode::kNotFound ? kNotFound : kFailed;
+    }
+    t = *r;
+  } else {
+    if (token_file.empty()) {
+      std::cerr << "scdinoctl: --target needs --token-file (the run's control.token)\n";
+      return kBadArguments;
+    }
+    auto token = scdino::control::ReadToken(token_file);
+    if (!token.ok()) {
+      std::cerr << "scdinoctl: " << token.status().message() << "\n";
+      return token.status().code() == scdino::StatusCode::kNotFound ? kNotFound : kFailed;
+    }
+    t.target = target;
+    t.token = *token;
+    t.tls = tls;
+  }
+  t.tls_ca_file = tls_ca;
+  auto channel = scdino::control::OpenChannel(t);
+  if (!channel.ok()) {
+    std::cerr << "scdinoctl: " << channel.status().message() << "\n";
+    return kFailed;
+  }
+  if (timeout < 0) timeout = command == "checkpoint" ? 600 : 10;
+  auto context = [&](grpc::ClientContext& ctx, bool deadline) {
+    scdino::control::AddToken(&ctx, t.token);
+    if (deadline) {
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)));
+    }
+  };
+  auto control = v1::Control::NewStub(*channel);
+  auto trainer = v1::Trainer::NewStub(*channel);
+
+  if (command == "status") {
+    grpc::ClientContext ctx;
+    context(ctx, true);
+    v1::Status s;
+    auto st = control->GetStatus(&ctx, v1::GetStatusRequest(), &s);
+    if (!st.ok()) return ExitFor(st, t.target);
+    json ? (void)(std::cout << Json(s) << "\n") : PrintTable(s);
+    return kOk;
+  }
+  if (command == "watch") {
+    // The first message has to come within the timeout; then no deadline.
+    grpc::ClientContext ctx;
+    context(ctx, false);
+    if (!(*channel)->WaitForConnected(std::chrono::system_clock::now() +
+                                      std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)))) {
+      std::cerr << "scdinoctl: " << t.target << ": not reachable within " << timeout << " s\n";
+      return kUnreachable;
+    }
+    v1::WatchStatusRequest req;
+    req.set_interval_ms(interval_ms);
+    auto reader = control->WatchStatus(&ctx, req);
+    v1::Status s;
+    while (reader->Read(&s)) json ? (void)(std::cout << Json(s) << std::endl) : PrintLine(s);
+    auto st = reader->Finish();
+    if (!st.ok()) return ExitFor(st, t.target);
+    return s.state() == v1::RUN_STATE_FAILED ? kFailed : kOk;
+  }
+  if (command == "pause" || command == "resume" || command == "stop") {
+    grpc::ClientContext ctx;
+    context(ctx, true);
+    v1::ControlReply reply;
+    grpc::Status st;
+    if (command == "pause") st = control->Pause(&ctx, v1::PauseRequest(), &reply);
+    if (command == "resume") st = control->Resume(&ctx, v1::ResumeRequest(), &reply);
+    if (command == "stop") st = control->Stop(&ctx, v1::StopRequest(), &reply);
+    if (!st.ok()) return ExitFor(st, t.target);
+    if (json) {
+      std::cout << Json(reply) << "\n";
+    } else {
+      std::cout << command << ": requested; the run is " << StateName(reply.state()) << "\n";
+    }
+    return kOk;
+  }
+  if (command == "checkpoint") {
+    grpc::ClientContext ctx;
+    context(ctx, true);
+    v1::SaveCheckpointReply reply;
+    auto st = trainer->SaveCheckpoint(&ctx, v1::SaveCheckpointRequest(), &reply);
+    if (!st.ok()) return ExitFor(st, t.target);
+    if (json) {
+      std::cout << Json(reply) << "\n";
+    } else {
+      std::cout << reply.path() << " (iteration " << reply.iteration() << ")\n";
+    }
+    return kOk;
+  }
+  // checkpoints
+  grpc::ClientContext ctx;
+  context(ctx, true);
+  v1::ListCheckpointsReply reply;
+  auto st = trainer->ListCheckpoints(&ctx, v1::ListCheckpointsRequest(), &reply);
+  if (!st.ok()) return ExitFor(st, t.target);
+  if (json) {
+    std::cout << Json(reply) << "\n";
+    return kOk;
+  }
+  std::printf("%-10s %-6s %-10s %-20s %s\n", "ITERATION", "EPOCH", "SIZE_MB", "WRITTEN", "PATH");
+  for (const auto& c : reply.checkpoints()) {
+    std::printf("%-10lld %-6lld %-10.1f %-20s %s\n", static_cast<long long>(c.iteration()),
+                static_cast<long long>(c.epoch()), static_cast<double>(c.size_bytes()) / 1e6,
+                Time(c.modified_unix_ms()).c_str(), c.path().c_str());
+  }
+  return kOk;
+}

@@ -1,0 +1,85 @@
+#include "metrics/trainer_metrics.h"
+
+#include "training/device_memory.h"
+
+namespace scdino::metrics {
+
+namespace {
+
+prometheus::Counter* Counter(prometheus::Registry& r, const std::string& name, const std::string& help) {
+  return &prometheus::BuildCounter().Name("scdino_trainer_" + name).Help(help).Register(r).Add({});
+}
+prometheus::Gauge* Gauge(prometheus::Registry& r, const std::string& name, const std::string& help) {
+  return &prometheus::BuildGauge().Name("scdino_trainer_" + name).Help(help).Register(r).Add({});
+}
+prometheus::Histogram* Histogram(prometheus::Registry& r, const std::string& name, const std::string& help,
+                                 prometheus::Histogram::BucketBoundaries buckets) {
+  return &prometheus::BuildHistogram().Name("scdino_trainer_" + name).Help(help).Register(r).Add({}, buckets);
+}
+
+// Seconds from 1 ms to about 2 minutes, doubling.
+prometheus::Histogram::BucketBoundaries Doubling(double first, int n) {
+  prometheus::Histogram::BucketBoundaries b;
+  for (int i = 0; i < n; ++i) b.push_back(first * static_cast<double>(1 << i));
+  return b;
+}
+
+}  // namespace
+
+TrainerMetrics::TrainerMetrics(prometheus::Registry& r, torch::Device device) : device_(device) {
+  iterations_ = Counter(r, "iterations_total", "Training iterations done by this process (since it started)");
+  images_ = Counter(r, "images_total", "Images this rank trained on");
+  skipped_images_ = Counter(r, "skipped_images_total", "Bad images dropped from this rank's batches");
+  nonfinite_steps_ = Counter(r, "nonfinite_steps_total", "Steps skipped for a non-finite loss");
+  epoch_ = Gauge(r, "epoch", "Current epoch (0-based)");
+  loss_ = Gauge(r, "loss", "DINO loss of the last step");
+  lr_ = Gauge(r, "learning_rate", "Learning rate of the last step");
+  wd_ = Gauge(r, "weight_decay", "Weight decay of the last step");
+  momentum_ = Gauge(r, "teacher_momentum", "Teacher EMA momentum of the last step");
+  teacher_temp_ = Gauge(r, "teacher_temperature", "Teacher softmax temperature of the current epoch");
+  images_per_second_ = Gauge(r, "images_per_second", "Images per second on this rank, smoothed over recent steps");
+  last_checkpoint_ = Gauge(r, "last_checkpoint_timestamp_seconds", "Unix time of the last checkpoint written");
+  step_ = Histogram(r, "step_duration_seconds", "Duration of a training iteration, data included", Doubling(0.001, 18));
+  data_wait_ = Histogram(r, "data_wait_seconds", "Time an iteration waited for its batch", Doubling(0.0001, 20));
+  allreduce_ = Histogram(r, "allreduce_wait_seconds",
+                         "Time an iteration waited for gradient all-reduce after backward", Doubling(0.0001, 20));
+  checkpoint_ = Histogram(r, "checkpoint_duration_seconds", "Time to write a checkpoint", Doubling(0.01, 16));
+  if (device.is_cuda()) {
+    gpu_allocated_ = Gauge(r, "gpu_memory_allocated_bytes", "GPU memory held by tensors (CUDA caching allocator)");
+    gpu_reserved_ = Gauge(r, "gpu_memory_reserved_bytes", "GPU memory reserved by the CUDA caching allocator");
+  }
+}
+
+void TrainerMetrics::OnStep(const training::StepReport& s) {
+  iterations_->Increment();
+  images_->Increment(static_cast<double>(s.images));
+  if (s.skipped_images > 0) skipped_images_->Increment(static_cast<double>(s.skipped_images));
+  if (!s.finite) nonfinite_steps_->Increment();
+  epoch_->Set(static_cast<double>(s.epoch));
+  if (s.finite) loss_->Set(s.loss);
+  lr_->Set(s.lr);
+  wd_->Set(s.weight_decay);
+  momentum_->Set(s.momentum);
+  teacher_temp_->Set(s.teacher_temp);
+  step_->Observe(s.step_seconds);
+  data_wait_->Observe(s.data_wait_seconds);
+  allreduce_->Observe(s.allreduce_wait_seconds);
+  if (s.step_seconds > 0) {
+    const double now = static_cast<double>(s.images) / s.step_seconds;
+    rate_ = rate_ == 0.0 ? now : 0.9 * rate_ + 0.1 * now;
+    images_per_second_->Set(rate_);
+  }
+  if (gpu_allocated_) {
+    if (auto m = training::QueryDeviceMemory(device_)) {
+      gpu_allocated_->Set(static_cast<double>(m->allocated_bytes));
+      gpu_reserved_->Set(static_cast<double>(m->reserved_bytes));
+    }
+  }
+}
+
+void TrainerMetrics::OnCheckpoint(const training::CheckpointReport& r) {
+  checkpoint_->Observe(r.seconds);
+  last_checkpoint_->Set(static_cast<double>(r.unix_ms) / 1000.0);
+}
+
+}  // namespace scdino::metrics

@@ -1,0 +1,32 @@
+// The trainer's metrics (docs/metrics.md lists each with its type, unit and
+// meaning), fed from the trainer's step and checkpoint reports.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <torch/torch.h>
+
+#include "training/trainer.h"
+
+namespace scdino::metrics {
+
+/// Families are created once here; the hot path touches cached children.
+/// Thread-safe (prometheus-cpp metrics are atomic).
+class TrainerMetrics {
+ public:
+  TrainerMetrics(prometheus::Registry& registry, torch::Device device);
+  void OnStep(const training::StepReport& r);
+  void OnCheckpoint(const training::CheckpointReport& r);
+
+ private:
+  torch::Device device_;
+  prometheus::Counter *iterations_, *images_, *skipped_images_, *nonfinite_steps_;
+  prometheus::Gauge *epoch_, *loss_, *lr_, *wd_, *momentum_, *teacher_temp_, *images_per_second_;
+  prometheus::Gauge *last_checkpoint_, *gpu_allocated_ = nullptr, *gpu_reserved_ = nullptr;
+  prometheus::Histogram *step_, *data_wait_, *allreduce_, *checkpoint_;
+  double rate_ = 0.0;
+};
+
+}  // namespace scdino::metrics

@@ -1,0 +1,334 @@
+// The control layer against real gRPC peers in this process: the token file,
+// endpoint files, the run-control state machine, and the server's calls,
+// auth, health checking and reflection through real channels.
+#include <gtest/gtest.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <thread>
+
+#include "common/run_control.h"
+#include "common/safetensors.h"
+#include "control/client.h"
+#include "control/endpoint.h"
+#include "control/server.h"
+#include "control/token.h"
+#include "scdino/v1/control.grpc.pb.h"
+#include "support/test_support.h"
+
+namespace scdino::control {
+namespace {
+
+using scdino::testing::ScratchDir;
+namespace v1 = ::scdino::v1;
+
+TEST(Token, CreatedPrivateOnceThenReused) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/control.token";
+  auto a = LoadOrCreateToken(path);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->size(), 64u);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto b = LoadOrCreateToken(path);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*a, *b);
+  ::chmod(path.c_str(), 0644);
+  auto c = ReadToken(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("readable by others (mode 644)"), std::string::npos) << c.status().message();
+  auto missing = ReadToken(dir.path() + "/none");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+TEST(Token, ComparisonIsExact) {
+  EXPECT_TRUE(TokensEqual("abc", "abc"));
+  EXPECT_FALSE(TokensEqual("abc", "abd"));
+  EXPECT_FALSE(TokensEqual("abc", "abcd"));
+  EXPECT_FALSE(TokensEqual("", "a"));
+}
+
+TEST(Endpoint, RoundTripsAndNamesAMissingFile) {
+  ScratchDir dir;
+  Endpoint e;
+  e.service = "trainer";
+  e.host = "node7";
+  e.port = 4321;
+  e.pid = 99;
+  e.slurm_job_id = "12";
+  e.token_file = "/r/control.token";
+  ASSERT_TRUE(WriteEndpoint(dir.path(), e).ok());
+  auto r = ReadEndpoint(dir.path(), "trainer");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->target(), "node7:4321");
+  EXPECT_EQ(r->slurm_job_id, "12");
+  EXPECT_EQ(r->token_file, "/r/control.token");
+  RemoveEndpoint(dir.path(), "trainer");
+  auto gone = ReadEndpoint(dir.path(), "trainer");
+  ASSERT_EQ(gone.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(gone.status().message().find("endpoints/trainer.json"), std::string::npos);
+}
+
+TEST(RunControl, RequestsAreRefusedAfterTheEnd) {
+  RunControl c;
+  ASSERT_TRUE(c.Pause().ok());
+  EXPECT_TRUE(c.Requests().pause);
+  ASSERT_TRUE(c.Resume().ok());
+  EXPECT_FALSE(c.Requests().pause);
+  auto pending = c.RequestCheckpoint();
+  ASSERT_TRUE(pending.ok());
+  c.Update([](RunStatus& s) { s.state = RunState::kCompleted; });
+  // A checkpoint still waiting when the run ends gets an answer.
+  auto r = pending->get();
+  EXPECT_EQ(r.status().code(), StatusCode::kAborted);
+  auto p = c.Pause();
+  EXPECT_EQ(p.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(p.message().find("COMPLETED"), std::string::npos);
+}
+
+// A server over a RunControl, and a thread standing in for a work loop that
+// answers checkpoint requests as the trainer does.
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions o;
+    o.listen_address = "127.0.0.1:0";
+    o.token = "0123456789abcdef0123456789abcdef";
+    o.run_dir = dir_.path();
+    o.run_id = "unit";
+    o.on_unauthenticated = [this] { ++refused_; };
+    auto s = ControlServer::Start(o, &control_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(s).value();
+    ASSERT_GT(server_->port(), 0);
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials());
+    stub_ = v1::Control::NewStub(channel_);
+    trainer_ = v1::Trainer::NewStub(channel_);
+  }
+  void Call(grpc::ClientContext* ctx, const std::string& token = "0123456789abcdef0123456789abcdef") {
+    if (!token.empty()) AddToken(ctx, token);
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  }
+  ScratchDir dir_;
+  RunControl control_;
+  std::unique_ptr<ControlServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Control::Stub> stub_;
+  std::unique_ptr<v1::Trainer::Stub> trainer_;
+  std::atomic<int> refused_{0};
+};
+
+TEST_F(ServerTest, StatusNeedsTheToken) {
+  control_.Update([](RunStatus& s) {
+    s.state = RunState::kRunning;
+    s.iteration = 7;
+    s.iterations = 20;
+    s.loss = 3.5;
+  });
+  v1::Status st;
+  {
+    grpc::ClientContext ctx;
+    Call(&ctx);
+    auto r = stub_->GetStatus(&ctx, v1::GetStatusRequest(), &st);
+    ASSERT_TRUE(r.ok()) << r.error_message();
+  }
+  EXPECT_EQ(st.state(), v1::RUN_STATE_RUNNING);
+  EXPECT_EQ(st.progress().iteration(), 7);
+  EXPECT_EQ(st.trainer().loss(), 3.5);
+  EXPECT_EQ(st.run().run_id(), "unit");
+  EXPECT_EQ(st.service(), v1::SERVICE_KIND_TRAINER);
+  for (const std::string token : {std::string(), std::string("0123456789abcdef0123456789abcdeX")}) {
+    grpc::ClientContext ctx;
+    Call(&ctx, token);
+    auto r = stub_->GetStatus(&ctx, v1::GetStatusRequest(), &st);
+    EXPECT_EQ(r.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(r.error_message().find("0123456789abcdef"), std::string::npos) << "the token leaked";
+  }
+  EXPECT_EQ(refused_.load(), 2);
+  EXPECT_EQ(server_->refused_calls(), 2);
+}
+
+TEST_F(ServerTest, PauseResumeStopReachTheRunControl) {
+  control_.Update([](RunStatus& s) { s.state = RunState::kRunning; });
+  v1::ControlReply reply;
+  {
+    grpc::ClientContext ctx;
+    Call(&ctx);
+    ASSERT_TRUE(stub_->Pause(&ctx, v1::PauseRequest(), &reply).ok());
+  }
+  EXPECT_TRUE(control_.Requests().pause);
+  {
+    grpc::ClientContext ctx;
+    Call(&ctx);
+    ASSERT_TRUE(stub_->Resume(&ctx, v1::ResumeRequest(), &reply).ok());
+  }
+  EXPECT_FALSE(control_.Requests().pause);
+  {
+    grpc::ClientContext ctx;
+    Call(&ctx);
+    ASSERT_TRUE(stub_->Stop(&ctx, v1::StopRequest(), &reply).ok());
+  }
+  EXPECT_TRUE(control_.Requests().stop);
+  control_.Update([](RunStatus& s) { s.state = RunState::kStopped; });
+  grpc::ClientContext ctx;
+  Call(&ctx);
+  auto r = stub_->Pause(&ctx, v1::PauseRequest(), &reply);
+  EXPECT_EQ(r.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(ServerTest, SaveCheckpointWaitsForTheLoop) {
+  control_.Update([](RunStatus& s) { s.state = RunState::kRunning; });
+  std::thread loop([this] {
+    while (!control_.Requests().checkpoint) control_.WaitForRequest(std::chrono::milliseconds(50));
+    control_.CompleteCheckpoints(std::string("/runs/x/checkpoint_it00000012.safetensors"), 12);
+  });
+  grpc::ClientContext ctx;
+  Call(&ctx);
+  v1::SaveCheckpointReply reply;
+  auto r = trainer_->SaveCheckpoint(&ctx, v1::SaveCheckpointRequest(), &reply);
+  loop.join();
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  EXPECT_EQ(reply.path(), "/runs/x/checkpoint_it00000012.safetensors");
+  EXPECT_EQ(reply.iteration(), 12);
+}
+
+TEST_F(ServerTest, WatchStreamsChangesUntilTheEnd) {
+  grpc::ClientContext ctx;
+  AddToken(&ctx, "0123456789abcdef0123456789abcdef");
+  auto reader = stub_->WatchStatus(&ctx, v1::WatchStatusRequest());
+  std::thread loop([this] {
+    for (int i = 1; i <= 3; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      control_.Update([i](RunStatus& s) {
+        s.state = RunState::kRunning;
+        s.iteration = i;
+      });
+    }
+    control_.Update([](RunStatus& s) { s.state = RunState::kCompleted; });
+  });
+  std::vector<v1::Status> seen;
+  v1::Status s;
+  while (reader->Read(&s)) seen.push_back(s);
+  loop.join();
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_GE(seen.size(), 2u);
+  EXPECT_EQ(seen.back().state(), v1::RUN_STATE_COMPLETED);
+  EXPECT_EQ(seen.back().progress().iteration(), 3);
+  for (size_t i = 1; i < seen.size(); ++i) EXPECT_GT(seen[i].revision(), seen[i - 1].revision());
+}
+
+TEST_F(ServerTest, ListsCheckpointsOfTheRunDirectory) {
+  // Written by the safetensors writer the trainer uses.
+  for (int it : {8, 4}) {
+    ASSERT_TRUE(WriteSafetensors(dir_.path() + "/checkpoint" + std::to_string(it) + ".safetensors",
+                                 {{"w", torch::zeros({2})}}, {{"iteration", std::to_string(it)}, {"epoch", "1"}})
+                    .ok());
+  }
+  std::ofstream(dir_.path() + "/checkpoint_broken.safetensors") << "not a checkpoint";
+  grpc::ClientContext ctx;
+  Call(&ctx);
+  v1::ListCheckpointsReply reply;
+  ASSERT_TRUE(trainer_->ListCheckpoints(&ctx, v1::ListCheckpointsRequest(), &reply).ok());
+  ASSERT_EQ(reply.checkpoints_size(), 2);
+  EXPECT_EQ(reply.checkpoints(0).iteration(), 4);
+  EXPECT_EQ(reply.checkpoints(1).iteration(), 8);
+  EXPECT_GT(reply.checkpoints(1).size_bytes(), 0);
+}
+
+// grpc.health.v1 and reflection answer without a token; the requests and
+// answers are encoded by hand, since their generated code is not installed.
+grpc::Status Unary(grpc::GenericStub& stub, const std::string& method, const std::string& request,
+                   std::string* response) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Slice slice(request);
+  grpc::ByteBuffer in(&slice, 1), out;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &in, &out, [&](grpc::Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    status = s;
+    done = true;
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  std::vector<grpc::Slice> slices;
+  if (status.ok() && out.Dump(&slices).ok()) {
+    for (const auto& s : slices) response->append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return status;
+}
+
+TEST_F(ServerTest, HealthAnswersWithoutAToken) {
+  grpc::GenericStub stub(channel_);
+  for (const std::string service : {"", "scdino.v1.Control", "scdino.v1.Trainer"}) {
+    // HealthCheckRequest{service}: field 1, length-delimited.
+    std::string req;
+    if (!service.empty()) req = std::string("\x0a", 1) + static_cast<char>(service.size()) + service;
+    std::string resp;
+    auto s = Unary(stub, "/grpc.health.v1.Health/Check", req, &resp);
+    ASSERT_TRUE(s.ok()) << service << ": " << s.error_message();
+    EXPECT_EQ(resp, std::string("\x08\x01", 2)) << service << ": expected status SERVING";
+  }
+}
+
+TEST_F(ServerTest, ReflectionListsTheServices) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::GenericStub stub(channel_);
+  grpc::CompletionQueue cq;
+  auto call = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag;
+  bool ok;
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  // ServerReflectionRequest{list_services: ""}: field 7, length 0.
+  grpc::Slice req(std::string("\x3a\x00", 2));
+  grpc::ByteBuffer in(&req, 1), out;
+  call->Write(in, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  call->Read(&out, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(out.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_NE(bytes.find("scdino.v1.Control"), std::string::npos);
+  EXPECT_NE(bytes.find("scdino.v1.Trainer"), std::string::npos);
+  EXPECT_NE(bytes.find("grpc.health.v1.Health"), std::string::npos);
+  ctx.TryCancel();
+  grpc::Status st;
+  call->Finish(&st, reinterpret_cast<void*>(4));
+  while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(4)) {
+  }
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+}
+
+TEST(ControlServer, RefusesHalfATlsConfigurationAndABusyPort) {
+  RunControl c;
+  ServerOptions o;
+  o.token = "0123456789abcdef";
+  o.tls_cert_file = "/x/cert.pem";
+  auto a = ControlServer::Start(o, &c);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("both a certificate and a key"), std::string::npos);
+  o.tls_cert_file.clear();
+  o.listen_address = "127.0.0.1:0";
+  auto first = ControlServer::Start(o, &c);
+  ASSERT_TRUE(first.ok());
+  o.listen_address = "127.0.0.1:" + std::to_string((*first)->port());
+  auto second = ControlServer::Start(o, &c);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find(o.listen_address), std::string::npos);
+}
+
+}  // namespace
+}  // namespace scdino::control

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# The control channel and metrics of a running trainer, from outside its
+# process: scdinoctl status/watch/pause/resume/checkpoint/checkpoints/stop,
+# refused tokens, the metrics endpoint moving, a real Prometheus (Debian's
+# package, config from monitoring/) finding the trainer through file_sd, and
+# promtool on that config. Lines starting with FAIL: fail the ctest.
+#
+#   bash tests/deploy/control_test.sh SOURCE_DIR BUILD_DIR
+set -uo pipefail
+src=$1
+build=$2
+work="$build/test-scratch/control"
+rm -rf "$work"
+mkdir -p "$work"
+py=/usr/bin/python3
+ctl="$build/services/ctl/scdinoctl"
+run="$work/ctl"
+trainer_pid=
+prom_pid=
+cleanup() {
+  [ -n "$trainer_pid" ] && kill -9 "$trainer_pid" 2>/dev/null
+  [ -n "$prom_pid" ] && kill "$prom_pid" 2>/dev/null
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*"
+  echo "--- trainer stderr"; tail -20 "$work/trainer.err" 2>/dev/null
+  exit 1
+}
+field() {  # json-text python-expression-on-s
+  $py -c "import json,sys; s=json.loads(sys.argv[1]); print($2)" "$1"
+}
+status() { "$ctl" status --run-dir "$run" --json; }
+iteration() { field "$(status)" 's["progress"]["iteration"]'; }
+scrape() {  # series name -> value (first sample)
+  $py - "$metrics_url" "$1" <<'PY'
+import sys, urllib.request
+text = urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()
+for line in text.splitlines():
+    if line.startswith(sys.argv[2] + " ") or line.startswith(sys.argv[2] + "{"):
+        print(line.rsplit(" ", 1)[1]); break
+else:
+    print("missing")
+PY
+}
+free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+cat > "$work/ctl.yaml" <<YAML
+meta: {name_of_run: ctl, output_dir: "$work", seed: 5, selected_channel_combination_per_run: ["012"]}
+train_scDINO:
+  epochs: 5000
+  saveckp_freq: 5000
+  batch_size_per_gpu: 4
+  num_workers: 1
+  hyperparameters: {arch: vit_tiny, embed_dim: 32, depth: 2, num_heads: 2, patch_size: 8, global_crops_size: 16,
+                    local_crops_size: 8, local_crops_number: 2, out_dim: 64, head_hidden_dim: 32,
+                    head_bottleneck_dim: 16, warmup_epochs: 1, drop_path_rate: 0.0}
+scdino:
+  threads: 1
+  data_source: synthetic
+  synthetic: {classes: 2, per_class: 32, channels: 3, size: 16, seed: 1}
+  control: {listen: "127.0.0.1:0"}
+  metrics: {listen: 127.0.0.1, file_sd_dir: "$work/targets"}
+YAML
+
+"$build/services/trainer/scdino-trainer" --config "$work/ctl.yaml" >"$work/trainer.out" 2>"$work/trainer.err" &
+trainer_pid=$!
+for _ in $(seq 1 150); do
+  [ -f "$run/endpoints/trainer.json" ] && [ -n "$(ls "$work"/targets/*.json 2>/dev/null)" ] && break
+  sleep 0.2
+done
+[ -f "$run/endpoints/trainer.json" ] || fail "no endpoint file"
+[ "$(stat -c %a "$run/control.token")" = 600 ] || fail "control.token is not mode 600"
+target=$(field "$(cat "$run"/endpoints/trainer.json)" 's["host"]+":"+str(s["port"])')
+metrics_url="http://$(field "$(cat "$work"/targets/*.json)" 's[0]["targets"][0]')/metrics"
+echo "ok: endpoint $target, metrics $metrics_url"
+
+# Status and progress.
+for _ in $(seq 1 100); do [ "$(iteration)" -ge 3 ] && break; sleep 0.1; done
+s=$(status) || fail "scdinoctl status failed"
+# Every epoch (16 iterations) ends with a checkpoint, so either state is right.
+case "$(field "$s" 's["state"]')" in RUN_STATE_RUNNING|RUN_STATE_CHECKPOINTING) ;; *) fail "state is not RUNNING: $s" ;; esac
+[ "$(field "$s" 's["progress"]["iterations"]')" = 80000 ] || fail "iterations total: $s"
+"$ctl" status --run-dir "$run" | grep -qE "^state +(RUNNING|CHECKPOINTING)" || fail "the status table has no state line"
+echo "ok: status"
+
+# Watch: several messages with growing iterations within 2 seconds.
+timeout 2 "$ctl" watch --run-dir "$run" --json > "$work/watch.jsonl"
+$py - "$work/watch.jsonl" <<'PY' || fail "watch did not stream progress"
+import json, sys
+its = [int(json.loads(l)["progress"]["iteration"]) for l in open(sys.argv[1])]
+assert len(its) >= 3 and its == sorted(its) and its[-1] > its[0], its
+PY
+echo "ok: watch"
+
+# Pause: progress and the iteration counter stop; resume: they move again.
+"$ctl" pause --run-dir "$run" >/dev/null || fail "pause failed"
+for _ in $(seq 1 50); do [ "$(field "$(status)" 's["state"]')" = RUN_STATE_PAUSED ] && break; sleep 0.1; done
+[ "$(field "$(status)" 's["state"]')" = RUN_STATE_PAUSED ] || fail "not PAUSED after pause"
+a=$(iteration); ma=$(scrape scdino_trainer_iterations_total)
+sleep 1.5
+b=$(iteration); mb=$(scrape scdino_trainer_iterations_total)
+[ "$a" = "$b" ] && [ "$ma" = "$mb" ] || fail "progress while paused: $a -> $b, metric $ma -> $mb"
+"$ctl" resume --run-dir "$run" >/dev/null || fail "resume failed"
+sleep 1.5
+c=$(iteration); mc=$(scrape scdino_trainer_iterations_total)
+[ "$c" -gt "$b" ] || fail "no progress after resume: $b -> $c"
+$py -c "import sys; sys.exit(0 if float('$mc') > float('$mb') else 1)" || fail "metric did not move: $mb -> $mc"
+echo "ok: pause ($a = $b) and resume ($b -> $c); scdino_trainer_iterations_total $mb -> $mc"
+
+# Checkpoint now, and the list.
+path=$("$ctl" checkpoint --run-dir "$run" --json | $py -c 'import json,sys; print(json.load(sys.stdin)["path"])') ||
+  fail "checkpoint failed"
+[ -f "$path" ] || fail "checkpoint $path does not exist"
+"$ctl" checkpoints --run-dir "$run" | grep -qF "$path" || fail "checkpoints does not list $path"
+[ "$(scrape scdino_trainer_checkpoint_duration_seconds_count)" != 0 ] || fail "checkpoint duration not observed"
+echo "ok: checkpoint $path"
+
+# Wrong token: refused (exit 4), counted, logged without the token.
+printf 'not-the-token-of-this-run\n' > "$work/wrong.token"
+chmod 600 "$work/wrong.token"
+"$ctl" status --target "$target" --token-file "$work/wrong.token" 2>"$work/wrong.err"
+rc=$?
+[ "$rc" = 4 ] || fail "a wrong token gave exit code $rc, expected 4"
+grep -q "refused GetStatus" "$work/trainer.err" || fail "the refused call was not logged"
+! grep -qF "$(cat "$run/control.token")" "$work/trainer.err" || fail "the token appears in the log"
+! grep -qF "not-the-token" "$work/trainer.err" || fail "the presented token appears in the log"
+[ "$(scrape scdino_trainer_control_unauthenticated_requests_total)" = 1 ] || fail "refused call not counted"
+"$ctl" status --target "$target" --token-file "$work/none.token" 2>/dev/null
+[ $? = 5 ] || fail "a missing token file should give exit code 5"
+"$ctl" status --target 127.0.0.1:1 --token-file "$run/control.token" --timeout 2 2>/dev/null
+[ $? = 3 ] || fail "an unreachable target should give exit code 3"
+echo "ok: wrong token refused and counted; exit codes 3, 4, 5"
+
+# A real Prometheus with monitoring/'s config, pointed at this test's
+# target directory and scraping every second.
+promtool check config "$src/monitoring/prometheus/prometheus.yml" || fail "promtool rejects monitoring/prometheus/prometheus.yml"
+mkdir -p "$work/prom"
+cp "$src/monitoring/prometheus/scdino-rules.yml" "$work/prom/"
+sed -e "s|- /shared/scdino/runs/prometheus_targets/\*.json|- $work/targets/*.json|" \
+    -e "s|scrape_interval: 15s|scrape_interval: 1s|" -e "s|refresh_interval: 30s|refresh_interval: 1s|" \
+    "$src/monitoring/prometheus/prometheus.yml" > "$work/prom/prometheus.yml"
+grep -qF "$work/targets" "$work/prom/prometheus.yml" || fail "could not point the config at the target directory"
+promtool check config "$work/prom/prometheus.yml" >/dev/null || fail "promtool rejects the test config"
+prom_port=$(free_port)
+prometheus --config.file="$work/prom/prometheus.yml" --storage.tsdb.path="$work/prom/data" \
+  --web.listen-address="127.0.0.1:$prom_port" >"$work/prom/log.txt" 2>&1 &
+prom_pid=$!
+query="http://127.0.0.1:$prom_port/api/v1/query?query=scdino_trainer_iterations_total"
+found=
+for _ in $(seq 1 60); do
+  found=$($py - "$query" <<'PY' 2>/dev/null
+import json, sys, urllib.request
+r = json.load(urllib.request.urlopen(sys.argv[1], timeout=2))["data"]["result"]
+if r:
+    m = r[0]["metric"]
+    print(m["run"], m["service"], m["rank"], r[0]["value"][1])
+PY
+)
+  [ -n "$found" ] && break
+  sleep 1
+done
+[ -n "$found" ] || { tail -5 "$work/prom/log.txt"; fail "Prometheus did not receive the trainer's series"; }
+case "$found" in "ctl trainer 0 "*) ;; *) fail "unexpected series labels: $found" ;; esac
+echo "ok: Prometheus scraped scdino_trainer_iterations_total {run service rank value} = $found"
+
+# Graceful stop: exit code 4, a checkpoint at the stopped iteration, the
+# endpoint and target files removed.
+"$ctl" stop --run-dir "$run" >/dev/null || fail "stop failed"
+wait "$trainer_pid"
+rc=$?
+trainer_pid=
+[ "$rc" = 4 ] || fail "the trainer exited with $rc after stop, expected 4"
+[ ! -f "$run/endpoints/trainer.json" ] || fail "the endpoint file was left behind"
+[ -z "$(ls "$work"/targets/*.json 2>/dev/null)" ] || fail "the file_sd target was left behind"
+$py - "$run/checkpoint.safetensors" <<'PY' || fail "no checkpoint after stop"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+assert int(json.loads(b[8:8 + n])["__metadata__"]["iteration"]) > 0
+PY
+grep -q "stopped after iteration" "$work/trainer.err" || fail "no stop message"
+echo "ok: stop -> checkpoint, exit 4, endpoint and target removed"
