@@ -10,6 +10,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libyaml-cpp-dev nlohmann-json3-dev prometheus
   libgtest-dev libgmock-dev
+  libhdf5-dev python3-numpy python3-anndata python3-torch
 )
 
 missing=()

@@ -119,4 +119,16 @@ RunStatus RunControl::WaitForChange(int64_t after, std::chrono::milliseconds tim
   return status_;
 }
 
+bool RunControl::HoldWhilePaused(const std::function<bool()>& stop_also) {
+  auto stopping = [&] { return Requests().stop || (stop_also && stop_also()); };
+  if (Requests().pause && !stopping()) {
+    Update([](RunStatus& s) { s.state = RunState::kPaused; });
+    while (Requests().pause && !stopping()) WaitForRequest(std::chrono::milliseconds(200));
+    if (!stopping()) Update([](RunStatus& s) { s.state = RunState::kRunning; });
+  }
+  if (!stopping()) return false;
+  Update([](RunStatus& s) { s.state = RunState::kStopping; });
+  return true;
+}
+
 }  // namespace scdino

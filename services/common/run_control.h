@@ -59,6 +59,10 @@ class RunControl {
   void CompleteCheckpoints(const StatusOr<std::string>& result, int64_t iteration);
   /// Blocks until a request changes or `timeout` passes (a paused loop).
   void WaitForRequest(std::chrono::milliseconds timeout);
+  /// For a batch service's loop, between units of work: blocks while a
+  /// pause is requested (state PAUSED, then RUNNING again); true once a stop
+  /// is requested or `stop_also` says so (state STOPPING).
+  bool HoldWhilePaused(const std::function<bool()>& stop_also = {});
 
   // Caller side (the API). Requests after a final state are refused.
   Status Pause();

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -27,13 +28,20 @@ torch::Tensor SyntheticCell(const SyntheticOptions& o, int64_t cls, int64_t inde
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(-1.0, 1.0);
   const double S = static_cast<double>(o.size);
+  // Class traits shrink towards their middle as difficulty rises; the
+  // per-cell nuisances grow.
+  const double h = std::clamp(o.difficulty, 0.0, 1.0);
+  auto trait = [&](int64_t c, int64_t salt) {
+    const double t = ClassTrait(cls, c, salt);
+    return h == 0.0 ? t : 0.5 + (1.0 - 0.75 * h) * (t - 0.5);
+  };
   // Class morphology: body radius, elongation, nucleus size and offset.
-  const double radius = S * (0.16 + 0.14 * ClassTrait(cls, 0, 1)) * (1.0 + 0.08 * u(rng));
-  const double elong = 1.0 + 0.8 * ClassTrait(cls, 0, 2);
-  const double nucleus = 0.25 + 0.4 * ClassTrait(cls, 0, 3);
+  const double radius = S * (0.16 + 0.14 * trait(0, 1)) * (1.0 + (0.08 + 0.25 * h) * u(rng));
+  const double elong = 1.0 + 0.8 * trait(0, 2);
+  const double nucleus = 0.25 + 0.4 * trait(0, 3);
   const double angle = 3.14159265358979 * u(rng);
-  const double cx = S / 2 + 0.08 * S * u(rng), cy = S / 2 + 0.08 * S * u(rng);
-
+  const double shift = (0.08 + 0.17 * h) * S;
+  const double cx = S / 2 + shift * u(rng), cy = S / 2 + shift * u(rng);
   auto coords = torch::arange(o.size, torch::kFloat32);
   auto yy = coords.view({-1, 1}).expand({o.size, o.size}) - cy;
   auto xx = coords.view({1, -1}).expand({o.size, o.size}) - cx;
@@ -43,15 +51,15 @@ torch::Tensor SyntheticCell(const SyntheticOptions& o, int64_t cls, int64_t inde
   auto body = torch::sigmoid((1.0 - d) * 6.0);
   auto dn = (xr / (radius * nucleus)).pow(2) + (yr / (radius * nucleus)).pow(2);
   auto nuc = torch::sigmoid((1.0 - dn) * 6.0);
-
   auto gen = at::detail::createCPUGenerator(seed);
   auto noise = torch::randn({o.channels, o.size, o.size}, gen, torch::kFloat32);
+  const double noise_sd = 0.03 + 0.12 * h;
   std::vector<torch::Tensor> chans;
   for (int64_t c = 0; c < o.channels; ++c) {
-    const double body_level = 0.15 + 0.7 * ClassTrait(cls, c, 4);
-    const double nuc_level = 0.6 * ClassTrait(cls, c, 5);
-    const double jitter = 1.0 + 0.1 * u(rng);
-    chans.push_back(0.05 + jitter * (body_level * body + nuc_level * nuc) + 0.03 * noise[c]);
+    const double body_level = 0.15 + 0.7 * trait(c, 4);
+    const double nuc_level = 0.6 * trait(c, 5);
+    const double jitter = 1.0 + (0.1 + 0.4 * h) * u(rng);
+    chans.push_back(0.05 + jitter * (body_level * body + nuc_level * nuc) + noise_sd * noise[c]);
   }
   return torch::stack(chans).clamp_(0.0, 1.0);
 }

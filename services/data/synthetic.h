@@ -17,6 +17,11 @@ struct SyntheticOptions {
   int64_t channels = 5;
   int64_t size = 50;
   uint64_t seed = 0;
+  /// 0: classes differ plainly (any features separate them). Towards 1 the
+  /// class traits move closer together while each cell's position, size,
+  /// orientation and noise vary more: nuisances a random network's features
+  /// follow and DINO's augmentations teach a model to ignore.
+  double difficulty = 0.0;
 };
 
 struct SyntheticSet {

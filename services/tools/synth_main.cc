@@ -13,12 +13,13 @@
 
 int main(int argc, char** argv) {
   std::map<std::string, std::string> a = {{"out", ""},     {"classes", "4"}, {"per-class", "64"}, {"channels", "5"},
-                                          {"size", "50"}, {"seed", "0"},    {"bits", "8"}};
+                                          {"size", "50"}, {"seed", "0"},    {"bits", "8"},
+                                          {"difficulty", "0"}};
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     if (k == "-h" || k == "--help" || k.rfind("--", 0) != 0 || !a.count(k.substr(2)) || i + 1 >= argc) {
       std::cerr << "usage: scdino-synth --out DIR [--classes K] [--per-class N] [--channels C] [--size S] [--seed X]"
-                   " [--bits 8|16]\n";
+                   " [--bits 8|16] [--difficulty 0..1]\n";
       return k == "-h" || k == "--help" ? 0 : 2;
     }
     a[k.substr(2)] = argv[++i];
@@ -30,13 +31,15 @@ int main(int argc, char** argv) {
     o.channels = std::stoll(a["channels"]);
     o.size = std::stoll(a["size"]);
     o.seed = std::stoull(a["seed"]);
+    o.difficulty = std::stod(a["difficulty"]);
   } catch (const std::exception&) {
-    std::cerr << "scdino-synth: --classes, --per-class, --channels, --size and --seed expect integers\n";
+    std::cerr << "scdino-synth: --classes, --per-class, --channels, --size and --seed expect integers, --difficulty a number\n";
     return 2;
   }
   const int bits = std::atoi(a["bits"].c_str());
-  if (a["out"].empty() || o.classes < 1 || o.per_class < 1 || o.channels < 1 || o.size < 8 || (bits != 8 && bits != 16)) {
-    std::cerr << "scdino-synth: need --out DIR, classes/per-class/channels >= 1, size >= 8, bits 8 or 16\n";
+  if (a["out"].empty() || o.classes < 1 || o.per_class < 1 || o.channels < 1 || o.size < 8 || (bits != 8 && bits != 16) ||
+      !(o.difficulty >= 0 && o.difficulty <= 1)) {
+    std::cerr << "scdino-synth: need --out DIR, classes/per-class/channels >= 1, size >= 8, bits 8 or 16, difficulty in [0, 1]\n";
     return 2;
   }
   torch::set_num_threads(1);

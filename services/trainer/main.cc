@@ -9,19 +9,13 @@
 #include <iostream>
 #include <string>
 
+#include "runtime/service_plane.h"
 #include "training/config.h"
-#include "trainer/control_plane.h"
 #include "training/trainer.h"
 
 namespace {
 
-// Exit codes, documented in docs/trainer.md.
-constexpr int kExitCompleted = 0;
-constexpr int kExitFailed = 1;
-constexpr int kExitBadInput = 2;
-constexpr int kExitStopped = 3;
-constexpr int kExitStoppedByApi = 4;  // scdinoctl stop: checkpoint written; do not requeue
-constexpr int kExitPreempted = 75;  // EX_TEMPFAIL: stopped by a signal, checkpoint written; requeue
+using namespace scdino::runtime;  // the exit codes
 
 std::atomic<int> g_signal{0};
 std::atomic<scdino::training::Trainer*> g_trainer{nullptr};
@@ -153,19 +147,17 @@ int main(int argc, char** argv) {
                 << options.collective->backend() << " (" << launch->source << " launch, rendezvous "
                 << launch->master_addr << ":" << launch->master_port << ")\n";
     }
-    auto plane = scdino::trainer::ControlPlane::Start(*config, *launch, device, &options);
+    auto plane = ServicePlane::Start(*config, *launch, {"trainer", ""});
     if (!plane.ok()) {
       std::cerr << "scdino-trainer: " << plane.status().ToString() << "\n";
       return kExitFailed;
     }
+    (*plane)->AttachTrainer(&options, device);
     auto& control = (*plane)->control();
     auto source = scdino::training::MakeSource(*config, launch->rank, launch->world_size, device);
     if (!source.ok()) {
       std::cerr << "scdino-trainer: " << source.status().message() << "\n";
-      control.Update([&](scdino::RunStatus& st) {
-        st.state = scdino::RunState::kFailed;
-        st.error = source.status().ToString();
-      });
+      (*plane)->Finish(scdino::RunState::kFailed, source.status().ToString());
       return kExitBadInput;
     }
     scdino::training::Trainer trainer(std::move(*config), std::move(source).value(), options);
@@ -173,7 +165,8 @@ int main(int argc, char** argv) {
     if (g_signal.load() != 0) trainer.RequestStop();  // a signal that came during set-up
     auto result = trainer.Run();
     g_trainer.store(nullptr);
-    (*plane)->Finish();
+    (*plane)->Finish(result.ok() ? scdino::RunState::kCompleted : scdino::RunState::kFailed,
+                     result.ok() ? "" : result.status().ToString());
     if (!result.ok()) {
       std::cerr << "scdino-trainer: " << result.status().ToString() << "\n";
       return kExitFailed;

@@ -275,6 +275,10 @@ Status CrossCheck(const TrainConfig& c) {
     return bad("scdino.control.listen: expected host:port (port 0: any free port), got '" + c.scdino.control.listen +
                "'");
   }
+  if (c.scdino.split.mode == "folders" && c.scdino.split.train_folder == c.scdino.split.test_folder) {
+    return bad("scdino.split: train_folder and test_folder must differ, both are '" + c.scdino.split.train_folder +
+               "'");
+  }
   if (h.use_bn_in_head) {
     return bad("train_scDINO.hyperparameters.use_bn_in_head: expected false (batch norm in the head is not "
                "supported; scDINO's default is false), got true");
@@ -326,6 +330,10 @@ std::string TrainConfig::token_path() const {
 std::string TrainConfig::file_sd_dir() const {
   return scdino.metrics.file_sd_dir.empty() ? meta.output_dir + "/prometheus_targets" : scdino.metrics.file_sd_dir;
 }
+
+std::string TrainConfig::features_dir(const std::string& name) const { return run_dir() + "/features/" + name; }
+
+std::string TrainConfig::eval_dir(const std::string& name) const { return run_dir() + "/eval/" + name; }
 
 const std::vector<int64_t>& TrainConfig::channels() const {
   return meta.selected_channel_combination_per_run.at(static_cast<size_t>(scdino.channel_combination));
@@ -565,6 +573,21 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
                                      {"port", Int(&r.metrics.port, 0, 65535)},
                                      {"file_sd_dir", Str(&r.metrics.file_sd_dir)},
                                  })},
+                     {"split", Section({
+                                   {"mode", Str(&r.split.mode, {"fraction", "folders"})},
+                                   {"train_folder", Str(&r.split.train_folder)},
+                                   {"test_folder", Str(&r.split.test_folder)},
+                               })},
+                     {"features", Section({
+                                      {"shard_size", Int(&r.features.shard_size, 1)},
+                                      {"write_raw", Bool(&r.features.write_raw)},
+                                  })},
+                     {"evaluation", Section({
+                                        {"knn_memory_mb", Int(&r.evaluation.knn_memory_mb, 1)},
+                                        {"tsne_points", Int(&r.evaluation.tsne_points, 0)},
+                                        {"tsne_perplexity", Real(&r.evaluation.tsne_perplexity, 1, kIn, 1000, kIn)},
+                                        {"tsne_iterations", Int(&r.evaluation.tsne_iterations, 1)},
+                                    })},
                      {"synthetic", Section({
                                        {"classes", Int(&r.synthetic.classes, 1)},
                                        {"per_class", Int(&r.synthetic.per_class, 1)},

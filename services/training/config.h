@@ -145,6 +145,37 @@ struct MetricsConfig {
   std::string file_sd_dir;
 };
 
+/// Section `scdino.split`: which images are kNN training (reference) and
+/// which are test (query) images, for scdino-features' index and scdino-eval.
+struct SplitConfig {
+  /// fraction: per class, a seeded random meta.train_datasetsplit_fraction
+  /// of the images is train (seed meta.seed); folders: the first folder
+  /// below the data set root says (train_folder or test_folder).
+  std::string mode = "fraction";
+  std::string train_folder = "Training";
+  std::string test_folder = "Test";
+};
+
+/// Section `scdino.features`: scdino-features' work units and outputs.
+struct FeaturesConfig {
+  /// Images per shard file; shards are the unit of resume and are dealt out
+  /// to the ranks round-robin.
+  int64_t shard_size = 4096;
+  /// Also write the features before L2 normalisation (features_raw.npy).
+  bool write_raw = false;
+};
+
+/// Section `scdino.evaluation`: scdino-eval's kNN and plots.
+struct EvaluationConfig {
+  /// Memory for one chunk of the query x train similarity matrix; queries
+  /// are processed in chunks that fit.
+  int64_t knn_memory_mb = 512;
+  /// Points of the t-SNE plot (a seeded, class-stratified subsample).
+  int64_t tsne_points = 2000;
+  double tsne_perplexity = 30.0;
+  int64_t tsne_iterations = 1000;
+};
+
 /// Section `scdino`: what scDINO's file does not say.
 struct RuntimeConfig {
   std::string device = "cpu";  ///< cpu | cuda
@@ -178,6 +209,9 @@ struct RuntimeConfig {
   int64_t channel_combination = 0;
   ControlConfig control;
   MetricsConfig metrics;
+  SplitConfig split;
+  FeaturesConfig features;
+  EvaluationConfig evaluation;
 };
 
 struct TrainConfig {
@@ -192,6 +226,10 @@ struct TrainConfig {
   std::string stats_path() const;
   std::string token_path() const;
   std::string file_sd_dir() const;
+  /// Where scdino-features writes the features of a checkpoint (or "random_init").
+  std::string features_dir(const std::string& name) const;
+  /// Where scdino-eval writes the results of a features directory's name.
+  std::string eval_dir(const std::string& name) const;
   /// The channels this run trains on, in order.
   const std::vector<int64_t>& channels() const;
   model::DinoOptions dino_options() const;

@@ -1,26 +1,25 @@
-#include "trainer/control_plane.h"
-
-#include "common/files.h"
+#include "runtime/service_plane.h"
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <thread>
+
+#include "common/files.h"
 
 #ifdef SCDINO_WITH_SERVICES
 #include "control/endpoint.h"
 #include "control/server.h"
 #include "control/token.h"
 #include "metrics/exporter.h"
+#include "metrics/progress_metrics.h"
 #include "metrics/trainer_metrics.h"
 #endif
 
-namespace scdino::trainer {
+namespace scdino::runtime {
 
-#ifdef SCDINO_WITH_SERVICES
 namespace {
 
 std::string Env(const char* name) {
@@ -40,25 +39,27 @@ int64_t UnixMs() {
 }
 
 }  // namespace
-#endif
 
-struct ControlPlane::Parts {
+struct ServicePlane::Parts {
+  std::string service, run_dir;
 #ifdef SCDINO_WITH_SERVICES
   std::unique_ptr<metrics::Exporter> exporter;
   std::unique_ptr<metrics::TrainerMetrics> trainer_metrics;
+  std::unique_ptr<metrics::ProgressMetrics> progress;
   std::unique_ptr<control::ControlServer> server;
 #endif
-  std::string run_dir;
 };
 
-StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(const training::TrainConfig& config,
-                                                            const training::LaunchInfo& launch, torch::Device device,
-                                                            training::TrainerOptions* options) {
-  std::unique_ptr<ControlPlane> plane(new ControlPlane());
+StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const training::TrainConfig& config,
+                                                            const training::LaunchInfo& launch,
+                                                            const ServiceOptions& options) {
+  std::unique_ptr<ServicePlane> plane(new ServicePlane());
   plane->parts_ = std::make_unique<Parts>();
-  plane->parts_->run_dir = std::filesystem::absolute(config.run_dir()).string();
-#ifdef SCDINO_WITH_SERVICES
   Parts& p = *plane->parts_;
+  p.service = options.service;
+  p.run_dir = std::filesystem::absolute(config.run_dir()).string();
+  const std::string tool = "scdino-" + options.service;
+#ifdef SCDINO_WITH_SERVICES
   const std::string host = HostName();
   const std::string job = Env("SLURM_JOB_ID");
   if (config.scdino.metrics.enabled) {
@@ -66,7 +67,7 @@ StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(const training::Trai
     mo.listen_address = config.scdino.metrics.listen;
     mo.port = config.scdino.metrics.port > 0 ? static_cast<int>(config.scdino.metrics.port + launch.local_rank) : 0;
     mo.file_sd_dir = config.file_sd_dir();
-    mo.service = "trainer";
+    mo.service = options.service;
     mo.run = config.meta.name_of_run;
     mo.job = job;
     mo.node = host;
@@ -74,11 +75,11 @@ StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(const training::Trai
     auto e = metrics::Exporter::Start(mo);
     if (!e.ok()) return e.status();
     p.exporter = std::move(e).value();
-    p.trainer_metrics = std::make_unique<metrics::TrainerMetrics>(p.exporter->registry(), device);
-    auto* m = p.trainer_metrics.get();
-    options->on_step = [m](const training::StepReport& r) { m->OnStep(r); };
-    options->on_checkpoint = [m](const training::CheckpointReport& r) { m->OnCheckpoint(r); };
-    std::cerr << "scdino-trainer: rank " << launch.rank << " metrics on http://" << host << ":" << p.exporter->port()
+    if (!options.progress_unit.empty()) {
+      p.progress = std::make_unique<metrics::ProgressMetrics>(p.exporter->registry(), options.service,
+                                                              options.progress_unit);
+    }
+    std::cerr << tool << ": rank " << launch.rank << " metrics on http://" << host << ":" << p.exporter->port()
               << "/metrics" << (p.exporter->file_sd_path().empty() ? "" : ", target file " + p.exporter->file_sd_path())
               << "\n";
   }
@@ -92,7 +93,7 @@ StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(const training::Trai
     so.token = *token;
     so.tls_cert_file = config.scdino.control.tls_cert_file;
     so.tls_key_file = config.scdino.control.tls_key_file;
-    so.service = "trainer";
+    so.service = options.service;
     so.run_id = config.meta.name_of_run;
     so.run_dir = p.run_dir;
     so.slurm_job_id = job;
@@ -108,7 +109,7 @@ StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(const training::Trai
     if (!server.ok()) return server.status();
     p.server = std::move(server).value();
     control::Endpoint ep;
-    ep.service = "trainer";
+    ep.service = options.service;
     // A specific listen address is what callers must use; else the host name.
     const std::string listen_host = so.listen_address.substr(0, so.listen_address.rfind(':'));
     ep.host = (listen_host == "0.0.0.0" || listen_host == "[::]" || listen_host.empty()) ? host : listen_host;
@@ -120,33 +121,72 @@ StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(const training::Trai
     ep.tls = p.server->tls();
     ep.token_file = std::filesystem::absolute(token_path).string();
     if (auto s = control::WriteEndpoint(p.run_dir, ep); !s.ok()) return s;
-    options->control = &plane->control_;
-    std::cerr << "scdino-trainer: control API on " << ep.target() << " (endpoint "
-              << control::EndpointPath(p.run_dir, "trainer") << ")\n";
+    std::cerr << tool << ": control API on " << ep.target() << " (endpoint "
+              << control::EndpointPath(p.run_dir, options.service) << ")\n";
   }
 #else
-  (void)config;
   (void)launch;
-  (void)device;
-  (void)options;
-  std::cerr << "scdino-trainer: built without the service layer: no control API, no metrics\n";
+  std::cerr << tool << ": built without the service layer: no control API, no metrics\n";
 #endif
   return plane;
 }
 
-void ControlPlane::Finish() {
+void ServicePlane::AttachTrainer(training::TrainerOptions* options, torch::Device device) {
+  options->control = &control_;
 #ifdef SCDINO_WITH_SERVICES
-  if (parts_ && parts_->server) {
+  if (parts_->exporter) {
+    parts_->trainer_metrics = std::make_unique<metrics::TrainerMetrics>(parts_->exporter->registry(), device);
+    auto* m = parts_->trainer_metrics.get();
+    options->on_step = [m](const training::StepReport& r) { m->OnStep(r); };
+    options->on_checkpoint = [m](const training::CheckpointReport& r) { m->OnCheckpoint(r); };
+  }
+#else
+  (void)device;
+#endif
+}
+
+void ServicePlane::ReportProgress(int64_t done, int64_t total) {
+  const auto now = std::chrono::steady_clock::now();
+  if (first_done_ < 0) {
+    first_done_ = done;
+    started_ = now;
+  }
+  const double seconds = std::chrono::duration<double>(now - started_).count();
+  const double rate = seconds > 0 ? static_cast<double>(done - first_done_) / seconds : 0.0;
+  control_.Update([&](RunStatus& s) {
+    if (s.state == RunState::kStarting) s.state = RunState::kRunning;
+    s.items_done = done;
+    s.items_total = total;
+    s.items_per_second = rate;
+    s.eta_seconds = rate > 0 ? static_cast<double>(total - done) / rate : 0.0;
+  });
+#ifdef SCDINO_WITH_SERVICES
+  if (parts_->progress) parts_->progress->Set(done, total, rate);
+#endif
+}
+
+void ServicePlane::Finish(RunState final_state, const std::string& error) {
+  if (!parts_) return;
+  if (!IsFinal(control_.Snapshot().state)) {
+    control_.Update([&](RunStatus& s) {
+      s.state = final_state;
+      s.error = error;
+    });
+  }
+#ifdef SCDINO_WITH_SERVICES
+  if (parts_->server) {
     // Watchers get the final state (their streams end on it) before the
     // server goes.
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     parts_->server->Shutdown();
     parts_->server.reset();
-    control::RemoveEndpoint(parts_->run_dir, "trainer");
+    control::RemoveEndpoint(parts_->run_dir, parts_->service);
   }
 #endif
 }
 
-ControlPlane::~ControlPlane() { Finish(); }
+ServicePlane::~ServicePlane() {
+  if (parts_ && !IsFinal(control_.Snapshot().state)) Finish(RunState::kFailed, "the process ended early");
+}
 
-}  // namespace scdino::trainer
+}  // namespace scdino::runtime

@@ -1,0 +1,341 @@
+#include "eval/evaluation.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <iomanip>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include "common/files.h"
+#include "data/dataset.h"
+#include "eval/embedding.h"
+#include "eval/knn.h"
+#include "eval/plots.h"
+
+namespace scdino::eval {
+
+using nlohmann::json;
+
+namespace {
+
+std::string Fixed(double v, int digits = 6) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(digits) << v;
+  return o.str();
+}
+
+std::vector<float> ToVector(const torch::Tensor& t) {
+  auto c = t.to(torch::kCPU, torch::kFloat32).contiguous();
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+// A class-stratified seeded subsample of at most `limit` row indices, sorted.
+std::vector<int64_t> Subsample(const std::vector<int64_t>& labels, int64_t limit, uint64_t seed) {
+  const auto n = static_cast<int64_t>(labels.size());
+  std::vector<int64_t> all(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) all[static_cast<size_t>(i)] = i;
+  if (n <= limit) return all;
+  std::map<int64_t, std::vector<int64_t>> by_class;
+  for (int64_t i = 0; i < n; ++i) by_class[labels[static_cast<size_t>(i)]].push_back(i);
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> out;
+  for (auto& [c, rows] : by_class) {
+    std::shuffle(rows.begin(), rows.end(), rng);
+    const auto take = std::max<int64_t>(1, static_cast<int64_t>(rows.size()) * limit / n);
+    out.insert(out.end(), rows.begin(), rows.begin() + std::min<int64_t>(take, static_cast<int64_t>(rows.size())));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+json ReportJson(const KnnScore& s) {
+  const auto& r = s.report;
+  json per_class = json::array();
+  for (const auto& c : r.per_class) {
+    per_class.push_back({{"class", c.name},
+                         {"precision", c.precision},
+                         {"recall", c.recall},
+                         {"f1", c.f1},
+                         {"support", c.support},
+                         {"predicted", c.predicted}});
+  }
+  return {{"k", s.k},
+          {"k_used", s.k_used},
+          {"top1_accuracy", s.top1},
+          {"top5_accuracy", s.top5},
+          {"balanced_accuracy", r.balanced_accuracy},
+          {"macro_precision", r.macro_precision},
+          {"macro_recall", r.macro_recall},
+          {"macro_f1", r.macro_f1},
+          {"weighted_f1", r.weighted_f1},
+          {"per_class", per_class},
+          {"confusion_matrix", r.confusion}};
+}
+
+}  // namespace
+
+StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOptions& o) {
+  std::vector<int64_t> train_rows, test_rows, all_labels;
+  for (size_t i = 0; i < set.rows.size(); ++i) {
+    (set.rows[i].split == data::Split::kTrain ? train_rows : test_rows).push_back(static_cast<int64_t>(i));
+    all_labels.push_back(set.rows[i].class_index);
+  }
+  if (train_rows.empty() || test_rows.empty()) {
+    return Status::InvalidArgument(set.dir + "/index.csv: kNN needs train and test rows, got " +
+                                   std::to_string(train_rows.size()) + " train and " +
+                                   std::to_string(test_rows.size()) + " test (see scdino.split)");
+  }
+  if (auto s = MakeDirs(o.out_dir); !s.ok()) return s;
+  EvalResult result;
+  result.n_train = static_cast<int64_t>(train_rows.size());
+  result.n_test = static_cast<int64_t>(test_rows.size());
+  const auto classes = static_cast<int64_t>(set.classes.size());
+  auto labels = torch::tensor(all_labels, torch::kInt64);
+  auto train_idx = torch::tensor(train_rows, torch::kInt64), test_idx = torch::tensor(test_rows, torch::kInt64);
+  auto features = set.features.to(o.device);
+  KnnOptions ko;
+  ko.ks = o.ks;
+  ko.temperature = o.temperature;
+  ko.memory_bytes = o.knn_memory_bytes;
+  ko.on_chunk = [&](int64_t done, int64_t total) {
+    if (o.on_progress) o.on_progress(done, total);
+    return o.control ? !o.control->HoldWhilePaused(o.stop_signal) : !(o.stop_signal && o.stop_signal());
+  };
+  if (o.log) *o.log << "scdino-eval: kNN of " << result.n_test << " test against " << result.n_train << " train rows\n";
+  KnnResult knn;
+  try {
+    knn = WeightedKnn(features.index_select(0, train_idx.to(o.device)), labels.index_select(0, train_idx).to(o.device),
+                      features.index_select(0, test_idx.to(o.device)), classes, ko);
+  } catch (const c10::Error& e) {
+    return Status::InvalidArgument(set.dir + ": " + e.what_without_backtrace());
+  }
+  if (!knn.completed) return result;
+  std::vector<int64_t> y_true;
+  for (auto r : test_rows) y_true.push_back(all_labels[static_cast<size_t>(r)]);
+  for (size_t i = 0; i < o.ks.size(); ++i) {
+    auto ranked = knn.ranked[i].to(torch::kCPU).contiguous();
+    const int64_t keep = ranked.size(1);
+    std::vector<int64_t> y_pred;
+    std::vector<std::vector<int64_t>> lists;
+    const int64_t* p = ranked.data_ptr<int64_t>();
+    for (int64_t q = 0; q < ranked.size(0); ++q) {
+      y_pred.push_back(p[q * keep]);
+      lists.emplace_back(p + q * keep, p + (q + 1) * keep);
+    }
+    auto report = Evaluate(y_true, y_pred, set.classes);
+    if (!report.ok()) return report.status();
+    auto top5 = TopKAccuracy(y_true, lists, 5);
+    if (!top5.ok()) return top5.status();
+    KnnScore s{o.ks[i], knn.k_used[i], report->accuracy, *top5, *report};
+    result.scores.push_back(std::move(s));
+    if (result.scores.back().top1 > result.scores[result.best].top1) result.best = i;
+  }
+
+  // Results: JSON with everything, CSV summaries.
+  json j = {{"features", set.dir},
+            {"metadata", json::parse(set.metadata_json, nullptr, false)},
+            {"n_train", result.n_train},
+            {"n_test", result.n_test},
+            {"temperature", o.temperature},
+            {"classes", set.classes},
+            {"best_k", result.scores[result.best].k},
+            {"knn", json::array()}};
+  std::ostringstream summary, per_class;
+  summary << "k,k_used,top1_accuracy,top5_accuracy,balanced_accuracy,macro_precision,macro_recall,macro_f1,weighted_f1\n";
+  per_class << "k,class,precision,recall,f1,support,predicted\n";
+  for (const auto& s : result.scores) {
+    j["knn"].push_back(ReportJson(s));
+    const auto& r = s.report;
+    summary << s.k << ',' << s.k_used << ',' << Fixed(s.top1) << ',' << Fixed(s.top5) << ','
+            << Fixed(r.balanced_accuracy) << ',' << Fixed(r.macro_precision) << ',' << Fixed(r.macro_recall) << ','
+            << Fixed(r.macro_f1) << ',' << Fixed(r.weighted_f1) << '\n';
+    for (const auto& c : r.per_class) {
+      per_class << s.k << ",\"" << c.name << "\"," << Fixed(c.precision) << ',' << Fixed(c.recall) << ','
+                << Fixed(c.f1) << ',' << c.support << ',' << c.predicted << '\n';
+    }
+  }
+  const auto& best = result.scores[result.best];
+  std::ostringstream confusion;
+  confusion << "true\\predicted";
+  for (const auto& c : set.classes) confusion << ",\"" << c << "\"";
+  confusion << '\n';
+  for (size_t t = 0; t < set.classes.size(); ++t) {
+    confusion << '"' << set.classes[t] << '"';
+    for (auto v : best.report.confusion[t]) confusion << ',' << v;
+    confusion << '\n';
+  }
+  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
+           {"knn_results.json", j.dump(2) + "\n"},
+           {"knn_results.csv", summary.str()},
+           {"per_class.csv", per_class.str()},
+           {"confusion_matrix.csv", confusion.str()}}) {
+    if (auto s = WriteFileAtomic(o.out_dir + "/" + name, text); !s.ok()) return s;
+    result.files.push_back(name);
+  }
+
+  // Figures.
+  const std::string run = set.dir.substr(set.dir.find_last_of('/') + 1);
+  if (auto s = PlotConfusionMatrix(o.out_dir + "/confusion_matrix.png", best.report.confusion, set.classes,
+                                   "kNN confusion matrix, " + run + ", k=" + std::to_string(best.k) +
+                                       ", top-1 " + Fixed(100 * best.top1, 1) + "%");
+      !s.ok()) {
+    return s;
+  }
+  result.files.push_back("confusion_matrix.png");
+  const int64_t n = set.features.size(0), d = set.features.size(1);
+  // At most 20000 points keep a scatter plot legible.
+  const auto pca_rows = Subsample(all_labels, 20000, o.seed);
+  auto pca_idx = torch::tensor(pca_rows, torch::kInt64);
+  std::vector<int64_t> pca_labels;
+  for (auto r : pca_rows) pca_labels.push_back(all_labels[static_cast<size_t>(r)]);
+  auto all_x = set.features.to(torch::kCPU);
+  auto pca = Pca2(ToVector(all_x), n, d);
+  if (!pca.ok()) return pca.status();
+  std::vector<float> pca_xy;
+  for (auto r : pca_rows) {
+    pca_xy.push_back(pca->xy[static_cast<size_t>(2 * r)]);
+    pca_xy.push_back(pca->xy[static_cast<size_t>(2 * r + 1)]);
+  }
+  if (auto s = PlotEmbedding(o.out_dir + "/pca.png", pca_xy, pca_labels, set.classes, "PCA of the features, " + run,
+                             "PC1 (" + Fixed(100 * pca->explained_variance_ratio[0], 1) + "% of variance)",
+                             "PC2 (" + Fixed(100 * pca->explained_variance_ratio[1], 1) + "% of variance)");
+      !s.ok()) {
+    return s;
+  }
+  result.files.push_back("pca.png");
+  if (o.tsne_points > 1) {
+    const auto rows = Subsample(all_labels, o.tsne_points, o.seed);
+    std::vector<int64_t> sub_labels;
+    for (auto r : rows) sub_labels.push_back(all_labels[static_cast<size_t>(r)]);
+    auto sub = all_x.index_select(0, torch::tensor(rows, torch::kInt64));
+    TsneOptions to;
+    to.perplexity = o.tsne_perplexity;
+    to.iterations = o.tsne_iterations;
+    to.seed = o.seed;
+    if (o.log) *o.log << "scdino-eval: t-SNE of " << rows.size() << " rows\n";
+    auto tsne = Tsne(ToVector(sub), static_cast<int64_t>(rows.size()), d, to);
+    if (!tsne.ok()) return tsne.status();
+    if (auto s = PlotEmbedding(o.out_dir + "/tsne.png", tsne->xy, sub_labels, set.classes,
+                               "t-SNE of " + std::to_string(rows.size()) + " of " + std::to_string(n) +
+                                   " cells, " + run,
+                               "t-SNE 1", "t-SNE 2");
+        !s.ok()) {
+      return s;
+    }
+    result.files.push_back("tsne.png");
+  }
+  result.completed = true;
+  return result;
+}
+
+StatusOr<features::Backbone> BackboneOf(const features::FeatureSet& set, uint64_t seed, torch::Device device) {
+  auto j = json::parse(set.metadata_json, nullptr, false);
+  const std::string where = set.dir + "/metadata.json";
+  if (!j.is_object() || !j.contains("checkpoint") || !j.contains("model")) {
+    return Status::DataLoss(where + ": no 'checkpoint'/'model' entries");
+  }
+  const std::string path = j["checkpoint"].value("path", "");
+  const std::string key = j["checkpoint"].value("key", "teacher");
+  if (key == "random") {
+    auto o = features::VitOptionsFromJson(j["model"].dump(), where);
+    if (!o.ok()) return o.status();
+    return features::RandomBackbone(*o, seed, device);
+  }
+  return features::LoadBackbone(path, key, device);
+}
+
+StatusOr<features::FeaturePrep> PrepOf(const features::FeatureSet& set) {
+  auto j = json::parse(set.metadata_json, nullptr, false);
+  const std::string where = set.dir + "/metadata.json";
+  try {
+    features::FeaturePrep p;
+    p.image.channels = j.at("channels").at("indices").get<std::vector<int64_t>>();
+    p.image.center_crop = j.at("preprocessing").at("center_crop").get<int64_t>();
+    p.resize = j.at("preprocessing").at("resize").get<int64_t>();
+    p.mean = j.at("statistics").at("mean").get<std::vector<double>>();
+    p.std = j.at("statistics").at("std").get<std::vector<double>>();
+    return p;
+  } catch (const json::exception& e) {
+    return Status::DataLoss(where + ": preprocessing entries missing or malformed: " + e.what());
+  }
+}
+
+StatusOr<std::vector<std::string>> WriteAttentionMaps(const features::FeatureSet& set, features::Backbone& backbone,
+                                                      const features::FeaturePrep& prep,
+                                                      const std::vector<std::string>& channel_names,
+                                                      int64_t per_class, const std::string& out_dir) {
+  std::vector<std::string> written;
+  if (per_class <= 0) return written;
+  if (auto s = MakeDirs(out_dir + "/attention"); !s.ok()) return s;
+  torch::NoGradGuard no_grad;
+  const int64_t patch = backbone.vit->options().patch_size();
+  auto device = backbone.vit->parameters().front().device();
+  for (size_t c = 0; c < set.classes.size(); ++c) {
+    // Test images first (the model never saw their labels either way), by path.
+    std::vector<const features::IndexRow*> picks;
+    for (auto split : {data::Split::kTest, data::Split::kTrain}) {
+      for (const auto& r : set.rows) {
+        if (static_cast<int64_t>(picks.size()) < per_class && r.class_index == static_cast<int64_t>(c) &&
+            r.split == split) {
+          picks.push_back(&r);
+        }
+      }
+    }
+    for (size_t i = 0; i < picks.size(); ++i) {
+      auto img = data::LoadImage(picks[i]->path, prep.image);
+      if (!img.ok()) return img.status();
+      features::FeaturePrep shown = prep;
+      shown.mean.clear();
+      shown.std.clear();
+      auto display = features::PrepareForModel(*img, shown);  // resized, in [0, 1]
+      auto input = features::PrepareForModel(*img, prep).unsqueeze(0).to(device);
+      const int64_t gh = input.size(2) / patch, gw = input.size(3) / patch;
+      if (gh * patch != input.size(2) || gw * patch != input.size(3)) {
+        return Status::InvalidArgument(picks[i]->path + ": attention needs an input size that is a multiple of the "
+                                       "patch size " + std::to_string(patch) + ", got " +
+                                       std::to_string(input.size(2)) + "x" + std::to_string(input.size(3)) +
+                                       " (set downstream_analyses.attention_visualisation.image_size)");
+      }
+      auto attn = backbone.vit->last_self_attention(input);  // [1, heads, T, T]
+      auto cls = attn[0].select(1, 0).slice(1, 1).to(torch::kCPU, torch::kFloat32).contiguous();  // [heads, gh*gw]
+      AttentionFigure f;
+      f.title = set.classes[c] + " - " + std::filesystem::path(picks[i]->path).filename().string() +
+                " - last block CLS attention";
+      f.channels = display.size(0);
+      f.height = display.size(1);
+      f.width = display.size(2);
+      f.image = ToVector(display.clamp(0, 1));
+      f.channel_names = channel_names;
+      f.heads = cls.size(0);
+      f.grid_h = gh;
+      f.grid_w = gw;
+      f.maps = ToVector(cls);
+      std::string safe = set.classes[c];
+      for (char& ch : safe) {
+        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_') ch = '_';
+      }
+      const std::string name = "attention/" + safe + "_" + std::to_string(i) + ".png";
+      if (auto s = PlotAttentionMaps(out_dir + "/" + name, f); !s.ok()) return s;
+      written.push_back(name);
+    }
+  }
+  return written;
+}
+
+std::string CheckpointTableCsv(const std::vector<CheckpointRow>& rows) {
+  std::ostringstream o;
+  o << "features,epoch,iteration,k,top1_accuracy,top5_accuracy,balanced_accuracy,macro_f1,weighted_f1\n";
+  for (const auto& r : rows) {
+    for (const auto& s : r.result.scores) {
+      o << r.name << ',' << r.epoch << ',' << r.iteration << ',' << s.k << ',' << Fixed(s.top1) << ','
+        << Fixed(s.top5) << ',' << Fixed(s.report.balanced_accuracy) << ',' << Fixed(s.report.macro_f1) << ','
+        << Fixed(s.report.weighted_f1) << '\n';
+    }
+  }
+  return o.str();
+}
+
+}  // namespace scdino::eval

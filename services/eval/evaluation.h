@@ -1,0 +1,84 @@
+// scdino-eval's work on one features directory: weighted kNN of the test
+// rows against the train rows for every k, the classification metrics of
+// each, and the results as JSON and CSV; PNG figures of the confusion matrix
+// and of 2-D embeddings (PCA, t-SNE) of the features; attention maps of the
+// backbone for a few images per class. docs/eval.md lists every file.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "common/run_control.h"
+#include "common/status.h"
+#include "eval/classification_metrics.h"
+#include "features/backbone.h"
+#include "features/extractor.h"
+#include "features/feature_set.h"
+
+namespace scdino::eval {
+
+struct EvalOptions {
+  /// Where results go (created).
+  std::string out_dir;
+  std::vector<int64_t> ks{10, 20, 100, 200};
+  double temperature = 0.07;
+  int64_t knn_memory_bytes = int64_t{512} << 20;
+  torch::Device device = torch::kCPU;
+  /// t-SNE on a class-stratified subsample of at most this many rows; 0: no t-SNE.
+  int64_t tsne_points = 2000;
+  double tsne_perplexity = 30.0;
+  int64_t tsne_iterations = 1000;
+  uint64_t seed = 0;
+  /// Rank 0's control channel (pause, resume, stop between query chunks).
+  RunControl* control = nullptr;
+  std::function<bool()> stop_signal;
+  /// Queries done of the total.
+  std::function<void(int64_t done, int64_t total)> on_progress;
+  std::ostream* log = nullptr;
+};
+
+/// The kNN result of one k.
+struct KnnScore {
+  int64_t k = 0, k_used = 0;
+  double top1 = 0, top5 = 0;
+  ClassificationReport report;
+};
+
+struct EvalResult {
+  bool completed = false;  ///< false: stopped through the control API or a signal
+  int64_t n_train = 0, n_test = 0;
+  std::vector<KnnScore> scores;  ///< per k, in the order of EvalOptions::ks
+  size_t best = 0;               ///< index of the k with the best top-1 accuracy
+  std::vector<std::string> files;  ///< written, relative to out_dir
+};
+
+/// kNN, metrics, results files, confusion matrix and embedding plots.
+StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOptions& options);
+
+/// Last-block CLS attention maps of `per_class` images of each class (the
+/// first test images by path): attention/<class>_<n>.png. `prep` is the
+/// features' preprocessing with the attention image size.
+StatusOr<std::vector<std::string>> WriteAttentionMaps(const features::FeatureSet& set, features::Backbone& backbone,
+                                                      const features::FeaturePrep& prep,
+                                                      const std::vector<std::string>& channel_names,
+                                                      int64_t per_class, const std::string& out_dir);
+
+/// The backbone and preprocessing recorded in a features directory's
+/// metadata.json (random_init: re-created from its seed).
+StatusOr<features::Backbone> BackboneOf(const features::FeatureSet& set, uint64_t seed, torch::Device device);
+StatusOr<features::FeaturePrep> PrepOf(const features::FeatureSet& set);
+
+/// One row per (features directory, k): the kNN accuracy of every
+/// checkpoint, oldest first, as CSV.
+struct CheckpointRow {
+  std::string name;
+  int64_t epoch = -1, iteration = -1;
+  EvalResult result;
+};
+std::string CheckpointTableCsv(const std::vector<CheckpointRow>& rows);
+
+}  // namespace scdino::eval

@@ -1,0 +1,62 @@
+#include "eval/knn.h"
+
+#include <algorithm>
+
+namespace scdino::eval {
+
+namespace F = torch::nn::functional;
+
+KnnResult WeightedKnn(const torch::Tensor& train_in, const torch::Tensor& train_labels, const torch::Tensor& test_in,
+                      int64_t classes, const KnnOptions& o) {
+  TORCH_CHECK(train_in.dim() == 2 && test_in.dim() == 2 && train_in.size(1) == test_in.size(1),
+              "kNN expects train [n, d] and test [q, d] features of one d, got ", train_in.sizes(), " and ",
+              test_in.sizes());
+  TORCH_CHECK(train_labels.dim() == 1 && train_labels.size(0) == train_in.size(0), "kNN expects ", train_in.size(0),
+              " train labels, got ", train_labels.sizes());
+  TORCH_CHECK(train_in.size(0) > 0, "kNN needs at least one training row");
+  TORCH_CHECK(classes > 0, "kNN needs at least one class, got ", classes);
+  TORCH_CHECK(!o.ks.empty(), "kNN needs at least one k");
+  for (auto k : o.ks) TORCH_CHECK(k >= 1, "kNN: k must be at least 1, got ", k);
+  TORCH_CHECK(o.temperature > 0, "kNN: temperature must be positive, got ", o.temperature);
+  auto labels = train_labels.to(train_in.device(), torch::kInt64);
+  TORCH_CHECK(labels.numel() == 0 || (labels.min().item<int64_t>() >= 0 && labels.max().item<int64_t>() < classes),
+              "kNN: train labels must lie in [0, ", classes, ")");
+
+  torch::NoGradGuard no_grad;
+  const auto norm = F::NormalizeFuncOptions().p(2).dim(1);
+  auto train = F::normalize(train_in.to(torch::kFloat32), norm);
+  auto test = F::normalize(test_in.to(torch::kFloat32), norm);
+  const int64_t n = train.size(0), q = test.size(0);
+  KnnResult r;
+  int64_t kmax = 0;
+  for (auto k : o.ks) {
+    r.k_used.push_back(std::min(k, n));
+    kmax = std::max(kmax, r.k_used.back());
+  }
+  const int64_t keep = std::min(o.ranks, classes);
+  for (size_t i = 0; i < o.ks.size(); ++i) {
+    r.ranked.push_back(torch::empty({q, keep}, torch::TensorOptions().dtype(torch::kInt64).device(test.device())));
+  }
+  r.chunk = std::max<int64_t>(1, o.memory_bytes / (n * static_cast<int64_t>(sizeof(float))));
+  auto train_t = train.t().contiguous();
+  for (int64_t first = 0; first < q; first += r.chunk) {
+    const int64_t c = std::min(r.chunk, q - first);
+    auto sim = torch::mm(test.narrow(0, first, c), train_t);
+    auto [values, index] = sim.topk(kmax, /*dim=*/1, /*largest=*/true, /*sorted=*/true);
+    sim = torch::Tensor();
+    auto neighbour_labels = labels.index_select(0, index.flatten()).view({c, kmax});
+    auto weights = values.div(o.temperature).exp_();
+    for (size_t i = 0; i < o.ks.size(); ++i) {
+      const int64_t k = r.k_used[i];
+      auto votes = torch::zeros({c, classes}, weights.options());
+      votes.scatter_add_(1, neighbour_labels.narrow(1, 0, k), weights.narrow(1, 0, k));
+      auto order = std::get<1>(votes.sort(/*stable=*/true, /*dim=*/1, /*descending=*/true));
+      r.ranked[i].narrow(0, first, c).copy_(order.narrow(1, 0, keep));
+    }
+    if (o.on_chunk && !o.on_chunk(first + c, q)) return r;
+  }
+  r.completed = true;
+  return r;
+}
+
+}  // namespace scdino::eval

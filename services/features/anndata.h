@@ -1,0 +1,48 @@
+// An AnnData (.h5ad) writer for extracted features, on the plain libhdf5 C
+// API. The features go to scanpy/anndata users, and .h5ad is what they open;
+// writing it here keeps Python out of the extraction service. The layout
+// follows the on-disk AnnData encoding of anndata >= 0.8 (every element
+// carries "encoding-type"/"encoding-version" attributes), so
+// `anndata.read_h5ad` reads the file without conversion or warnings.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace scdino::features {
+
+/// One obs column: strings (written as a pandas categorical when categorical,
+/// else a string array) or int64 values. Exactly one of strings/ints is
+/// filled, with n_obs entries. With n_obs == 0 both are empty and the column
+/// is written as an (empty) string column.
+struct ObsColumn {
+  std::string name;                  ///< Column name; not "_index", no '/'.
+  std::vector<std::string> strings;  ///< UTF-8 values, n_obs of them, or empty.
+  std::vector<int64_t> ints;         ///< n_obs values, or empty.
+  bool categorical = true;           ///< Strings only: pandas category dtype.
+};
+
+/// What WriteH5ad writes: a dense float32 matrix with its obs and var
+/// annotations and a few uns scalars. All strings must be valid UTF-8
+/// without NUL characters (h5py decodes them strictly).
+struct AnnData {
+  int64_t n_obs = 0, n_vars = 0;
+  std::vector<float> X;                ///< n_obs x n_vars, row-major
+  std::vector<std::string> obs_names;  ///< n_obs unique names (the obs index)
+  std::vector<ObsColumn> obs;          ///< obs columns, in this order
+  std::vector<std::string> var_names;  ///< n_vars names, unique
+  std::vector<std::pair<std::string, std::string>> uns_strings;  ///< uns scalars
+  std::vector<std::pair<std::string, double>> uns_numbers;       ///< uns scalars
+};
+
+/// Writes `a` to `path` atomically (a temporary file beside it, then rename),
+/// so an existing file is never left half-written. Validates sizes first
+/// (InvalidArgument naming the field, the expected and the actual count);
+/// IOError names the path and the HDF5 operation that failed.
+Status WriteH5ad(const std::string& path, const AnnData& a);
+
+}  // namespace scdino::features

@@ -1,0 +1,142 @@
+#include "features/feature_set.h"
+
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+
+#include "common/files.h"
+#include "common/npy.h"
+
+namespace scdino::features {
+
+namespace {
+
+std::string Quote(const std::string& field) {
+  if (field.find_first_of(",\"\r\n") == std::string::npos) return field;
+  std::string out = "\"";
+  for (char c : field) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// Splits one CSV record starting at `pos`; advances past its line break.
+std::vector<std::string> NextRecord(const std::string& text, size_t& pos, bool& ok) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  ok = true;
+  while (pos < text.size()) {
+    char c = text[pos++];
+    if (quoted) {
+      if (c == '"') {
+        if (pos < text.size() && text[pos] == '"') {
+          fields.back() += '"';
+          ++pos;
+        } else {
+          quoted = false;
+        }
+      } else {
+        fields.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.emplace_back();
+    } else if (c == '\n') {
+      break;
+    } else if (c != '\r') {
+      fields.back() += c;
+    }
+  }
+  if (quoted) ok = false;
+  return fields;
+}
+
+}  // namespace
+
+std::string IndexCsv(const std::vector<IndexRow>& rows) {
+  std::ostringstream out;
+  out << "index,path,class_name,class_index,split\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    out << i << ',' << Quote(r.path) << ',' << Quote(r.class_name) << ',' << r.class_index << ','
+        << data::SplitName(r.split) << '\n';
+  }
+  return out.str();
+}
+
+StatusOr<std::vector<IndexRow>> ParseIndexCsv(const std::string& text, const std::string& origin) {
+  std::vector<IndexRow> rows;
+  size_t pos = 0;
+  int64_t line = 0;
+  bool ok = true;
+  auto header = NextRecord(text, pos, ok);
+  ++line;
+  const std::vector<std::string> want = {"index", "path", "class_name", "class_index", "split"};
+  if (header != want) return Status::DataLoss(origin + ": line 1: expected the header index,path,class_name,class_index,split");
+  while (pos < text.size()) {
+    ++line;
+    auto f = NextRecord(text, pos, ok);
+    if (f.size() == 1 && f[0].empty()) continue;
+    const std::string where = origin + ": line " + std::to_string(line) + ": ";
+    if (!ok) return Status::DataLoss(where + "unterminated quoted field");
+    if (f.size() != 5) return Status::DataLoss(where + "expected 5 fields, got " + std::to_string(f.size()));
+    IndexRow r;
+    try {
+      if (std::stoll(f[0]) != static_cast<int64_t>(rows.size())) {
+        return Status::DataLoss(where + "index " + f[0] + " is out of order (expected " + std::to_string(rows.size()) + ")");
+      }
+      r.class_index = std::stoll(f[3]);
+    } catch (const std::exception&) {
+      return Status::DataLoss(where + "index/class_index '" + f[0] + "'/'" + f[3] + "' is not an integer");
+    }
+    r.path = f[1];
+    r.class_name = f[2];
+    if (f[4] == "train") r.split = data::Split::kTrain;
+    else if (f[4] == "test") r.split = data::Split::kTest;
+    else return Status::DataLoss(where + "split '" + f[4] + "': expected train or test");
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+StatusOr<FeatureSet> ReadFeatureSet(const std::string& dir, bool raw) {
+  FeatureSet s;
+  s.dir = dir;
+  auto meta = ReadFile(dir + "/metadata.json");
+  if (!meta.ok()) {
+    return Status::NotFound(dir + ": no metadata.json: not a complete features directory (run scdino-features, "
+                                  "or let an interrupted one finish)");
+  }
+  s.metadata_json = *meta;
+  auto j = nlohmann::json::parse(*meta, nullptr, false);
+  if (!j.is_object() || !j.contains("classes")) return Status::DataLoss(dir + "/metadata.json: no 'classes' list");
+  s.classes = j["classes"].get<std::vector<std::string>>();
+  const std::string npy = dir + (raw ? "/features_raw.npy" : "/features.npy");
+  auto f = ReadNpy(npy);
+  if (!f.ok()) return f.status();
+  if (f->dim() != 2 || f->scalar_type() != torch::kFloat32) {
+    return Status::DataLoss(npy + ": expected a 2-D float32 array, got " + std::to_string(f->dim()) + "-D " +
+                            std::string(c10::toString(f->scalar_type())));
+  }
+  s.features = *f;
+  auto csv = ReadFile(dir + "/index.csv");
+  if (!csv.ok()) return csv.status();
+  auto rows = ParseIndexCsv(*csv, dir + "/index.csv");
+  if (!rows.ok()) return rows.status();
+  s.rows = std::move(rows).value();
+  if (static_cast<int64_t>(s.rows.size()) != s.features.size(0)) {
+    return Status::DataLoss(dir + ": index.csv has " + std::to_string(s.rows.size()) + " rows but " + npy + " has " +
+                            std::to_string(s.features.size(0)));
+  }
+  for (const auto& r : s.rows) {
+    if (r.class_index < 0 || r.class_index >= static_cast<int64_t>(s.classes.size())) {
+      return Status::DataLoss(dir + "/index.csv: " + r.path + ": class_index " + std::to_string(r.class_index) +
+                              " is outside the " + std::to_string(s.classes.size()) + " classes of metadata.json");
+    }
+  }
+  return s;
+}
+
+}  // namespace scdino::features

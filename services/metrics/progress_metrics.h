@@ -1,0 +1,28 @@
+// The progress metrics of a batch service (scdino-features, scdino-eval):
+// units done, units in total, throughput. Names follow
+// scdino_<service>_<unit>_... (docs/metrics.md).
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include <string>
+
+namespace scdino::metrics {
+
+/// Thread-safe (prometheus-cpp metrics are atomic).
+class ProgressMetrics {
+ public:
+  /// `unit` is plural: "images", "queries".
+  ProgressMetrics(prometheus::Registry& registry, const std::string& service, const std::string& unit);
+  /// `done` only grows within a process; a resumed run starts at what it skips.
+  void Set(int64_t done, int64_t total, double per_second);
+
+ private:
+  prometheus::Counter* done_;
+  prometheus::Gauge *total_, *rate_;
+  double reported_ = 0.0;
+};
+
+}  // namespace scdino::metrics

@@ -1,0 +1,234 @@
+// The figures are checked as files a reader would open: a decodable PNG of a
+// plausible size with real colour content, the same bytes for the same
+// inputs, clear errors for malformed inputs, and no damage to an existing
+// file when writing fails. How they look is reviewed by eye (docs examples).
+#include "eval/plots.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <opencv2/imgcodecs.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/files.h"
+#include "support/test_support.h"
+
+namespace scdino::eval {
+namespace {
+
+// Distinct BGR colours in the image (capped; "many" is all we ask).
+size_t DistinctColours(const cv::Mat& img) {
+  std::set<uint32_t> seen;
+  for (int y = 0; y < img.rows && seen.size() < 10000; ++y) {
+    for (int x = 0; x < img.cols; ++x) {
+      const auto p = img.at<cv::Vec3b>(y, x);
+      seen.insert(uint32_t(p[0]) << 16 | uint32_t(p[1]) << 8 | p[2]);
+    }
+  }
+  return seen.size();
+}
+
+void ExpectInvalid(const Status& s, const std::string& needle) {
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message() << " should mention " << needle;
+}
+
+const std::vector<std::string> kNames = {"CD4+ T cell", "CD8+ T cell", "B cell", "NK cell", "classical monocyte",
+                                         "plasmacytoid dendritic cell"};
+
+std::vector<std::vector<int64_t>> Confusion(int k) {
+  std::vector<std::vector<int64_t>> m(k, std::vector<int64_t>(k));
+  for (int i = 0; i < k; ++i)
+    for (int j = 0; j < k; ++j) m[i][j] = i == j ? 100 + 37 * i : (i * 7 + j * 3) % 11;
+  return m;
+}
+
+TEST(PlotConfusionMatrix, WritesAReadablePng) {
+  testing::ScratchDir dir;
+  const std::string path = dir.file("confusion.png");
+  ASSERT_TRUE(PlotConfusionMatrix(path, Confusion(6), kNames, "kNN on CLS features").ok());
+  cv::Mat img = cv::imread(path, cv::IMREAD_COLOR);
+  ASSERT_FALSE(img.empty()) << path << " does not decode";
+  EXPECT_GE(img.cols, 6 * 26);
+  EXPECT_GE(img.rows, 6 * 26);
+  EXPECT_LE(img.cols, 3000);
+  EXPECT_LE(img.rows, 3000);
+  EXPECT_GT(DistinctColours(img), 20u);
+  // The same inputs give the same bytes (figures can be regenerated).
+  const std::string again = dir.file("again.png");
+  ASSERT_TRUE(PlotConfusionMatrix(again, Confusion(6), kNames, "kNN on CLS features").ok());
+  EXPECT_EQ(*ReadFile(path), *ReadFile(again));
+}
+
+TEST(PlotConfusionMatrix, ScalesFromOneToManyClasses) {
+  testing::ScratchDir dir;
+  for (int k : {1, 2, 40}) {
+    std::vector<std::string> names;
+    for (int i = 0; i < k; ++i) names.push_back("class " + std::to_string(i) + (i % 2 ? " with a long name" : ""));
+    auto m = Confusion(k);
+    if (k > 1) m[1][0] = 123456;  // a wide count
+    const std::string path = dir.file("confusion_" + std::to_string(k) + ".png");
+    Status s = PlotConfusionMatrix(path, m, names, "k = " + std::to_string(k));
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    cv::Mat img = cv::imread(path, cv::IMREAD_COLOR);
+    ASSERT_FALSE(img.empty());
+    EXPECT_LE(img.cols, 4000) << k;
+    EXPECT_LE(img.rows, 4000) << k;
+  }
+  // A row with no samples, non-ASCII names: drawn, not refused.
+  Status s = PlotConfusionMatrix(dir.file("empty_row.png"), {{0, 0}, {3, 4}}, {"T-Zelle \xc3\xa4", "B"}, "");
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST(PlotConfusionMatrix, RejectsBadSizesNamingTheField) {
+  testing::ScratchDir dir;
+  const std::string path = dir.file("bad.png");
+  ExpectInvalid(PlotConfusionMatrix(path, Confusion(3), {"a", "b"}, "t"), "confusion has 3 rows");
+  auto ragged = Confusion(3);
+  ragged[1].pop_back();
+  ExpectInvalid(PlotConfusionMatrix(path, ragged, {"a", "b", "c"}, "t"), "confusion[1] has 2 columns, expected 3");
+  auto negative = Confusion(2);
+  negative[0][1] = -1;
+  ExpectInvalid(PlotConfusionMatrix(path, negative, {"a", "b"}, "t"), "confusion[0][1] = -1");
+  ExpectInvalid(PlotConfusionMatrix(path, {}, {}, "t"), "class_names is empty");
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+TEST(PlotEmbedding, WritesAReadablePng) {
+  testing::ScratchDir dir;
+  std::vector<float> xy;
+  std::vector<int64_t> labels;
+  for (int i = 0; i < 300; ++i) {
+    const int c = i % 4;
+    xy.push_back(static_cast<float>(10 * c + std::sin(i * 1.7) * 3));
+    xy.push_back(static_cast<float>(-5 * c + std::cos(i * 2.3) * 3));
+    labels.push_back(i % 31 == 0 ? -1 : c);
+  }
+  const std::vector<std::string> names(kNames.begin(), kNames.begin() + 4);
+  const std::string path = dir.file("tsne.png");
+  Status s = PlotEmbedding(path, xy, labels, names, "t-SNE", "t-SNE 1", "t-SNE 2");
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  cv::Mat img = cv::imread(path, cv::IMREAD_COLOR);
+  ASSERT_FALSE(img.empty());
+  EXPECT_GE(img.cols, 600);
+  EXPECT_GE(img.rows, 600);
+  EXPECT_LE(img.cols, 2000);
+  EXPECT_GT(DistinctColours(img), 20u);
+  const std::string again = dir.file("again.png");
+  ASSERT_TRUE(PlotEmbedding(again, xy, labels, names, "t-SNE", "t-SNE 1", "t-SNE 2").ok());
+  EXPECT_EQ(*ReadFile(path), *ReadFile(again));
+  // Degenerate data: no points, one point, all points equal, many classes.
+  for (const Status& d : {PlotEmbedding(dir.file("none.png"), {}, {}, names, "", "", ""),
+                          PlotEmbedding(dir.file("one.png"), {1, 2}, {0}, names, "", "", ""),
+                          PlotEmbedding(dir.file("same.png"), {3, 3, 3, 3}, {0, 1}, names, "", "", "")}) {
+    EXPECT_TRUE(d.ok()) << d.ToString();
+  }
+  std::vector<std::string> many;
+  std::vector<int64_t> many_labels;
+  for (int k = 0; k < 40; ++k) many.push_back("type " + std::to_string(k));
+  for (int i = 0; i < 300; ++i) many_labels.push_back(i % 40);
+  s = PlotEmbedding(dir.file("many.png"), xy, many_labels, many, "", "", "");
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST(PlotEmbedding, RejectsBadInputsNamingTheField) {
+  testing::ScratchDir dir;
+  const std::string path = dir.file("bad.png");
+  ExpectInvalid(PlotEmbedding(path, {1, 2, 3}, {0, 0}, {"a"}, "", "", ""), "xy has 3 values, expected 2 per label");
+  ExpectInvalid(PlotEmbedding(path, {1, 2, 3, 4, 5, 6}, {0, -1, 2}, {"a", "b"}, "", "", ""), "labels[2] = 2");
+  ExpectInvalid(PlotEmbedding(path, {1, 2, 3, 4}, {0, -2}, {"a"}, "", "", ""), "labels[1] = -2");
+  ExpectInvalid(PlotEmbedding(path, {1, 2, NAN, 4}, {0, 0}, {"a"}, "", "", ""), "point 1");
+  ExpectInvalid(PlotEmbedding("", {1, 2}, {0}, {"a"}, "", "", ""), "path is empty");
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+AttentionFigure Figure() {
+  AttentionFigure f;
+  f.title = "CLS attention";
+  f.channels = 5;
+  f.height = f.width = 48;
+  for (int c = 0; c < 5; ++c)
+    for (int y = 0; y < 48; ++y)
+      for (int x = 0; x < 48; ++x) f.image.push_back(0.5f + 0.5f * std::sin(0.2f * (x + c * y)));
+  f.channel_names = {"DAPI", "CD3", "CD4", "CD8", "brightfield"};
+  f.heads = 3;
+  f.grid_h = f.grid_w = 6;
+  for (int i = 0; i < 3 * 36; ++i) f.maps.push_back(static_cast<float>((i * 37) % 17) / 17.0f);
+  return f;
+}
+
+TEST(PlotAttentionMaps, WritesAReadablePng) {
+  testing::ScratchDir dir;
+  const std::string path = dir.file("attention.png");
+  Status s = PlotAttentionMaps(path, Figure());
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  cv::Mat img = cv::imread(path, cv::IMREAD_COLOR);
+  ASSERT_FALSE(img.empty());
+  // 5 channels + mean + 3 heads, each at least 128 px.
+  EXPECT_GE(img.cols, 9 * 128);
+  EXPECT_GE(img.rows, 128);
+  EXPECT_LE(img.rows, 400);
+  EXPECT_GT(DistinctColours(img), 20u);
+  // Unnamed channels, a constant map, a large image reduced to 320 px.
+  AttentionFigure big = Figure();
+  big.channel_names.clear();
+  big.channels = 1;
+  big.height = 400;
+  big.width = 300;
+  big.image.assign(400 * 300, 0.25f);
+  big.heads = 1;
+  big.maps.assign(36, 1.0f);
+  s = PlotAttentionMaps(dir.file("big.png"), big);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  cv::Mat b = cv::imread(dir.file("big.png"), cv::IMREAD_COLOR);
+  ASSERT_FALSE(b.empty());
+  EXPECT_LT(b.rows, 500);
+}
+
+TEST(PlotAttentionMaps, RejectsBadSizesNamingTheField) {
+  testing::ScratchDir dir;
+  const std::string path = dir.file("bad.png");
+  AttentionFigure f = Figure();
+  f.image.pop_back();
+  ExpectInvalid(PlotAttentionMaps(path, f), "image has 11519 values, expected channels * height * width");
+  f = Figure();
+  f.maps.push_back(0);
+  ExpectInvalid(PlotAttentionMaps(path, f), "maps has 109 values, expected heads * grid_h * grid_w");
+  f = Figure();
+  f.channel_names.pop_back();
+  ExpectInvalid(PlotAttentionMaps(path, f), "channel_names has 4 names");
+  f = Figure();
+  f.heads = 0;
+  ExpectInvalid(PlotAttentionMaps(path, f), "heads = 0");
+  f = Figure();
+  f.maps[40] = NAN;
+  ExpectInvalid(PlotAttentionMaps(path, f), "(head 1)");
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+TEST(Plots, UnwritablePathIsAnIOErrorNamingIt) {
+  testing::ScratchDir dir;
+  const std::string missing = dir.file("no/such/dir/figure.png");
+  for (const Status& s : {PlotConfusionMatrix(missing, Confusion(2), {"a", "b"}, "t"),
+                          PlotEmbedding(missing, {1, 2}, {0}, {"a"}, "", "", ""),
+                          PlotAttentionMaps(missing, Figure())}) {
+    EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
+    EXPECT_NE(s.message().find(missing), std::string::npos) << s.message();
+  }
+  // A failing write (the temporary file is /dev/full: ENOSPC) leaves the
+  // previous figure as it was.
+  const std::string path = dir.file("keep.png");
+  ASSERT_TRUE(WriteFileAtomic(path, "previous figure").ok());
+  std::filesystem::create_symlink("/dev/full", path + ".tmp." + std::to_string(::getpid()));
+  Status s = PlotConfusionMatrix(path, Confusion(2), {"a", "b"}, "t");
+  EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
+  EXPECT_NE(s.message().find(path), std::string::npos) << s.message();
+  EXPECT_EQ(*ReadFile(path), "previous figure");
+}
+
+}  // namespace
+}  // namespace scdino::eval
