@@ -17,6 +17,7 @@ Needs PyTorch (python3-torch on Debian). See docs/features.md.
 """
 import argparse
 import json
+import os
 import re
 import struct
 import sys
@@ -90,7 +91,6 @@ def write_safetensors(path, tensors, metadata):
         f.write(text)
         for b in blobs:
             f.write(b)
-    import os
     os.replace(path + ".tmp", path)
 
 

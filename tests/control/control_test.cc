@@ -140,7 +140,7 @@ TEST_F(ServerTest, StatusNeedsTheToken) {
   EXPECT_EQ(st.trainer().loss(), 3.5);
   EXPECT_EQ(st.run().run_id(), "unit");
   EXPECT_EQ(st.service(), v1::SERVICE_KIND_TRAINER);
-  for (const std::string token : {std::string(), std::string("0123456789abcdef0123456789abcdeX")}) {
+  for (const std::string& token : {std::string(), std::string("0123456789abcdef0123456789abcdeX")}) {
     grpc::ClientContext ctx;
     Call(&ctx, token);
     auto r = stub_->GetStatus(&ctx, v1::GetStatusRequest(), &st);

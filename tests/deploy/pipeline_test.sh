@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The README's main job end to end (scripts/run-example.sh on
+# configs/example.yaml, output in a scratch directory), then what a user does
+# with its results: the kNN margin of the trained model over a random one,
+# the AnnData file opened by Debian's python3-anndata, a DINO .pth checkpoint
+# through scripts/convert-dino-checkpoint.py, and scdino-features stopped
+# through the control API and resumed. Lines starting with FAIL: fail the
+# ctest.
+#
+#   bash tests/deploy/pipeline_test.sh SOURCE_DIR BUILD_DIR
+set -uo pipefail
+src=$1
+build=$2
+work="$build/test-scratch/pipeline"
+rm -rf "$work"
+mkdir -p "$work"
+py=/usr/bin/python3
+ctl="$build/services/ctl/scdinoctl"
+features="$build/services/features/scdino-features"
+features_pid=
+cleanup() { [ -n "$features_pid" ] && kill -9 "$features_pid" 2>/dev/null; }
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+# The trained model's top-1 kNN accuracy must beat the random ViT's by this
+# much (absolute, at k = 20): measured +0.16 (docs/eval.md).
+margin=0.05
+
+sed -e "s|output_dir: \"runs\"|output_dir: \"$work/runs\"|" -e "s|dataset_dir: \"data/example\"|dataset_dir: \"$work/data\"|" \
+  "$src/configs/example.yaml" > "$work/example.yaml"
+grep -qF "$work/data" "$work/example.yaml" || fail "could not point the example config at $work"
+run="$work/runs/example"
+
+# 1. The main job.
+SCDINO_SKIP_SETUP=1 BUILD_DIR="$build" bash "$src/scripts/run-example.sh" "$work/example.yaml" \
+  >"$work/example.out" 2>"$work/example.err" || { tail -20 "$work/example.err"; fail "run-example.sh failed"; }
+grep -q "eval/knn_per_checkpoint.csv" "$work/example.out" || fail "run-example.sh does not say where the results are"
+for f in checkpoint.safetensors features/checkpoint/features.npy features/checkpoint/index.csv \
+         features/checkpoint/metadata.json features/checkpoint/features.h5ad features/random_init/features.npy \
+         eval/checkpoint/knn_results.json eval/checkpoint/knn_results.csv eval/checkpoint/per_class.csv \
+         eval/checkpoint/confusion_matrix.csv eval/checkpoint/confusion_matrix.png eval/checkpoint/pca.png \
+         eval/checkpoint/tsne.png eval/knn_per_checkpoint.csv; do
+  [ -s "$run/$f" ] || fail "the main job did not write $f"
+done
+[ "$(ls "$run"/eval/checkpoint/attention/*.png 2>/dev/null | wc -l)" -ge 4 ] || fail "fewer than 4 attention maps"
+[ ! -d "$run/features/checkpoint/shards" ] || fail "the shards were left behind after assembly"
+echo "ok: main job wrote checkpoints, features, kNN results and plots"
+
+# 2. Trained beats random, on the same data, split and seed.
+$py - "$run/eval/knn_per_checkpoint.csv" "$margin" <<'PY' || fail "the trained model is not clearly above random"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+top1 = {(r["features"], int(r["k"])): float(r["top1_accuracy"]) for r in rows}
+trained, rand = top1[("checkpoint", 20)], top1[("random_init", 20)]
+print(f"kNN top-1 at k=20: trained {trained:.3f}, random init {rand:.3f}, margin {trained - rand:+.3f} "
+      f"(required {float(sys.argv[2]):+.3f})")
+assert trained >= rand + float(sys.argv[2])
+PY
+echo "ok: trained above random"
+
+# 3. The features as the user's Python sees them.
+$py - "$run/features/checkpoint" "$work/data" <<'PY' || fail "features.h5ad / features.npy / index.csv disagree"
+import csv, json, os, sys
+import anndata, numpy as np
+d, data = sys.argv[1], sys.argv[2]
+x = np.load(os.path.join(d, "features.npy"))
+rows = list(csv.DictReader(open(os.path.join(d, "index.csv"))))
+meta = json.load(open(os.path.join(d, "metadata.json")))
+files = sorted(os.path.join(root, f) for root, _, fs in os.walk(data) for f in fs if f.endswith(".tif"))
+assert x.dtype == np.float32 and x.shape == (512, 192), (x.dtype, x.shape)
+assert np.allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5), "rows are not L2-normalised"
+assert sorted(os.path.abspath(r["path"]) for r in rows) == [os.path.abspath(f) for f in files], "index.csv rows"
+assert {r["split"] for r in rows} == {"train", "test"}
+a = anndata.read_h5ad(os.path.join(d, "features.h5ad"))
+assert a.shape == x.shape and np.array_equal(np.asarray(a.X), x)
+assert list(a.obs["path"]) == [r["path"] for r in rows] and list(a.obs["split"]) == [r["split"] for r in rows]
+assert list(a.obs["class_name"].astype(str)) == [r["class_name"] for r in rows]
+assert int(a.uns["epoch"]) == meta["checkpoint"]["epoch"] == 6, (a.uns["epoch"], meta["checkpoint"])
+print("anndata", anndata.__version__, a)
+PY
+echo "ok: features.h5ad opens in anndata and matches features.npy and index.csv"
+
+# 4. A reference DINO checkpoint (.pth with student/teacher state dicts, as
+# main_dino.py saves) of the same weights gives the same features.
+$py - "$run/checkpoint.safetensors" "$work/dino.pth" <<'PY' || fail "could not write a DINO .pth"
+import json, struct, sys
+import numpy as np, torch
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+header = json.loads(b[8:8 + n])
+state = {"student": {}, "teacher": {}}
+for name, h in header.items():
+    if name == "__metadata__" or h["dtype"] != "F32" or not name.startswith(("student.", "teacher.")):
+        continue
+    net, rest = name.split(".", 1)
+    lo, hi = h["data_offsets"]
+    t = torch.from_numpy(np.frombuffer(b[8 + n + lo:8 + n + hi], dtype=np.float32).reshape(h["shape"]).copy())
+    state[net][("module." if net == "student" else "") + rest] = t
+torch.save({**state, "epoch": 6}, sys.argv[2])
+PY
+$py "$src/scripts/convert-dino-checkpoint.py" "$work/dino.pth" "$work/converted.safetensors" >"$work/convert.out" 2>&1 ||
+  { cat "$work/convert.out"; fail "convert-dino-checkpoint.py failed"; }
+"$features" --config "$work/example.yaml" --checkpoint "$work/converted.safetensors" >/dev/null 2>"$work/converted.err" ||
+  { tail -5 "$work/converted.err"; fail "scdino-features on the converted weights failed"; }
+$py -c "import numpy as np, sys; a, b = np.load(sys.argv[1]), np.load(sys.argv[2]); assert a.shape == b.shape and np.abs(a - b).max() < 1e-5, np.abs(a - b).max()" \
+  "$run/features/converted/features.npy" "$run/features/checkpoint/features.npy" ||
+  fail "the converted .pth does not give the checkpoint's features"
+printf 'not a checkpoint' > "$work/bad.pth"
+$py "$src/scripts/convert-dino-checkpoint.py" "$work/bad.pth" "$work/bad.safetensors" 2>"$work/bad.err"
+[ $? = 2 ] && grep -qF "bad.pth" "$work/bad.err" || fail "a bad .pth should exit 2 naming the file"
+echo "ok: DINO .pth -> convert-dino-checkpoint.py -> the same features ($(cat "$work/convert.out"))"
+
+# 5. Stopped through the control API mid-run (exit 4, complete shards kept,
+# progress metrics exported), then resumed: the rerun skips those shards.
+sed -e "s|resize_length: 48 |resize_length: 96 |" -e "s|^  cache_images: true|  cache_images: true\n  features: {shard_size: 64}\n  metrics: {listen: 127.0.0.1, file_sd_dir: \"$work/targets\"}|" \
+  "$work/example.yaml" > "$work/slow.yaml"
+grep -q "shard_size: 64" "$work/slow.yaml" || fail "could not write the slow config"
+out="$run/features/random_init"
+rm -rf "$out"
+"$features" --config "$work/slow.yaml" --random-init --threads 1 >/dev/null 2>"$work/stop.err" &
+features_pid=$!
+for _ in $(seq 1 300); do
+  [ -n "$(ls "$out"/shards/*.json 2>/dev/null)" ] && break
+  sleep 0.1
+done
+[ -n "$(ls "$out"/shards/*.json 2>/dev/null)" ] || fail "no shard written within 30 s"
+metrics_url="http://$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["targets"][0])' "$work"/targets/*.json)/metrics"
+$py - "$metrics_url" <<'PY' || fail "the features progress metrics are missing or wrong"
+import sys, urllib.request
+text = urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()
+v = {l.split("{")[0].split(" ")[0]: float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l and l[0] != "#"}
+assert v["scdino_features_images_to_process"] == 512, v.get("scdino_features_images_to_process")
+assert 0 < v["scdino_features_images_processed_total"] <= 512, v["scdino_features_images_processed_total"]
+print("progress", v["scdino_features_images_processed_total"], "of", v["scdino_features_images_to_process"])
+PY
+"$ctl" status --run-dir "$run" --service features --json > "$work/status.json" || fail "scdinoctl status failed"
+$py -c 'import json,sys; s=json.load(open(sys.argv[1])); assert s["state"] == "RUN_STATE_RUNNING", s' "$work/status.json" ||
+  fail "scdino-features is not RUNNING: $(cat "$work/status.json")"
+"$ctl" stop --run-dir "$run" --service features >/dev/null || fail "scdinoctl stop failed"
+wait "$features_pid"
+rc=$?
+features_pid=
+[ "$rc" = 4 ] || { tail -5 "$work/stop.err"; fail "scdino-features exited $rc after stop, expected 4"; }
+[ ! -f "$out/features.npy" ] || fail "stopped before the end, yet features.npy exists"
+kept=$(ls "$out"/shards/*.json | wc -l)
+[ "$kept" -ge 1 ] && [ "$kept" -lt 8 ] || fail "expected 1..7 complete shards of 8 after stop, found $kept"
+"$features" --config "$work/slow.yaml" --random-init --threads 2 >/dev/null 2>"$work/resume.err" ||
+  { tail -5 "$work/resume.err"; fail "the resumed run failed"; }
+grep -qE "shards written, $kept already complete" "$work/resume.err" ||
+  { tail -3 "$work/resume.err"; fail "the resumed run did not skip the $kept complete shards"; }
+$py -c "import numpy as np, sys; x = np.load(sys.argv[1]); assert x.shape == (512, 192), x.shape" "$out/features.npy" ||
+  fail "the resumed run's features.npy"
+echo "ok: stop through the control API (exit 4, $kept of 8 shards kept), resume skipped them"
