@@ -54,8 +54,9 @@ torch::Tensor SyntheticCell(const SyntheticOptions& o, int64_t cls, int64_t inde
   auto gen = at::detail::createCPUGenerator(seed);
   auto noise = torch::randn({o.channels, o.size, o.size}, gen, torch::kFloat32);
   // Signal-to-noise varies from cell to cell (focus, exposure): a nuisance
-  // that DINO's blur views teach the model to ignore.
-  const double noise_sd = 0.03 + 0.12 * h * (1.0 + u(rng));
+  // that DINO's blur views teach the model to ignore. Difficulty 0 draws
+  // nothing more, so its cells are those of earlier versions.
+  const double noise_sd = h == 0.0 ? 0.03 : 0.03 + 0.12 * h * (1.0 + u(rng));
   std::vector<torch::Tensor> chans;
   for (int64_t c = 0; c < o.channels; ++c) {
     const double body_level = 0.15 + 0.7 * trait(c, 4);

@@ -33,6 +33,41 @@ TEST(SyntheticCells, DeterministicBoundedAndClassDependent) {
     for (int b = a + 1; b < 3; ++b) EXPECT_GT((means[a] - means[b]).abs().max().item<double>(), 3 * within);
 }
 
+// Separation of the classes' mean channel intensities over the spread within
+// a class, the smallest over class pairs.
+double Separation(const SyntheticOptions& o) {
+  auto feats = MakeSyntheticSet(o).images.mean({2, 3});
+  std::vector<torch::Tensor> means;
+  double within = 0;
+  for (int64_t k = 0; k < o.classes; ++k) {
+    auto f = feats.slice(0, k * o.per_class, (k + 1) * o.per_class);
+    means.push_back(f.mean(0));
+    within = std::max(within, f.std(0).max().item<double>());
+  }
+  double worst = 1e30;
+  for (int64_t a = 0; a < o.classes; ++a)
+    for (int64_t b = a + 1; b < o.classes; ++b)
+      worst = std::min(worst, (means[a] - means[b]).abs().max().item<double>() / within);
+  return worst;
+}
+
+TEST(SyntheticCells, DifficultyBringsTheClassesTogether) {
+  SyntheticOptions o;
+  o.classes = 4;
+  o.per_class = 32;
+  o.channels = 5;
+  o.size = 32;
+  const double easy = Separation(o);
+  o.difficulty = 0.6;
+  const double hard = Separation(o);
+  o.difficulty = 1.0;
+  const double hardest = Separation(o);
+  EXPECT_GT(easy, 2 * hard) << easy << " vs " << hard;
+  EXPECT_GT(hard, hardest);
+  // Still the same deterministic cells for the same options.
+  EXPECT_TRUE(SyntheticCell(o, 2, 3).equal(SyntheticCell(o, 2, 3)));
+}
+
 TEST(InMemorySource, EpochOfBatchesAndResumePosition) {
   SyntheticOptions o;
   o.classes = 2;

@@ -112,7 +112,27 @@ $py "$src/scripts/convert-dino-checkpoint.py" "$work/bad.pth" "$work/bad.safeten
 [ $? = 2 ] && grep -qF "bad.pth" "$work/bad.err" || fail "a bad .pth should exit 2 naming the file"
 echo "ok: DINO .pth -> convert-dino-checkpoint.py -> the same features ($(cat "$work/convert.out"))"
 
-# 5. Stopped through the control API mid-run (exit 4, complete shards kept,
+# 5. Two ranks (as torchrun or srun -n 2 start them) over shards of 100
+# images, 6 shards for 512: the same rows as one process.
+sed -e "s|^  cache_images: true|  cache_images: true\n  features: {shard_size: 100}|" "$work/example.yaml" > "$work/ranks.yaml"
+cp "$run/checkpoint.safetensors" "$work/two_ranks.safetensors"
+for r in 1 0; do
+  RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 "$features" --config "$work/ranks.yaml" --checkpoint "$work/two_ranks.safetensors" \
+    --threads 1 >/dev/null 2>"$work/rank$r.err" &
+  eval "rank${r}_pid=$!"
+done
+wait "$rank1_pid" || { tail -5 "$work/rank1.err"; fail "rank 1 failed"; }
+wait "$rank0_pid" || { tail -5 "$work/rank0.err"; fail "rank 0 failed"; }
+$py - "$run/features/two_ranks" "$run/features/checkpoint" <<'PY' || fail "two ranks disagree with one process"
+import numpy as np, sys
+a, b = np.load(sys.argv[1] + "/features.npy"), np.load(sys.argv[2] + "/features.npy")
+assert a.shape == b.shape and np.abs(a - b).max() < 1e-5, (a.shape, b.shape)
+assert open(sys.argv[1] + "/index.csv").read() == open(sys.argv[2] + "/index.csv").read()
+PY
+grep -q "3 shards written" "$work/rank1.err" || { tail -3 "$work/rank1.err"; fail "rank 1 did not write 3 of the 6 shards"; }
+echo "ok: two ranks, 6 shards of up to 100 images, the same features and index as one process"
+
+# 6. Stopped through the control API mid-run (exit 4, complete shards kept,
 # progress metrics exported), then resumed: the rerun skips those shards.
 sed -e "s|resize_length: 48 |resize_length: 96 |" -e "s|^  cache_images: true|  cache_images: true\n  features: {shard_size: 64}\n  metrics: {listen: 127.0.0.1, file_sd_dir: \"$work/targets\"}|" \
   "$work/example.yaml" > "$work/slow.yaml"

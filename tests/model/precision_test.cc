@@ -176,8 +176,12 @@ TEST(Autocast, Bf16StepKeepsFp32MasterWeightsAndTracksTheFp32Loss) {
     auto b = mixed.Step(in);
     EXPECT_EQ(b.student.head.scalar_type(), torch::kBFloat16);
     EXPECT_EQ(b.loss.scalar_type(), torch::kFloat);
-    // bf16 keeps 8 bits of mantissa: the loss agrees to about 1%.
-    EXPECT_NEAR(a.loss.item<double>(), b.loss.item<double>(), 0.02 * a.loss.item<double>()) << "iteration " << it;
+    // bf16 keeps 8 bits of mantissa: from the same weights the loss agrees to
+    // about 1%. Later steps also carry the two runs' different updates (bf16
+    // gradients), which move the loss by a few percent more depending on the
+    // CPU's bf16 kernels (2.7% on an AMD EPYC), hence the looser bound.
+    const double tolerance = it == 0 ? 0.02 : 0.06;
+    EXPECT_NEAR(a.loss.item<double>(), b.loss.item<double>(), tolerance * a.loss.item<double>()) << "iteration " << it;
   }
   for (const auto& p : mixed.trainable()) {
     EXPECT_EQ(p.param.scalar_type(), torch::kFloat) << p.name;
