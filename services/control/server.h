@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/checkpoint_files.h"
 #include "common/run_control.h"
 #include "common/status.h"
 
@@ -19,16 +20,6 @@ class Status;
 }  // namespace grpc
 
 namespace scdino::control {
-
-/// One checkpoint file, as ListCheckpoints reports it.
-struct CheckpointEntry {
-  std::string path;
-  int64_t iteration = 0, epoch = 0, size_bytes = 0, modified_unix_ms = 0;
-};
-
-/// The checkpoints (*.safetensors with an "iteration" in their metadata) in
-/// a run directory, oldest first.
-std::vector<CheckpointEntry> ListCheckpointFiles(const std::string& run_dir);
 
 struct ServerOptions {
   /// host:port to listen on; port 0 picks a free port (see port()).

@@ -2,12 +2,8 @@
 // scdino-features wrote (docs/eval.md). Wiring only: flags, config, which
 // features directories, RunEvaluation and attention maps for each, the
 // per-checkpoint table, exit code.
-#include <signal.h>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
-#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <iomanip>
@@ -18,107 +14,55 @@
 #include "common/files.h"
 #include "eval/evaluation.h"
 #include "features/feature_set.h"
+#include "runtime/command_line.h"
 #include "runtime/service_plane.h"
 #include "training/config.h"
 #include "training/trainer.h"
 
 namespace {
 
-using namespace scdino::runtime;  // the exit codes
+using namespace scdino::runtime;  // the exit codes, CommandLine
 namespace fs = std::filesystem;
 
-std::atomic<int> g_signal{0};
-
-void OnSignal(int sig) {
-  if (g_signal.exchange(sig) != 0) {
-    const char msg[] = "scdino-eval: second signal, exiting now\n";
-    (void)!::write(2, msg, sizeof msg - 1);
-    std::_Exit(kExitFailed);
-  }
-  const char msg[] = "scdino-eval: signal received: stopping after the current chunk of queries\n";
-  (void)!::write(2, msg, sizeof msg - 1);
-}
-
-void Usage(std::ostream& out) {
-  out << "usage: scdino-eval --config FILE [--features DIR ...] [--no-attention] [--threads N]\n"
-         "  --config FILE     the run's YAML config (downstream_analyses: kNN k list and temperature, attention)\n"
-         "  --features DIR    a features directory of scdino-features (repeatable);\n"
-         "                    default: every complete one under <run_dir>/features\n"
-         "  --no-attention    skip the attention maps (they need the checkpoint)\n"
-         "  --threads N       intra-op CPU threads (0 = all cores)\n"
-         "output: <run_dir>/eval/<features name>/ (knn_results.json/.csv, per_class.csv, confusion_matrix.csv/.png,\n"
-         "        pca.png, tsne.png, attention/*.png) and, for several, <run_dir>/eval/knn_per_checkpoint.csv\n"
-         "exit codes: 0 done, 1 failed, 2 bad input, 4 stopped through the control API, 75 stopped by a signal\n";
-}
+const char kUsage[] =
+    "usage: scdino-eval --config FILE [--features DIR ...] [--no-attention] [--threads N]\n"
+    "  --config FILE     the run's YAML config (downstream_analyses: kNN k list and temperature, attention)\n"
+    "  --features DIR    a features directory of scdino-features (repeatable);\n"
+    "                    default: every complete one under <run_dir>/features\n"
+    "  --no-attention    skip the attention maps (they need the checkpoint)\n"
+    "  --threads N       intra-op CPU threads (0 = all cores)\n"
+    "output: <run_dir>/eval/<features name>/ (knn_results.json/.csv, per_class.csv, confusion_matrix.csv/.png,\n"
+    "        pca.png, tsne.png, attention/*.png) and, for several, <run_dir>/eval/knn_per_checkpoint.csv\n"
+    "exit codes: 0 done, 1 failed, 2 bad input, 4 stopped through the control API, 75 stopped by a signal\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGTERM, SIGUSR1, SIGINT}) sigaction(sig, &sa, nullptr);
-
-  std::string config_path;
+  InstallStopSignals("scdino-eval", "stopping after the current chunk of queries");
   std::vector<std::string> dirs;
   bool attention = true;
-  int64_t threads = -1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* flag) -> std::string {
-      if (i + 1 >= argc) {
-        std::cerr << "scdino-eval: " << flag << " needs a value\n";
-        Usage(std::cerr);
-        std::exit(kExitBadInput);
-      }
-      return argv[++i];
-    };
-    if (a == "--config") {
-      config_path = value("--config");
-    } else if (a == "--features") {
-      dirs.push_back(value("--features"));
-    } else if (a == "--no-attention") {
-      attention = false;
-    } else if (a == "--threads") {
-      const std::string v = value("--threads");
-      char* end = nullptr;
-      threads = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || threads < 0) {
-        std::cerr << "scdino-eval: --threads expects an integer >= 0, got '" << v << "'\n";
-        return kExitBadInput;
-      }
-    } else if (a == "-h" || a == "--help") {
-      Usage(std::cout);
-      return kExitCompleted;
-    } else {
-      std::cerr << "scdino-eval: unknown argument '" << a << "'\n";
-      Usage(std::cerr);
-      return kExitBadInput;
-    }
-  }
-  if (config_path.empty()) {
-    std::cerr << "scdino-eval: --config FILE is required\n";
-    Usage(std::cerr);
-    return kExitBadInput;
-  }
-  auto config = scdino::training::LoadTrainConfig(config_path);
-  if (!config.ok()) {
-    std::cerr << "scdino-eval: " << config.status().message() << "\n";
-    return kExitBadInput;
-  }
+  CommandLine cl("scdino-eval", kUsage);
+  cl.Value("--features",
+           [&](const std::string& v) {
+             dirs.push_back(v);
+             return std::string();
+           })
+      .Switch("--no-attention", [&] { attention = false; });
+  if (auto code = cl.Parse(argc, argv, std::cout, std::cerr)) return *code;
+  const auto& config = cl.config();
   if (dirs.empty()) {
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(config->run_dir() + "/features", ec)) {
+    for (const auto& e : fs::directory_iterator(config.run_dir() + "/features", ec)) {
       if (fs::exists(e.path() / "metadata.json")) dirs.push_back(e.path().string());
     }
     std::sort(dirs.begin(), dirs.end());
     if (dirs.empty()) {
-      std::cerr << "scdino-eval: no complete features directory under " << config->run_dir()
+      std::cerr << "scdino-eval: no complete features directory under " << config.run_dir()
                 << "/features; run scdino-features first (or pass --features DIR)\n";
       return kExitBadInput;
     }
   }
-  const int n_threads = scdino::training::ConfigureThreads(threads >= 0 ? threads : config->scdino.threads);
+  const int n_threads = cl.ConfigureThreads();
   std::vector<scdino::features::FeatureSet> sets;
   for (const auto& d : dirs) {
     auto s = scdino::features::ReadFeatureSet(d);
@@ -129,38 +73,36 @@ int main(int argc, char** argv) {
     sets.push_back(std::move(s).value());
   }
   try {
-    torch::Device device = torch::kCPU;
-    if (config->scdino.device == "cuda") {
-      if (!torch::cuda::is_available()) {
-        std::cerr << "scdino-eval: " << config_path << ": scdino.device is cuda, but no CUDA device is available\n";
-        return kExitBadInput;
-      }
-      device = torch::kCUDA;
+    auto picked = cl.Device(0);
+    if (!picked.ok()) {
+      std::cerr << "scdino-eval: " << picked.status().message() << "\n";
+      return kExitBadInput;
     }
-    std::cerr << "scdino-eval: run " << config->run_dir() << ", device " << device << ", " << n_threads
+    const torch::Device device = *picked;
+    std::cerr << "scdino-eval: run " << config.run_dir() << ", device " << device << ", " << n_threads
               << " CPU threads\n";
     scdino::training::LaunchInfo single;
-    auto plane = ServicePlane::Start(*config, single, {"eval", "queries"});
+    auto plane = ServicePlane::Start(config, single, {"eval", "queries"});
     if (!plane.ok()) {
       std::cerr << "scdino-eval: " << plane.status().ToString() << "\n";
       return kExitFailed;
     }
-    const auto& down = config->downstream;
+    const auto& down = config.downstream;
     std::vector<scdino::eval::CheckpointRow> table;
     for (auto& set : sets) {
       const std::string name = fs::path(set.dir).lexically_normal().filename().string();
       scdino::eval::EvalOptions eo;
-      eo.out_dir = config->eval_dir(name);
+      eo.out_dir = config.eval_dir(name);
       eo.ks = down.knn_n_neighbors;
       eo.temperature = down.knn_temperature;
-      eo.knn_memory_bytes = config->scdino.evaluation.knn_memory_mb << 20;
+      eo.knn_memory_bytes = config.scdino.evaluation.knn_memory_mb << 20;
       eo.device = device;
-      eo.tsne_points = config->scdino.evaluation.tsne_points;
-      eo.tsne_perplexity = config->scdino.evaluation.tsne_perplexity;
-      eo.tsne_iterations = config->scdino.evaluation.tsne_iterations;
-      eo.seed = static_cast<uint64_t>(config->meta.seed);
+      eo.tsne_points = config.scdino.evaluation.tsne_points;
+      eo.tsne_perplexity = config.scdino.evaluation.tsne_perplexity;
+      eo.tsne_iterations = config.scdino.evaluation.tsne_iterations;
+      eo.seed = static_cast<uint64_t>(config.meta.seed);
       eo.control = &(*plane)->control();
-      eo.stop_signal = [] { return g_signal.load() != 0; };
+      eo.stop_signal = StopSignalReceived;
       eo.on_progress = [&](int64_t done, int64_t total) { (*plane)->ReportProgress(done, total); };
       eo.log = &std::cerr;
       std::cerr << "scdino-eval: " << set.dir << " -> " << eo.out_dir << "\n";
@@ -173,10 +115,10 @@ int main(int argc, char** argv) {
       if (!r->completed) {
         (*plane)->Finish(scdino::RunState::kStopped);
         std::cerr << "scdino-eval: stopped before " << set.dir << " was done\n";
-        return g_signal.load() != 0 ? kExitPreempted : kExitStoppedByApi;
+        return StopSignalReceived() ? kExitPreempted : kExitStoppedByApi;
       }
       if (attention && down.attention_images_per_class > 0) {
-        auto backbone = scdino::eval::BackboneOf(set, static_cast<uint64_t>(config->meta.seed), device);
+        auto backbone = scdino::eval::BackboneOf(set, static_cast<uint64_t>(config.meta.seed), device);
         auto prep = scdino::eval::PrepOf(set);
         if (!backbone.ok() || !prep.ok()) {
           std::cerr << "scdino-eval: no attention maps for " << set.dir << ": "
@@ -185,8 +127,8 @@ int main(int argc, char** argv) {
           if (down.resize_attention_image) prep->resize = down.attention_image_size;
           std::vector<std::string> channel_names;
           for (auto c : prep->image.channels) {
-            auto it = config->meta.channel_dict.find(c);
-            channel_names.push_back(it == config->meta.channel_dict.end() ? "channel " + std::to_string(c) : it->second);
+            auto it = config.meta.channel_dict.find(c);
+            channel_names.push_back(it == config.meta.channel_dict.end() ? "channel " + std::to_string(c) : it->second);
           }
           auto maps = scdino::eval::WriteAttentionMaps(set, *backbone, *prep, channel_names,
                                                        down.attention_images_per_class, eo.out_dir);
@@ -213,7 +155,7 @@ int main(int argc, char** argv) {
       std::cout << " attention/\n";
     }
     if (table.size() > 1) {
-      const std::string path = config->run_dir() + "/eval/knn_per_checkpoint.csv";
+      const std::string path = config.run_dir() + "/eval/knn_per_checkpoint.csv";
       if (auto s = scdino::WriteFileAtomic(path, scdino::eval::CheckpointTableCsv(table)); !s.ok()) {
         std::cerr << "scdino-eval: " << s.message() << "\n";
         (*plane)->Finish(scdino::RunState::kFailed, s.ToString());

@@ -1,169 +1,103 @@
 // scdino-features: the CLS features of every image of a run's data set for
 // one or more checkpoints (docs/features.md). Wiring only: flags, config,
 // data set, statistics, split, backbone, ExtractFeatures, exit code.
-#include <signal.h>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
-#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "common/checkpoint_files.h"
 #include "data/split.h"
 #include "features/backbone.h"
 #include "features/extractor.h"
+#include "runtime/command_line.h"
 #include "runtime/service_plane.h"
 #include "training/config.h"
 #include "training/trainer.h"
 
 namespace {
 
-using namespace scdino::runtime;  // the exit codes
+using namespace scdino::runtime;  // the exit codes, CommandLine
 namespace fs = std::filesystem;
 
-std::atomic<int> g_signal{0};
-
-void OnSignal(int sig) {
-  if (g_signal.exchange(sig) != 0) {
-    const char msg[] = "scdino-features: second signal, exiting now\n";
-    (void)!::write(2, msg, sizeof msg - 1);
-    std::_Exit(kExitFailed);
-  }
-  const char msg[] = "scdino-features: signal received: finishing the current batch (complete shards are kept)\n";
-  (void)!::write(2, msg, sizeof msg - 1);
-}
-
-void Usage(std::ostream& out) {
-  out << "usage: scdino-features --config FILE [--checkpoint PATH ...] [--all-checkpoints] [--random-init]\n"
-         "                       [--checkpoint-key teacher|student] [--raw] [--threads N]\n"
-         "  --config FILE          the run's YAML config (data set, channels, downstream_analyses)\n"
-         "  --checkpoint PATH      a checkpoint or converted weights file (repeatable);\n"
-         "                         default: <run_dir>/checkpoint.safetensors\n"
-         "  --all-checkpoints      every checkpoint*.safetensors of the run directory\n"
-         "  --random-init          also a randomly initialised backbone (seed meta.seed): the baseline\n"
-         "  --checkpoint-key KEY   teacher (default, as scDINO) or student\n"
-         "  --raw                  also write features_raw.npy (before L2 normalisation)\n"
-         "  --threads N            intra-op CPU threads (0 = all cores)\n"
-         "output: <run_dir>/features/<checkpoint name>/ (features.npy, index.csv, metadata.json, features.h5ad)\n"
-         "exit codes: 0 done, 1 failed, 2 bad input, 4 stopped through the control API,\n"
-         "            75 stopped by a signal (complete shards are kept; run again to resume)\n";
-}
+const char kUsage[] =
+    "usage: scdino-features --config FILE [--checkpoint PATH ...] [--all-checkpoints] [--random-init]\n"
+    "                       [--checkpoint-key teacher|student] [--raw] [--threads N]\n"
+    "  --config FILE          the run's YAML config (data set, channels, downstream_analyses)\n"
+    "  --checkpoint PATH      a checkpoint or converted weights file (repeatable);\n"
+    "                         default: <run_dir>/checkpoint.safetensors\n"
+    "  --all-checkpoints      every checkpoint of the run directory (checkpoint*.safetensors), oldest first\n"
+    "  --random-init          also a randomly initialised backbone (seed meta.seed): the baseline\n"
+    "  --checkpoint-key KEY   teacher (default, as scDINO) or student\n"
+    "  --raw                  also write features_raw.npy (before L2 normalisation)\n"
+    "  --threads N            intra-op CPU threads (0 = all cores)\n"
+    "output: <run_dir>/features/<checkpoint name>/ (features.npy, index.csv, metadata.json, features.h5ad)\n"
+    "exit codes: 0 done, 1 failed, 2 bad input, 4 stopped through the control API,\n"
+    "            75 stopped by a signal (complete shards are kept; run again to resume)\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGTERM, SIGUSR1, SIGINT}) sigaction(sig, &sa, nullptr);
-
-  std::string config_path, key_override;
+  InstallStopSignals("scdino-features", "finishing the current batch (complete shards are kept)");
+  std::string key_override;
   std::vector<std::string> checkpoints;
   bool all = false, random_init = false, raw = false;
-  int64_t threads = -1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* flag) -> std::string {
-      if (i + 1 >= argc) {
-        std::cerr << "scdino-features: " << flag << " needs a value\n";
-        Usage(std::cerr);
-        std::exit(kExitBadInput);
-      }
-      return argv[++i];
-    };
-    if (a == "--config") {
-      config_path = value("--config");
-    } else if (a == "--checkpoint") {
-      checkpoints.push_back(value("--checkpoint"));
-    } else if (a == "--all-checkpoints") {
-      all = true;
-    } else if (a == "--random-init") {
-      random_init = true;
-    } else if (a == "--checkpoint-key") {
-      key_override = value("--checkpoint-key");
-      if (key_override != "teacher" && key_override != "student") {
-        std::cerr << "scdino-features: --checkpoint-key expects teacher or student, got '" << key_override << "'\n";
-        return kExitBadInput;
-      }
-    } else if (a == "--raw") {
-      raw = true;
-    } else if (a == "--threads") {
-      const std::string v = value("--threads");
-      char* end = nullptr;
-      threads = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || threads < 0) {
-        std::cerr << "scdino-features: --threads expects an integer >= 0, got '" << v << "'\n";
-        return kExitBadInput;
-      }
-    } else if (a == "-h" || a == "--help") {
-      Usage(std::cout);
-      return kExitCompleted;
-    } else {
-      std::cerr << "scdino-features: unknown argument '" << a << "'\n";
-      Usage(std::cerr);
-      return kExitBadInput;
-    }
-  }
-  if (config_path.empty()) {
-    std::cerr << "scdino-features: --config FILE is required\n";
-    Usage(std::cerr);
-    return kExitBadInput;
-  }
-  auto config = scdino::training::LoadTrainConfig(config_path);
-  if (!config.ok()) {
-    std::cerr << "scdino-features: " << config.status().message() << "\n";
-    return kExitBadInput;
-  }
-  const auto& down = config->downstream;
+  CommandLine cl("scdino-features", kUsage);
+  cl.Value("--checkpoint",
+           [&](const std::string& v) {
+             checkpoints.push_back(v);
+             return std::string();
+           })
+      .Switch("--all-checkpoints", [&] { all = true; })
+      .Switch("--random-init", [&] { random_init = true; })
+      .Value("--checkpoint-key",
+             [&](const std::string& v) {
+               key_override = v;
+               return v == "teacher" || v == "student" ? std::string() : std::string("teacher or student");
+             })
+      .Switch("--raw", [&] { raw = true; });
+  if (auto code = cl.Parse(argc, argv, std::cout, std::cerr)) return *code;
+  const auto& config = cl.config();
+  const std::string& config_path = cl.config_path();
+  const auto& down = config.downstream;
   const std::string key = key_override.empty() ? down.checkpoint_key : key_override;
   if (all) {
-    std::vector<std::string> found;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(config->run_dir(), ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.rfind("checkpoint", 0) == 0 && e.path().extension() == ".safetensors") found.push_back(e.path().string());
-    }
-    std::sort(found.begin(), found.end());
-    checkpoints.insert(checkpoints.end(), found.begin(), found.end());
+    for (const auto& e : scdino::ListCheckpointFiles(config.run_dir())) checkpoints.push_back(e.path);
   }
-  if (checkpoints.empty() && !random_init) checkpoints.push_back(config->run_dir() + "/checkpoint.safetensors");
+  if (checkpoints.empty() && !random_init) checkpoints.push_back(config.run_dir() + "/checkpoint.safetensors");
   for (const auto& c : checkpoints) {
     if (!fs::exists(c)) {
       std::cerr << "scdino-features: checkpoint " << c << " does not exist (train first, or pass --checkpoint PATH)\n";
       return kExitBadInput;
     }
   }
-  const int n_threads = scdino::training::ConfigureThreads(threads >= 0 ? threads : config->scdino.threads);
+  const int n_threads = cl.ConfigureThreads();
   try {
     auto launch = scdino::training::LaunchFromEnv([](const char* k) { return std::getenv(k); });
     if (!launch.ok()) {
       std::cerr << "scdino-features: " << launch.status().message() << "\n";
       return kExitBadInput;
     }
-    torch::Device device = torch::kCPU;
-    if (config->scdino.device == "cuda") {
-      if (!torch::cuda::is_available()) {
-        std::cerr << "scdino-features: " << config_path << ": scdino.device is cuda, but no CUDA device is available\n";
-        return kExitBadInput;
-      }
-      device = torch::Device(torch::kCUDA,
-                             static_cast<c10::DeviceIndex>(launch->local_rank % torch::cuda::device_count()));
+    auto picked = cl.Device(launch->local_rank);
+    if (!picked.ok()) {
+      std::cerr << "scdino-features: " << picked.status().message() << "\n";
+      return kExitBadInput;
     }
-    std::cerr << "scdino-features: run " << config->run_dir() << ", rank " << launch->rank << " of "
+    const torch::Device device = *picked;
+    std::cerr << "scdino-features: run " << config.run_dir() << ", rank " << launch->rank << " of "
               << launch->world_size << ", device " << device << ", " << n_threads << " CPU threads\n";
-    auto dataset = scdino::training::IndexDataset(*config);
+    auto dataset = scdino::training::IndexDataset(config);
     if (!dataset.ok()) {
       std::cerr << "scdino-features: " << dataset.status().message() << "\n";
       return kExitBadInput;
     }
     scdino::features::FeaturePrep prep;
-    prep.image = config->image_prep();
+    prep.image = config.image_prep();
     prep.resize = down.resize ? down.resize_length : 0;
-    auto stats = scdino::training::LoadOrComputeStats(*config, *dataset, prep.image);
+    auto stats = scdino::training::LoadOrComputeStats(config, *dataset, prep.image);
     if (!stats.ok()) {
       std::cerr << "scdino-features: " << stats.status().message() << "\n";
       return kExitBadInput;
@@ -171,11 +105,11 @@ int main(int argc, char** argv) {
     prep.mean = stats->mean;
     prep.std = stats->std;
     scdino::data::SplitOptions so;
-    so.train_fraction = config->meta.train_datasetsplit_fraction;
-    so.seed = static_cast<uint64_t>(config->meta.seed);
-    if (config->scdino.split.mode == "folders") {
-      so.train_folder = config->scdino.split.train_folder;
-      so.test_folder = config->scdino.split.test_folder;
+    so.train_fraction = config.meta.train_datasetsplit_fraction;
+    so.seed = static_cast<uint64_t>(config.meta.seed);
+    if (config.scdino.split.mode == "folders") {
+      so.train_folder = config.scdino.split.train_folder;
+      so.test_folder = config.scdino.split.test_folder;
     }
     auto splits = scdino::data::AssignSplits(*dataset, so);
     if (!splits.ok()) {
@@ -183,29 +117,29 @@ int main(int argc, char** argv) {
       return kExitBadInput;
     }
     nlohmann::json channel_names = nlohmann::json::array();
-    for (auto c : config->channels()) {
-      auto it = config->meta.channel_dict.find(c);
-      channel_names.push_back(it == config->meta.channel_dict.end() ? std::to_string(c) : it->second);
+    for (auto c : config.channels()) {
+      auto it = config.meta.channel_dict.find(c);
+      channel_names.push_back(it == config.meta.channel_dict.end() ? std::to_string(c) : it->second);
     }
     const nlohmann::json extra = {
         {"config", fs::absolute(config_path).string()},
-        {"run", config->meta.name_of_run},
-        {"channels", {{"indices", config->channels()}, {"names", channel_names}}},
+        {"run", config.meta.name_of_run},
+        {"channels", {{"indices", config.channels()}, {"names", channel_names}}},
         {"preprocessing",
-         {{"center_crop", config->meta.center_crop},
+         {{"center_crop", config.meta.center_crop},
           {"min_max", "per image and channel, to [0, 1]"},
           {"resize", prep.resize},
           {"interpolation", "bilinear"}}},
-        {"statistics", {{"file", config->stats_path()}, {"mean", stats->mean}, {"std", stats->std}}},
+        {"statistics", {{"file", config.stats_path()}, {"mean", stats->mean}, {"std", stats->std}}},
         {"split",
-         {{"mode", config->scdino.split.mode},
+         {{"mode", config.scdino.split.mode},
           {"train_fraction", so.train_fraction},
           {"seed", so.seed},
           {"train_folder", so.train_folder},
           {"test_folder", so.test_folder}}},
         {"world_size", launch->world_size}};
 
-    auto plane = ServicePlane::Start(*config, *launch, {"features", "images"});
+    auto plane = ServicePlane::Start(config, *launch, {"features", "images"});
     if (!plane.ok()) {
       std::cerr << "scdino-features: " << plane.status().ToString() << "\n";
       return kExitFailed;
@@ -219,8 +153,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < checkpoints.size(); ++i) {
       scdino::features::Backbone backbone;
       if (checkpoints[i].empty()) {
-        auto vit = config->dino_options().vit;
-        backbone = scdino::features::RandomBackbone(vit, static_cast<uint64_t>(config->meta.seed), device);
+        auto vit = config.dino_options().vit;
+        backbone = scdino::features::RandomBackbone(vit, static_cast<uint64_t>(config.meta.seed), device);
       } else {
         auto b = scdino::features::LoadBackbone(checkpoints[i], key, device);
         if (!b.ok()) {
@@ -232,18 +166,18 @@ int main(int argc, char** argv) {
       }
       scdino::features::ExtractJob job{*dataset, *splits, prep, backbone, extra.dump()};
       scdino::features::ExtractOptions eo;
-      eo.out_dir = config->features_dir(names[i]);
+      eo.out_dir = config.features_dir(names[i]);
       eo.batch_size = down.features_batch_size_per_gpu;
       eo.threads = static_cast<int>(std::max<int64_t>(1, down.features_num_workers));
-      eo.shard_size = config->scdino.features.shard_size;
+      eo.shard_size = config.scdino.features.shard_size;
       eo.normalize = down.normalize;
-      eo.write_raw = raw || config->scdino.features.write_raw;
+      eo.write_raw = raw || config.scdino.features.write_raw;
       eo.rank = launch->rank;
       eo.world_size = launch->world_size;
-      eo.wait_timeout = std::chrono::seconds(config->scdino.distributed_timeout_s);
+      eo.wait_timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
       eo.device = device;
       eo.control = launch->rank == 0 ? &(*plane)->control() : nullptr;
-      eo.stop_signal = [] { return g_signal.load() != 0; };
+      eo.stop_signal = StopSignalReceived;
       eo.on_progress = [&](int64_t done, int64_t total) { (*plane)->ReportProgress(done, total); };
       eo.log = &std::cerr;
       std::cerr << "scdino-features: " << (checkpoints[i].empty() ? "random initialisation" : checkpoints[i]) << " ("
@@ -257,7 +191,7 @@ int main(int argc, char** argv) {
       if (!r->completed) {
         (*plane)->Finish(scdino::RunState::kStopped);
         std::cerr << "scdino-features: stopped; " << r->shards_written << " shards written here (run again to resume)\n";
-        return g_signal.load() != 0 ? kExitPreempted : kExitStoppedByApi;
+        return StopSignalReceived() ? kExitPreempted : kExitStoppedByApi;
       }
       if (r->already_complete) {
         std::cerr << "scdino-features: " << eo.out_dir << " is already complete\n";

@@ -8,7 +8,7 @@ ProgressMetrics::ProgressMetrics(prometheus::Registry& registry, const std::stri
   done_ = &prometheus::BuildCounter().Name(p + "_processed_total").Help(unit + " processed").Register(registry).Add({});
   total_ = &prometheus::BuildGauge().Name(p + "_to_process").Help(unit + " this run processes in total")
                 .Register(registry).Add({});
-  rate_ = &prometheus::BuildGauge().Name(p + "_per_second").Help(unit + " per second, recent")
+  rate_ = &prometheus::BuildGauge().Name(p + "_per_second").Help(unit + " per second, averaged since this process began")
                .Register(registry).Add({});
 }
 
