@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
       auto meta = nlohmann::json::parse(set.metadata_json, nullptr, false);
       table.push_back({name, meta["checkpoint"].value("epoch", -1), meta["checkpoint"].value("iteration", -1), *r});
       std::cout << "\nkNN of " << name << " (" << r->n_test << " test vs " << r->n_train << " train, T "
-                << eo.temperature << "):\n   k   top-1   top-5  balanced  macro-F1\n";
+                << std::defaultfloat << eo.temperature << "):\n   k   top-1   top-5  balanced  macro-F1\n";
       for (const auto& s : r->scores) {
         std::cout << std::setw(4) << s.k << std::fixed << std::setprecision(3) << std::setw(8) << s.top1
                   << std::setw(8) << s.top5 << std::setw(10) << s.report.balanced_accuracy << std::setw(10)

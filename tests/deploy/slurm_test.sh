@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Submits deploy/slurm/train.sbatch to the real single-node Slurm started by
+# Submits deploy/slurm/*.sbatch to the real single-node Slurm started by
 # scripts/slurm-local.sh: a 2-task data-parallel run, then a run sent
 # `scancel --signal=USR1` mid-way, which must checkpoint, requeue itself,
-# resume and finish with the weights of an uninterrupted run.
+# resume and finish with the weights of an uninterrupted run; scdinoctl
+# against a Slurm-launched trainer; and evaluate.sbatch's features on 2 tasks
+# followed by the evaluation.
 #   tests/deploy/slurm_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src=$1
@@ -114,3 +116,50 @@ grep -q "stopped after iteration" "$work"/ctl-*.out || { echo "FAIL: the job did
 [ ! -f "$work/ctl/endpoints/trainer.json" ] || { echo "FAIL: endpoint file left behind"; exit 1; }
 [ -f "$work/ctl/checkpoint.safetensors" ] || { echo "FAIL: no checkpoint after stop"; exit 1; }
 echo "ok: scdinoctl status and stop against a Slurm-launched 2-rank trainer"
+
+# 4. deploy/slurm/evaluate.sbatch on 2 tasks: scdino-features split over the
+# ranks (24 images in 5 shards), then scdino-eval on one task.
+"$build/services/tools/scdino-synth" --out "$work/cells-data" --classes 2 --per-class 12 --channels 3 --size 16 --seed 3 \
+  > /dev/null
+cat > "$work/cells.yaml" <<YAML
+meta: {name_of_run: cells, output_dir: "$work", dataset_dir: "$work/cells-data", seed: 5,
+       selected_channel_combination_per_run: ["012"]}
+train_scDINO:
+  epochs: 1
+  batch_size_per_gpu: 4
+  num_workers: 1
+  hyperparameters: {arch: vit_tiny, embed_dim: 32, depth: 2, num_heads: 2, patch_size: 8, global_crops_size: 16,
+                    local_crops_size: 8, local_crops_number: 2, out_dim: 64, head_hidden_dim: 32,
+                    head_bottleneck_dim: 16, warmup_epochs: 1, drop_path_rate: 0.0}
+downstream_analyses:
+  compute_cls_features: {resize_length: 16}
+  attention_visualisation: {num_images_per_class: 1, image_size: 32}
+  kNN: {global: {n_neighbors: [5], temperature: 0.07}}
+scdino: {threads: 1, features: {shard_size: 5}, evaluation: {tsne_points: 0}}
+YAML
+"$build/services/trainer/scdino-trainer" --config "$work/cells.yaml" > "$work/cells-train.out" 2>&1 ||
+  { echo "FAIL: could not train the cells run"; tail -5 "$work/cells-train.out"; exit 1; }
+job=$(sbatch --parsable --ntasks=2 --cpus-per-task=1 --output="$work/evaluate-%j.out" \
+  --export=ALL,SCDINO_BUILD="$build" "$src/deploy/slurm/evaluate.sbatch" "$work/cells.yaml" --random-init \
+  --checkpoint "$work/cells/checkpoint.safetensors")
+wait_gone "$job" 300
+out=$(cat "$work"/evaluate-*.out)
+grep -q "rank 1 of 2" <<<"$out" || { echo "FAIL: scdino-features did not run on 2 ranks"; echo "$out"; exit 1; }
+grep -qE "rank 1: [0-9]+ images .* [23] shards written" <<<"$out" ||
+  { echo "FAIL: rank 1 did not write its shards"; echo "$out"; exit 1; }
+/usr/bin/python3 - "$work/cells" <<'PY' || { echo "FAIL: features or evaluation of the 2-task job"; echo "$out"; exit 1; }
+import csv, os, sys
+import numpy as np
+run = sys.argv[1]
+for name in ("checkpoint", "random_init"):
+    x = np.load(os.path.join(run, "features", name, "features.npy"))
+    assert x.shape == (24, 32), (name, x.shape)
+    rows = list(csv.DictReader(open(os.path.join(run, "features", name, "index.csv"))))
+    assert [int(r["index"]) for r in rows] == list(range(24)), name
+    assert not os.path.exists(os.path.join(run, "features", name, "shards")), name
+    for f in ("knn_results.json", "confusion_matrix.png", "pca.png"):
+        assert os.path.getsize(os.path.join(run, "eval", name, f)) > 0, (name, f)
+rows = list(csv.DictReader(open(os.path.join(run, "eval", "knn_per_checkpoint.csv"))))
+assert {r["features"] for r in rows} == {"checkpoint", "random_init"}, rows
+PY
+echo "ok: evaluate.sbatch: features on 2 tasks (5 shards), then kNN and plots on one"
