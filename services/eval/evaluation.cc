@@ -14,6 +14,7 @@
 #include "eval/embedding.h"
 #include "eval/knn.h"
 #include "eval/plots.h"
+#include "training/checkpoint.h"
 
 namespace scdino::eval {
 
@@ -240,7 +241,7 @@ StatusOr<features::Backbone> BackboneOf(const features::FeatureSet& set, uint64_
   const std::string path = j["checkpoint"].value("path", "");
   const std::string key = j["checkpoint"].value("key", "teacher");
   if (key == "random") {
-    auto o = features::VitOptionsFromJson(j["model"].dump(), where);
+    auto o = training::VitOptionsFromShapeJson(j["model"].dump(), where);
     if (!o.ok()) return o.status();
     return features::RandomBackbone(*o, seed, device);
   }

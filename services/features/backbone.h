@@ -24,11 +24,6 @@ struct Backbone {
   std::vector<std::string> classes;  ///< the training run's classes, when recorded
 };
 
-/// The ViT shape of a checkpoint's "model" metadata. InvalidArgument names
-/// the missing key.
-StatusOr<model::VitOptions> VitOptionsFromJson(const std::string& model_json, const std::string& origin);
-std::string VitOptionsToJson(const model::VitOptions& o);
-
 /// Reads "<key>.backbone.*" from an scdino checkpoint or converted weights
 /// file. Errors name the file and, for a wrong key, the keys it holds.
 StatusOr<Backbone> LoadBackbone(const std::string& path, const std::string& key, torch::Device device);

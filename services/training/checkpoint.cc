@@ -6,25 +6,43 @@
 
 namespace scdino::training {
 
+namespace {
+
+nlohmann::json VitShape(const model::VitOptions& o) {
+  return {{"in_chans", o.in_chans()},   {"patch_size", o.patch_size()}, {"img_size", o.img_size()},
+          {"embed_dim", o.embed_dim()}, {"depth", o.depth()},           {"num_heads", o.num_heads()},
+          {"mlp_ratio", o.mlp_ratio()}, {"qkv_bias", o.qkv_bias()},     {"layer_norm_eps", o.layer_norm_eps()}};
+}
+
+}  // namespace
+
+std::string VitShapeJson(const model::VitOptions& o) { return VitShape(o).dump(); }
+
 std::string ModelShapeJson(const model::DinoOptions& o) {
-  nlohmann::json j = {
-      {"in_chans", o.vit.in_chans()},
-      {"patch_size", o.vit.patch_size()},
-      {"img_size", o.vit.img_size()},
-      {"embed_dim", o.vit.embed_dim()},
-      {"depth", o.vit.depth()},
-      {"num_heads", o.vit.num_heads()},
-      {"mlp_ratio", o.vit.mlp_ratio()},
-      {"qkv_bias", o.vit.qkv_bias()},
-      {"layer_norm_eps", o.vit.layer_norm_eps()},
-      {"out_dim", o.out_dim},
-      {"head_hidden_dim", o.head_hidden_dim},
-      {"head_bottleneck_dim", o.head_bottleneck_dim},
-      {"head_nlayers", o.head_nlayers},
-      {"norm_last_layer", o.norm_last_layer},
-      {"local_crops_number", o.local_crops_number},
-  };
+  nlohmann::json j = VitShape(o.vit);
+  j["out_dim"] = o.out_dim;
+  j["head_hidden_dim"] = o.head_hidden_dim;
+  j["head_bottleneck_dim"] = o.head_bottleneck_dim;
+  j["head_nlayers"] = o.head_nlayers;
+  j["norm_last_layer"] = o.norm_last_layer;
+  j["local_crops_number"] = o.local_crops_number;
   return j.dump();
+}
+
+StatusOr<model::VitOptions> VitOptionsFromShapeJson(const std::string& shape_json, const std::string& origin) {
+  auto j = nlohmann::json::parse(shape_json, nullptr, false);
+  if (!j.is_object()) return Status::DataLoss(origin + ": metadata 'model' is not a JSON object: " + shape_json);
+  for (const char* k : {"in_chans", "patch_size", "img_size", "embed_dim", "depth", "num_heads"}) {
+    if (!j.contains(k) || !j[k].is_number_integer()) {
+      return Status::DataLoss(origin + ": metadata 'model' lacks the integer '" + k + "': " + shape_json);
+    }
+  }
+  model::VitOptions o;
+  o.in_chans(j["in_chans"]).patch_size(j["patch_size"]).img_size(j["img_size"]).embed_dim(j["embed_dim"])
+      .depth(j["depth"]).num_heads(j["num_heads"]);
+  o.mlp_ratio(j.value("mlp_ratio", 4.0)).qkv_bias(j.value("qkv_bias", true))
+      .layer_norm_eps(j.value("layer_norm_eps", 1e-6));
+  return o;
 }
 
 Status SaveCheckpoint(const std::string& path, const model::Dino& dino, const CheckpointInfo& info) {

@@ -23,6 +23,11 @@ struct CheckpointInfo {
 
 /// The model shape as JSON (architecture, channels, patch, head, crops).
 std::string ModelShapeJson(const model::DinoOptions& o);
+/// Its ViT part alone: the shape of a backbone (features, converted weights).
+std::string VitShapeJson(const model::VitOptions& o);
+/// The ViT of a model shape (either of the above, or a converted weights
+/// file's); errors name `origin` and the missing key.
+StatusOr<model::VitOptions> VitOptionsFromShapeJson(const std::string& shape_json, const std::string& origin);
 
 Status SaveCheckpoint(const std::string& path, const model::Dino& dino, const CheckpointInfo& info);
 
