@@ -13,15 +13,15 @@
 
 #include "bench/bench_flags.h"
 #include "data/loader.h"
-#include "training/trainer.h"
+#include "run/environment.h"
 
 int main(int argc, char** argv) {
-  const scdino::bench::Flags a(argc, argv,
+  const scdino::bench::Flags a(argc, argv, "scdino-bench-data", "Images/s of the file loader and multi-crop augmentation (docs/performance.md).",
                                {{"data", ""}, {"batch", "32"}, {"batches", "20"}, {"threads", "2"},
                                 {"loader-threads", "2"}, {"global", "224"}, {"local", "96"}, {"local-crops", "8"},
                                 {"cache", "0"}});
   auto num = [&](const char* k) { return a.num(k); };
-  const int threads = scdino::training::ConfigureThreads(num("threads"));
+  const int threads = scdino::run::ConfigureThreads(num("threads"));
   auto dataset = scdino::data::IndexFolder(a.str("data"));
   if (!dataset.ok()) {
     std::cerr << dataset.status().ToString() << "\n";
@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
     }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double waited = loader.TakeWaitSeconds();
+  const double waited = loader.queue_wait_seconds();
   nlohmann::json r = {{"benchmark", "data_pipeline"}, {"pipeline", "scdino"},
                       {"images", images},             {"seconds", secs},
                       {"images_per_s", images / secs}, {"waiting_on_decode_s", waited}, {"threads", threads},

@@ -20,15 +20,15 @@
 #include "data/synthetic.h"
 #include "features/backbone.h"
 #include "features/extractor.h"
-#include "training/trainer.h"
+#include "run/environment.h"
 
 int main(int argc, char** argv) {
-  const scdino::bench::Flags a(argc, argv,
+  const scdino::bench::Flags a(argc, argv, "scdino-bench-features", "Images/s of feature extraction from TIFF files (docs/performance.md).",
                                {{"arch", "vit_small"}, {"patch", "16"}, {"channels", "5"}, {"size", "224"},
                                 {"images", "64"}, {"batch", "32"}, {"loaders", "2"}, {"threads", "0"},
                                 {"device", "cpu"}, {"dir", "/tmp/scdino-bench-features"}});
   auto num = [&](const char* k) { return a.num(k); };
-  const int threads = scdino::training::ConfigureThreads(num("threads"));
+  const int threads = scdino::run::ConfigureThreads(num("threads"));
   torch::Device device = a.str("device") == "cuda" ? torch::kCUDA : torch::kCPU;
   const std::string dir = a.str("dir");
   std::filesystem::remove_all(dir);

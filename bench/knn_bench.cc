@@ -10,14 +10,14 @@
 
 #include "bench/bench_flags.h"
 #include "eval/knn.h"
-#include "training/trainer.h"
+#include "run/environment.h"
 
 int main(int argc, char** argv) {
-  const scdino::bench::Flags a(argc, argv,
+  const scdino::bench::Flags a(argc, argv, "scdino-bench-knn", "Queries/s of the weighted kNN (docs/performance.md).",
                                {{"train", "90000"}, {"test", "22000"}, {"dim", "384"}, {"classes", "10"},
                                 {"memory-mb", "512"}, {"threads", "0"}, {"device", "cpu"}});
   auto num = [&](const char* k) { return a.num(k); };
-  const int threads = scdino::training::ConfigureThreads(num("threads"));
+  const int threads = scdino::run::ConfigureThreads(num("threads"));
   torch::Device device = a.str("device") == "cuda" ? torch::kCUDA : torch::kCPU;
   torch::manual_seed(0);
   auto unit = [&](int64_t n) {

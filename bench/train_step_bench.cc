@@ -16,15 +16,15 @@
 #include "bench/bench_flags.h"
 #include "model/dino.h"
 #include "model/vit.h"
-#include "training/trainer.h"
+#include "run/environment.h"
 
 int main(int argc, char** argv) {
-  const scdino::bench::Flags a(argc, argv,
+  const scdino::bench::Flags a(argc, argv, "scdino-bench-train-step", "Images/s of full DINO training steps on random crops (docs/performance.md).",
                                {{"arch", "vit_small"}, {"patch", "16"}, {"channels", "5"}, {"global", "224"},
                                 {"local", "96"}, {"local-crops", "8"}, {"batch", "8"}, {"out-dim", "65536"},
                                 {"depth", "0"}, {"steps", "3"}, {"warmup", "1"}, {"threads", "0"}, {"device", "cpu"}});
   auto num = [&](const char* k) { return a.num(k); };
-  const int threads = scdino::training::ConfigureThreads(num("threads"));
+  const int threads = scdino::run::ConfigureThreads(num("threads"));
   torch::Device device = a.str("device") == "cuda" ? torch::kCUDA : torch::kCPU;
 
   scdino::model::DinoOptions o;

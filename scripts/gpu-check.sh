@@ -33,6 +33,7 @@ try:
 except Exception:
     pass
 print(inc)
+print("1" if torch.compiled_with_cxx11_abi() else "0")
 PY
 }
 
@@ -42,6 +43,15 @@ if info=$(torch_info) && [ "$(sed -n 2p <<<"$info")" = 1 ]; then
   prefix=$(sed -n 1p <<<"$info")
   nccl_inc=$(sed -n 4p <<<"$info")
   echo "gpu-check: torch $(sed -n 3p <<<"$info") with CUDA at $prefix"
+  # Debian's yaml-cpp, libtiff and OpenCV pass std::string across their
+  # interfaces with the C++11 ABI; a LibTorch built with the old one links
+  # against them only to fail at run time, or not at all.
+  if [ "$(sed -n 5p <<<"$info")" != 1 ]; then
+    echo "gpu-check: this torch ($(sed -n 3p <<<"$info")) was built with the pre-C++11 ABI" \
+         "(_GLIBCXX_USE_CXX11_ABI=0), while this system's C++ libraries use the C++11 ABI;" \
+         "use a torch built with it (pip torch >= 2.7, or an NVIDIA NGC PyTorch container)" >&2
+    exit 1
+  fi
 else
   echo "gpu-check: no CUDA torch or no GPU here ($python); compile-only check against Debian's LibTorch"
 fi

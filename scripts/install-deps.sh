@@ -8,9 +8,10 @@ packages=(
   libtorch-dev libopenblas0-pthread libgloo-dev
   libtiff-dev libopencv-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  prometheus-cpp-dev libyaml-cpp-dev nlohmann-json3-dev prometheus
+  prometheus-cpp-dev libssl-dev libyaml-cpp-dev nlohmann-json3-dev
+  prometheus prometheus-alertmanager prometheus-node-exporter
   libgtest-dev libgmock-dev
-  libhdf5-dev python3-numpy python3-anndata python3-torch
+  libhdf5-dev libcli11-dev python3-numpy python3-anndata python3-torch python3-grpcio
 )
 
 missing=()

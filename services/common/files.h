@@ -1,18 +1,22 @@
-// File helpers for outputs that must never be left half-written.
+// File helpers for outputs that must never be left half-written, on top of
+// the file-system layer (common/env.h): every file scdino writes goes
+// through one of these or through AtomicFile.
 #pragma once
 
 #include <string>
 #include <string_view>
 
+#include "common/env.h"
 #include "common/status.h"
 
 namespace scdino {
 
-/// Writes `data` to `path` atomically: a temporary file in the same
-/// directory, fsync, rename over `path`, fsync of the directory. On any
-/// failure the temporary is removed and a previous `path` is left untouched;
-/// the Status names the path and the system's reason (disk full, permission).
-Status WriteFileAtomic(const std::string& path, std::string_view data);
+/// Writes `data` to `path` atomically: an exclusively created temporary
+/// beside it (TempPathFor), fsync, rename over `path`, fsync of the
+/// directory. On any failure the temporary is removed and a previous `path`
+/// is left untouched; the Status names the path and the system's reason
+/// (disk full, permission).
+Status WriteFileAtomic(const std::string& path, std::string_view data, int mode = 0644);
 
 /// Reads a whole file; NotFound or IOError name the path.
 StatusOr<std::string> ReadFile(const std::string& path);

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <cstring>
+#include <limits>
 #include <regex>
 #include <sstream>
 
@@ -83,19 +84,35 @@ StatusOr<torch::Tensor> ReadNpy(const std::string& path) {
   else return bad("dtype '" + descr + "' (expected <f4, <f8, <i4 or <i8)");
   if (std::regex_search(header, std::regex("'fortran_order':\\s*True"))) return bad("Fortran order is not supported");
   if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([0-9,\\s]*)\\)"))) return bad("no 'shape'");
+  // Every dimension is checked, and so is their product, before anything is
+  // allocated: a corrupt or hostile header must not overflow or throw.
   std::vector<int64_t> shape;
   std::stringstream dims(m[1].str());
+  size_t numel = 1;
+  bool overflow = false, has_zero = false;
   for (std::string part; std::getline(dims, part, ',');) {
-    if (part.find_first_not_of(" \t") == std::string::npos) continue;
-    shape.push_back(std::stoll(part));
+    const auto first = part.find_first_not_of(" \t\n");
+    if (first == std::string::npos) continue;
+    const std::string digits = part.substr(first, part.find_last_not_of(" \t\n") - first + 1);
+    if (digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) {
+      return bad("dimension '" + digits + "' is not a size");
+    }
+    const auto dim = static_cast<size_t>(std::stoll(digits));  // 1 to 18 digits: always fits
+    shape.push_back(static_cast<int64_t>(dim));
+    if (dim == 0) has_zero = true;
+    else if (numel > std::numeric_limits<size_t>::max() / dim) overflow = true;
+    else numel *= dim;
   }
-  int64_t numel = 1;
-  for (auto s : shape) numel *= s;
+  if (has_zero) numel = 0, overflow = false;
+  const size_t esize = torch::elementSize(dtype);
+  if (numel > std::numeric_limits<size_t>::max() / esize) overflow = true;
   const size_t data = offset + header_len;
-  const size_t want = static_cast<size_t>(numel) * torch::elementSize(dtype);
-  if (b.size() - data != want) {
-    return bad("expected " + std::to_string(want) + " data bytes for the shape, found " + std::to_string(b.size() - data));
+  const size_t have = b.size() - data;
+  if (overflow || numel > have / esize || numel * esize != have) {
+    return bad("the shape needs " + (overflow ? std::string("more than 2^64") : std::to_string(numel * esize)) +
+               " data bytes, the file has " + std::to_string(have));
   }
+  const size_t want = numel * esize;
   auto t = torch::empty(shape, torch::TensorOptions().dtype(dtype));
   if (want > 0) std::memcpy(t.data_ptr(), b.data() + data, want);
   return t;

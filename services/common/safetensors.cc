@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
@@ -110,22 +111,30 @@ StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::st
       for (const auto& e : kDtypes)
         if (dname == e.name) { dtype = e.dtype; known = true; }
       if (!known) return bad("tensor '" + name + "': unsupported dtype " + dname);
-      int64_t numel = 1;
+      // Sizes are checked against the bytes present before anything is
+      // allocated, without overflow: a hostile header must not throw.
+      const uint64_t bytes_given = offs[1] - offs[0];
+      const uint64_t esize = u16 ? 2 : torch::elementSize(dtype);
+      uint64_t numel = 1;
+      bool too_big = false, has_zero = false;
       for (int64_t s : shape) {
         if (s < 0) return bad("tensor '" + name + "': negative dimension in shape");
-        numel *= s;
+        if (s == 0) has_zero = true;
+        else if (numel > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(s)) too_big = true;
+        else numel *= static_cast<uint64_t>(s);
       }
-      size_t esize = u16 ? 2 : torch::elementSize(dtype);
-      if (offs[1] - offs[0] != static_cast<uint64_t>(numel) * esize) {
-        return bad("tensor '" + name + "': " + std::to_string(offs[1] - offs[0]) + " bytes for " +
-                   std::to_string(numel) + " elements of " + dname);
+      if (has_zero) numel = 0, too_big = false;
+      if (numel > bytes_given / esize) too_big = true;
+      if (too_big || bytes_given != numel * esize) {
+        return bad("tensor '" + name + "': " + std::to_string(bytes_given) + " bytes for " +
+                   (too_big ? std::string("more") : std::to_string(numel)) + " elements of " + dname);
       }
       const char* src = data.data() + offs[0];
       torch::Tensor t;
       if (u16) {
         t = torch::empty(shape, torch::kInt32);
         auto* dst = t.data_ptr<int32_t>();
-        for (int64_t i = 0; i < numel; ++i) {
+        for (uint64_t i = 0; i < numel; ++i) {
           uint16_t x;
           std::memcpy(&x, src + 2 * i, 2);
           dst[i] = x;

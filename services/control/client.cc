@@ -8,14 +8,18 @@
 
 namespace scdino::control {
 
-StatusOr<ClientTarget> ResolveRun(const std::string& run_dir, const std::string& service) {
+StatusOr<ClientTarget> ResolveRun(const std::string& run_dir, const std::string& service,
+                                  const std::string& token_file) {
   auto e = ReadEndpoint(run_dir, service);
   if (!e.ok()) return e.status();
+  // Never the path an endpoint file names: whoever can write the file could
+  // otherwise make us read and send any private file of the user.
+  auto token = ReadToken(token_file.empty() ? run_dir + "/control.token" : token_file);
+  if (!token.ok()) return token.status();
+  if (auto s = VerifyEndpoint(*e, *token, EndpointPath(run_dir, service)); !s.ok()) return s;
   ClientTarget t;
   t.target = e->target();
   t.tls = e->tls;
-  auto token = ReadToken(e->token_file.empty() ? run_dir + "/control.token" : e->token_file);
-  if (!token.ok()) return token.status();
   t.token = *token;
   return t;
 }

@@ -22,9 +22,13 @@ struct ClientTarget {
   std::string tls_ca_file;  ///< PEM roots for TLS; empty: the system's
 };
 
-/// From <run_dir>/endpoints/<service>.json and the token file it names
-/// (else <run_dir>/control.token).
-StatusOr<ClientTarget> ResolveRun(const std::string& run_dir, const std::string& service);
+/// From <run_dir>/endpoints/<service>.json and the run's own token,
+/// <run_dir>/control.token (or `token_file` when the user names one): both
+/// must be the caller's and not writable by others, and the endpoint's proof
+/// must match the token, else nothing is sent anywhere (see ReadToken,
+/// ReadEndpoint, VerifyEndpoint).
+StatusOr<ClientTarget> ResolveRun(const std::string& run_dir, const std::string& service,
+                                  const std::string& token_file = "");
 
 /// A channel to the target (TLS when asked).
 StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const ClientTarget& t);

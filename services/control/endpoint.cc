@@ -1,18 +1,31 @@
 #include "control/endpoint.h"
 
-#include <filesystem>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "common/env.h"
 #include "common/files.h"
+#include "control/token.h"
 
 namespace scdino::control {
+
+std::string Endpoint::ProofMessage() const {
+  return "scdino-endpoint-v1\n" + service + "\n" + host + "\n" + std::to_string(port) + "\n" + std::to_string(pid) +
+         "\n" + std::to_string(start_unix_ms) + "\n" + (tls ? "tls" : "plaintext") + "\n" + run_dir;
+}
 
 std::string EndpointPath(const std::string& run_dir, const std::string& service) {
   return run_dir + "/endpoints/" + service + ".json";
 }
 
-Status WriteEndpoint(const std::string& run_dir, const Endpoint& e) {
+Status WriteEndpoint(const std::string& run_dir, Endpoint e, const std::string& token) {
   if (auto s = MakeDirs(run_dir + "/endpoints"); !s.ok()) return s;
+  e.proof = TokenProof(token, e.ProofMessage());
   nlohmann::json j = {{"service", e.service},
                       {"host", e.host},
                       {"port", e.port},
@@ -21,17 +34,62 @@ Status WriteEndpoint(const std::string& run_dir, const Endpoint& e) {
                       {"slurm_step_id", e.slurm_step_id},
                       {"start_unix_ms", e.start_unix_ms},
                       {"tls", e.tls},
-                      {"token_file", e.token_file}};
+                      {"run_dir", e.run_dir},
+                      {"proof", e.proof}};
   return WriteFileAtomic(EndpointPath(run_dir, e.service), j.dump(2) + "\n");
 }
 
+namespace {
+
+// The endpoint file's text, read through a descriptor that was checked.
+StatusOr<std::string> ReadOwnFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ENOENT) return Status::NotFound(path + ": no endpoint file");
+    if (e == ELOOP) return Status::FailedPrecondition(path + ": the endpoint file is a symbolic link; refusing it");
+    return Status::IOError(path + ": cannot open: " + std::strerror(e));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return Status::FailedPrecondition(path + ": the endpoint file is not a regular file; refusing it");
+  }
+  if (st.st_uid != ::geteuid()) {
+    return Status::FailedPrecondition(path + ": the endpoint file belongs to uid " + std::to_string(st.st_uid) +
+                                      ", not to you (uid " + std::to_string(::geteuid()) +
+                                      "); refusing to send your token where it points");
+  }
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    return Status::FailedPrecondition(path + ": others can write the endpoint file; refusing it (chmod go-w it)");
+  }
+  if (st.st_size > (1 << 16)) return Status::FailedPrecondition(path + ": too large for an endpoint file");
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  text.resize(done);
+  return text;
+}
+
+}  // namespace
+
 StatusOr<Endpoint> ReadEndpoint(const std::string& run_dir, const std::string& service) {
   const std::string path = EndpointPath(run_dir, service);
-  if (!FileExists(path)) {
-    return Status::NotFound(path + ": no endpoint file; is the " + service + " of this run running?");
+  auto text = ReadOwnFile(path);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) {
+      return Status::NotFound(path + ": no endpoint file; is the " + service + " of this run running?");
+    }
+    return text.status();
   }
-  auto text = ReadFile(path);
-  if (!text.ok()) return text.status();
   try {
     auto j = nlohmann::json::parse(*text);
     Endpoint e;
@@ -43,16 +101,26 @@ StatusOr<Endpoint> ReadEndpoint(const std::string& run_dir, const std::string& s
     e.slurm_step_id = j.value("slurm_step_id", "");
     e.start_unix_ms = j.value("start_unix_ms", int64_t{0});
     e.tls = j.value("tls", false);
-    e.token_file = j.value("token_file", "");
+    e.run_dir = j.value("run_dir", "");
+    e.proof = j.value("proof", "");
+    if (e.port <= 0 || e.port > 65535) return Status::DataLoss(path + ": port " + std::to_string(e.port) + " is not a TCP port");
     return e;
   } catch (const std::exception& ex) {
     return Status::DataLoss(path + ": not an endpoint file (expected JSON with host and port): " + ex.what());
   }
 }
 
+Status VerifyEndpoint(const Endpoint& e, const std::string& token, const std::string& path) {
+  if (e.proof.empty() || !TokensEqual(e.proof, TokenProof(token, e.ProofMessage()))) {
+    return Status::FailedPrecondition(path + ": the endpoint file was not written by this run (its proof does not "
+                                      "match the run's control token); refusing to send the token to " +
+                                      e.target());
+  }
+  return Status::Ok();
+}
+
 void RemoveEndpoint(const std::string& run_dir, const std::string& service) {
-  std::error_code ec;
-  std::filesystem::remove(EndpointPath(run_dir, service), ec);
+  (void)Env::Default()->RemoveFile(EndpointPath(run_dir, service));
 }
 
 }  // namespace scdino::control

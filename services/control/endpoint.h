@@ -1,6 +1,8 @@
 // Endpoint files: how scdinoctl and other services find a run's server.
 // <run_dir>/endpoints/<service>.json, written atomically on start and
-// removed on a clean exit.
+// removed on a clean exit. Each carries a proof (an HMAC keyed by the run's
+// token over its own fields), so a client sends the token only to an
+// address the token's holder wrote; docs/control.md#trust-model.
 #pragma once
 
 #include <cstdint>
@@ -18,14 +20,24 @@ struct Endpoint {
   std::string slurm_job_id, slurm_step_id;  ///< empty outside Slurm
   int64_t start_unix_ms = 0;
   bool tls = false;
-  std::string token_file;  ///< where the run's token is (readable by the run's owner only)
+  std::string run_dir;  ///< absolute
+  std::string proof;    ///< TokenProof(token, ProofMessage())
   std::string target() const { return host + ":" + std::to_string(port); }
+  /// The fields the proof covers, in a fixed order.
+  std::string ProofMessage() const;
 };
 
 std::string EndpointPath(const std::string& run_dir, const std::string& service);
-Status WriteEndpoint(const std::string& run_dir, const Endpoint& e);
-/// NotFound names the file when the service has not started (or has ended).
+/// Writes the file with its proof computed from `token` (mode 0644: others
+/// may read where the server is, never the token).
+Status WriteEndpoint(const std::string& run_dir, Endpoint e, const std::string& token);
+/// Reads an endpoint file the way a client must: opened with O_NOFOLLOW,
+/// checked on the open descriptor (a regular file owned by the calling user
+/// that no one else can write). NotFound names the file when the service has
+/// not started (or has ended).
 StatusOr<Endpoint> ReadEndpoint(const std::string& run_dir, const std::string& service);
+/// FailedPrecondition unless the endpoint's proof matches `token`.
+Status VerifyEndpoint(const Endpoint& e, const std::string& token, const std::string& path);
 void RemoveEndpoint(const std::string& run_dir, const std::string& service);
 
 }  // namespace scdino::control

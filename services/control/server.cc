@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <mutex>
 
 #include "common/files.h"
 #include "control/token.h"
@@ -64,6 +65,36 @@ class ControlServer::Impl {
   Impl(const ServerOptions& o, RunControl* control, std::shared_ptr<std::atomic<int64_t>> refused)
       : o_(o), control_(control), refused_(std::move(refused)), control_service_(this), trainer_service_(this) {}
 
+  void Log(const std::string& line) {
+    if (o_.log) {
+      o_.log(line);
+    } else {
+      std::cerr << line << "\n";
+    }
+  }
+
+  // At most refused_log_burst lines per window; the count of the others is
+  // logged with the first line of a later window.
+  void LogRefused(const std::string& line) {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - window_start_ >= o_.refused_log_window) {
+      if (suppressed_ > 0) {
+        Log("scdino-" + o_.service + ": control: " + std::to_string(suppressed_) +
+            " more refused calls were not logged");
+      }
+      window_start_ = now;
+      logged_in_window_ = 0;
+      suppressed_ = 0;
+    }
+    if (logged_in_window_ < o_.refused_log_burst) {
+      ++logged_in_window_;
+      Log(line + (logged_in_window_ == o_.refused_log_burst ? " (further refusals are only counted until the window ends)" : ""));
+    } else {
+      ++suppressed_;
+    }
+  }
+
   grpc::Status Authorize(grpc::ServerContext* ctx, const char* method) {
     const auto& md = ctx->client_metadata();
     auto it = md.find("authorization");
@@ -76,8 +107,7 @@ class ControlServer::Impl {
     }
     refused_->fetch_add(1);
     if (o_.on_unauthenticated) o_.on_unauthenticated();
-    std::cerr << "scdino-" << o_.service << ": control: refused " << method << " from " << ctx->peer() << ": " << why
-              << "\n";
+    LogRefused("scdino-" + o_.service + ": control: refused " + method + " from " + ctx->peer() + ": " + why);
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "missing or wrong token: send 'authorization: Bearer <token>' with the content of the run's "
                         "control.token");
@@ -172,7 +202,7 @@ class ControlServer::Impl {
                          v1::ControlReply* out) {
       if (auto a = impl_->Authorize(ctx, name); !a.ok()) return a;
       if (auto s = (impl_->control_->*fn)(); !s.ok()) return ToGrpcStatus(s);
-      std::cerr << "scdino-" << impl_->o_.service << ": control: " << name << " from " << ctx->peer() << "\n";
+      impl_->Log("scdino-" + impl_->o_.service + ": control: " + name + " from " + ctx->peer());
       out->set_state(ToProto(impl_->control_->Snapshot().state));
       return grpc::Status::OK;
     }
@@ -221,6 +251,10 @@ class ControlServer::Impl {
   RunControl* control_;
   std::shared_ptr<std::atomic<int64_t>> refused_;
   std::atomic<bool> shutting_down_{false};
+  std::mutex log_mu_;
+  std::chrono::steady_clock::time_point window_start_ = std::chrono::steady_clock::now();
+  int logged_in_window_ = 0;
+  int64_t suppressed_ = 0;
   ControlService control_service_;
   TrainerService trainer_service_;
 };

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -36,6 +37,12 @@ struct ServerOptions {
   int64_t start_unix_ms = 0;
   /// Called for every refused call (a metric counts them).
   std::function<void()> on_unauthenticated;
+  /// Where log lines go (default: standard error). Refused calls are logged
+  /// at most `refused_log_burst` per `refused_log_window`, then summarised,
+  /// so a flood of bad calls cannot fill the job's log.
+  std::function<void(const std::string&)> log;
+  int refused_log_burst = 10;
+  std::chrono::seconds refused_log_window{60};
 };
 
 /// Thread-safe; gRPC's threads serve calls until Shutdown or destruction.

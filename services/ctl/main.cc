@@ -10,6 +10,7 @@
 #include <iostream>
 #include <string>
 
+#include "common/cli.h"
 #include "control/client.h"
 #include "control/token.h"
 #include "scdino/v1/control.grpc.pb.h"
@@ -26,29 +27,6 @@ constexpr int kUnreachable = 3;
 constexpr int kUnauthenticated = 4;
 constexpr int kNotFound = 5;
 constexpr int kRefused = 6;  // the run cannot do that now (e.g. it has ended)
-
-void Usage(std::ostream& out) {
-  out << "usage: scdinoctl COMMAND (--run-dir DIR [--service S] | --target HOST:PORT --token-file F) [options]\n"
-         "commands:\n"
-         "  status        the run's state, progress, speed and last values\n"
-         "  watch         status on every change until the run ends (Ctrl-C to leave)\n"
-         "  pause         pause at the next step boundary\n"
-         "  resume        continue a paused run\n"
-         "  stop          finish the step, write a checkpoint, exit\n"
-         "  checkpoint    write a checkpoint now and print its path (trainer)\n"
-         "  checkpoints   list the run's checkpoints (trainer)\n"
-         "options:\n"
-         "  --run-dir DIR       the run directory (endpoint file and token found there)\n"
-         "  --service S         trainer | features | eval (default trainer)\n"
-         "  --target HOST:PORT  a server address instead of --run-dir\n"
-         "  --token-file F      the run's control.token (with --target)\n"
-         "  --tls               use TLS (with --target); --tls-ca F: PEM roots to trust\n"
-         "  --json              JSON instead of tables (one object per line for watch)\n"
-         "  --timeout S         seconds to wait for an answer (default 10; checkpoint 600)\n"
-         "  --interval-ms N     watch: also print every N ms when nothing changed\n"
-         "exit codes: 0 ok, 1 failed, 2 bad arguments, 3 unreachable, 4 unauthenticated,\n"
-         "            5 not found, 6 refused (the run cannot do that now)\n";
-}
 
 int ExitFor(const grpc::Status& s, const std::string& target) {
   std::cerr << "scdinoctl: " << target << ": " << s.error_message() << "\n";
@@ -156,79 +134,48 @@ void PrintLine(const v1::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    Usage(std::cerr);
-    return kBadArguments;
-  }
-  const std::string command = argv[1];
-  if (command == "-h" || command == "--help") {
-    Usage(std::cout);
-    return kOk;
-  }
   std::string run_dir, service = "trainer", target, token_file, tls_ca;
   bool json = false, tls = false;
   double timeout = -1;
   int64_t interval_ms = 0;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::cerr << "scdinoctl: " << a << " needs a value\n";
-        std::exit(kBadArguments);
-      }
-      return argv[++i];
-    };
-    auto number = [&]() -> double {
-      const std::string v = value();
-      char* end = nullptr;
-      const double x = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || x < 0) {
-        std::cerr << "scdinoctl: " << a << " expects a number >= 0, got '" << v << "'\n";
-        std::exit(kBadArguments);
-      }
-      return x;
-    };
-    if (a == "--run-dir") {
-      run_dir = value();
-    } else if (a == "--service") {
-      service = value();
-    } else if (a == "--target") {
-      target = value();
-    } else if (a == "--token-file") {
-      token_file = value();
-    } else if (a == "--tls") {
-      tls = true;
-    } else if (a == "--tls-ca") {
-      tls_ca = value();
-    } else if (a == "--json") {
-      json = true;
-    } else if (a == "--timeout") {
-      timeout = number();
-    } else if (a == "--interval-ms") {
-      interval_ms = static_cast<int64_t>(number());
-    } else {
-      std::cerr << "scdinoctl: unknown argument '" << a << "'\n";
-      Usage(std::cerr);
-      return kBadArguments;
-    }
-  }
-  static const char* kCommands[] = {"status", "watch", "pause", "resume", "stop", "checkpoint", "checkpoints"};
-  if (std::find(std::begin(kCommands), std::end(kCommands), command) == std::end(kCommands)) {
-    std::cerr << "scdinoctl: unknown command '" << command << "'\n";
-    Usage(std::cerr);
-    return kBadArguments;
-  }
-  if (service != "trainer" && service != "features" && service != "eval") {
-    std::cerr << "scdinoctl: --service expects trainer, features or eval, got '" << service << "'\n";
-    return kBadArguments;
-  }
+  scdino::cli::App app("scdinoctl",
+                       "Status and steering of a running scdino service through its control API (docs/control.md).\n"
+                       "Exit codes: 0 ok, 1 failed, 2 bad arguments, 3 unreachable, 4 unauthenticated,\n"
+                       "5 not found, 6 refused (the run cannot do that now).");
+  app->require_subcommand(1);
+  // Options may follow the command, as in `scdinoctl status --run-dir runs/x`.
+  app->fallthrough();
+  app->add_option("--run-dir", run_dir, "the run directory (endpoint file and control.token found there)")
+      ->type_name("DIR");
+  app->add_option("--service", service, "which service of the run")->check(CLI::IsMember({"trainer", "features", "eval"}));
+  app->add_option("--target", target, "a server address instead of --run-dir")->type_name("HOST:PORT");
+  app->add_option("--token-file", token_file,
+                  "the run's control token (with --target; with --run-dir when it is not <run_dir>/control.token)")
+      ->type_name("FILE");
+  app->add_flag("--tls", tls, "use TLS (with --target)");
+  app->add_option("--tls-ca", tls_ca, "PEM roots to trust for TLS")->type_name("FILE");
+  app->add_flag("--json", json, "JSON instead of tables (one object per line for watch)");
+  app->add_option("--timeout", timeout, "seconds to wait for an answer")
+      ->check(CLI::NonNegativeNumber)
+      ->default_str("10; checkpoint: 600");
+  app->add_subcommand("status", "the run's state, progress, speed and last values");
+  app->add_subcommand("watch", "status on every change until the run ends (Ctrl-C to leave)")
+      ->add_option("--interval-ms", interval_ms, "also print every N ms when nothing changed")
+      ->check(CLI::NonNegativeNumber);
+  app->add_subcommand("pause", "pause at the next step boundary");
+  app->add_subcommand("resume", "continue a paused run");
+  app->add_subcommand("stop", "finish the step, write a checkpoint, exit");
+  app->add_subcommand("checkpoint", "write a checkpoint now and print its path (trainer)");
+  app->add_subcommand("checkpoints", "list the run's checkpoints (trainer)");
+  if (auto code = app.Parse(argc, argv)) return *code == 0 ? kOk : kBadArguments;
+  const std::string command = app->get_subcommands().front()->get_name();
   if (run_dir.empty() == target.empty()) {
     std::cerr << "scdinoctl: give either --run-dir DIR or --target HOST:PORT (with --token-file)\n";
     return kBadArguments;
   }
   scdino::control::ClientTarget t;
   if (!run_dir.empty()) {
-    auto r = scdino::control::ResolveRun(run_dir, service);
+    auto r = scdino::control::ResolveRun(run_dir, service, token_file);
     if (!r.ok()) {
       std::cerr << "scdinoctl: " << r.status().message() << "\n";
       return r.status().code() == scdino::StatusCode::kNotFound ? kNotFound : kFailed;

@@ -186,11 +186,13 @@ StatusOr<RawImage> ReadTiff(const std::string& path) {
   if (j.is_object() && j.contains("shape") && j["shape"].is_array()) {
     std::vector<int64_t> shape;
     for (const auto& v : j["shape"]) {
-      if (!v.is_number_integer()) return BadTiff(path, "ImageDescription shape is not a list of integers");
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (int64_t{1} << 31)) {
+        return BadTiff(path, "ImageDescription shape is not a list of positive sizes");
+      }
       shape.push_back(v.get<int64_t>());
     }
     int64_t n = 1;
-    for (auto s : shape) n *= s;
+    for (auto s : shape) n = n > stacked.numel() ? n : n * s;  // sizes <= 2^31: no overflow before the check
     if (shape.size() == 3 && n == stacked.numel()) {
       auto a = stacked.reshape(shape);
       // The channel axis is the shortest one (first on a tie).
@@ -234,9 +236,10 @@ Status WriteTiff(const std::string& path, const torch::Tensor& hwc_in, TiffCompr
   auto hwc = u16 ? hwc_in.clamp(0, 65535).to(torch::kInt32).to(torch::kInt16).contiguous() : hwc_in.contiguous();
   const uint32_t h = hwc.size(0), w = hwc.size(1);
   const uint16_t c = hwc.size(2);
-  const std::string tmp = path + ".tmp";
-  std::unique_ptr<TIFF, TiffCloser> tif(TIFFOpen(tmp.c_str(), "w"));
-  if (!tif) return Status::IOError("cannot create " + tmp + ": " + tiff_message);
+  AtomicFile out(path);
+  if (Status s = out.Create(0644, /*open=*/false); !s.ok()) return Status::IOError("cannot write " + path + ": " + s.message());
+  std::unique_ptr<TIFF, TiffCloser> tif(TIFFOpen(out.path().c_str(), "w"));
+  if (!tif) return Status::IOError("cannot create " + out.path() + ": " + tiff_message);
   TIFFSetField(tif.get(), TIFFTAG_IMAGEWIDTH, w);
   TIFFSetField(tif.get(), TIFFTAG_IMAGELENGTH, h);
   TIFFSetField(tif.get(), TIFFTAG_SAMPLESPERPIXEL, c);
@@ -257,13 +260,10 @@ Status WriteTiff(const std::string& path, const torch::Tensor& hwc_in, TiffCompr
   TIFFSetField(tif.get(), TIFFTAG_IMAGEDESCRIPTION, desc.c_str());
   const tmsize_t bytes = static_cast<tmsize_t>(hwc.numel()) * hwc.element_size();
   if (TIFFWriteEncodedStrip(tif.get(), 0, hwc.data_ptr(), bytes) < 0) {
-    tif.reset();
-    std::remove(tmp.c_str());
     return Status::IOError("cannot write " + path + ": " + tiff_message);
   }
   tif.reset();
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::IOError("cannot rename " + tmp + " to " + path);
-  return Status::Ok();
+  return out.Commit();
 }
 
 }  // namespace scdino::data

@@ -34,7 +34,10 @@ std::optional<MultiCropBatch> InMemorySource::Next() {
   ++next_batch_;
   auto index = torch::tensor(idx, torch::kInt64);
   MultiCropBatch b;
-  b.crops = augmenter_.Apply(images_.index_select(0, index).to(device_), idx, epoch_);
+  auto batch = images_.index_select(0, index);
+  // Page-locked for a GPU, so the copy is asynchronous.
+  if (device_.is_cuda()) batch = batch.pin_memory();
+  b.crops = augmenter_.Apply(batch.to(device_, /*non_blocking=*/true), idx, epoch_);
   b.labels = labels_.index_select(0, index);
   b.indices = index;
   return b;

@@ -63,10 +63,12 @@ StatusOr<torch::Tensor> FileLoader::LoadOne(int64_t index) {
     auto it = cache_.find(index);
     if (it != cache_.end()) return it->second;
   }
-  auto img = LoadImage(dataset_.entries[index].path, options_.prep);
+  auto img = options_.read(dataset_.entries[index].path, options_.prep);
   if (img.ok() && options_.cache) {
+    const int64_t bytes = img->numel() * img->element_size();
     std::lock_guard<std::mutex> l(cache_mu_);
-    cache_.emplace(index, *img);
+    // Full: keep what is cached (no eviction churn); the rest is decoded again.
+    if (cache_bytes_ + bytes <= options_.cache_max_bytes && cache_.emplace(index, *img).second) cache_bytes_ += bytes;
   }
   return img;
 }
@@ -117,6 +119,9 @@ FileLoader::RawBatch FileLoader::Load(const std::vector<int64_t>& indices) {
     }
   }
   b.images = torch::stack(images);
+  // Page-locked memory makes the copy to a GPU asynchronous; done here, on
+  // the worker thread, rather than in the training loop.
+  if (device_.is_cuda()) b.images = b.images.pin_memory();
   return b;
 }
 
@@ -134,7 +139,19 @@ void FileLoader::Worker() {
     const int64_t bs = options_.sampler.batch_size;
     std::vector<int64_t> idx(epoch_indices_.begin() + k * bs, epoch_indices_.begin() + (k + 1) * bs);
     l.unlock();
-    RawBatch b = Load(idx);
+    RawBatch b;
+    // An exception must not leave a worker thread (std::terminate): it
+    // becomes the batch's error, which Next() reports.
+    try {
+      b = Load(idx);
+    } catch (const std::bad_alloc&) {
+      b.error = Status::Internal("out of memory while loading batch " + std::to_string(k) + " (first image " +
+                                 dataset_.entries[idx.front()].path + "); lower scdino.cache_max_mb, "
+                                 "scdino.prefetch_batches or train_scDINO.num_workers");
+    } catch (const std::exception& e) {
+      b.error = Status::Internal("loading batch " + std::to_string(k) + " (first image " +
+                                 dataset_.entries[idx.front()].path + ") failed: " + e.what());
+    }
     l.lock();
     if (gen == generation_) ready_.emplace(k, std::move(b));
     cv_.notify_all();
@@ -149,7 +166,7 @@ std::optional<MultiCropBatch> FileLoader::Next() {
     if (next_to_take_ >= sampler_.batches_per_epoch()) return std::nullopt;
     const auto t0 = std::chrono::steady_clock::now();
     cv_.wait(l, [&] { return ready_.count(next_to_take_) > 0; });
-    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    queue_wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     raw = std::move(ready_.at(next_to_take_));
     ready_.erase(next_to_take_);
     ++next_to_take_;
@@ -158,18 +175,12 @@ std::optional<MultiCropBatch> FileLoader::Next() {
   cv_.notify_all();
   ThrowIfError(raw.error);
   MultiCropBatch b;
-  b.crops = augmenter_.Apply(raw.images.to(device_), raw.indices, epoch, raw.sizes);
+  b.crops = augmenter_.Apply(raw.images.to(device_, /*non_blocking=*/true), raw.indices, epoch, raw.sizes);
   std::vector<int64_t> labels;
   for (int64_t i : raw.indices) labels.push_back(dataset_.entries[i].label);
   b.labels = torch::tensor(labels, torch::kInt64);
   b.indices = torch::tensor(raw.indices, torch::kInt64);
   return b;
-}
-
-double FileLoader::TakeWaitSeconds() {
-  double w = wait_seconds_;
-  wait_seconds_ = 0.0;
-  return w;
 }
 
 }  // namespace scdino::data

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,7 +29,13 @@ struct LoaderOptions {
   int threads = 2;          ///< reading and decoding threads
   int prefetch = 4;         ///< batches decoded ahead
   bool cache = false;       ///< keep decoded, preprocessed images in memory
+  /// Bytes the cache may hold; images beyond it are decoded again each
+  /// epoch rather than exhausting the node's memory.
+  int64_t cache_max_bytes = int64_t{8192} << 20;
   BadImagePolicy on_bad_image = BadImagePolicy::kFail;
+  /// How a file becomes an image (LoadImage); replaced by tests to make a
+  /// reading thread fail the ways real ones do (an exception, no memory).
+  std::function<StatusOr<torch::Tensor>(const std::string& path, const ImagePrep& prep)> read = LoadImage;
 };
 
 /// Thread-safe towards its own workers; Next() and StartEpoch() are called
@@ -42,11 +49,14 @@ class FileLoader : public MultiCropSource {
   int64_t batches_per_epoch() const override { return sampler_.batches_per_epoch(); }
   int64_t batch_size() const override { return options_.sampler.batch_size; }
   void StartEpoch(int64_t epoch, int64_t first_batch) override;
-  /// Throws StatusError for a bad image under kFail (file and reason).
+  /// Throws StatusError for a bad image under kFail (file and reason), and
+  /// for a failure of a worker thread (e.g. out of memory), naming it.
   std::optional<MultiCropBatch> Next() override;
-  double TakeWaitSeconds() override;
   std::vector<std::string> class_names() const override { return dataset_.classes; }
 
+  /// Seconds Next() has spent blocked on decoding so far (part of its wall
+  /// time; the trainer times Next() as a whole): for benchmarks.
+  double queue_wait_seconds() const { return queue_wait_seconds_; }
   /// Images left out under kSkip so far.
   int64_t skipped_images() const { return skipped_count_.load(); }
   const Dataset& dataset() const { return dataset_; }
@@ -80,9 +90,10 @@ class FileLoader : public MultiCropSource {
 
   std::mutex cache_mu_;
   std::unordered_map<int64_t, torch::Tensor> cache_;
+  int64_t cache_bytes_ = 0;
   std::set<std::string> logged_bad_;
   std::atomic<int64_t> skipped_count_{0};
-  double wait_seconds_ = 0.0;
+  double queue_wait_seconds_ = 0.0;
 };
 
 }  // namespace scdino::data

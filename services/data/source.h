@@ -36,8 +36,6 @@ class MultiCropSource {
   virtual void StartEpoch(int64_t epoch, int64_t first_batch) = 0;
   /// The next batch of the current epoch, or nullopt at its end.
   virtual std::optional<MultiCropBatch> Next() = 0;
-  /// Seconds the caller spent waiting on data since the previous call.
-  virtual double TakeWaitSeconds() { return 0.0; }
   /// Class names, index = label (sorted).
   virtual std::vector<std::string> class_names() const = 0;
 };

@@ -93,8 +93,9 @@ StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& pr
 }
 
 std::string StatsToJson(const ChannelStats& s) {
-  nlohmann::json j = {{"channels", s.channels}, {"mean", s.mean}, {"std", s.std},
-                      {"images", s.images},     {"fraction", s.fraction}, {"seed", s.seed}};
+  nlohmann::json j = {{"channels", s.channels}, {"mean", s.mean},         {"std", s.std},
+                      {"images", s.images},     {"fraction", s.fraction}, {"seed", s.seed},
+                      {"dataset_fingerprint", s.dataset_fingerprint}};
   return j.dump(2) + "\n";
 }
 
@@ -112,6 +113,7 @@ StatusOr<ChannelStats> ReadStats(const std::string& path) {
     s.images = j.value("images", int64_t{0});
     s.fraction = j.value("fraction", 0.2);
     s.seed = j.value("seed", uint64_t{0});
+    s.dataset_fingerprint = j.value("dataset_fingerprint", "");
   } catch (const std::exception& e) {
     return Status::InvalidArgument(path + ": not a statistics file (expected channels, mean, std): " + e.what());
   }

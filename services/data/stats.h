@@ -18,6 +18,9 @@ struct ChannelStats {
   int64_t images = 0;             ///< images used
   double fraction = 0.2;
   uint64_t seed = 0;
+  /// Which data set and preprocessing the statistics are for (see
+  /// run::DatasetFingerprint); empty in files of older versions.
+  std::string dataset_fingerprint;
 };
 
 struct StatsOptions {

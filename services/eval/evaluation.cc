@@ -14,7 +14,7 @@
 #include "eval/embedding.h"
 #include "eval/knn.h"
 #include "eval/plots.h"
-#include "training/checkpoint.h"
+#include "model/shape.h"
 
 namespace scdino::eval {
 
@@ -235,13 +235,18 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
 StatusOr<features::Backbone> BackboneOf(const features::FeatureSet& set, uint64_t seed, torch::Device device) {
   auto j = json::parse(set.metadata_json, nullptr, false);
   const std::string where = set.dir + "/metadata.json";
-  if (!j.is_object() || !j.contains("checkpoint") || !j.contains("model")) {
+  if (!j.is_object() || !j.contains("checkpoint") || !j["checkpoint"].is_object() || !j.contains("model")) {
     return Status::DataLoss(where + ": no 'checkpoint'/'model' entries");
   }
-  const std::string path = j["checkpoint"].value("path", "");
-  const std::string key = j["checkpoint"].value("key", "teacher");
+  std::string path, key;
+  try {
+    path = j["checkpoint"].value("path", "");
+    key = j["checkpoint"].value("key", "teacher");
+  } catch (const json::exception& e) {
+    return Status::DataLoss(where + ": 'checkpoint' entries are not strings: " + e.what());
+  }
   if (key == "random") {
-    auto o = training::VitOptionsFromShapeJson(j["model"].dump(), where);
+    auto o = model::VitOptionsFromShapeJson(j["model"].dump(), where);
     if (!o.ok()) return o.status();
     return features::RandomBackbone(*o, seed, device);
   }

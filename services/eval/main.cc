@@ -14,41 +14,37 @@
 #include "common/files.h"
 #include "eval/evaluation.h"
 #include "features/feature_set.h"
+#include "run/environment.h"
 #include "runtime/command_line.h"
+#include "runtime/exit_codes.h"
 #include "runtime/service_plane.h"
-#include "training/config.h"
-#include "training/trainer.h"
+#include "runtime/signals.h"
 
 namespace {
 
 using namespace scdino::runtime;  // the exit codes, CommandLine
 namespace fs = std::filesystem;
 
-const char kUsage[] =
-    "usage: scdino-eval --config FILE [--features DIR ...] [--no-attention] [--threads N]\n"
-    "  --config FILE     the run's YAML config (downstream_analyses: kNN k list and temperature, attention)\n"
-    "  --features DIR    a features directory of scdino-features (repeatable);\n"
-    "                    default: every complete one under <run_dir>/features\n"
-    "  --no-attention    skip the attention maps (they need the checkpoint)\n"
-    "  --threads N       intra-op CPU threads (0 = all cores)\n"
-    "output: <run_dir>/eval/<features name>/ (knn_results.json/.csv, per_class.csv, confusion_matrix.csv/.png,\n"
-    "        pca.png, tsne.png, attention/*.png) and, for several, <run_dir>/eval/knn_per_checkpoint.csv\n"
-    "exit codes: 0 done, 1 failed, 2 bad input, 4 stopped through the control API, 75 stopped by a signal\n";
-
 }  // namespace
 
 int main(int argc, char** argv) {
   InstallStopSignals("scdino-eval", "stopping after the current chunk of queries");
   std::vector<std::string> dirs;
-  bool attention = true;
-  CommandLine cl("scdino-eval", kUsage);
-  cl.Value("--features",
-           [&](const std::string& v) {
-             dirs.push_back(v);
-             return std::string();
-           })
-      .Switch("--no-attention", [&] { attention = false; });
-  if (auto code = cl.Parse(argc, argv, std::cout, std::cerr)) return *code;
+  bool no_attention = false;
+  CommandLine cl("scdino-eval",
+                 "Weighted kNN, per-class metrics and plots of the features scdino-features wrote (docs/eval.md).\n"
+                 "Output: <run_dir>/eval/<features name>/ (knn_results.json/.csv, per_class.csv,\n"
+                 "confusion_matrix.csv/.png, pca.png, tsne.png, attention/*.png) and, for several,\n"
+                 "<run_dir>/eval/knn_per_checkpoint.csv.\n"
+                 "Exit codes: 0 done, 1 failed, 2 bad input, 4 stopped through the control API, 75 stopped by a signal.");
+  cl.app()
+      .add_option("--features", dirs,
+                  "a features directory of scdino-features (repeatable); default: every complete one under "
+                  "<run_dir>/features")
+      ->type_name("DIR");
+  cl.app().add_flag("--no-attention", no_attention, "skip the attention maps (they need the checkpoint)");
+  if (auto code = cl.Parse(argc, argv)) return *code;
+  const bool attention = !no_attention;
   const auto& config = cl.config();
   if (dirs.empty()) {
     std::error_code ec;
@@ -68,20 +64,20 @@ int main(int argc, char** argv) {
     auto s = scdino::features::ReadFeatureSet(d);
     if (!s.ok()) {
       std::cerr << "scdino-eval: " << s.status().message() << "\n";
-      return kExitBadInput;
+      return ExitCodeFor(s.status());
     }
     sets.push_back(std::move(s).value());
   }
   try {
-    auto picked = cl.Device(0);
+    scdino::run::LaunchInfo single;
+    auto picked = scdino::run::PickDevice(config, single);
     if (!picked.ok()) {
       std::cerr << "scdino-eval: " << picked.status().message() << "\n";
-      return kExitBadInput;
+      return ExitCodeFor(picked.status());
     }
     const torch::Device device = *picked;
     std::cerr << "scdino-eval: run " << config.run_dir() << ", device " << device << ", " << n_threads
               << " CPU threads\n";
-    scdino::training::LaunchInfo single;
     auto plane = ServicePlane::Start(config, single, {"eval", "queries"});
     if (!plane.ok()) {
       std::cerr << "scdino-eval: " << plane.status().ToString() << "\n";
@@ -110,7 +106,7 @@ int main(int argc, char** argv) {
       if (!r.ok()) {
         std::cerr << "scdino-eval: " << r.status().message() << "\n";
         (*plane)->Finish(scdino::RunState::kFailed, r.status().ToString());
-        return r.status().code() == scdino::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed;
+        return ExitCodeFor(r.status());
       }
       if (!r->completed) {
         (*plane)->Finish(scdino::RunState::kStopped);
@@ -140,8 +136,12 @@ int main(int argc, char** argv) {
           r->files.insert(r->files.end(), maps->begin(), maps->end());
         }
       }
-      auto meta = nlohmann::json::parse(set.metadata_json, nullptr, false);
-      table.push_back({name, meta["checkpoint"].value("epoch", -1), meta["checkpoint"].value("iteration", -1), *r});
+      const auto meta = nlohmann::json::parse(set.metadata_json, nullptr, false);
+      const auto ckpt = meta.is_object() && meta.contains("checkpoint") ? meta["checkpoint"] : nlohmann::json();
+      auto number = [&](const char* k) {
+        return ckpt.is_object() && ckpt.contains(k) && ckpt[k].is_number_integer() ? ckpt[k].get<int64_t>() : -1;
+      };
+      table.push_back({name, number("epoch"), number("iteration"), *r});
       std::cout << "\nkNN of " << name << " (" << r->n_test << " test vs " << r->n_train << " train, T "
                 << std::defaultfloat << eo.temperature << "):\n   k   top-1   top-5  balanced  macro-F1\n";
       for (const auto& s : r->scores) {
@@ -165,6 +165,9 @@ int main(int argc, char** argv) {
     }
     (*plane)->Finish(scdino::RunState::kCompleted);
     return kExitCompleted;
+  } catch (const c10::Error& e) {
+    std::cerr << "scdino-eval: " << e.what_without_backtrace() << "\n";
+    return kExitFailed;
   } catch (const std::exception& e) {
     std::cerr << "scdino-eval: " << e.what() << "\n";
     return kExitFailed;

@@ -15,19 +15,16 @@
 // an RAII holder and errors travel as Status values naming the operation.
 #include "features/anndata.h"
 
-#include <fcntl.h>
 #include <hdf5.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <mutex>
 #include <set>
 #include <unordered_map>
+
+#include "common/env.h"
 
 namespace scdino::features {
 namespace {
@@ -501,38 +498,6 @@ class Writer {
   H5Id file_;  // declared last, so closed first when a failure unwinds
 };
 
-std::string TempPathBeside(const std::string& path) {
-  // pid + counter: unique between processes and between threads of this one.
-  static std::atomic<uint64_t> counter{0};
-  return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-}
-
-// HDF5 closes through the OS page cache; without fsync a crash after the
-// rename could leave a complete-looking name over incomplete data.
-Status SyncFile(const std::string& tmp, const std::string& target) {
-  int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return Status::IOError("cannot write " + target + ": reopening " + tmp + " to fsync: " + std::strerror(errno));
-  }
-  if (::fsync(fd) != 0) {
-    std::string reason = std::strerror(errno);
-    ::close(fd);
-    return Status::IOError("cannot write " + target + ": fsync of " + tmp + " failed: " + reason);
-  }
-  ::close(fd);
-  return Status::Ok();
-}
-
-void SyncParentDir(const std::string& path) {
-  auto parent = std::filesystem::path(path).parent_path();
-  const std::string dir = parent.empty() ? "." : parent.string();
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);  // best effort: the file itself is already complete
-    ::close(dfd);
-  }
-}
-
 }  // namespace
 
 Status WriteH5ad(const std::string& path, const AnnData& a) {
@@ -544,22 +509,21 @@ Status WriteH5ad(const std::string& path, const AnnData& a) {
   std::lock_guard<std::mutex> lock(mu);
   SilenceHdf5Errors silence;
 
-  const std::string tmp = TempPathBeside(path);
+  // The temporary is created exclusively (never through a planted file or
+  // symlink) and reopened by libhdf5; AtomicFile removes it on failure.
+  AtomicFile out(path);
+  if (Status s = out.Create(0644, /*open=*/false); !s.ok()) {
+    return Status::IOError("cannot write " + path + ": " + s.message());
+  }
   Status s;
   {
-    Writer writer(path, tmp);  // every HDF5 id is closed when this scope ends
+    Writer writer(path, out.path());  // every HDF5 id is closed when this scope ends
     s = writer.Write(a);
   }
-  if (s.ok()) s = SyncFile(tmp, path);
-  if (s.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = Status::IOError("cannot write " + path + ": rename of " + tmp + " failed: " + std::strerror(errno) +
-                        "; a previous file there, if any, is unchanged");
-  }
-  if (!s.ok()) {
-    std::remove(tmp.c_str());  // may not exist if H5Fcreate failed
-    return s;
-  }
-  SyncParentDir(path);
+  // HDF5 closes through the OS page cache; Commit fsyncs before the rename
+  // so a crash cannot leave a complete-looking name over incomplete data.
+  if (s.ok()) s = out.Commit();
+  if (!s.ok()) return s;
   return Status::Ok();
 }
 

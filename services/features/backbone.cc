@@ -6,7 +6,7 @@
 
 #include "common/safetensors.h"
 #include "model/dino.h"
-#include "training/checkpoint.h"
+#include "model/shape.h"
 
 namespace scdino::features {
 
@@ -18,7 +18,7 @@ StatusOr<Backbone> LoadBackbone(const std::string& path, const std::string& key,
     return Status::DataLoss(path + ": no 'model' metadata; expected an scdino checkpoint or a weights file from "
                                    "scripts/convert-dino-checkpoint.py");
   }
-  auto options = training::VitOptionsFromShapeJson(meta.at("model"), path);
+  auto options = model::VitOptionsFromShapeJson(meta.at("model"), path);
   if (!options.ok()) return options.status();
   const std::string prefix = key + ".backbone.";
   TensorMap weights;
@@ -40,7 +40,7 @@ StatusOr<Backbone> LoadBackbone(const std::string& path, const std::string& key,
   b.vit->eval();
   b.source = path;
   b.key = key;
-  b.model_json = training::VitShapeJson(*options);
+  b.model_json = model::VitShapeJson(*options);
   try {
     if (meta.count("iteration")) b.iteration = std::stoll(meta.at("iteration"));
     if (meta.count("epoch")) b.epoch = std::stoll(meta.at("epoch"));
@@ -49,7 +49,11 @@ StatusOr<Backbone> LoadBackbone(const std::string& path, const std::string& key,
   }
   if (meta.count("classes")) {
     auto c = nlohmann::json::parse(meta.at("classes"), nullptr, false);
-    if (c.is_array()) b.classes = c.get<std::vector<std::string>>();
+    if (!c.is_array()) return Status::DataLoss(path + ": metadata 'classes' is not a list of class names");
+    for (const auto& x : c) {
+      if (!x.is_string()) return Status::DataLoss(path + ": metadata 'classes' holds " + x.dump() + ", not a class name");
+      b.classes.push_back(x.get<std::string>());
+    }
   }
   return b;
 }
@@ -62,7 +66,7 @@ Backbone RandomBackbone(const model::VitOptions& o, uint64_t seed, torch::Device
   b.vit->eval();
   b.source = "random_init";
   b.key = "random";
-  b.model_json = training::VitShapeJson(o);
+  b.model_json = model::VitShapeJson(o);
   return b;
 }
 

@@ -1,7 +1,5 @@
 #include "features/extractor.h"
 
-#include <sys/stat.h>
-
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -11,7 +9,9 @@
 #include <sstream>
 #include <thread>
 
+#include "common/env.h"
 #include "common/files.h"
+#include "common/fingerprint.h"
 #include "common/npy.h"
 #include "features/anndata.h"
 #include "features/feature_set.h"
@@ -57,19 +57,6 @@ std::vector<std::pair<int64_t, int64_t>> ShardRanges(int64_t n, int64_t shard_si
 
 namespace {
 
-// FNV-1a: a fingerprint that is the same in every build, so shards written
-// by one binary are recognised by another.
-std::string Fingerprint(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  std::ostringstream o;
-  o << std::hex << std::setw(16) << std::setfill('0') << h;
-  return o.str();
-}
-
 std::string ShardName(int64_t first, int64_t count) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "shard-%09lld-%06lld", static_cast<long long>(first), static_cast<long long>(count));
@@ -86,24 +73,23 @@ bool ShardComplete(const std::string& dir, int64_t first, int64_t count, const s
          FileExists(dir + "/" + ShardName(first, count) + ".npy");
 }
 
-// Rank 0 passes the control requests on to the other ranks through this
-// file; they honour it only when written after they started.
-constexpr const char* kRequestsFile = "control_requests.json";
-
+// Between batches: rank 0 follows its control API (and publishes its
+// requests for the other ranks); the others follow rank 0's.
 class Requests {
  public:
-  explicit Requests(const ExtractOptions& o) : o_(o), started_(std::time(nullptr)) {}
+  explicit Requests(const ExtractOptions& o) : o_(o) {}
 
-  /// Between batches: blocks while paused; true when the run should stop.
+  /// Blocks while paused; true when the run should stop.
   bool StopOrWaitWhilePaused() {
     const auto signalled = [this] { return o_.stop_signal && o_.stop_signal(); };
     if (o_.control) {
       return o_.control->HoldWhilePaused([&] {
-        Mirror(o_.control->Requests());
+        if (o_.coordinator) o_.coordinator->Publish(o_.control->Requests());
         return signalled();
       });
     }
-    for (RunRequests r = FromRankZero(); !signalled(); r = FromRankZero()) {
+    if (!o_.coordinator) return signalled();
+    for (RunRequests r = o_.coordinator->Latest(); !signalled(); r = o_.coordinator->Latest()) {
       if (r.stop) return true;
       if (!r.pause) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -112,36 +98,12 @@ class Requests {
   }
 
  private:
-  // Rank 0 writes the requests when they change.
-  void Mirror(const RunRequests& r) {
-    if (o_.world_size <= 1 || (r.pause == last_.pause && r.stop == last_.stop)) return;
-    last_ = r;
-    (void)WriteFileAtomic(o_.out_dir + "/" + kRequestsFile, json{{"pause", r.pause}, {"stop", r.stop}}.dump() + "\n");
-  }
-
-  // The other ranks read them; a file older than this process is stale.
-  RunRequests FromRankZero() const {
-    RunRequests r;
-    if (o_.world_size <= 1) return r;
-    const std::string path = o_.out_dir + "/" + kRequestsFile;
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0 || st.st_mtime < started_) return r;
-    auto text = ReadFile(path);
-    auto j = json::parse(text.ok() ? *text : "", nullptr, false);
-    if (j.is_object()) {
-      r.pause = j.value("pause", false);
-      r.stop = j.value("stop", false);
-    }
-    return r;
-  }
-
   const ExtractOptions& o_;
-  std::time_t started_;
-  RunRequests last_;
 };
 
-// Decodes images [first, first + count) on `threads` threads into one batch.
-StatusOr<torch::Tensor> LoadBatch(const ExtractJob& job, int64_t first, int64_t count, int threads) {
+// Decodes images [first, first + count) on `threads` threads into one batch
+// (in page-locked memory for a GPU: the copy then runs asynchronously).
+StatusOr<torch::Tensor> LoadBatch(const ExtractJob& job, int64_t first, int64_t count, int threads, bool pin) {
   std::vector<torch::Tensor> images(static_cast<size_t>(count));
   std::vector<Status> errors(static_cast<size_t>(threads));
   std::vector<std::thread> workers;
@@ -168,7 +130,8 @@ StatusOr<torch::Tensor> LoadBatch(const ExtractJob& job, int64_t first, int64_t 
                                      " of the batch; set downstream_analyses.compute_cls_features.resize: True");
     }
   }
-  return torch::stack(images);
+  auto batch = torch::stack(images);
+  return pin ? batch.pin_memory() : batch;
 }
 
 Status Assemble(const ExtractJob& job, const ExtractOptions& o, const std::string& shard_dir,
@@ -246,9 +209,7 @@ Status Assemble(const ExtractJob& job, const ExtractOptions& o, const std::strin
   if (auto s = WriteH5ad(o.out_dir + "/features.h5ad", a); !s.ok()) return s;
   // Last: its presence marks the directory complete.
   if (auto s = WriteFileAtomic(o.out_dir + "/metadata.json", meta.dump(2) + "\n"); !s.ok()) return s;
-  std::error_code ec;
-  std::filesystem::remove_all(shard_dir, ec);
-  std::filesystem::remove(o.out_dir + "/" + kRequestsFile, ec);
+  (void)Env::Default()->RemoveTree(shard_dir);
   return Status::Ok();
 }
 
@@ -289,7 +250,7 @@ StatusOr<ExtractResult> ExtractFeatures(const ExtractJob& job, const ExtractOpti
     }
     if (o.rank == 0) {
       if (o.log) *o.log << "scdino-features: " << o.out_dir << " holds features of other inputs; replacing them\n";
-      std::filesystem::remove(o.out_dir + "/metadata.json");
+      (void)Env::Default()->RemoveFile(o.out_dir + "/metadata.json");
     }
   }
 
@@ -316,7 +277,9 @@ StatusOr<ExtractResult> ExtractFeatures(const ExtractJob& job, const ExtractOpti
     auto load = [&](int64_t b) {
       const int64_t bf = first + b * o.batch_size;
       const int64_t bc = std::min(o.batch_size, first + count - bf);
-      return std::async(std::launch::async, [&job, bf, bc, t = o.threads] { return LoadBatch(job, bf, bc, t); });
+      return std::async(std::launch::async, [&job, bf, bc, t = o.threads, pin = o.device.is_cuda()] {
+        return LoadBatch(job, bf, bc, t, pin);
+      });
     };
     const int64_t batches = (count + o.batch_size - 1) / o.batch_size;
     auto next = load(0);
@@ -329,7 +292,7 @@ StatusOr<ExtractResult> ExtractFeatures(const ExtractJob& job, const ExtractOpti
         result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
         return result;
       }
-      auto cls = model::VisionTransformer(job.backbone.vit)->forward(batch->to(o.device));
+      auto cls = model::VisionTransformer(job.backbone.vit)->forward(batch->to(o.device, /*non_blocking=*/true));
       out.push_back(cls.to(torch::kCPU, torch::kFloat32));
       result.images_written += batch->size(0);
       if (o.on_progress) o.on_progress(done_before + std::min(count, (b + 1) * o.batch_size), n);

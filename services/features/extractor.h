@@ -19,6 +19,7 @@
 #include "data/dataset.h"
 #include "data/split.h"
 #include "features/backbone.h"
+#include "run/coordinator.h"
 
 namespace scdino::features {
 
@@ -55,9 +56,11 @@ struct ExtractOptions {
   /// (a rank that died; a rerun resumes).
   std::chrono::milliseconds wait_timeout{std::chrono::minutes(5)};
   torch::Device device = torch::kCPU;
-  /// Rank 0's control channel (pause, resume, stop); rank 0 passes its
-  /// requests on to the other ranks through a file in out_dir. Null: none.
+  /// Rank 0's control channel (pause, resume, stop); null on other ranks.
   RunControl* control = nullptr;
+  /// How the ranks meet: rank 0 publishes its control requests, the others
+  /// follow them between batches. Null: one process.
+  run::Coordinator* coordinator = nullptr;
   /// True once a signal asked the process to stop.
   std::function<bool()> stop_signal;
   /// Images done (all ranks, as far as this rank knows) of the total.

@@ -111,8 +111,18 @@ StatusOr<FeatureSet> ReadFeatureSet(const std::string& dir, bool raw) {
   }
   s.metadata_json = *meta;
   auto j = nlohmann::json::parse(*meta, nullptr, false);
-  if (!j.is_object() || !j.contains("classes")) return Status::DataLoss(dir + "/metadata.json: no 'classes' list");
-  s.classes = j["classes"].get<std::vector<std::string>>();
+  if (!j.is_object()) return Status::DataLoss(dir + "/metadata.json: not a JSON object");
+  if (!j.contains("classes") || !j["classes"].is_array()) {
+    return Status::DataLoss(dir + "/metadata.json: expected 'classes', a list of class names");
+  }
+  for (size_t i = 0; i < j["classes"].size(); ++i) {
+    const auto& c = j["classes"][i];
+    if (!c.is_string()) {
+      return Status::DataLoss(dir + "/metadata.json: classes[" + std::to_string(i) + "]: expected a class name (a "
+                              "string), got " + c.dump());
+    }
+    s.classes.push_back(c.get<std::string>());
+  }
   const std::string npy = dir + (raw ? "/features_raw.npy" : "/features.npy");
   auto f = ReadNpy(npy);
   if (!f.ok()) return f.status();

@@ -1,6 +1,6 @@
 // scdino-features: the CLS features of every image of a run's data set for
 // one or more checkpoints (docs/features.md). Wiring only: flags, config,
-// data set, statistics, split, backbone, ExtractFeatures, exit code.
+// launch, data set, statistics, split, backbone, ExtractFeatures, exit code.
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -13,57 +13,59 @@
 #include "data/split.h"
 #include "features/backbone.h"
 #include "features/extractor.h"
+#include "run/coordinator.h"
+#include "run/environment.h"
+#include "run/source.h"
 #include "runtime/command_line.h"
+#include "runtime/exit_codes.h"
 #include "runtime/service_plane.h"
-#include "training/config.h"
-#include "training/trainer.h"
+#include "runtime/signals.h"
 
 namespace {
 
 using namespace scdino::runtime;  // the exit codes, CommandLine
 namespace fs = std::filesystem;
 
-const char kUsage[] =
-    "usage: scdino-features --config FILE [--checkpoint PATH ...] [--all-checkpoints] [--random-init]\n"
-    "                       [--checkpoint-key teacher|student] [--raw] [--threads N]\n"
-    "  --config FILE          the run's YAML config (data set, channels, downstream_analyses)\n"
-    "  --checkpoint PATH      a checkpoint or converted weights file (repeatable);\n"
-    "                         default: <run_dir>/checkpoint.safetensors\n"
-    "  --all-checkpoints      every checkpoint of the run directory (checkpoint*.safetensors), oldest first\n"
-    "  --random-init          also a randomly initialised backbone (seed meta.seed): the baseline\n"
-    "  --checkpoint-key KEY   teacher (default, as scDINO) or student\n"
-    "  --raw                  also write features_raw.npy (before L2 normalisation)\n"
-    "  --threads N            intra-op CPU threads (0 = all cores)\n"
-    "output: <run_dir>/features/<checkpoint name>/ (features.npy, index.csv, metadata.json, features.h5ad)\n"
-    "exit codes: 0 done, 1 failed, 2 bad input, 4 stopped through the control API,\n"
-    "            75 stopped by a signal (complete shards are kept; run again to resume)\n";
+int Fail(ServicePlane* plane, const scdino::Status& s) {
+  std::cerr << "scdino-features: " << s.message() << "\n";
+  if (plane) plane->Finish(scdino::RunState::kFailed, s.ToString());
+  return ExitCodeFor(s);
+}
+
+nlohmann::json ChannelNames(const scdino::run::RunConfig& config) {
+  nlohmann::json names = nlohmann::json::array();
+  for (auto c : config.channels()) {
+    auto it = config.meta.channel_dict.find(c);
+    names.push_back(it == config.meta.channel_dict.end() ? std::to_string(c) : it->second);
+  }
+  return names;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   InstallStopSignals("scdino-features", "finishing the current batch (complete shards are kept)");
-  std::string key_override;
+  std::string key;
   std::vector<std::string> checkpoints;
   bool all = false, random_init = false, raw = false;
-  CommandLine cl("scdino-features", kUsage);
-  cl.Value("--checkpoint",
-           [&](const std::string& v) {
-             checkpoints.push_back(v);
-             return std::string();
-           })
-      .Switch("--all-checkpoints", [&] { all = true; })
-      .Switch("--random-init", [&] { random_init = true; })
-      .Value("--checkpoint-key",
-             [&](const std::string& v) {
-               key_override = v;
-               return v == "teacher" || v == "student" ? std::string() : std::string("teacher or student");
-             })
-      .Switch("--raw", [&] { raw = true; });
-  if (auto code = cl.Parse(argc, argv, std::cout, std::cerr)) return *code;
+  CommandLine cl("scdino-features",
+                 "CLS features of every image of the run's data set (docs/features.md). Output:\n"
+                 "<run_dir>/features/<checkpoint name>/ (features.npy, index.csv, metadata.json, features.h5ad).\n"
+                 "Exit codes: 0 done, 1 failed, 2 bad input, 4 stopped through the control API,\n"
+                 "75 stopped by a signal (complete shards are kept; run again to resume).");
+  auto& app = cl.app();
+  app.add_option("--checkpoint", checkpoints,
+                 "a checkpoint or converted weights file (repeatable); default: <run_dir>/checkpoint.safetensors")
+      ->type_name("PATH");
+  app.add_flag("--all-checkpoints", all, "every checkpoint of the run directory (checkpoint*.safetensors), oldest first");
+  app.add_flag("--random-init", random_init, "also a randomly initialised backbone (seed meta.seed): the baseline");
+  app.add_option("--checkpoint-key", key, "teacher (as scDINO) or student; default: compute_cls_features.checkpoint_key")
+      ->check(CLI::IsMember({"teacher", "student"}));
+  app.add_flag("--raw", raw, "also write features_raw.npy (before L2 normalisation)");
+  if (auto code = cl.Parse(argc, argv)) return *code;
   const auto& config = cl.config();
-  const std::string& config_path = cl.config_path();
   const auto& down = config.downstream;
-  const std::string key = key_override.empty() ? down.checkpoint_key : key_override;
+  if (key.empty()) key = down.checkpoint_key;
   if (all) {
     for (const auto& e : scdino::ListCheckpointFiles(config.run_dir())) checkpoints.push_back(e.path);
   }
@@ -76,32 +78,24 @@ int main(int argc, char** argv) {
   }
   const int n_threads = cl.ConfigureThreads();
   try {
-    auto launch = scdino::training::LaunchFromEnv([](const char* k) { return std::getenv(k); });
-    if (!launch.ok()) {
-      std::cerr << "scdino-features: " << launch.status().message() << "\n";
-      return kExitBadInput;
-    }
-    auto picked = cl.Device(launch->local_rank);
-    if (!picked.ok()) {
-      std::cerr << "scdino-features: " << picked.status().message() << "\n";
-      return kExitBadInput;
-    }
-    const torch::Device device = *picked;
+    auto launch = scdino::run::LaunchFromEnv([](const char* k) { return std::getenv(k); });
+    if (!launch.ok()) return Fail(nullptr, launch.status());
+    auto device = scdino::run::PickDevice(config, *launch);
+    if (!device.ok()) return Fail(nullptr, device.status());
     std::cerr << "scdino-features: run " << config.run_dir() << ", rank " << launch->rank << " of "
-              << launch->world_size << ", device " << device << ", " << n_threads << " CPU threads\n";
-    auto dataset = scdino::training::IndexDataset(config);
-    if (!dataset.ok()) {
-      std::cerr << "scdino-features: " << dataset.status().message() << "\n";
-      return kExitBadInput;
-    }
+              << launch->world_size << ", device " << *device << ", " << n_threads << " CPU threads\n";
+    if (auto s = scdino::run::PrepareRunDir(config); !s.ok()) return Fail(nullptr, s);
+    auto coordinator =
+        scdino::run::Coordinator::Connect(*launch, std::chrono::seconds(config.scdino.distributed_timeout_s));
+    if (!coordinator.ok()) return Fail(nullptr, coordinator.status());
+    auto dataset = scdino::run::IndexDataset(config);
+    if (!dataset.ok()) return Fail(nullptr, dataset.status());
     scdino::features::FeaturePrep prep;
     prep.image = config.image_prep();
     prep.resize = down.resize ? down.resize_length : 0;
-    auto stats = scdino::training::LoadOrComputeStats(config, *dataset, prep.image);
-    if (!stats.ok()) {
-      std::cerr << "scdino-features: " << stats.status().message() << "\n";
-      return kExitBadInput;
-    }
+    if (auto s = scdino::run::CheckChannels(*dataset, prep.image); !s.ok()) return Fail(nullptr, s);
+    auto stats = scdino::run::LoadOrComputeStats(config, *dataset, prep.image, **coordinator);
+    if (!stats.ok()) return Fail(nullptr, stats.status());
     prep.mean = stats->mean;
     prep.std = stats->std;
     scdino::data::SplitOptions so;
@@ -112,19 +106,11 @@ int main(int argc, char** argv) {
       so.test_folder = config.scdino.split.test_folder;
     }
     auto splits = scdino::data::AssignSplits(*dataset, so);
-    if (!splits.ok()) {
-      std::cerr << "scdino-features: " << splits.status().message() << "\n";
-      return kExitBadInput;
-    }
-    nlohmann::json channel_names = nlohmann::json::array();
-    for (auto c : config.channels()) {
-      auto it = config.meta.channel_dict.find(c);
-      channel_names.push_back(it == config.meta.channel_dict.end() ? std::to_string(c) : it->second);
-    }
+    if (!splits.ok()) return Fail(nullptr, splits.status());
     const nlohmann::json extra = {
-        {"config", fs::absolute(config_path).string()},
+        {"config", fs::absolute(cl.config_path()).string()},
         {"run", config.meta.name_of_run},
-        {"channels", {{"indices", config.channels()}, {"names", channel_names}}},
+        {"channels", {{"indices", config.channels()}, {"names", ChannelNames(config)}}},
         {"preprocessing",
          {{"center_crop", config.meta.center_crop},
           {"min_max", "per image and channel, to [0, 1]"},
@@ -140,10 +126,7 @@ int main(int argc, char** argv) {
         {"world_size", launch->world_size}};
 
     auto plane = ServicePlane::Start(config, *launch, {"features", "images"});
-    if (!plane.ok()) {
-      std::cerr << "scdino-features: " << plane.status().ToString() << "\n";
-      return kExitFailed;
-    }
+    if (!plane.ok()) return Fail(nullptr, plane.status());
     std::vector<std::string> names;
     for (const auto& c : checkpoints) names.push_back(fs::path(c).stem().string());
     if (random_init) {
@@ -153,15 +136,11 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < checkpoints.size(); ++i) {
       scdino::features::Backbone backbone;
       if (checkpoints[i].empty()) {
-        auto vit = config.dino_options().vit;
-        backbone = scdino::features::RandomBackbone(vit, static_cast<uint64_t>(config.meta.seed), device);
+        backbone = scdino::features::RandomBackbone(config.dino_options().vit, static_cast<uint64_t>(config.meta.seed),
+                                                    *device);
       } else {
-        auto b = scdino::features::LoadBackbone(checkpoints[i], key, device);
-        if (!b.ok()) {
-          std::cerr << "scdino-features: " << b.status().message() << "\n";
-          (*plane)->Finish(scdino::RunState::kFailed, b.status().ToString());
-          return kExitBadInput;
-        }
+        auto b = scdino::features::LoadBackbone(checkpoints[i], key, *device);
+        if (!b.ok()) return Fail(plane->get(), b.status());
         backbone = std::move(b).value();
       }
       scdino::features::ExtractJob job{*dataset, *splits, prep, backbone, extra.dump()};
@@ -175,19 +154,16 @@ int main(int argc, char** argv) {
       eo.rank = launch->rank;
       eo.world_size = launch->world_size;
       eo.wait_timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
-      eo.device = device;
+      eo.device = *device;
       eo.control = launch->rank == 0 ? &(*plane)->control() : nullptr;
+      eo.coordinator = coordinator->get();
       eo.stop_signal = StopSignalReceived;
       eo.on_progress = [&](int64_t done, int64_t total) { (*plane)->ReportProgress(done, total); };
       eo.log = &std::cerr;
       std::cerr << "scdino-features: " << (checkpoints[i].empty() ? "random initialisation" : checkpoints[i]) << " ("
                 << backbone.key << ") -> " << eo.out_dir << "\n";
       auto r = scdino::features::ExtractFeatures(job, eo);
-      if (!r.ok()) {
-        std::cerr << "scdino-features: " << r.status().message() << "\n";
-        (*plane)->Finish(scdino::RunState::kFailed, r.status().ToString());
-        return r.status().code() == scdino::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed;
-      }
+      if (!r.ok()) return Fail(plane->get(), r.status());
       if (!r->completed) {
         (*plane)->Finish(scdino::RunState::kStopped);
         std::cerr << "scdino-features: stopped; " << r->shards_written << " shards written here (run again to resume)\n";
@@ -203,6 +179,9 @@ int main(int argc, char** argv) {
     }
     (*plane)->Finish(scdino::RunState::kCompleted);
     return kExitCompleted;
+  } catch (const c10::Error& e) {
+    std::cerr << "scdino-features: " << e.what_without_backtrace() << "\n";
+    return kExitFailed;
   } catch (const std::exception& e) {
     std::cerr << "scdino-features: " << e.what() << "\n";
     return kExitFailed;

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/env.h"
 #include "common/files.h"
 
 namespace scdino::metrics {
@@ -54,7 +55,8 @@ StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const ExporterOptions& o) {
       .Name(prefix + "build_info")
       .Help("Always 1; the labels say which scdino build runs which run and rank")
       .Register(*e->registry_)
-      .Add({{"version", SCDINO_VERSION}, {"run", o.run}, {"rank", std::to_string(o.rank)}, {"job", o.job}})
+      // run, rank and the Slurm job are target labels already (file_sd).
+      .Add({{"version", SCDINO_VERSION}})
       .Set(1);
   e->unauthenticated_ = &prometheus::BuildCounter()
                              .Name(prefix + "control_unauthenticated_requests_total")
@@ -84,12 +86,18 @@ StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const ExporterOptions& o) {
   if (!o.file_sd_dir.empty()) {
     if (auto s = MakeDirs(o.file_sd_dir); !s.ok()) return s;
     std::string name = o.run + "_" + o.service + "_rank" + std::to_string(o.rank);
-    if (!o.job.empty()) name += "_job" + o.job;
+    if (!o.slurm_job_id.empty()) name += "_job" + o.slurm_job_id;
     e->file_sd_path_ = o.file_sd_dir + "/" + name + ".json";
     nlohmann::json target = {
-        {"targets", {o.node + ":" + std::to_string(e->port_)}},
+        {"targets", {(o.address.empty() ? o.node : o.address) + ":" + std::to_string(e->port_)}},
         {"labels",
-         {{"run", o.run}, {"service", o.service}, {"rank", std::to_string(o.rank)}, {"job", o.job}, {"node", o.node}}}};
+         // Not "job": that label is Prometheus' own (the scrape job), and a
+         // target label of that name would replace it on every series.
+         {{"run", o.run},
+          {"service", o.service},
+          {"rank", std::to_string(o.rank)},
+          {"slurm_job_id", o.slurm_job_id},
+          {"node", o.node}}}};
     if (auto s = WriteFileAtomic(e->file_sd_path_, nlohmann::json::array({target}).dump(2) + "\n"); !s.ok()) {
       e->file_sd_path_.clear();
       return s;
@@ -138,10 +146,7 @@ Exporter::~Exporter() {
   stop_.store(true);
   if (server_.joinable()) server_.join();
   if (listen_fd_ >= 0) ::close(listen_fd_);
-  if (!file_sd_path_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove(file_sd_path_, ec);
-  }
+  if (!file_sd_path_.empty()) (void)Env::Default()->RemoveFile(file_sd_path_);
 }
 
 }  // namespace scdino::metrics

@@ -29,8 +29,11 @@ struct ExporterOptions {
   std::string file_sd_dir;
   /// trainer | features | eval: the metric prefix scdino_<service>_.
   std::string service = "trainer";
-  /// Target labels (file_sd) and build-info labels.
-  std::string run, job, node;
+  /// Target labels (file_sd); slurm_job_id is empty outside Slurm; node is
+  /// the node as Slurm names it (the join key with node and GPU exporters).
+  std::string run, slurm_job_id, node;
+  /// The host Prometheus scrapes (resolvable from the head node); empty: node.
+  std::string address;
   int64_t rank = 0;
 };
 

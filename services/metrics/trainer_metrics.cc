@@ -32,6 +32,9 @@ TrainerMetrics::TrainerMetrics(prometheus::Registry& r, torch::Device device) : 
   skipped_images_ = Counter(r, "skipped_images_total", "Bad images dropped from this rank's batches");
   nonfinite_steps_ = Counter(r, "nonfinite_steps_total", "Steps skipped for a non-finite loss");
   epoch_ = Gauge(r, "epoch", "Current epoch (0-based)");
+  iteration_ = Gauge(r, "iteration", "Iterations done in the run, before a resume included");
+  iterations_total_ = Gauge(r, "iterations_to_process", "Iterations of the whole run");
+  epochs_ = Gauge(r, "epochs", "Epochs of the whole run");
   loss_ = Gauge(r, "loss", "DINO loss of the last step");
   lr_ = Gauge(r, "learning_rate", "Learning rate of the last step");
   wd_ = Gauge(r, "weight_decay", "Weight decay of the last step");
@@ -47,6 +50,7 @@ TrainerMetrics::TrainerMetrics(prometheus::Registry& r, torch::Device device) : 
   if (device.is_cuda()) {
     gpu_allocated_ = Gauge(r, "gpu_memory_allocated_bytes", "GPU memory held by tensors (CUDA caching allocator)");
     gpu_reserved_ = Gauge(r, "gpu_memory_reserved_bytes", "GPU memory reserved by the CUDA caching allocator");
+    gpu_peak_ = Gauge(r, "gpu_memory_peak_bytes", "Peak GPU memory held by tensors since the process began");
   }
 }
 
@@ -56,6 +60,9 @@ void TrainerMetrics::OnStep(const training::StepReport& s) {
   if (s.skipped_images > 0) skipped_images_->Increment(static_cast<double>(s.skipped_images));
   if (!s.finite) nonfinite_steps_->Increment();
   epoch_->Set(static_cast<double>(s.epoch));
+  iteration_->Set(static_cast<double>(s.iteration));
+  iterations_total_->Set(static_cast<double>(s.iterations_to_process));
+  epochs_->Set(static_cast<double>(s.epochs_to_process));
   if (s.finite) loss_->Set(s.loss);
   lr_->Set(s.lr);
   wd_->Set(s.weight_decay);
@@ -73,6 +80,7 @@ void TrainerMetrics::OnStep(const training::StepReport& s) {
     if (auto m = training::QueryDeviceMemory(device_)) {
       gpu_allocated_->Set(static_cast<double>(m->allocated_bytes));
       gpu_reserved_->Set(static_cast<double>(m->reserved_bytes));
+      gpu_peak_->Set(static_cast<double>(m->peak_allocated_bytes));
     }
   }
 }

@@ -8,7 +8,7 @@
 #include <prometheus/registry.h>
 #include <torch/torch.h>
 
-#include "training/trainer.h"
+#include "training/reports.h"
 
 namespace scdino::metrics {
 
@@ -23,8 +23,8 @@ class TrainerMetrics {
  private:
   torch::Device device_;
   prometheus::Counter *iterations_, *images_, *skipped_images_, *nonfinite_steps_;
-  prometheus::Gauge *epoch_, *loss_, *lr_, *wd_, *momentum_, *teacher_temp_, *images_per_second_;
-  prometheus::Gauge *last_checkpoint_, *gpu_allocated_ = nullptr, *gpu_reserved_ = nullptr;
+  prometheus::Gauge *epoch_, *iteration_, *iterations_total_, *epochs_, *loss_, *lr_, *wd_, *momentum_, *teacher_temp_, *images_per_second_;
+  prometheus::Gauge *last_checkpoint_, *gpu_allocated_ = nullptr, *gpu_reserved_ = nullptr, *gpu_peak_ = nullptr;
   prometheus::Histogram *step_, *data_wait_, *allreduce_, *checkpoint_;
   double rate_ = 0.0;
 };

@@ -62,8 +62,15 @@ StepOutput Dino::Step(const StepInput& in, const StepHooks& hooks) {
     l = loss->forward(out.student.head, out.teacher.head, in.epoch);
   }
   out.loss = l.detach().to(torch::kFloat);
-  out.finite = std::isfinite(out.loss.item<double>());
-  if (hooks.all_finite) out.finite = hooks.all_finite(out.finite);
+  // [batch sum of the teacher outputs (K), rows, 1 if the loss is not finite]
+  const int64_t K = options_.out_dim;
+  auto exchange = torch::cat({loss->batch_sum(out.teacher.head).flatten(),
+                              torch::tensor({static_cast<float>(out.teacher.head.size(0)),
+                                             std::isfinite(out.loss.item<double>()) ? 0.0f : 1.0f},
+                                            torch::TensorOptions().device(device_))});
+  if (hooks.sum_over_ranks) hooks.sum_over_ranks(exchange);
+  const auto tail = exchange.slice(0, K).to(torch::kCPU);
+  out.finite = tail[1].item<float>() == 0.0f;
   if (!out.finite) return out;
   (scaler ? scaler->Scale(l) : l).backward();
   if (hooks.after_backward) hooks.after_backward();
@@ -80,7 +87,7 @@ StepOutput Dino::Step(const StepInput& in, const StepHooks& hooks) {
   }
   // As the reference: the center and the teacher move even when the
   // optimizer step was skipped for an overflow.
-  loss->update_center(out.teacher.head);
+  loss->update_center(exchange.slice(0, 0, K).view({1, K}) / tail[0].item<double>());
   UpdateTeacher(*student, *teacher, in.momentum);
   return out;
 }

@@ -61,11 +61,14 @@ struct StepInput {
 
 /// Points where distributed training joins a step.
 struct StepHooks {
+  /// After the loss, before backward: sums the tensor over ranks in place.
+  /// It carries, in one exchange per step, the teacher outputs' batch sum
+  /// (the center's input), the rows behind it and whether the loss is
+  /// finite, so every rank moves the same center and skips or stops
+  /// together; the caller may add its own values to the exchange.
+  std::function<void(torch::Tensor&)> sum_over_ranks;
   /// After backward, before clipping: where gradients are averaged over ranks.
   std::function<void()> after_backward;
-  /// Given this rank's "loss is finite", returns whether every rank's is, so
-  /// that all ranks skip or stop together.
-  std::function<bool(bool)> all_finite;
 };
 
 struct StepOutput {

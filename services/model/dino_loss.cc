@@ -11,11 +11,6 @@ DinoLossImpl::DinoLossImpl(DinoLossOptions o) : o_(std::move(o)) {
                                        o_.warmup_teacher_temp_epochs(), o_.epochs());
 }
 
-void DinoLossImpl::set_all_reduce(AllReduceSum fn, int64_t world_size) {
-  all_reduce_ = std::move(fn);
-  world_size_ = world_size;
-}
-
 torch::Tensor DinoLossImpl::forward(const torch::Tensor& student_out, const torch::Tensor& teacher_out, int64_t epoch) {
   TORCH_CHECK(epoch >= 0 && epoch < static_cast<int64_t>(teacher_temps_.size()), "epoch ", epoch,
               " is outside the teacher-temperature schedule of ", teacher_temps_.size(), " epochs");
@@ -35,13 +30,15 @@ torch::Tensor DinoLossImpl::forward(const torch::Tensor& student_out, const torc
   return total / static_cast<double>(terms);
 }
 
-void DinoLossImpl::update_center(const torch::Tensor& teacher_out) {
+torch::Tensor DinoLossImpl::batch_sum(const torch::Tensor& teacher_out) const {
   torch::NoGradGuard guard;
   // fp32 even when the teacher ran under autocast: the center is fp32.
-  auto batch_center = torch::sum(teacher_out.detach(), 0, /*keepdim=*/true, torch::kFloat);
-  if (all_reduce_) all_reduce_(batch_center);
-  batch_center = batch_center / static_cast<double>(teacher_out.size(0) * world_size_);
-  center.copy_(center * o_.center_momentum() + batch_center * (1.0 - o_.center_momentum()));
+  return torch::sum(teacher_out.detach(), 0, /*keepdim=*/true, torch::kFloat);
+}
+
+void DinoLossImpl::update_center(const torch::Tensor& mean) {
+  torch::NoGradGuard guard;
+  center.copy_(center * o_.center_momentum() + mean * (1.0 - o_.center_momentum()));
 }
 
 }  // namespace scdino::model

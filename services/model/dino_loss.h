@@ -4,7 +4,6 @@
 
 #include <torch/torch.h>
 
-#include <functional>
 #include <vector>
 
 namespace scdino::model {
@@ -23,10 +22,6 @@ struct DinoLossOptions {
   TORCH_ARG(double, center_momentum) = 0.9;
 };
 
-/// Sums a tensor across ranks in place (identity on one process). Installed
-/// by the distributed trainer so every rank keeps the same center.
-using AllReduceSum = std::function<void(torch::Tensor&)>;
-
 class DinoLossImpl : public torch::nn::Module {
  public:
   explicit DinoLossImpl(DinoLossOptions o);
@@ -37,10 +32,12 @@ class DinoLossImpl : public torch::nn::Module {
   /// the step calls update_center once the loss is known to be finite.
   torch::Tensor forward(const torch::Tensor& student_out, const torch::Tensor& teacher_out, int64_t epoch);
 
-  /// Center EMA from the global batch mean (sum across ranks / world size).
-  void update_center(const torch::Tensor& teacher_out);
-
-  void set_all_reduce(AllReduceSum fn, int64_t world_size);
+  /// The teacher outputs summed over the batch, [1, K] fp32: what the
+  /// center moves towards, once summed over ranks and divided by the rows.
+  torch::Tensor batch_sum(const torch::Tensor& teacher_out) const;
+  /// Center EMA towards `mean` ([1, K], the teacher outputs' mean over the
+  /// global batch).
+  void update_center(const torch::Tensor& mean);
 
   /// Per-epoch teacher temperature: linear warm-up, then constant.
   const std::vector<double>& teacher_temp_schedule() const { return teacher_temps_; }
@@ -49,8 +46,6 @@ class DinoLossImpl : public torch::nn::Module {
  private:
   DinoLossOptions o_;
   std::vector<double> teacher_temps_;
-  AllReduceSum all_reduce_;
-  int64_t world_size_ = 1;
 };
 TORCH_MODULE(DinoLoss);
 

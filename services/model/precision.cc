@@ -1,6 +1,7 @@
 #include "model/precision.h"
 
 #include <ATen/autocast_mode.h>
+#include <torch/version.h>  // TORCH_VERSION_MAJOR/MINOR below: without it 2.4+ would take the 1.13 path
 
 #include <cmath>
 
@@ -10,7 +11,7 @@ namespace {
 
 // LibTorch 2.4 replaced the per-device autocast setters with ones taking the
 // device type; 1.13 (Debian) has only the old ones.
-#if defined(TORCH_VERSION_MAJOR) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+#if (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
 bool AutocastEnabled(torch::DeviceType t) { return at::autocast::is_autocast_enabled(t); }
 void SetAutocastEnabled(torch::DeviceType t, bool on) { at::autocast::set_autocast_enabled(t, on); }
 torch::ScalarType AutocastDtype(torch::DeviceType t) { return at::autocast::get_autocast_dtype(t); }

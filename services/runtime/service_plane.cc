@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -15,7 +16,7 @@
 #include "control/token.h"
 #include "metrics/exporter.h"
 #include "metrics/progress_metrics.h"
-#include "metrics/trainer_metrics.h"
+#include "metrics/status_metrics.h"
 #endif
 
 namespace scdino::runtime {
@@ -33,6 +34,13 @@ std::string HostName() {
   return buf;
 }
 
+// The node as Slurm names it, which is how node_exporter and dcgm-exporter
+// series are joined to jobs: SLURMD_NODENAME, else the short host name.
+std::string NodeName(const std::string& host) {
+  const std::string slurm = Env("SLURMD_NODENAME");
+  return slurm.empty() ? host.substr(0, host.find('.')) : slurm;
+}
+
 int64_t UnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -44,14 +52,17 @@ struct ServicePlane::Parts {
   std::string service, run_dir;
 #ifdef SCDINO_WITH_SERVICES
   std::unique_ptr<metrics::Exporter> exporter;
-  std::unique_ptr<metrics::TrainerMetrics> trainer_metrics;
   std::unique_ptr<metrics::ProgressMetrics> progress;
+  std::unique_ptr<metrics::StatusMetrics> status;
   std::unique_ptr<control::ControlServer> server;
+  // Follows the RunControl so the state metrics change when the state does.
+  std::thread status_watcher;
+  std::atomic<bool> stopping{false};
 #endif
 };
 
-StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const training::TrainConfig& config,
-                                                            const training::LaunchInfo& launch,
+StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const run::RunConfig& config,
+                                                            const run::LaunchInfo& launch,
                                                             const ServiceOptions& options) {
   std::unique_ptr<ServicePlane> plane(new ServicePlane());
   plane->parts_ = std::make_unique<Parts>();
@@ -69,8 +80,9 @@ StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const training::Trai
     mo.file_sd_dir = config.file_sd_dir();
     mo.service = options.service;
     mo.run = config.meta.name_of_run;
-    mo.job = job;
-    mo.node = host;
+    mo.slurm_job_id = job;
+    mo.node = NodeName(host);
+    mo.address = host;
     mo.rank = launch.rank;
     auto e = metrics::Exporter::Start(mo);
     if (!e.ok()) return e.status();
@@ -79,14 +91,23 @@ StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const training::Trai
       p.progress = std::make_unique<metrics::ProgressMetrics>(p.exporter->registry(), options.service,
                                                               options.progress_unit);
     }
+    p.status = std::make_unique<metrics::StatusMetrics>(p.exporter->registry(), options.service);
+    p.status_watcher = std::thread([raw = plane.get()] {
+      Parts& parts = *raw->parts_;
+      int64_t seen = -1;
+      while (!parts.stopping.load()) {
+        const RunStatus s = raw->control_.WaitForChange(seen, std::chrono::milliseconds(500));
+        seen = s.revision;
+        parts.status->Set(s);
+      }
+    });
     std::cerr << tool << ": rank " << launch.rank << " metrics on http://" << host << ":" << p.exporter->port()
               << "/metrics" << (p.exporter->file_sd_path().empty() ? "" : ", target file " + p.exporter->file_sd_path())
               << "\n";
   }
   if (config.scdino.control.enabled && launch.rank == 0) {
     if (auto s = MakeDirs(p.run_dir); !s.ok()) return s;
-    const std::string token_path = config.token_path();
-    auto token = control::LoadOrCreateToken(token_path);
+    auto token = control::LoadOrCreateToken(config.token_path());
     if (!token.ok()) return token.status();
     control::ServerOptions so;
     so.listen_address = config.scdino.control.listen;
@@ -119,8 +140,8 @@ StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const training::Trai
     ep.slurm_step_id = so.slurm_step_id;
     ep.start_unix_ms = so.start_unix_ms;
     ep.tls = p.server->tls();
-    ep.token_file = std::filesystem::absolute(token_path).string();
-    if (auto s = control::WriteEndpoint(p.run_dir, ep); !s.ok()) return s;
+    ep.run_dir = p.run_dir;
+    if (auto s = control::WriteEndpoint(p.run_dir, ep, *token); !s.ok()) return s;
     std::cerr << tool << ": control API on " << ep.target() << " (endpoint "
               << control::EndpointPath(p.run_dir, options.service) << ")\n";
   }
@@ -131,18 +152,11 @@ StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const training::Trai
   return plane;
 }
 
-void ServicePlane::AttachTrainer(training::TrainerOptions* options, torch::Device device) {
-  options->control = &control_;
+prometheus::Registry* ServicePlane::registry() {
 #ifdef SCDINO_WITH_SERVICES
-  if (parts_->exporter) {
-    parts_->trainer_metrics = std::make_unique<metrics::TrainerMetrics>(parts_->exporter->registry(), device);
-    auto* m = parts_->trainer_metrics.get();
-    options->on_step = [m](const training::StepReport& r) { m->OnStep(r); };
-    options->on_checkpoint = [m](const training::CheckpointReport& r) { m->OnCheckpoint(r); };
-  }
-#else
-  (void)device;
+  if (parts_ && parts_->exporter) return &parts_->exporter->registry();
 #endif
+  return nullptr;
 }
 
 void ServicePlane::ReportProgress(int64_t done, int64_t total) {
@@ -187,6 +201,12 @@ void ServicePlane::Finish(RunState final_state, const std::string& error) {
 
 ServicePlane::~ServicePlane() {
   if (parts_ && !IsFinal(control_.Snapshot().state)) Finish(RunState::kFailed, "the process ended early");
+#ifdef SCDINO_WITH_SERVICES
+  if (parts_ && parts_->status_watcher.joinable()) {
+    parts_->stopping.store(true);
+    parts_->status_watcher.join();
+  }
+#endif
 }
 
 }  // namespace scdino::runtime

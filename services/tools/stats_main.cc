@@ -1,55 +1,52 @@
 // scdino-stats: per-channel mean and std of a run's training images over
 // fraction_for_mean_std_calc of them (seeded), written as JSON where the
-// trainer reads it (scdino.stats_file, default <run_dir>/channel_stats.json).
+// services read it (scdino.stats_file, default <run_dir>/channel_stats.json),
+// with the data set's fingerprint.
+#include <cstdio>
 #include <iostream>
 #include <string>
 
-#include "data/dataset.h"
+#include "common/cli.h"
 #include "data/stats.h"
-#include "training/config.h"
-#include "training/trainer.h"
+#include "run/config.h"
+#include "run/coordinator.h"
+#include "run/environment.h"
+#include "run/source.h"
+#include "runtime/exit_codes.h"
 
 int main(int argc, char** argv) {
+  using namespace scdino::runtime;
   std::string config_path, out;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--config" && i + 1 < argc) {
-      config_path = argv[++i];
-    } else if (a == "--out" && i + 1 < argc) {
-      out = argv[++i];
-    } else {
-      std::cerr << "usage: scdino-stats --config FILE [--out stats.json]\n";
-      return a == "-h" || a == "--help" ? 0 : 2;
-    }
-  }
-  if (config_path.empty()) {
-    std::cerr << "usage: scdino-stats --config FILE [--out stats.json]\n";
-    return 2;
-  }
-  auto config = scdino::training::LoadTrainConfig(config_path);
+  scdino::cli::App app("scdino-stats", "Channel statistics of a run's training images (docs/data.md).");
+  app->add_option("--config", config_path, "the run's YAML config")->required()->type_name("FILE");
+  app->add_option("--out", out, "where to write them; default: scdino.stats_file or <run_dir>/channel_stats.json")
+      ->type_name("FILE");
+  if (auto code = app.Parse(argc, argv)) return *code;
+  auto config = scdino::run::LoadRunConfig(config_path);
   if (!config.ok()) {
     std::cerr << "scdino-stats: " << config.status().message() << "\n";
-    return 2;
+    return ExitCodeFor(config.status());
   }
   if (config->scdino.data_source == "synthetic") {
     std::cerr << "scdino-stats: " << config_path << ": scdino.data_source is synthetic; statistics need image files\n";
-    return 2;
+    return kExitBadInput;
   }
-  scdino::training::ConfigureThreads(config->scdino.threads);
+  scdino::run::ConfigureThreads(config->scdino.threads);
   if (!out.empty()) config->scdino.stats_file = out;
   const std::string path = config->stats_path();
-  std::remove(path.c_str());
-  auto dataset = scdino::training::IndexDataset(*config);
+  std::remove(path.c_str());  // computed afresh: that is what the tool is for
+  auto dataset = scdino::run::IndexDataset(*config);
   if (!dataset.ok()) {
     std::cerr << "scdino-stats: " << dataset.status().message() << "\n";
-    return 2;
+    return ExitCodeFor(dataset.status());
   }
-  auto stats = scdino::training::LoadOrComputeStats(*config, *dataset, config->image_prep());
+  auto single = scdino::run::Coordinator::Single();
+  auto stats = scdino::run::LoadOrComputeStats(*config, *dataset, config->image_prep(), *single);
   if (!stats.ok()) {
     std::cerr << "scdino-stats: " << stats.status().message() << "\n";
-    return 1;
+    return ExitCodeFor(stats.status());
   }
   std::cout << scdino::data::StatsToJson(*stats);
   std::cerr << "scdino-stats: " << stats->images << " images; written to " << path << "\n";
-  return 0;
+  return kExitCompleted;
 }

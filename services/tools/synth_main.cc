@@ -2,50 +2,35 @@
 // (DIR/class_<k>/cell_<i>.tif, one page, channels interleaved, tifffile's
 // shape description), whose class shows in morphology and per-channel
 // intensity.
-#include <cstdlib>
+#include <cstdio>
 #include <iostream>
-#include <map>
 #include <string>
 
+#include "common/cli.h"
 #include "common/files.h"
 #include "data/image_io.h"
 #include "data/synthetic.h"
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> a = {{"out", ""},     {"classes", "4"}, {"per-class", "64"}, {"channels", "5"},
-                                          {"size", "50"}, {"seed", "0"},    {"bits", "8"},
-                                          {"difficulty", "0"}};
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    if (k == "-h" || k == "--help" || k.rfind("--", 0) != 0 || !a.count(k.substr(2)) || i + 1 >= argc) {
-      std::cerr << "usage: scdino-synth --out DIR [--classes K] [--per-class N] [--channels C] [--size S] [--seed X]"
-                   " [--bits 8|16] [--difficulty 0..1]\n";
-      return k == "-h" || k == "--help" ? 0 : 2;
-    }
-    a[k.substr(2)] = argv[++i];
-  }
+  std::string out;
+  int bits = 8;
   scdino::data::SyntheticOptions o;
-  try {
-    o.classes = std::stoll(a["classes"]);
-    o.per_class = std::stoll(a["per-class"]);
-    o.channels = std::stoll(a["channels"]);
-    o.size = std::stoll(a["size"]);
-    o.seed = std::stoull(a["seed"]);
-    o.difficulty = std::stod(a["difficulty"]);
-  } catch (const std::exception&) {
-    std::cerr << "scdino-synth: --classes, --per-class, --channels, --size and --seed expect integers, --difficulty a number\n";
-    return 2;
-  }
-  const int bits = std::atoi(a["bits"].c_str());
-  if (a["out"].empty() || o.classes < 1 || o.per_class < 1 || o.channels < 1 || o.size < 8 || (bits != 8 && bits != 16) ||
-      !(o.difficulty >= 0 && o.difficulty <= 1)) {
-    std::cerr << "scdino-synth: need --out DIR, classes/per-class/channels >= 1, size >= 8, bits 8 or 16, difficulty in [0, 1]\n";
-    return 2;
-  }
+  scdino::cli::App app("scdino-synth", "A synthetic data set of multi-channel cells as TIFF files in class folders.");
+  app->add_option("--out", out, "the data set's root directory")->required()->type_name("DIR");
+  app->add_option("--classes", o.classes, "classes")->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  app->add_option("--per-class", o.per_class, "images per class")->check(CLI::Range(int64_t{1}, int64_t{10000000}));
+  app->add_option("--channels", o.channels, "channels per image")->check(CLI::Range(int64_t{1}, int64_t{64}));
+  app->add_option("--size", o.size, "image side in pixels")->check(CLI::Range(int64_t{8}, int64_t{4096}));
+  app->add_option("--seed", o.seed, "seed of every random draw");
+  app->add_option("--bits", bits, "bits per sample")->check(CLI::IsMember({8, 16}));
+  app->add_option("--difficulty", o.difficulty,
+                  "0: classes differ plainly; towards 1 the nuisances (position, size, noise) dominate")
+      ->check(CLI::Range(0.0, 1.0));
+  if (auto code = app.Parse(argc, argv)) return *code;
   torch::set_num_threads(1);
   int64_t written = 0;
   for (int64_t k = 0; k < o.classes; ++k) {
-    const std::string dir = a["out"] + "/class_" + std::to_string(k);
+    const std::string dir = out + "/class_" + std::to_string(k);
     if (auto s = scdino::MakeDirs(dir); !s.ok()) {
       std::cerr << "scdino-synth: " << s.message() << "\n";
       return 1;
@@ -64,6 +49,6 @@ int main(int argc, char** argv) {
     }
   }
   std::cerr << "scdino-synth: wrote " << written << " images of " << o.channels << " channels, " << o.size << "x"
-            << o.size << " px, in " << o.classes << " class folders under " << a["out"] << "\n";
+            << o.size << " px, in " << o.classes << " class folders under " << out << "\n";
   return 0;
 }

@@ -1,117 +1,118 @@
 // scdino-trainer: DINO pretraining from a YAML config. Wiring only: flags,
-// config, data source, Trainer::Run, exit code (see docs/trainer.md).
+// config, launch, rendezvous, data source, Trainer::Run, exit code (see
+// docs/trainer.md).
 
-#include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <iostream>
+#include <limits>
 #include <string>
 
+#include "run/coordinator.h"
+#include "run/environment.h"
+#include "run/source.h"
 #include "runtime/command_line.h"
+#include "runtime/exit_codes.h"
 #include "runtime/service_plane.h"
-#include "training/config.h"
+#include "runtime/signals.h"
+#include "runtime/trainer_wiring.h"
 #include "training/trainer.h"
 
 namespace {
 
 using namespace scdino::runtime;  // the exit codes, CommandLine
 
-std::atomic<scdino::training::Trainer*> g_trainer{nullptr};
-
-// A stop signal asks the trainer to finish its step, checkpoint and return.
-void StopTrainer() {
-  if (auto* t = g_trainer.load()) t->RequestStop();
+int Fail(ServicePlane* plane, const scdino::Status& s) {
+  std::cerr << "scdino-trainer: " << s.message() << "\n";
+  if (plane) plane->Finish(scdino::RunState::kFailed, s.ToString());
+  return ExitCodeFor(s);
 }
-
-const char kUsage[] =
-    "usage: scdino-trainer --config FILE [--threads N] [--stop-after-iterations K] [--no-resume]\n"
-    "  --config FILE               YAML config (scDINO's scDINO_full_pipeline.yaml keys, plus section scdino)\n"
-    "  --threads N                 intra-op CPU threads (overrides scdino.threads; 0 = all cores)\n"
-    "  --stop-after-iterations K   checkpoint and exit (code 3) once K iterations are done in total\n"
-    "  --no-resume                 ignore an existing checkpoint in the run directory\n"
-    "exit codes: 0 completed, 1 failed, 2 bad input, 3 stopped by --stop-after-iterations,\n"
-    "            4 stopped through the control API (scdinoctl stop) after a checkpoint,\n"
-    "            75 stopped by SIGTERM/SIGUSR1/SIGINT after a checkpoint (requeue to resume)\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  InstallStopSignals("scdino-trainer", "finishing the current step, then checkpointing", StopTrainer);
+  InstallStopSignals("scdino-trainer", "finishing the current step, then checkpointing");
   scdino::training::TrainerOptions options;
   options.log = &std::cout;
-  CommandLine cl("scdino-trainer", kUsage);
-  cl.Count("--stop-after-iterations", &options.stop_after_iterations).Switch("--no-resume", [&] {
-    options.resume = false;
-  });
-  if (auto code = cl.Parse(argc, argv, std::cout, std::cerr)) return *code;
+  bool no_resume = false;
+  CommandLine cl("scdino-trainer",
+                 "DINO pretraining of a ViT on multi-channel cell images (docs/trainer.md).\n"
+                 "Exit codes: 0 completed, 1 failed, 2 bad input, 3 stopped by --stop-after-iterations,\n"
+                 "4 stopped through the control API (scdinoctl stop) after a checkpoint,\n"
+                 "75 stopped by SIGTERM/SIGUSR1/SIGINT after a checkpoint (requeue to resume).");
+  cl.app().add_option("--stop-after-iterations", options.stop_after_iterations,
+                      "checkpoint and exit (code 3) once this many iterations are done in total; -1: run to the end")
+      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));
+  cl.app().add_flag("--no-resume", no_resume, "ignore an existing checkpoint in the run directory");
+  if (auto code = cl.Parse(argc, argv)) return *code;
+  options.resume = !no_resume;
   auto& config = cl.config();
-  const int n = cl.ConfigureThreads();
-  std::cerr << "scdino-trainer: run " << config.run_dir() << ", " << n << " CPU threads\n";
+  const int threads = cl.ConfigureThreads();
+  std::cerr << "scdino-trainer: run " << config.run_dir() << ", " << threads << " CPU threads\n";
   try {
-    auto launch = scdino::training::LaunchFromEnv([](const char* k) { return std::getenv(k); });
-    if (!launch.ok()) {
-      std::cerr << "scdino-trainer: " << launch.status().message() << "\n";
-      return kExitBadInput;
-    }
-    auto picked = cl.Device(launch->local_rank);
-    if (!picked.ok()) {
-      std::cerr << "scdino-trainer: " << picked.status().message() << "\n";
-      return kExitBadInput;
-    }
-    const torch::Device device = *picked;
-    options.device = device;
-    std::cerr << "scdino-trainer: device " << device << ", precision "
-              << scdino::model::PrecisionName(config.precision()) << "\n";
+    auto launch = scdino::run::LaunchFromEnv([](const char* k) { return std::getenv(k); });
+    if (!launch.ok()) return Fail(nullptr, launch.status());
+    auto device = scdino::run::PickDevice(config, *launch);
+    if (!device.ok()) return Fail(nullptr, device.status());
+    options.device = *device;
+    options.bf16_supported = scdino::run::DeviceSupportsBf16(*device);
+    std::cerr << "scdino-trainer: device " << *device << ", precision "
+              << scdino::model::PrecisionName(config.precision(options.bf16_supported)) << "\n";
+    if (auto s = scdino::run::PrepareRunDir(config); !s.ok()) return Fail(nullptr, s);
+    const auto timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
+    auto coordinator = scdino::run::Coordinator::Connect(*launch, timeout);
+    if (!coordinator.ok()) return Fail(nullptr, coordinator.status());
+    options.coordinator = *coordinator;
     // A process group for several processes, or for one when torchrun-style
     // variables ask for it (scripts/gpu-check.sh runs NCCL at world size 1).
     if (launch->world_size > 1 || launch->source == "torchrun") {
       scdino::training::DistributedOptions dist;
-      dist.timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
+      dist.timeout = timeout;
       dist.bucket_bytes = config.scdino.bucket_mb << 20;
       options.bucket_bytes = dist.bucket_bytes;
-      auto c = scdino::training::Collective::Connect(*launch, dist, device);
-      if (!c.ok()) {
-        std::cerr << "scdino-trainer: " << c.status().message() << "\n";
-        return kExitFailed;
-      }
+      auto c = scdino::training::Collective::Connect((*coordinator)->store(), launch->rank, launch->world_size, dist,
+                                                     *device);
+      if (!c.ok()) return Fail(nullptr, c.status());
       options.collective = *c;
       std::cerr << "scdino-trainer: rank " << launch->rank << " of " << launch->world_size << ", "
                 << options.collective->backend() << " (" << launch->source << " launch, rendezvous "
                 << launch->master_addr << ":" << launch->master_port << ")\n";
     }
     auto plane = ServicePlane::Start(config, *launch, {"trainer", ""});
-    if (!plane.ok()) {
-      std::cerr << "scdino-trainer: " << plane.status().ToString() << "\n";
-      return kExitFailed;
-    }
-    (*plane)->AttachTrainer(&options, device);
-    auto& control = (*plane)->control();
-    auto source = scdino::training::MakeSource(config, launch->rank, launch->world_size, device);
-    if (!source.ok()) {
-      std::cerr << "scdino-trainer: " << source.status().message() << "\n";
-      (*plane)->Finish(scdino::RunState::kFailed, source.status().ToString());
-      return kExitBadInput;
+    if (!plane.ok()) return Fail(nullptr, plane.status());
+    AttachTrainer(**plane, &options, *device);
+    auto source = scdino::run::MakeSource(config, **coordinator, *device);
+    if (!source.ok()) return Fail(plane->get(), source.status());
+    if ((*source)->channels() != static_cast<int64_t>(config.channels().size())) {
+      return Fail(plane->get(), scdino::Status::InvalidArgument(
+                                    "the data gives " + std::to_string((*source)->channels()) +
+                                    " channels, the config selects " + std::to_string(config.channels().size())));
     }
     scdino::training::Trainer trainer(std::move(config), std::move(source).value(), options);
-    g_trainer.store(&trainer);
-    if (StopSignalReceived()) trainer.RequestStop();  // a signal that came during set-up
+    // Declared after the trainer: signals stop reaching it before it goes,
+    // also when an exception unwinds this scope.
+    ScopedStopFlag route_signals(trainer.stop_flag());
     auto result = trainer.Run();
-    g_trainer.store(nullptr);
-    (*plane)->Finish(result.ok() ? scdino::RunState::kCompleted : scdino::RunState::kFailed,
-                     result.ok() ? "" : result.status().ToString());
-    if (!result.ok()) {
-      std::cerr << "scdino-trainer: " << result.status().ToString() << "\n";
-      return kExitFailed;
+    if (!result.ok()) return Fail(plane->get(), result.status());
+    (*plane)->Finish(result->completed ? scdino::RunState::kCompleted : scdino::RunState::kStopped);
+    using scdino::training::StopReason;
+    switch (result->stopped_by) {
+      case StopReason::kNone:
+        std::cerr << "scdino-trainer: done, " << result->iteration << " iterations; checkpoint " << result->checkpoint
+                  << "\n";
+        return kExitCompleted;
+      case StopReason::kIterationLimit:
+      case StopReason::kApi:
+      case StopReason::kSignal:
+        std::cerr << "scdino-trainer: stopped after iteration " << result->iteration << "; checkpoint "
+                  << result->checkpoint << " (run again to resume)\n";
+        return result->stopped_by == StopReason::kSignal ? kExitPreempted
+               : result->stopped_by == StopReason::kApi  ? kExitStoppedByApi
+                                                         : kExitStopped;
     }
-    if (!result->completed) {
-      std::cerr << "scdino-trainer: stopped after iteration " << result->iteration << "; checkpoint "
-                << result->checkpoint << " (run again to resume)\n";
-      if (StopSignalReceived()) return kExitPreempted;
-      return control.Requests().stop ? kExitStoppedByApi : kExitStopped;
-    }
-    std::cerr << "scdino-trainer: done, " << result->iteration << " iterations; checkpoint " << result->checkpoint
-              << "\n";
-    return kExitCompleted;
+    return kExitFailed;
+  } catch (const c10::Error& e) {
+    std::cerr << "scdino-trainer: " << e.what_without_backtrace() << "\n";
+    return kExitFailed;
   } catch (const std::exception& e) {
     std::cerr << "scdino-trainer: " << e.what() << "\n";
     return kExitFailed;

@@ -3,46 +3,45 @@
 #include <nlohmann/json.hpp>
 
 #include "common/safetensors.h"
+#include "model/shape.h"
 
 namespace scdino::training {
 
-namespace {
-
-nlohmann::json VitShape(const model::VitOptions& o) {
-  return {{"in_chans", o.in_chans()},   {"patch_size", o.patch_size()}, {"img_size", o.img_size()},
-          {"embed_dim", o.embed_dim()}, {"depth", o.depth()},           {"num_heads", o.num_heads()},
-          {"mlp_ratio", o.mlp_ratio()}, {"qkv_bias", o.qkv_bias()},     {"layer_norm_eps", o.layer_norm_eps()}};
+std::string RunShape::ToJson() const {
+  return nlohmann::json{{"world_size", world_size},
+                        {"batch_size_per_gpu", batch_size_per_gpu},
+                        {"global_batch", global_batch()},
+                        {"epochs", epochs},
+                        {"niter_per_epoch", niter_per_epoch},
+                        {"channels", channels}}
+      .dump();
 }
 
-}  // namespace
-
-std::string VitShapeJson(const model::VitOptions& o) { return VitShape(o).dump(); }
-
-std::string ModelShapeJson(const model::DinoOptions& o) {
-  nlohmann::json j = VitShape(o.vit);
-  j["out_dim"] = o.out_dim;
-  j["head_hidden_dim"] = o.head_hidden_dim;
-  j["head_bottleneck_dim"] = o.head_bottleneck_dim;
-  j["head_nlayers"] = o.head_nlayers;
-  j["norm_last_layer"] = o.norm_last_layer;
-  j["local_crops_number"] = o.local_crops_number;
-  return j.dump();
-}
-
-StatusOr<model::VitOptions> VitOptionsFromShapeJson(const std::string& shape_json, const std::string& origin) {
-  auto j = nlohmann::json::parse(shape_json, nullptr, false);
-  if (!j.is_object()) return Status::DataLoss(origin + ": metadata 'model' is not a JSON object: " + shape_json);
-  for (const char* k : {"in_chans", "patch_size", "img_size", "embed_dim", "depth", "num_heads"}) {
-    if (!j.contains(k) || !j[k].is_number_integer()) {
-      return Status::DataLoss(origin + ": metadata 'model' lacks the integer '" + k + "': " + shape_json);
+StatusOr<RunShape> RunShape::FromJson(const std::string& text, const std::string& origin) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  RunShape r;
+  auto positive = [&](const char* k, int64_t* out) -> Status {
+    if (!j.contains(k) || !j[k].is_number_integer() || j[k].get<int64_t>() < 1) {
+      return Status::DataLoss(origin + ": metadata 'run' lacks a positive integer '" + k + "': " + text);
     }
+    *out = j[k].get<int64_t>();
+    return Status::Ok();
+  };
+  if (!j.is_object()) return Status::DataLoss(origin + ": metadata 'run' is not a JSON object: " + text);
+  for (auto [k, out] : {std::pair<const char*, int64_t*>{"world_size", &r.world_size},
+                        {"batch_size_per_gpu", &r.batch_size_per_gpu},
+                        {"epochs", &r.epochs},
+                        {"niter_per_epoch", &r.niter_per_epoch}}) {
+    if (auto s = positive(k, out); !s.ok()) return s;
   }
-  model::VitOptions o;
-  o.in_chans(j["in_chans"]).patch_size(j["patch_size"]).img_size(j["img_size"]).embed_dim(j["embed_dim"])
-      .depth(j["depth"]).num_heads(j["num_heads"]);
-  o.mlp_ratio(j.value("mlp_ratio", 4.0)).qkv_bias(j.value("qkv_bias", true))
-      .layer_norm_eps(j.value("layer_norm_eps", 1e-6));
-  return o;
+  if (!j.contains("channels") || !j["channels"].is_array()) {
+    return Status::DataLoss(origin + ": metadata 'run' lacks the list 'channels': " + text);
+  }
+  for (const auto& c : j["channels"]) {
+    if (!c.is_number_integer()) return Status::DataLoss(origin + ": metadata 'run': a channel is not an integer: " + text);
+    r.channels.push_back(c.get<int64_t>());
+  }
+  return r;
 }
 
 Status SaveCheckpoint(const std::string& path, const model::Dino& dino, const CheckpointInfo& info) {
@@ -51,7 +50,8 @@ Status SaveCheckpoint(const std::string& path, const model::Dino& dino, const Ch
                 {"iteration", std::to_string(info.iteration)},
                 {"epoch", std::to_string(info.epoch)},
                 {"world_size", std::to_string(info.world_size)},
-                {"model", ModelShapeJson(dino.options())},
+                {"model", model::ModelShapeJson(dino.options())},
+                {"run", info.run.ToJson()},
                 {"config", info.config_text},
                 {"classes", nlohmann::json(info.classes).dump()}};
   return WriteSafetensors(path, dino.StateDict(), meta);
@@ -74,11 +74,21 @@ StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, model::Dino& di
   }
   info.model_json = m.at("model");
   info.config_text = m.count("config") ? m.at("config") : "";
+  if (m.count("run")) {
+    auto run = RunShape::FromJson(m.at("run"), path);
+    if (!run.ok()) return run.status();
+    info.run = *run;
+    info.has_run_shape = true;
+  }
   if (m.count("classes")) {
     auto c = nlohmann::json::parse(m.at("classes"), nullptr, false);
-    if (c.is_array()) info.classes = c.get<std::vector<std::string>>();
+    if (!c.is_array()) return Status::DataLoss(path + ": metadata 'classes' is not a list of class names");
+    for (const auto& x : c) {
+      if (!x.is_string()) return Status::DataLoss(path + ": metadata 'classes' holds " + x.dump() + ", not a class name");
+      info.classes.push_back(x.get<std::string>());
+    }
   }
-  const std::string ours = ModelShapeJson(dino.options());
+  const std::string ours = model::ModelShapeJson(dino.options());
   if (nlohmann::json::parse(info.model_json, nullptr, false) != nlohmann::json::parse(ours)) {
     return Status::FailedPrecondition(path + ": the checkpoint's model " + info.model_json +
                                       " differs from the configured model " + ours +
@@ -86,6 +96,52 @@ StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, model::Dino& di
   }
   if (auto s = dino.LoadStateDict(file->tensors, path); !s.ok()) return s;
   return info;
+}
+
+StatusOr<std::vector<std::string>> CheckResume(const RunShape& saved, const RunShape& now, int64_t iteration,
+                                               const std::string& origin) {
+  std::vector<std::string> wrong, notes;
+  auto list = [](const std::vector<int64_t>& v) {
+    std::string s;
+    for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+    return "[" + s + "]";
+  };
+  if (saved.channels != now.channels) {
+    wrong.push_back("channels " + list(saved.channels) + " then, " + list(now.channels) + " now");
+  }
+  if (saved.global_batch() != now.global_batch()) {
+    wrong.push_back("global batch " + std::to_string(saved.global_batch()) + " (" + std::to_string(saved.world_size) +
+                    " ranks x " + std::to_string(saved.batch_size_per_gpu) + ") then, " +
+                    std::to_string(now.global_batch()) + " (" + std::to_string(now.world_size) + " x " +
+                    std::to_string(now.batch_size_per_gpu) +
+                    ") now: the learning rate is scaled by it and each epoch's order is cut by it");
+  } else if (saved.niter_per_epoch != now.niter_per_epoch) {
+    wrong.push_back(std::to_string(saved.niter_per_epoch) + " iterations per epoch then, " +
+                    std::to_string(now.niter_per_epoch) + " now: the data set has changed");
+  }
+  if (now.epochs < saved.epochs) {
+    wrong.push_back(std::to_string(saved.epochs) + " epochs then, " + std::to_string(now.epochs) +
+                    " now: the schedules would jump (train for at least as many epochs, or start a new run)");
+  }
+  if (!wrong.empty()) {
+    std::string m = origin + ": cannot resume: this run's shape differs from the checkpoint's:";
+    for (const auto& w : wrong) m += "\n  - " + w;
+    return Status::FailedPrecondition(m + "\nUse another meta.output_dir/name_of_run, the checkpoint's settings, or "
+                                          "--no-resume");
+  }
+  if (now.epochs > saved.epochs) {
+    notes.push_back("training on to " + std::to_string(now.epochs) + " epochs (the checkpoint was for " +
+                    std::to_string(saved.epochs) + "): from iteration " + std::to_string(iteration) +
+                    " the learning rate, weight decay and teacher momentum follow the cosine schedules of " +
+                    std::to_string(now.epochs) + " epochs, so they change at once to where those schedules are");
+  }
+  if (now.world_size != saved.world_size) {
+    notes.push_back("the global batch of " + std::to_string(now.global_batch()) + " is now split over " +
+                    std::to_string(now.world_size) + " rank(s) instead of " + std::to_string(saved.world_size) +
+                    ": schedules and data order continue, but batches are composed differently, so the run does "
+                    "not repeat bit for bit what an uninterrupted one would do");
+  }
+  return notes;
 }
 
 }  // namespace scdino::training

@@ -1,7 +1,9 @@
 // Training checkpoints: one safetensors file holding student, teacher, DINO
 // center and optimiser state under reference names, with JSON metadata
-// (iteration, epoch, model shape, the config text). Written atomically, so an
-// interrupted or failed write leaves the previous checkpoint intact.
+// (iteration, epoch, model shape, run shape, the config text). Written
+// atomically, so an interrupted or failed write leaves the previous
+// checkpoint intact. A resume checks that the run still has the shape the
+// checkpoint was trained with.
 #pragma once
 
 #include <string>
@@ -12,27 +14,41 @@
 
 namespace scdino::training {
 
+/// What a resumed run must agree on with the checkpoint.
+struct RunShape {
+  int64_t world_size = 1;
+  int64_t batch_size_per_gpu = 1;
+  int64_t epochs = 1;
+  int64_t niter_per_epoch = 1;
+  std::vector<int64_t> channels;
+  int64_t global_batch() const { return world_size * batch_size_per_gpu; }
+  std::string ToJson() const;
+  static StatusOr<RunShape> FromJson(const std::string& json, const std::string& origin);
+};
+
 struct CheckpointInfo {
   int64_t iteration = 0;    ///< iterations completed (the next one to run)
   int64_t epoch = 0;        ///< epoch of the next iteration
   int64_t world_size = 1;
   std::string model_json;   ///< model shape, compared on resume
+  RunShape run;             ///< run shape, compared on resume
+  bool has_run_shape = false;  ///< false in checkpoints of older versions
   std::string config_text;  ///< the YAML the run was started with
   std::vector<std::string> classes;  ///< class names of the data set, index = label
 };
-
-/// The model shape as JSON (architecture, channels, patch, head, crops).
-std::string ModelShapeJson(const model::DinoOptions& o);
-/// Its ViT part alone: the shape of a backbone (features, converted weights).
-std::string VitShapeJson(const model::VitOptions& o);
-/// The ViT of a model shape (either of the above, or a converted weights
-/// file's); errors name `origin` and the missing key.
-StatusOr<model::VitOptions> VitOptionsFromShapeJson(const std::string& shape_json, const std::string& origin);
 
 Status SaveCheckpoint(const std::string& path, const model::Dino& dino, const CheckpointInfo& info);
 
 /// Loads into `dino`; refuses a checkpoint whose model shape differs, naming
 /// both shapes.
 StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, model::Dino& dino);
+
+/// Whether a run of shape `now` may resume from `saved` at `iteration`:
+/// FailedPrecondition naming every difference that would make the resumed
+/// run wrong (channels, global batch, iterations per epoch, fewer epochs),
+/// or the notes to log for changes that are safe (more epochs, another
+/// split of the same global batch over ranks), saying what they do.
+StatusOr<std::vector<std::string>> CheckResume(const RunShape& saved, const RunShape& now, int64_t iteration,
+                                               const std::string& origin);
 
 }  // namespace scdino::training

@@ -3,7 +3,6 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #ifdef SCDINO_WITH_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -22,25 +21,15 @@ bool HaveNccl() {
 #endif
 }
 
-StatusOr<std::shared_ptr<Collective>> Collective::Connect(const LaunchInfo& launch, const DistributedOptions& options,
+StatusOr<std::shared_ptr<Collective>> Collective::Connect(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
+                                                          int64_t world_size, const DistributedOptions& options,
                                                           torch::Device device) {
-  c10d::TCPStoreOptions so;
-  so.port = static_cast<uint16_t>(launch.master_port);
-  so.isServer = launch.rank == 0;
-  so.numWorkers = static_cast<size_t>(launch.world_size);
-  so.timeout = options.timeout;
-  c10::intrusive_ptr<c10d::Store> store;
   try {
-    store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
+    return Create(store, rank, world_size, options, device);
+  } catch (const StatusError& e) {
+    return e.status();
   } catch (const std::exception& e) {
-    return Status::Unavailable("rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world_size) +
-                               ": rendezvous at " + launch.master_addr + ":" + std::to_string(launch.master_port) +
-                               " failed within " + std::to_string(options.timeout.count()) + " ms: " + e.what());
-  }
-  try {
-    return Create(store, launch.rank, launch.world_size, options, device);
-  } catch (const std::exception& e) {
-    return Status::Unavailable("rank " + std::to_string(launch.rank) + ": process group: " + e.what());
+    return Status::Unavailable("rank " + std::to_string(rank) + ": process group: " + e.what());
   }
 }
 
@@ -82,6 +71,20 @@ std::shared_ptr<Collective> Collective::Create(const c10::intrusive_ptr<c10d::St
                                                        opts);
   return c;
 }
+
+void Collective::Shutdown() {
+  if (!pg_) return;
+#if defined(SCDINO_WITH_NCCL) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+  // Since 2.4 NCCL communicators have an explicit shutdown; left to the
+  // destructor they may wait on work of peers that already exited.
+  if (device_.is_cuda()) {
+    if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(pg_.get())) nccl->shutdown();
+  }
+#endif
+  pg_.reset();
+}
+
+Collective::~Collective() { Shutdown(); }
 
 c10::intrusive_ptr<c10d::Work> Collective::AllReduceSumAsync(torch::Tensor& t) {
   std::vector<torch::Tensor> v{t};

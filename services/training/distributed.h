@@ -1,10 +1,11 @@
 // Data-parallel training across processes: a c10d process group (Gloo for CPU
-// tensors, NCCL for CUDA tensors where LibTorch has it) joined through a
-// TCPStore rendezvous, and gradient all-reduce in buckets launched from
-// autograd hooks as soon as a bucket's gradients are ready, so communication
-// overlaps the rest of backward.
+// tensors, NCCL for CUDA tensors where LibTorch has it) over the store of
+// the run's Coordinator (run/coordinator.h), and gradient all-reduce in
+// buckets launched from autograd hooks as soon as a bucket's gradients are
+// ready, so communication overlaps the rest of backward.
 #pragma once
 
+#include <torch/version.h>  // TORCH_VERSION_MAJOR/MINOR below
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #if TORCH_VERSION_MAJOR >= 2
@@ -19,7 +20,6 @@
 
 #include "common/status.h"
 #include "model/optim.h"
-#include "training/launch.h"
 
 
 namespace scdino::training {
@@ -48,14 +48,21 @@ struct DistributedOptions {
 /// loop uses it.
 class Collective {
  public:
-  /// Rendezvous at launch.master_addr:master_port (rank 0 serves the store).
-  static StatusOr<std::shared_ptr<Collective>> Connect(const LaunchInfo& launch, const DistributedOptions& options,
+  /// Over the rendezvous store (the Coordinator's; tests run ranks as
+  /// threads on a HashStore). NCCL for a CUDA device, Gloo for the CPU.
+  /// Unavailable names the rank and the reason when the group cannot form.
+  static StatusOr<std::shared_ptr<Collective>> Connect(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
+                                                       int64_t world_size, const DistributedOptions& options,
                                                        torch::Device device);
-  /// Over an existing store (tests run ranks as threads on a HashStore).
-  /// NCCL for a CUDA device, Gloo for the CPU.
+  /// As Connect, throwing StatusError (tests).
   static std::shared_ptr<Collective> Create(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
                                             int64_t world_size, const DistributedOptions& options,
                                             torch::Device device);
+  /// Ends the group cleanly once every rank is done (NCCL's communicators
+  /// are shut down rather than left to the destructor); no collective may
+  /// follow.
+  void Shutdown();
+  ~Collective();
 
   int64_t rank() const { return rank_; }
   int64_t world_size() const { return world_size_; }

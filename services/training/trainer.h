@@ -1,45 +1,33 @@
-// The single-process DINO training loop: schedules per iteration, one DINO
-// step per batch, a JSON log line per epoch, atomic checkpoints, automatic
-// and exact resume from the latest checkpoint.
+// The DINO training loop: schedules per iteration, one DINO step per batch,
+// a JSON log line per epoch, checkpoints (training/checkpointer.h), exact
+// resume from the latest checkpoint after checking the run's shape, and, on
+// several ranks, one agreement per step on stopping, pausing and
+// checkpointing. Its parts are separate so each can be read and tested on
+// its own: the step (Step), the end of an epoch (EndOfEpoch), the agreement
+// (LocalView, Act) and the state reporting (training/status_reporter.h).
 #pragma once
 
 #include <atomic>
-#include <iosfwd>
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "common/run_control.h"
 #include "common/status.h"
-#include "data/dataset.h"
 #include "data/source.h"
-#include "data/stats.h"
 #include "model/dino.h"
-#include "training/config.h"
+#include "model/schedules.h"
+#include "run/config.h"
+#include "run/coordinator.h"
+#include "training/checkpointer.h"
 #include "training/distributed.h"
+#include "training/epoch_log.h"
+#include "training/reports.h"
+#include "training/status_reporter.h"
 
 namespace scdino::training {
-
-/// What one training step did, for metrics (this rank's view).
-struct StepReport {
-  int64_t iteration = 0;  ///< iterations done after this step
-  int64_t epoch = 0;
-  int64_t images = 0;          ///< images this rank stepped on
-  int64_t skipped_images = 0;  ///< bad images dropped from this rank's batch
-  bool finite = true;          ///< false: a non-finite loss, the step was skipped
-  double loss = 0.0, lr = 0.0, weight_decay = 0.0, momentum = 0.0, teacher_temp = 0.0;
-  double step_seconds = 0.0;       ///< whole iteration, data included
-  double data_wait_seconds = 0.0;  ///< waiting for the batch
-  double allreduce_wait_seconds = 0.0;  ///< gradient communication not hidden by backward
-};
-
-struct CheckpointReport {
-  std::string path;
-  double seconds = 0.0;
-  int64_t unix_ms = 0;
-  int64_t iteration = 0;
-};
 
 struct TrainerOptions {
   /// Resume from <run_dir>/checkpoint.safetensors when it exists.
@@ -49,77 +37,94 @@ struct TrainerOptions {
   int64_t stop_after_iterations = -1;
   /// Where the per-epoch JSON lines go besides <run_dir>/log.jsonl; may be null.
   std::ostream* log = nullptr;
-  /// The process group of a distributed run; null for one process. Rank 0
-  /// writes the log and the checkpoints; every rank takes the same stop and
-  /// skip decisions.
+  /// How the ranks meet (null: one process). Rank 0 writes the log and the
+  /// checkpoints; every rank takes the same stop, pause and skip decisions.
+  std::shared_ptr<run::Coordinator> coordinator;
+  /// The process group of a distributed run (gradients, agreement); null
+  /// for one process.
   std::shared_ptr<Collective> collective;
   int64_t bucket_bytes = 25 << 20;
-  /// The device to train on (a CUDA index per local rank); empty: the
-  /// config's scdino.device, index 0.
+  /// The device to train on; empty: the config's scdino.device, index 0.
   std::optional<torch::Device> device;
+  /// Whether the GPU computes in bf16 (decides precision auto).
+  bool bf16_supported = true;
   /// Rank 0's control channel: status goes out, pause/stop/checkpoint
   /// requests come in and are agreed with the other ranks at every step
   /// boundary. May be null (then only RequestStop steers the run).
   RunControl* control = nullptr;
-  /// Called on every rank after each step and each checkpoint it writes.
+  /// Called on every rank after each step, and on rank 0 after each
+  /// checkpoint it writes.
   std::function<void(const StepReport&)> on_step;
   std::function<void(const CheckpointReport&)> on_checkpoint;
 };
 
+/// Why a run returned before its last epoch.
+enum class StopReason {
+  kNone,            ///< it completed
+  kIterationLimit,  ///< TrainerOptions::stop_after_iterations
+  kApi,             ///< the control API (scdinoctl stop), on any rank's view
+  kSignal,          ///< SIGTERM/SIGUSR1/SIGINT on some rank (preemption)
+};
+
 struct TrainResult {
   bool completed = false;   ///< all epochs done (else stopped early, resumable)
+  StopReason stopped_by = StopReason::kNone;  ///< the same on every rank
   int64_t iteration = 0;    ///< iterations done in total
   double last_loss = 0.0;
   int64_t nonfinite_steps = 0;  ///< steps skipped for a non-finite loss
   std::string checkpoint;   ///< path of the last checkpoint written
 };
 
-/// The data source a config asks for, on `device`, sharded for (rank, world).
-StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const TrainConfig& config, int64_t rank,
-                                                            int64_t world_size, torch::Device device);
-
-/// The indexed data set of a folder or csv data source.
-StatusOr<data::Dataset> IndexDataset(const TrainConfig& config);
-
-/// Channel statistics: read from config.stats_path() when it exists (and is
-/// for the same channels), else computed and written there.
-StatusOr<data::ChannelStats> LoadOrComputeStats(const TrainConfig& config, const data::Dataset& dataset,
-                                                const data::ImagePrep& prep);
-
 class Trainer {
  public:
-  Trainer(TrainConfig config, std::unique_ptr<data::MultiCropSource> source, TrainerOptions options = {});
+  Trainer(run::RunConfig config, std::unique_ptr<data::MultiCropSource> source, TrainerOptions options = {});
 
-  /// Trains until the last epoch or a stop; errors (non-finite loss, a
-  /// checkpoint that cannot be written) come back as a Status. The control
-  /// channel ends in COMPLETED, STOPPED or FAILED.
+  /// Trains until the last epoch or a stop. Every error, an exception from
+  /// a dead peer included, comes back as a Status and leaves the control
+  /// status FAILED with the reason.
   StatusOr<TrainResult> Run();
 
-  /// Thread-safe: finish the current step, checkpoint, return from Run.
+  /// Signal-safe (one atomic store): finish the current step, checkpoint,
+  /// return from Run.
   void RequestStop() { stop_.store(true); }
+  /// The flag RequestStop sets, for runtime::ScopedStopFlag (signals).
+  std::atomic<bool>* stop_flag() { return &stop_; }
 
   model::Dino& dino() { return *dino_; }
 
  private:
-  /// Rank 0 writes; in a group every rank returns an error when it failed.
-  Status WriteCheckpoint(const std::string& path, int64_t iteration, int64_t niter);
   StatusOr<TrainResult> RunLoop();
-  void Publish(const std::function<void(RunStatus&)>& change);
+  /// Loads the latest checkpoint (after checking the run's shape); returns
+  /// the iteration to continue from.
+  StatusOr<int64_t> Resume();
+  /// One iteration at `it`: the batch, the DINO step and its report.
+  StatusOr<StepReport> Step(int64_t it);
+  /// The log line, the checkpoints of the epoch that ended at `it`.
+  Status EndOfEpoch(int64_t epoch, int64_t it);
+  /// This rank's view of the requests: its signals, rank 0's control API
+  /// and checkpoint clock.
+  run::Agreement LocalView() const;
+  /// Acts on what the ranks agreed after the step that ended at `it`:
+  /// API checkpoints, pauses (agreeing again every 200 ms); the reason to
+  /// stop, if any.
+  StatusOr<StopReason> Act(run::Agreement agreed, int64_t it);
 
-  /// Sum of `values` over ranks (identity for one process).
-  std::vector<double> SumOverRanks(std::vector<double> values);
-
-  TrainConfig config_;
+  run::RunConfig config_;
   std::unique_ptr<data::MultiCropSource> source_;
-  std::unique_ptr<GradientAllReducer> reducer_;
   TrainerOptions options_;
+  std::shared_ptr<run::Coordinator> coordinator_;
+  std::unique_ptr<GradientAllReducer> reducer_;
   std::unique_ptr<model::Dino> dino_;
   torch::Device device_;
   std::atomic<bool> stop_{false};
+  StatusReporter reporter_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  EpochLog epoch_log_;
+  model::Schedules schedules_;
+  int64_t niter_ = 1, total_ = 1;
+  /// What the ranks agreed in the current step's exchange.
+  run::Agreement agreed_;
+  TrainResult result_;
 };
-
-/// Sets LibTorch's intra-op threads and OpenBLAS's threads (when it is the
-/// BLAS in use) for a config value (0: all cores); returns the count set.
-int ConfigureThreads(int64_t threads);
 
 }  // namespace scdino::training

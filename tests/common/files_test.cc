@@ -1,15 +1,35 @@
+// The file-system layer: atomic replacement, exclusive no-follow creation,
+// unique temporary names, cleaning of temporaries left by killed writers,
+// and what a failure (disk full, permission, fsync, rename) leaves behind,
+// produced with the fault-injecting Env.
 #include "common/files.h"
 
 #include <gtest/gtest.h>
-
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
 
+#include "support/fault_env.h"
 #include "support/test_support.h"
 
 namespace scdino {
 namespace {
+
+using testing::FaultInjectingEnv;
+using testing::ScopedFaultEnv;
+
+int Entries(const std::string& dir) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
 
 TEST(WriteFileAtomic, ReplacesContentAndLeavesNoTemporaries) {
   testing::ScratchDir dir;
@@ -17,12 +37,7 @@ TEST(WriteFileAtomic, ReplacesContentAndLeavesNoTemporaries) {
   ASSERT_TRUE(WriteFileAtomic(path, "first").ok());
   ASSERT_TRUE(WriteFileAtomic(path, "second").ok());
   EXPECT_EQ(*ReadFile(path), "second");
-  int entries = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
-    (void)e;
-    ++entries;
-  }
-  EXPECT_EQ(entries, 1);
+  EXPECT_EQ(Entries(dir.path()), 1);
 }
 
 TEST(WriteFileAtomic, FailureKeepsThePreviousFileAndSaysWhy) {
@@ -35,23 +50,126 @@ TEST(WriteFileAtomic, FailureKeepsThePreviousFileAndSaysWhy) {
   EXPECT_EQ(s.code(), StatusCode::kIOError);
   EXPECT_NE(s.message().find(path), std::string::npos) << s.message();
   EXPECT_TRUE(std::filesystem::is_directory(path + "/inside"));
+  EXPECT_EQ(Entries(dir.path()), 1) << "a temporary was left behind";
   // A missing directory is named too.
   auto m = WriteFileAtomic(dir.file("no/such/dir/file"), "x");
   EXPECT_FALSE(m.ok());
   EXPECT_NE(m.message().find("no/such/dir/file"), std::string::npos);
 }
 
-TEST(WriteFileAtomic, DiskFullKeepsThePreviousFile) {
-  // /dev/full fails every write with ENOSPC: the error names the reason and
-  // the destination keeps its old content.
+TEST(WriteFileAtomic, DiskFullLeavesThePreviousFileAndNoPartialTemporary) {
   testing::ScratchDir dir;
   const std::string path = dir.file("keep.txt");
   ASSERT_TRUE(WriteFileAtomic(path, "old").ok());
-  std::filesystem::create_symlink("/dev/full", path + ".tmp." + std::to_string(::getpid()));
+  ScopedFaultEnv env;
+  env->Inject({FaultInjectingEnv::Op::kAppend, "keep.txt", ENOSPC, 1000});
   auto s = WriteFileAtomic(path, std::string(1 << 16, 'x'));
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("after 1000 bytes"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(path), std::string::npos) << s.message();
+  EXPECT_EQ(env->fired(), 1);
   EXPECT_EQ(*ReadFile(path), "old");
+  EXPECT_EQ(Entries(dir.path()), 1) << "the partial temporary was left behind";
+}
+
+TEST(WriteFileAtomic, PermissionFsyncAndRenameFailuresKeepThePreviousFile) {
+  testing::ScratchDir dir;
+  const std::string path = dir.file("state.json");
+  ASSERT_TRUE(WriteFileAtomic(path, "old").ok());
+  for (auto op : {FaultInjectingEnv::Op::kCreate, FaultInjectingEnv::Op::kSync, FaultInjectingEnv::Op::kRename}) {
+    ScopedFaultEnv env;
+    env->Inject({op, "state.json", EACCES, 0, 1});
+    auto s = WriteFileAtomic(path, "new");
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("Permission denied"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("previous file, if any, is unchanged"), std::string::npos) << s.message();
+    EXPECT_EQ(*ReadFile(path), "old");
+    EXPECT_EQ(Entries(dir.path()), 1);
+  }
+}
+
+// O_CREAT | O_EXCL | O_NOFOLLOW: a file or symlink planted at a name is never
+// written through (the old writer followed a symlink at its predictable
+// temporary name).
+TEST(Env, ExclusiveCreationNeverWritesThroughAPlantedFileOrSymlink) {
+  testing::ScratchDir dir;
+  const std::string victim = dir.file("victim");
+  {
+    std::ofstream(victim) << "precious";
+  }
+  const std::string link = dir.file("link");
+  std::filesystem::create_symlink(victim, link);
+  auto f = Env::Default()->NewExclusiveFile(link, 0644);
+  ASSERT_FALSE(f.ok());
+  auto g = Env::Default()->NewExclusiveFile(victim, 0644);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kAlreadyExists);
+  auto a = Env::Default()->NewAppendableFile(link);
+  ASSERT_FALSE(a.ok()) << "appending followed a symlink";
+  EXPECT_EQ(*ReadFile(victim), "precious");
+}
+
+TEST(Env, TemporaryNamesAreHiddenUniqueAndNameTheirWriter) {
+  std::set<std::string> names;
+  for (int i = 0; i < 1000; ++i) names.insert(TempPathFor("/run/dir/checkpoint.safetensors"));
+  EXPECT_EQ(names.size(), 1000u);
+  const std::string one = *names.begin();
+  const std::string base = std::filesystem::path(one).filename().string();
+  EXPECT_EQ(std::filesystem::path(one).parent_path(), "/run/dir");
+  EXPECT_EQ(base.rfind(".checkpoint.safetensors.tmp~", 0), 0u) << base;
+  EXPECT_NE(base.find("~" + std::to_string(::getpid()) + "~"), std::string::npos) << base;
+  EXPECT_TRUE(IsTemporaryName(base));
+  EXPECT_FALSE(IsTemporaryName("checkpoint.safetensors"));
+  EXPECT_FALSE(IsTemporaryName(".hidden.tmp"));
+}
+
+// A temporary name as a writer with `pid` on `host` would have made it.
+std::string TempNameOf(const std::string& target, const std::string& host, int64_t pid) {
+  std::vector<std::string> f;
+  std::stringstream ss(std::filesystem::path(TempPathFor(target)).filename().string());
+  for (std::string part; std::getline(ss, part, '~');) f.push_back(part);
+  return f[0] + "~" + (host.empty() ? f[1] : host) + "~" + f[2] + "~" + std::to_string(pid) + "~" + f[4];
+}
+
+TEST(Env, CleaningRemovesOnlyTemporariesOfWritersThatAreGone) {
+  testing::ScratchDir dir;
+  std::filesystem::create_directories(dir.file("features/ckpt/shards"));
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  const std::string dead = dir.file(TempNameOf("checkpoint.safetensors", "", child));
+  const std::string deep = dir.file("features/ckpt/shards/" + TempNameOf("shard.npy", "", child));
+  const std::string alive = dir.file(TempNameOf("log.jsonl", "", ::getpid()));
+  const std::string other_host = dir.file(TempNameOf("x.json", "another-node", child));
+  const std::string kept = dir.file("checkpoint.safetensors");
+  for (const auto& p : {dead, deep, alive, other_host, kept}) std::ofstream(p) << "x";
+  EXPECT_EQ(CleanStaleTemporaries(dir.path(), /*recursive=*/false), 1);
+  EXPECT_FALSE(std::filesystem::exists(dead));
+  EXPECT_TRUE(std::filesystem::exists(deep));
+  EXPECT_EQ(CleanStaleTemporaries(dir.path(), /*recursive=*/true), 1);
+  EXPECT_FALSE(std::filesystem::exists(deep));
+  EXPECT_TRUE(std::filesystem::exists(alive)) << "a live writer's temporary was removed";
+  EXPECT_TRUE(std::filesystem::exists(other_host)) << "another node's temporary was removed";
+  EXPECT_TRUE(std::filesystem::exists(kept));
+  EXPECT_EQ(CleanStaleTemporaries(dir.file("missing"), true), 0);
+}
+
+TEST(AtomicFile, WithoutCommitTheTemporaryIsRemoved) {
+  testing::ScratchDir dir;
+  {
+    AtomicFile f(dir.file("a.h5ad"));
+    ASSERT_TRUE(f.Create(0644, /*open=*/false).ok());
+    EXPECT_TRUE(std::filesystem::exists(f.path()));
+  }
+  EXPECT_EQ(Entries(dir.path()), 0);
+  AtomicFile g(dir.file("b.bin"));
+  ASSERT_TRUE(g.Create().ok());
+  ASSERT_TRUE(g.file()->Append("bytes").ok());
+  ASSERT_TRUE(g.Commit().ok());
+  EXPECT_EQ(*ReadFile(dir.file("b.bin")), "bytes");
+  EXPECT_EQ(Entries(dir.path()), 1);
 }
 
 }  // namespace

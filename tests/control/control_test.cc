@@ -5,7 +5,9 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -39,37 +41,118 @@ TEST(Token, CreatedPrivateOnceThenReused) {
   ::chmod(path.c_str(), 0644);
   auto c = ReadToken(path);
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("readable by others (mode 644)"), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find("open to others (mode 644)"), std::string::npos) << c.status().message();
   auto missing = ReadToken(dir.path() + "/none");
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
 }
 
-TEST(Token, ComparisonIsExact) {
+// What a client must never read and send: a symlink (to, say, the user's
+// SSH key, which is 0600 and would pass a mode check), a FIFO (which would
+// hang the client), a file of another user.
+TEST(Token, ClientRefusesSymlinksPipesAndOtherUsersFiles) {
+  ScratchDir dir;
+  const std::string key = dir.file("id_ed25519");
+  {
+    std::ofstream(key) << "-----BEGIN OPENSSH PRIVATE KEY----- secret secret secret\n";
+  }
+  ::chmod(key.c_str(), 0600);
+  const std::string link = dir.file("control.token");
+  std::filesystem::create_symlink(key, link);
+  auto viaLink = ReadToken(link);
+  ASSERT_FALSE(viaLink.ok());
+  EXPECT_NE(viaLink.status().message().find("symbolic link"), std::string::npos) << viaLink.status().message();
+  const std::string fifo = dir.file("fifo.token");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto viaFifo = ReadToken(fifo);
+  ASSERT_FALSE(viaFifo.ok());
+  EXPECT_NE(viaFifo.status().message().find("not a regular file"), std::string::npos) << viaFifo.status().message();
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a file to another user needs root (CI runs as root)";
+  const std::string theirs = dir.file("theirs.token");
+  {
+    std::ofstream(theirs) << "0123456789abcdef0123456789abcdef\n";
+  }
+  ::chmod(theirs.c_str(), 0600);
+  ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
+  auto other = ReadToken(theirs);
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("belongs to uid 65534"), std::string::npos) << other.status().message();
+}
+
+TEST(Token, ComparisonIsExactAndProofsDependOnTheToken) {
   EXPECT_TRUE(TokensEqual("abc", "abc"));
   EXPECT_FALSE(TokensEqual("abc", "abd"));
   EXPECT_FALSE(TokensEqual("abc", "abcd"));
   EXPECT_FALSE(TokensEqual("", "a"));
+  // RFC 4231 test case 2.
+  EXPECT_EQ(TokenProof("Jefe", "what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  EXPECT_NE(TokenProof("a-token-of-sixteen", "m"), TokenProof("b-token-of-sixteen", "m"));
 }
 
-TEST(Endpoint, RoundTripsAndNamesAMissingFile) {
-  ScratchDir dir;
+Endpoint SampleEndpoint(const std::string& run_dir) {
   Endpoint e;
   e.service = "trainer";
   e.host = "node7";
   e.port = 4321;
   e.pid = 99;
   e.slurm_job_id = "12";
-  e.token_file = "/r/control.token";
-  ASSERT_TRUE(WriteEndpoint(dir.path(), e).ok());
+  e.run_dir = run_dir;
+  return e;
+}
+
+TEST(Endpoint, RoundTripsWithAProofAndNamesAMissingFile) {
+  ScratchDir dir;
+  const std::string token = "0123456789abcdef0123456789abcdef";
+  ASSERT_TRUE(WriteEndpoint(dir.path(), SampleEndpoint(dir.path()), token).ok());
   auto r = ReadEndpoint(dir.path(), "trainer");
-  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->target(), "node7:4321");
   EXPECT_EQ(r->slurm_job_id, "12");
-  EXPECT_EQ(r->token_file, "/r/control.token");
+  EXPECT_TRUE(VerifyEndpoint(*r, token, "e").ok());
+  EXPECT_FALSE(VerifyEndpoint(*r, "another-token-0123456789", "e").ok());
+  Endpoint moved = *r;
+  moved.host = "attacker.example";
+  auto v = VerifyEndpoint(moved, token, "e");
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.message().find("refusing to send the token to attacker.example:4321"), std::string::npos) << v.message();
   RemoveEndpoint(dir.path(), "trainer");
   auto gone = ReadEndpoint(dir.path(), "trainer");
   ASSERT_EQ(gone.status().code(), StatusCode::kNotFound);
   EXPECT_NE(gone.status().message().find("endpoints/trainer.json"), std::string::npos);
+}
+
+TEST(Endpoint, FilesOthersCanWriteAreRefused) {
+  ScratchDir dir;
+  ASSERT_TRUE(WriteEndpoint(dir.path(), SampleEndpoint(dir.path()), "0123456789abcdef0123456789abcdef").ok());
+  const std::string path = EndpointPath(dir.path(), "trainer");
+  ::chmod(path.c_str(), 0666);
+  auto w = ReadEndpoint(dir.path(), "trainer");
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("others can write"), std::string::npos) << w.status().message();
+  ::chmod(path.c_str(), 0644);
+  std::filesystem::rename(path, path + ".real");
+  std::filesystem::create_symlink(path + ".real", path);
+  auto l = ReadEndpoint(dir.path(), "trainer");
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("symbolic link"), std::string::npos) << l.status().message();
+}
+
+// A planted endpoint in a real run directory: ResolveRun refuses it before
+// any channel is opened, whatever it points to.
+TEST(Endpoint, ResolveRunRefusesAnEndpointTheRunDidNotWrite) {
+  ScratchDir dir;
+  auto token = LoadOrCreateToken(dir.file("control.token"));
+  ASSERT_TRUE(token.ok());
+  ASSERT_TRUE(WriteEndpoint(dir.path(), SampleEndpoint(dir.path()), *token).ok());
+  auto good = ResolveRun(dir.path(), "trainer");
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_EQ(good->target, "node7:4321");
+  // Same fields, a proof made with another key.
+  ASSERT_TRUE(WriteEndpoint(dir.path(), SampleEndpoint(dir.path()), "someone-elses-token-123").ok());
+  auto bad = ResolveRun(dir.path(), "trainer");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(bad.status().message().find(*token), std::string::npos) << "the token leaked";
 }
 
 TEST(RunControl, RequestsAreRefusedAfterTheEnd) {
@@ -328,6 +411,47 @@ TEST(ControlServer, RefusesHalfATlsConfigurationAndABusyPort) {
   auto second = ControlServer::Start(o, &c);
   ASSERT_FALSE(second.ok());
   EXPECT_NE(second.status().message().find(o.listen_address), std::string::npos);
+}
+
+// A flood of bad calls is counted in full but logged only a few lines at a
+// time, with the number left out said once the window ends.
+TEST(ControlServer, RefusedCallsAreLoggedAtABoundedRate) {
+  RunControl c;
+  ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.token = "0123456789abcdef0123456789abcdef";
+  o.refused_log_burst = 3;
+  o.refused_log_window = std::chrono::seconds(1);
+  std::mutex mu;
+  std::vector<std::string> lines;
+  o.log = [&](const std::string& l) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(l);
+  };
+  auto server = ControlServer::Start(o, &c);
+  ASSERT_TRUE(server.ok());
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials());
+  auto stub = v1::Control::NewStub(channel);
+  auto bad_call = [&] {
+    grpc::ClientContext ctx;
+    AddToken(&ctx, "wrong-token-wrong-token");
+    v1::Status st;
+    return stub->GetStatus(&ctx, v1::GetStatusRequest(), &st).error_code();
+  };
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(bad_call(), grpc::StatusCode::UNAUTHENTICATED);
+  ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1)) << "too slow to test the window";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(lines.size(), 3u);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  bad_call();
+  EXPECT_EQ((*server)->refused_calls(), 21);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_NE(lines[3].find("17 more refused calls were not logged"), std::string::npos) << lines[3];
+  EXPECT_NE(lines[4].find("refused GetStatus"), std::string::npos) << lines[4];
 }
 
 }  // namespace

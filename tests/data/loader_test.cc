@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
@@ -123,6 +124,60 @@ TEST(FileLoader, BadImagesFailWithThePathOrAreSkippedWithoutNaN) {
   }
   EXPECT_EQ(skip.skipped_images(), 2);
   EXPECT_EQ(images, 12 - 2);
+}
+
+// A reading thread that throws (a decoder bug) or runs out of memory must
+// not end the process (std::terminate): Next() reports it, naming the batch.
+TEST(FileLoader, AFailingReadingThreadBecomesAnErrorOfNext) {
+  scdino::testing::ScratchDir dir;
+  auto d = Write(dir.path(), 2, 4);
+  for (int kind = 0; kind < 2; ++kind) {
+    auto o = Options(2);
+    o.read = [kind](const std::string& path, const ImagePrep& prep) -> StatusOr<torch::Tensor> {
+      if (path.find("/k1/2.tif") != std::string::npos) {
+        if (kind == 0) throw std::runtime_error("decoder exploded");
+        throw std::bad_alloc();
+      }
+      return LoadImage(path, prep);
+    };
+    FileLoader loader(d, o);
+    loader.StartEpoch(0, 0);
+    std::string error;
+    try {
+      while (loader.Next()) {
+      }
+    } catch (const StatusError& e) {
+      error = e.status().message();
+    }
+    ASSERT_FALSE(error.empty()) << "the failure was not reported";
+    EXPECT_NE(error.find(kind == 0 ? "decoder exploded" : "out of memory"), std::string::npos) << error;
+    EXPECT_NE(error.find("batch"), std::string::npos) << error;
+    if (kind == 1) EXPECT_NE(error.find("scdino.cache_max_mb"), std::string::npos) << error;
+  }
+}
+
+// The image cache stops growing at its bound; the images beyond it are read
+// again each epoch and the batches stay the same.
+TEST(FileLoader, TheImageCacheIsBounded) {
+  scdino::testing::ScratchDir dir;
+  auto d = Write(dir.path(), 2, 4);
+  std::atomic<int> reads{0};
+  auto o = Options(1);
+  o.cache = true;
+  o.cache_max_bytes = 3 * 3 * 20 * 20 * 4;  // three images of 3 x 20 x 20 floats
+  o.read = [&](const std::string& path, const ImagePrep& prep) {
+    ++reads;
+    return LoadImage(path, prep);
+  };
+  FileLoader loader(d, o);
+  std::vector<torch::Tensor> first, second;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    loader.StartEpoch(0, 0);
+    while (auto b = loader.Next()) (epoch == 0 ? first : second).push_back(b->crops[0]);
+  }
+  ASSERT_EQ(first.size(), second.size());
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(first[i].equal(second[i]));
+  EXPECT_EQ(reads.load(), 8 + (8 - 3)) << "all 8 read once, the 5 beyond the bound again";
 }
 
 }  // namespace

@@ -90,6 +90,24 @@ result=$(same_weights "$work/preempted/checkpoint.safetensors" "$work/full/check
 [ "$result" = identical ] || { echo "FAIL: resumed run $result from the uninterrupted one"; exit 1; }
 echo "ok: USR1 -> checkpoint -> requeue -> resume -> identical weights"
 
+# 2b. A job-wide SIGTERM (scancel --full): the batch shell gets it too and
+# must survive it to requeue; srun kills its tasks on SIGTERM, so the job
+# resumes from its last checkpoint, which is exact as well.
+config termed 40
+job=$(submit termed 1)
+for _ in $(seq 1 300); do
+  [ -s "$work/termed/log.jsonl" ] && break
+  sleep 0.2
+done
+scancel --signal=TERM --full "$job"
+wait_gone "$job" 600
+grep -qE "after a signal \(TERM\).*; requeueing job $job" "$work"/termed-*.out ||
+  { echo "FAIL: SIGTERM to the whole job did not requeue it"; cat "$work"/termed-*.out; exit 1; }
+[ "$(iteration "$work/termed/checkpoint.safetensors")" = 160 ] || { echo "FAIL: run after SIGTERM did not finish"; cat "$work"/termed-*.out; exit 1; }
+result=$(same_weights "$work/termed/checkpoint.safetensors" "$work/full/checkpoint.safetensors")
+[ "$result" = identical ] || { echo "FAIL: run resumed after SIGTERM $result from the uninterrupted one"; exit 1; }
+echo "ok: scancel --signal=TERM --full -> requeue -> resume from the last checkpoint -> identical weights"
+
 # scdinoctl against a trainer the batch script launched: status names the
 # Slurm job and both ranks; stop ends the job through the API (exit 4, no
 # requeue), with a checkpoint, and the endpoint file is removed.
@@ -113,6 +131,10 @@ PY
 wait_gone "$job" 120
 grep -q "stopped after iteration" "$work"/ctl-*.out || { echo "FAIL: the job did not stop gracefully"; cat "$work"/ctl-*.out; exit 1; }
 ! grep -q "requeueing" "$work"/ctl-*.out || { echo "FAIL: a stop through the API was requeued"; exit 1; }
+# srun names the tasks that exit non-zero ("tasks 0-1: ...", or one line a
+# task): rank 1 must say 4 (API stop) as rank 0 does, not 3.
+grep -qE "(tasks 0-1|task 1): Exited with exit code 4" "$work"/ctl-*.out && ! grep -q "exit code 3" "$work"/ctl-*.out ||
+  { echo "FAIL: not every rank exited with the API-stop code 4"; cat "$work"/ctl-*.out; exit 1; }
 [ ! -f "$work/ctl/endpoints/trainer.json" ] || { echo "FAIL: endpoint file left behind"; exit 1; }
 [ -f "$work/ctl/checkpoint.safetensors" ] || { echo "FAIL: no checkpoint after stop"; exit 1; }
 echo "ok: scdinoctl status and stop against a Slurm-launched 2-rank trainer"

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/files.h"
+#include "support/fault_env.h"
 #include "support/test_support.h"
 
 namespace scdino::eval {
@@ -219,11 +220,12 @@ TEST(Plots, UnwritablePathIsAnIOErrorNamingIt) {
     EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
     EXPECT_NE(s.message().find(missing), std::string::npos) << s.message();
   }
-  // A failing write (the temporary file is /dev/full: ENOSPC) leaves the
-  // previous figure as it was.
+  // A failing write (the disk fills up after 100 bytes) leaves the previous
+  // figure as it was.
   const std::string path = dir.file("keep.png");
   ASSERT_TRUE(WriteFileAtomic(path, "previous figure").ok());
-  std::filesystem::create_symlink("/dev/full", path + ".tmp." + std::to_string(::getpid()));
+  scdino::testing::ScopedFaultEnv env;
+  env->Inject({scdino::testing::FaultInjectingEnv::Op::kAppend, "keep.png", ENOSPC, 100});
   Status s = PlotConfusionMatrix(path, Confusion(2), {"a", "b"}, "t");
   EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
   EXPECT_NE(s.message().find(path), std::string::npos) << s.message();

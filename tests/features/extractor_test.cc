@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <random>
 #include <thread>
 
 #include "common/files.h"
@@ -185,6 +186,52 @@ TEST(Npy, NumpyReadsWhatWeWrite) {
   auto bad = ReadNpy(s.file("c.npy"));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find(s.file("c.npy")), std::string::npos);
+}
+
+// metadata.json of a features directory, damaged and hostile (as the TIFF,
+// .npy and safetensors fuzz tests do): nothing may throw; every refusal
+// names the file.
+TEST(FeatureSet, DamagedMetadataNeverThrows) {
+  Fixture f(4);
+  auto eo = f.Options("fuzz");
+  auto r = ExtractFeatures(f.job, eo);
+  ASSERT_TRUE(r.ok() && r->completed) << r.status().ToString();
+  const std::string path = eo.out_dir + "/metadata.json";
+  const std::string good = *ReadFile(path);
+  std::vector<std::string> cases = {
+      R"({"classes": ["class_0", 7]})",      R"({"classes": "class_0"})",       R"({"classes": [null, {}]})",
+      R"({"classes": [["a"], "b"]})",        R"([1, 2, 3])",                    R"("just a string")",
+      R"({"classes": ["a"]})",               R"({})",                           "",
+      R"({"classes": ["class_0", "class_1"], "checkpoint": 5})", "{\"classes\": [\"\xff\xfe\"]}"};
+  std::mt19937 rng(3);
+  for (int t = 0; t < 40; ++t) {
+    std::string b = good;
+    if (t % 2 == 0) {
+      b.resize(std::uniform_int_distribution<size_t>(0, b.size() - 1)(rng));
+    } else {
+      for (int k = 0; k < 1 + t / 8; ++k) {
+        b[std::uniform_int_distribution<size_t>(0, b.size() - 1)(rng)] =
+            static_cast<char>(std::uniform_int_distribution<int>(0, 255)(rng));
+      }
+    }
+    cases.push_back(b);
+  }
+  int rejected = 0;
+  for (const auto& c : cases) {
+    ASSERT_TRUE(WriteFileAtomic(path, c).ok());
+    StatusOr<FeatureSet> s = Status::Internal("not run");
+    ASSERT_NO_THROW(s = ReadFeatureSet(eo.out_dir)) << c;
+    if (!s.ok()) {
+      ++rejected;
+      EXPECT_NE(s.status().message().find("metadata.json"), std::string::npos) << s.status().message();
+    }
+  }
+  EXPECT_GE(rejected, 10);
+  ASSERT_TRUE(WriteFileAtomic(path, R"({"classes": ["class_0", 7]})").ok());
+  auto named = ReadFeatureSet(eo.out_dir);
+  ASSERT_FALSE(named.ok());
+  EXPECT_NE(named.status().message().find("classes[1]: expected a class name"), std::string::npos)
+      << named.status().message();
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <regex>
 
 #include "common/files.h"
+#include "metrics/status_metrics.h"
 #include "metrics/trainer_metrics.h"
 #include "support/test_support.h"
 
@@ -54,7 +55,7 @@ TEST(Exporter, ServesItsMetricsAndWritesItsTargetFile) {
   o.listen_address = "127.0.0.1";
   o.file_sd_dir = dir.path() + "/targets";
   o.run = "r1";
-  o.job = "42";
+  o.slurm_job_id = "42";
   o.node = "127.0.0.1";
   o.rank = 1;
   std::string sd_path;
@@ -67,14 +68,18 @@ TEST(Exporter, ServesItsMetricsAndWritesItsTargetFile) {
     EXPECT_EQ(sd[0]["targets"][0], "127.0.0.1:" + std::to_string((*e)->port()));
     EXPECT_EQ(sd[0]["labels"]["rank"], "1");
     EXPECT_EQ(sd[0]["labels"]["service"], "trainer");
-    EXPECT_EQ(sd[0]["labels"]["job"], "42");
+    EXPECT_EQ(sd[0]["labels"]["slurm_job_id"], "42");
+    EXPECT_FALSE(sd[0]["labels"].contains("job")) << "would replace Prometheus' own job label";
 
     (*e)->unauthenticated().Increment();
     const std::string text = Scrape((*e)->port());
     EXPECT_NE(text.find("200 OK"), std::string::npos) << text;
     EXPECT_EQ(Value(text, "scdino_trainer_control_unauthenticated_requests_total"), 1.0) << text;
     EXPECT_NE(text.find("scdino_trainer_build_info{"), std::string::npos);
-    EXPECT_NE(text.find("rank=\"1\""), std::string::npos);
+    // run, rank and the job are target labels; repeated here they would come
+    // back as exported_* labels.
+    EXPECT_NE(text.find("scdino_trainer_build_info{version="), std::string::npos) << text;
+    EXPECT_EQ(text.find("rank=\"1\""), std::string::npos) << text;
     EXPECT_GT(Value(text, "scdino_trainer_resident_memory_bytes"), 1e6) << text;
   }
   EXPECT_FALSE(std::filesystem::exists(sd_path)) << "the target file outlived the exporter";
@@ -113,6 +118,35 @@ TEST(TrainerMetrics, StepsAndCheckpointsMoveTheSeries) {
   EXPECT_EQ(Value(text, "scdino_trainer_checkpoint_duration_seconds_count"), 1.0);
   EXPECT_EQ(Value(text, "scdino_trainer_last_checkpoint_timestamp_seconds"), 1.7e9);
   EXPECT_EQ(text.find("gpu_memory"), std::string::npos) << "CPU runs have no GPU memory series";
+}
+
+// The state gauge: one series per state, 1 for the current one, so that an
+// alert can tell a paused or starting run from a stalled one.
+TEST(StatusMetrics, OneSeriesPerStateAndTheEta) {
+  ExporterOptions o;
+  o.listen_address = "127.0.0.1";
+  o.service = "features";
+  auto e = Exporter::Start(o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  StatusMetrics m((*e)->registry(), "features");
+  std::string text = Scrape((*e)->port());
+  EXPECT_EQ(Value(text, "scdino_features_state{state=\"starting\"}"), 1.0) << text;
+  EXPECT_EQ(Value(text, "scdino_features_state{state=\"paused\"}"), 0.0) << text;
+  EXPECT_GT(Value(text, "scdino_features_start_time_seconds"), 1.7e9) << text;
+  RunStatus s;
+  s.state = RunState::kPaused;
+  s.eta_seconds = 42.5;
+  m.Set(s);
+  text = Scrape((*e)->port());
+  EXPECT_EQ(Value(text, "scdino_features_state{state=\"starting\"}"), 0.0) << text;
+  EXPECT_EQ(Value(text, "scdino_features_state{state=\"paused\"}"), 1.0) << text;
+  EXPECT_EQ(Value(text, "scdino_features_eta_seconds"), 42.5) << text;
+  int states = 0;
+  for (size_t at = text.find("\nscdino_features_state{"); at != std::string::npos;
+       at = text.find("\nscdino_features_state{", at + 1)) {
+    ++states;
+  }
+  EXPECT_EQ(states, 8);
 }
 
 }  // namespace

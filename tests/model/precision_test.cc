@@ -2,7 +2,7 @@
 // step exact, that an overflow skips the optimizer and backs off, that the
 // scale survives a checkpoint, and that bf16 autocast runs forward in bf16
 // while parameters and gradients stay fp32 (on the CPU, which has bf16
-// autocast; training runs on the CPU stay fp32, see TrainConfig::precision).
+// autocast; training runs on the CPU stay fp32, see run::RunConfig::precision).
 #include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>

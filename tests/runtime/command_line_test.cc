@@ -1,3 +1,7 @@
+// The service mains' command line on the shared CLI: flags with defaults in
+// --help, --version, errors naming the flag and value with exit code 2, the
+// config loaded (its ignored keys said once), threads; device choice; and
+// the stop signals with the registration that outlives no trainer.
 #include "runtime/command_line.h"
 
 #include <gtest/gtest.h>
@@ -8,7 +12,9 @@
 #include <sstream>
 
 #include "common/files.h"
-#include "runtime/service_plane.h"
+#include "run/environment.h"
+#include "runtime/exit_codes.h"
+#include "runtime/signals.h"
 #include "support/test_support.h"
 
 namespace scdino::runtime {
@@ -21,16 +27,14 @@ struct Run {
   std::string out, err;
 };
 
-// Parses `args` (after the program name) with a --depth count and a --mode
-// value that must be a or b.
-Run ParseWith(std::vector<std::string> args, int64_t* depth = nullptr, std::string* mode = nullptr) {
+// Parses `args` (after the program name) with a service's own --depth count
+// and a --mode that must be a or b.
+Run ParseWith(std::vector<std::string> args, int64_t* depth = nullptr) {
   int64_t d = -1;
-  std::string m;
-  CommandLine cl("scdino-x", "usage: scdino-x --config FILE\n");
-  cl.Count("--depth", depth ? depth : &d).Value("--mode", [&](const std::string& v) {
-    (mode ? *mode : m) = v;
-    return v == "a" || v == "b" ? std::string() : std::string("a or b");
-  });
+  std::string mode = "a";
+  CommandLine cl("scdino-x", "A test service.");
+  cl.app().add_option("--depth", depth ? *depth : d, "blocks")->check(CLI::NonNegativeNumber);
+  cl.app().add_option("--mode", mode, "how")->check(CLI::IsMember({"a", "b"}));
   std::vector<const char*> argv{"scdino-x"};
   for (const auto& a : args) argv.push_back(a.c_str());
   std::ostringstream out, err;
@@ -41,89 +45,124 @@ Run ParseWith(std::vector<std::string> args, int64_t* depth = nullptr, std::stri
   return r;
 }
 
+std::string Config(const ScratchDir& s, const std::string& extra = "") {
+  const std::string config = s.file("run.yaml");
+  EXPECT_TRUE(WriteFileAtomic(config, "meta: {name_of_run: r, output_dir: \"" + s.path() + "\"}\n"
+                                      "scdino: {threads: 1, data_source: synthetic}\n" + extra)
+                  .ok());
+  return config;
+}
+
 TEST(CommandLine, ParsesFlagsLoadsTheConfigAndSetsThreads) {
   ScratchDir s;
-  const std::string config = s.file("run.yaml");
-  ASSERT_TRUE(WriteFileAtomic(config, "meta: {name_of_run: r, output_dir: \"" + s.path() + "\"}\n"
-                                      "scdino: {threads: 1, data_source: synthetic}\n")
-                  .ok());
+  const std::string config = Config(s);
   int64_t depth = -1;
-  std::string mode;
-  auto r = ParseWith({"--config", config, "--depth", "3", "--mode", "b"}, &depth, &mode);
+  auto r = ParseWith({"--config", config, "--depth", "3", "--mode", "b"}, &depth);
   EXPECT_FALSE(r.code.has_value()) << r.err;
   EXPECT_EQ(depth, 3);
-  EXPECT_EQ(mode, "b");
 
-  CommandLine cl("scdino-x", "usage\n");
+  CommandLine cl("scdino-x", "A test service.");
   const char* argv[] = {"scdino-x", "--config", config.c_str(), "--threads", "2"};
   std::ostringstream out, err;
   ASSERT_FALSE(cl.Parse(5, argv, out, err).has_value()) << err.str();
   EXPECT_EQ(cl.config().meta.name_of_run, "r");
   EXPECT_EQ(cl.config_path(), config);
   EXPECT_EQ(cl.ConfigureThreads(), 2);  // --threads over scdino.threads
-  EXPECT_EQ(cl.Device(0)->type(), torch::kCPU);
 }
 
-TEST(CommandLine, HelpPrintsTheUsageAndExitsZero) {
-  auto r = ParseWith({"--depth", "1", "--help"});
+TEST(CommandLine, HelpListsEveryFlagWithItsDefaultAndVersionPrintsTheVersion) {
+  auto r = ParseWith({"--help"});
   EXPECT_EQ(r.code, kExitCompleted);
-  EXPECT_EQ(r.out, "usage: scdino-x --config FILE\n");
+  for (const char* part : {"A test service.", "--config", "--threads", "scdino.threads", "--depth", "--mode",
+                           "--version", "--help"}) {
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << " in:\n" << r.out;
+  }
+  auto v = ParseWith({"--version"});
+  EXPECT_EQ(v.code, kExitCompleted);
+  EXPECT_EQ(v.out, std::string("scdino-x ") + SCDINO_VERSION + "\n");
 }
 
 TEST(CommandLine, BadCommandLinesNameTheFlagAndValue) {
-  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"--bogus"}, "scdino-x: unknown argument '--bogus'"},
-      {{"--config"}, "scdino-x: --config needs a value"},
-      {{"--depth", "-1"}, "scdino-x: --depth expects an integer >= 0, got '-1'"},
-      {{"--depth", "2x"}, "scdino-x: --depth expects an integer >= 0, got '2x'"},
-      {{"--threads", ""}, "scdino-x: --threads expects an integer >= 0, got ''"},
-      {{"--mode", "c"}, "scdino-x: --mode expects a or b, got 'c'"},
-      {{"--mode", "a"}, "scdino-x: --config FILE is required"},
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
+      {{"--bogus"}, {"--bogus"}},
+      {{"--config"}, {"--config"}},
+      {{"--config", "x.yaml", "--depth", "-1"}, {"--depth", "-1"}},
+      {{"--config", "x.yaml", "--depth", "2x"}, {"--depth", "2x"}},
+      {{"--config", "x.yaml", "--threads", "many"}, {"--threads", "many"}},
+      {{"--config", "x.yaml", "--mode", "c"}, {"--mode", "c"}},
+      {{"--mode", "a"}, {"--config", "required"}},
   };
-  for (const auto& [args, message] : cases) {
+  for (const auto& [args, parts] : cases) {
     auto r = ParseWith(args);
-    EXPECT_EQ(r.code, kExitBadInput) << message;
-    EXPECT_EQ(r.err.rfind(message + "\n", 0), 0u) << r.err;
-    EXPECT_NE(r.err.find("usage: scdino-x"), std::string::npos) << r.err;  // and the usage
+    EXPECT_EQ(r.code, kExitBadInput) << parts[0];
+    EXPECT_EQ(r.err.rfind("scdino-x: ", 0), 0u) << r.err;
+    for (const auto& p : parts) EXPECT_NE(r.err.find(p), std::string::npos) << p << " in: " << r.err;
+    EXPECT_NE(r.err.find("--help"), std::string::npos) << r.err;
   }
 }
 
-TEST(CommandLine, ABadConfigIsNamedWithoutTheUsage) {
+TEST(CommandLine, ABadConfigIsNamedAndIgnoredKeysAreSaid) {
   ScratchDir s;
   auto r = ParseWith({"--config", s.file("missing.yaml")});
   EXPECT_EQ(r.code, kExitBadInput);
   EXPECT_NE(r.err.find("scdino-x: "), std::string::npos);
   EXPECT_NE(r.err.find("missing.yaml"), std::string::npos) << r.err;
-  EXPECT_EQ(r.err.find("usage"), std::string::npos) << r.err;
+  auto w = ParseWith({"--config", Config(s, "train_scDINO: {num_gpus: 4}\n")});
+  EXPECT_FALSE(w.code.has_value()) << w.err;
+  EXPECT_NE(w.err.find("train_scDINO.num_gpus is ignored"), std::string::npos) << w.err;
 }
 
-TEST(CommandLine, CudaWithoutAGpuNamesTheConfig) {
+TEST(Device, CudaWithoutAGpuNamesTheConfig) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is present";
   ScratchDir s;
-  const std::string config = s.file("gpu.yaml");
-  ASSERT_TRUE(WriteFileAtomic(config, "meta: {output_dir: \"" + s.path() + "\"}\n"
-                                      "scdino: {device: cuda, data_source: synthetic}\n")
+  ASSERT_TRUE(WriteFileAtomic(s.file("gpu.yaml"), "meta: {output_dir: \"" + s.path() + "\"}\n"
+                                                  "scdino: {device: cuda, data_source: synthetic}\n")
                   .ok());
-  CommandLine cl("scdino-x", "usage\n");
-  const char* argv[] = {"scdino-x", "--config", config.c_str()};
-  std::ostringstream out, err;
-  ASSERT_FALSE(cl.Parse(3, argv, out, err).has_value()) << err.str();
-  auto d = cl.Device(0);
+  auto gpu = run::LoadRunConfig(s.file("gpu.yaml"));
+  ASSERT_TRUE(gpu.ok());
+  auto d = run::PickDevice(*gpu, run::LaunchInfo{});
   ASSERT_FALSE(d.ok());
-  EXPECT_NE(d.status().message().find(config + ": scdino.device is cuda"), std::string::npos) << d.status().message();
+  EXPECT_NE(d.status().message().find(s.file("gpu.yaml") + ": scdino.device is cuda"), std::string::npos)
+      << d.status().message();
+  EXPECT_EQ(ExitCodeFor(d.status()), kExitBadInput);
 }
 
-std::atomic<int> g_first_calls{0};
+TEST(ExitCodes, BadInputIsTwoEverythingElseOne) {
+  EXPECT_EQ(ExitCodeFor(Status::InvalidArgument("x")), kExitBadInput);
+  EXPECT_EQ(ExitCodeFor(Status::DataLoss("x")), kExitBadInput);
+  EXPECT_EQ(ExitCodeFor(Status::FailedPrecondition("x")), kExitBadInput);
+  EXPECT_EQ(ExitCodeFor(Status::NotFound("x")), kExitBadInput);
+  EXPECT_EQ(ExitCodeFor(Status::IOError("x")), kExitFailed);
+  EXPECT_EQ(ExitCodeFor(Status::Unavailable("x")), kExitFailed);
+  EXPECT_EQ(ExitCodeFor(Status::Aborted("x")), kExitFailed);
+}
 
-TEST(StopSignals, TheFirstSignalIsRecordedAndCallsBack) {
-  InstallStopSignals("scdino-x", "finishing the batch", [] { g_first_calls.fetch_add(1); });
+// The registration is cleared when its scope ends, also by an exception, so
+// a signal in a shutdown window never reaches a destroyed trainer.
+TEST(StopSignals, TheFirstSignalSetsTheRegisteredFlagOnlyWhileItLives) {
+  InstallStopSignals("scdino-x", "finishing the batch");
   EXPECT_FALSE(StopSignalReceived());
+  std::atomic<bool> flag{false};
+  try {
+    ScopedStopFlag route(&flag);
+    EXPECT_EQ(RegisteredStopFlagForTesting(), &flag);
+    throw std::runtime_error("a peer died");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(RegisteredStopFlagForTesting(), nullptr);
+  std::atomic<bool> live{false};
+  ScopedStopFlag route(&live);
   ::testing::internal::CaptureStderr();
   ASSERT_EQ(::raise(SIGUSR1), 0);  // handled synchronously on this thread
   const std::string said = ::testing::internal::GetCapturedStderr();
   EXPECT_TRUE(StopSignalReceived());
-  EXPECT_EQ(g_first_calls.load(), 1);
+  EXPECT_TRUE(live.load());
+  EXPECT_FALSE(flag.load());
   EXPECT_EQ(said, "scdino-x: signal received: finishing the batch\n");
+  // A registration after the signal is stopped at once.
+  std::atomic<bool> late{false};
+  ScopedStopFlag again(&late);
+  EXPECT_TRUE(late.load());
 }
 
 }  // namespace

@@ -78,11 +78,11 @@ TEST(Distributed, TwoRanksWithHalfBatchesEqualOneProcessWithTheWholeBatch) {
       ranks[r] = std::make_unique<model::Dino>(Tiny());
       auto& dino = *ranks[r];
       ThrowIfError(dino.LoadWeights(start, "start"));
-      dino.loss->set_all_reduce([coll](torch::Tensor& t) { coll->AllReduceSum(t); }, 2);
       GradientAllReducer reducer(coll, dino.trainable(), opts.bucket_bytes);
       buckets[r] = reducer.buckets();
       model::StepHooks hooks;
       hooks.after_backward = [&] { reducer.Finish(); };
+      hooks.sum_over_ranks = [coll](torch::Tensor& t) { coll->AllReduceSum(t); };
       for (int64_t s = 0; s < steps; ++s) {
         std::vector<torch::Tensor> half;
         for (const auto& c : all_crops[s]) half.push_back(c.slice(0, r * B / 2, (r + 1) * B / 2));

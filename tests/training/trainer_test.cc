@@ -19,6 +19,7 @@
 #include "support/test_support.h"
 #include "data/image_io.h"
 #include "data/synthetic.h"
+#include "run/source.h"
 #include "training/checkpoint.h"
 
 namespace scdino::training {
@@ -61,18 +62,25 @@ scdino:
 )";
 }
 
-TrainConfig Parse(const std::string& yaml) {
-  auto c = ParseTrainConfig(yaml, "tiny.yaml");
+run::RunConfig Parse(const std::string& yaml) {
+  auto c = run::ParseRunConfig(yaml, "tiny.yaml");
   if (!c.ok()) throw std::runtime_error(c.status().ToString());
   return std::move(c).value();
 }
 
 StatusOr<TrainResult> RunOnce(const std::string& yaml, TrainerOptions opts = {}) {
   auto config = Parse(yaml);
-  auto source = MakeSource(config, 0, 1, torch::kCPU);
+  auto source = run::MakeSource(config, *run::Coordinator::Single(), torch::kCPU);
   if (!source.ok()) return source.status();
   Trainer trainer(std::move(config), std::move(source).value(), opts);
   return trainer.Run();
+}
+
+// Replaces `from` (which must occur) in a config text.
+std::string With(std::string yaml, const std::string& from, const std::string& to) {
+  const auto at = yaml.find(from);
+  if (at == std::string::npos) throw std::runtime_error("'" + from + "' is not in the config");
+  return yaml.replace(at, from.size(), to);
 }
 
 TensorMap Tensors(const std::string& path) {
@@ -180,8 +188,9 @@ TEST(Trainer, FailedCheckpointWriteStopsEveryRankAtOnce) {
     ranks.emplace_back([&, rank] {
       auto config = Parse(TinyConfig(dir.path(), "run"));
       TrainerOptions opts;
+      opts.coordinator = run::Coordinator::OverStore(store, rank, 2, dist.timeout);
       opts.collective = Collective::Create(store, rank, 2, dist, torch::kCPU);
-      auto source = MakeSource(config, rank, 2, torch::kCPU);
+      auto source = run::MakeSource(config, *opts.coordinator, torch::kCPU);
       if (!source.ok()) {
         results[rank] = source.status();
         return;
@@ -279,6 +288,186 @@ TEST(Trainer, NonFiniteLossStopsNamingTheIterationOrIsSkipped) {
   EXPECT_EQ(nlohmann::json::parse(first).at("nonfinite_steps").get<int>(), 3);
 }
 
+
+// Two ranks as threads over one store, rank 0 with a control channel.
+std::vector<StatusOr<TrainResult>> RunTwoRanks(const std::string& yaml, RunControl* control,
+                                               const std::function<void(int64_t rank, Trainer&)>& before = {}) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  DistributedOptions dist;
+  dist.timeout = std::chrono::seconds(60);
+  std::vector<StatusOr<TrainResult>> results(2, Status::Internal("not run"));
+  std::vector<std::thread> ranks;
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      auto config = Parse(yaml);
+      TrainerOptions opts;
+      opts.coordinator = run::Coordinator::OverStore(store, rank, 2, dist.timeout);
+      opts.collective = Collective::Create(store, rank, 2, dist, torch::kCPU);
+      opts.control = rank == 0 ? control : nullptr;
+      auto source = run::MakeSource(config, *opts.coordinator, torch::kCPU);
+      if (!source.ok()) {
+        results[rank] = source.status();
+        return;
+      }
+      Trainer trainer(std::move(config), std::move(source).value(), opts);
+      if (before) before(rank, trainer);
+      results[rank] = trainer.Run();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  return results;
+}
+
+// Only rank 0 has the control API; every rank must still say the run was
+// stopped through it (and so exit 4, which the batch script does not requeue).
+TEST(Trainer, AnApiStopIsSeenByEveryRank) {
+  ScratchDir dir;
+  RunControl control;
+  ASSERT_TRUE(control.Stop().ok());
+  auto results = RunTwoRanks(With(TinyConfig(dir.path(), "api"), "epochs: 3", "epochs: 40"), &control);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(results[r].ok()) << r << ": " << results[r].status().ToString();
+    EXPECT_FALSE(results[r]->completed);
+    EXPECT_EQ(results[r]->stopped_by, StopReason::kApi) << "rank " << r;
+    EXPECT_EQ(results[r]->iteration, 1) << "rank " << r;
+  }
+  EXPECT_EQ(control.Snapshot().state, RunState::kStopped);
+  // A signal on rank 1 alone stops both, as a signal.
+  RunControl quiet;
+  auto sig = RunTwoRanks(With(TinyConfig(dir.path(), "sig"), "epochs: 3", "epochs: 40"), &quiet,
+                         [](int64_t rank, Trainer& t) {
+                           if (rank == 1) t.RequestStop();
+                         });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(sig[r].ok()) << sig[r].status().ToString();
+    EXPECT_EQ(sig[r]->stopped_by, StopReason::kSignal) << "rank " << r;
+  }
+}
+
+// A source standing in for what a dead peer or a broken node does to the
+// loop: an exception from the middle of an epoch.
+class ThrowingSource : public data::MultiCropSource {
+ public:
+  explicit ThrowingSource(std::unique_ptr<data::MultiCropSource> inner, int64_t throw_at, double sleep_s = 0)
+      : inner_(std::move(inner)), throw_at_(throw_at), sleep_s_(sleep_s) {}
+  int64_t channels() const override { return inner_->channels(); }
+  int64_t batches_per_epoch() const override { return inner_->batches_per_epoch(); }
+  int64_t batch_size() const override { return inner_->batch_size(); }
+  void StartEpoch(int64_t e, int64_t b) override { inner_->StartEpoch(e, b); }
+  std::optional<data::MultiCropBatch> Next() override {
+    if (calls_++ == throw_at_) throw std::runtime_error("Connection reset by peer (rank 1)");
+    if (sleep_s_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(sleep_s_));
+    return inner_->Next();
+  }
+  std::vector<std::string> class_names() const override { return inner_->class_names(); }
+
+ private:
+  std::unique_ptr<data::MultiCropSource> inner_;
+  int64_t throw_at_, calls_ = 0;
+  double sleep_s_;
+};
+
+TEST(Trainer, AnExceptionInTheLoopBecomesAFailedStateWithTheReason) {
+  ScratchDir dir;
+  auto config = Parse(TinyConfig(dir.path(), "dies"));
+  auto inner = run::MakeSource(config, *run::Coordinator::Single(), torch::kCPU);
+  ASSERT_TRUE(inner.ok());
+  RunControl control;
+  TrainerOptions opts;
+  opts.control = &control;
+  Trainer trainer(std::move(config), std::make_unique<ThrowingSource>(std::move(inner).value(), 6), opts);
+  StatusOr<TrainResult> r = Status::Internal("not run");
+  ASSERT_NO_THROW(r = trainer.Run());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("Connection reset by peer"), std::string::npos) << r.status().message();
+  const RunStatus st = control.Snapshot();
+  EXPECT_EQ(st.state, RunState::kFailed);
+  EXPECT_NE(st.error.find("Connection reset by peer"), std::string::npos) << st.error;
+}
+
+// The wait for a batch is the time spent in the loader's Next, counted once
+// (the loader's queue wait used to be added on top of it): so it can never
+// exceed the iteration it is part of. Large images on one reading thread
+// make the loader the bottleneck.
+TEST(Trainer, DataWaitIsCountedOnce) {
+  ScratchDir dir;
+  for (int k = 0; k < 2; ++k) {
+    const std::string d = dir.path() + "/big/c" + std::to_string(k);
+    std::filesystem::create_directories(d);
+    for (int i = 0; i < 4; ++i) {
+      auto img = torch::randint(0, 255, {1500, 1500, 4}, torch::kInt64).to(torch::kUInt8);
+      ASSERT_TRUE(data::WriteTiff(d + "/" + std::to_string(i) + ".tif", img).ok());
+    }
+  }
+  std::string yaml = With(TinyConfig(dir.path(), "slow"), "epochs: 3", "epochs: 1");
+  yaml = With(yaml, "  data_source: synthetic\n", "  data_source: folder\n  prefetch_batches: 1\n");
+  yaml = With(yaml, "  seed: 3\n", "  seed: 3\n  dataset_dir: \"" + dir.path() + "/big\"\n");
+  yaml = With(yaml, "  batch_size_per_gpu: 4\n", "  batch_size_per_gpu: 4\n  num_workers: 1\n");
+  std::vector<StepReport> steps;
+  TrainerOptions opts;
+  opts.on_step = [&](const StepReport& r) { steps.push_back(r); };
+  auto r = RunOnce(yaml, opts);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(steps.size(), 2u);
+  double waited = 0;
+  for (const auto& st : steps) {
+    EXPECT_LE(st.data_wait_seconds, st.step_seconds) << "the wait was counted twice";
+    EXPECT_GT(st.data_wait_seconds, 0.0);
+    waited += st.data_wait_seconds;
+  }
+  std::ifstream log(dir.path() + "/slow/log.jsonl");
+  std::string line;
+  std::getline(log, line);
+  EXPECT_NEAR(nlohmann::json::parse(line).at("data_wait_s").get<double>(), waited, 1e-9);
+}
+
+// Resume points every few milliseconds (scdino.checkpoint_every_minutes), so
+// a crash loses little; numbered checkpoints beyond keep_checkpoints go.
+TEST(Trainer, TimeBasedCheckpointsAndRetention) {
+  ScratchDir dir;
+  std::string yaml = With(TinyConfig(dir.path(), "time"), "saveckp_freq: 2", "saveckp_freq: 1");
+  yaml = With(yaml, "  threads: 1", "  threads: 1\n  checkpoint_every_minutes: 0.0001\n  keep_checkpoints: 2");
+  auto config = Parse(yaml);
+  auto inner = run::MakeSource(config, *run::Coordinator::Single(), torch::kCPU);
+  ASSERT_TRUE(inner.ok());
+  std::vector<int64_t> at;
+  TrainerOptions opts;
+  opts.on_checkpoint = [&](const CheckpointReport& r) {
+    if (r.path.find("checkpoint.safetensors") != std::string::npos) at.push_back(r.iteration);
+  };
+  Trainer trainer(std::move(config), std::make_unique<ThrowingSource>(std::move(inner).value(), -1, 0.02), opts);
+  auto r = trainer.Run();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  int64_t mid_epoch = 0;
+  for (auto i : at) mid_epoch += i % 4 != 0;
+  EXPECT_GE(mid_epoch, 3) << "resume points within epochs";
+  const std::string run = dir.path() + "/time";
+  EXPECT_FALSE(FileExists(run + "/checkpoint0000.safetensors")) << "retention keeps 2";
+  EXPECT_TRUE(FileExists(run + "/checkpoint0001.safetensors"));
+  EXPECT_TRUE(FileExists(run + "/checkpoint0002.safetensors"));
+}
+
+// A resume must agree with the checkpoint on what shapes the run: each
+// difference is named; more epochs are allowed and said.
+TEST(Trainer, ResumeChecksTheRunShape) {
+  ScratchDir dir;
+  ASSERT_TRUE(RunOnce(TinyConfig(dir.path(), "shape")).ok());
+  auto batch = RunOnce(With(TinyConfig(dir.path(), "shape"), "batch_size_per_gpu: 4", "batch_size_per_gpu: 2"));
+  ASSERT_FALSE(batch.ok());
+  EXPECT_EQ(batch.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(batch.status().message().find("global batch 4 (1 ranks x 4) then, 2 (1 x 2) now"), std::string::npos)
+      << batch.status().message();
+  EXPECT_EQ(batch.status().message().find("iterations per epoch"), std::string::npos) << "named twice";
+  auto channels = RunOnce(With(With(TinyConfig(dir.path(), "shape"), "[\"021\"]", "[\"012\"]"), "epochs: 3", "epochs: 2"));
+  ASSERT_FALSE(channels.ok());
+  EXPECT_NE(channels.status().message().find("channels [0,2,1] then, [0,1,2] now"), std::string::npos)
+      << channels.status().message();
+  EXPECT_NE(channels.status().message().find("3 epochs then, 2 now"), std::string::npos) << channels.status().message();
+  auto longer = RunOnce(With(TinyConfig(dir.path(), "shape"), "epochs: 3", "epochs: 4"));
+  ASSERT_TRUE(longer.ok()) << longer.status().ToString();
+  EXPECT_EQ(longer->iteration, 16);
+}
+
 // The binary as a user runs it: exit codes and messages.
 int RunTrainer(const std::string& args, const std::string& out_file) {
   const std::string cmd = std::string(SCDINO_TRAINER_BIN) + " " + args + " > " + out_file + " 2>&1";
@@ -303,7 +492,25 @@ TEST(TrainerBinary, ExitCodesAndMessages) {
   EXPECT_EQ(RunTrainer("--config " + dir.file("missing.yaml"), out), 2);
   EXPECT_NE(ReadFile(out)->find("missing.yaml"), std::string::npos);
   EXPECT_EQ(RunTrainer("--threads many --config " + cfg, out), 2);
+  EXPECT_NE(ReadFile(out)->find("--threads"), std::string::npos) << *ReadFile(out);
   EXPECT_EQ(RunTrainer("--frobnicate", out), 2);
+  EXPECT_NE(ReadFile(out)->find("frobnicate"), std::string::npos) << *ReadFile(out);
+  EXPECT_EQ(RunTrainer("--help", out), 0);
+  for (const char* f : {"--config", "--threads", "--stop-after-iterations", "--no-resume", "--version"}) {
+    EXPECT_NE(ReadFile(out)->find(f), std::string::npos) << f << " in " << *ReadFile(out);
+  }
+  EXPECT_EQ(RunTrainer("--version", out), 0);
+  EXPECT_NE(ReadFile(out)->find(SCDINO_VERSION), std::string::npos) << *ReadFile(out);
+  // A channel selection the data set cannot satisfy is bad input (2), not a failure.
+  const std::string cells = dir.path() + "/cells/a";
+  std::filesystem::create_directories(cells);
+  ASSERT_TRUE(data::WriteTiff(cells + "/0.tif", torch::zeros({16, 16, 2}, torch::kUInt8)).ok());
+  ASSERT_TRUE(data::WriteTiff(cells + "/1.tif", torch::ones({16, 16, 2}, torch::kUInt8)).ok());
+  std::string files = With(TinyConfig(dir.path(), "files"), "  data_source: synthetic\n", "  data_source: folder\n");
+  files = With(files, "  seed: 3\n", "  seed: 3\n  dataset_dir: \"" + dir.path() + "/cells\"\n");
+  std::ofstream(dir.file("files.yaml")) << files;
+  EXPECT_EQ(RunTrainer("--config " + dir.file("files.yaml"), out), 2) << *ReadFile(out);
+  EXPECT_NE(ReadFile(out)->find("has 2 channel(s)"), std::string::npos) << *ReadFile(out);
 }
 
 // Preemption as Slurm does it (--signal=USR1@120, or SIGTERM at the time

@@ -1,8 +1,15 @@
-#include "training/config.h"
+#include "run/config.h"
 
 #include <gtest/gtest.h>
 
-namespace scdino::training {
+#include <fstream>
+#include <sstream>
+
+#include "common/files.h"
+#include "run/config_schema.h"
+#include "support/test_support.h"
+
+namespace scdino::run {
 namespace {
 
 // The layout and spellings of scDINO's scDINO_full_pipeline.yaml, including
@@ -77,8 +84,8 @@ downstream_analyses:
     topometry_plots: False
 )";
 
-TEST(TrainConfig, AcceptsScdinoPipelineFileAsItIs) {
-  auto c = ParseTrainConfig(kScdinoStyle, "pipeline.yaml");
+TEST(RunConfig, AcceptsScdinoPipelineFileAsItIs) {
+  auto c = ParseRunConfig(kScdinoStyle, "pipeline.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->run_dir(), "/tmp/out/pbmc_run");
   EXPECT_DOUBLE_EQ(c->train.hyperparameters.teacher_temp, 0.07);
@@ -95,8 +102,8 @@ TEST(TrainConfig, AcceptsScdinoPipelineFileAsItIs) {
   EXPECT_EQ(o.out_dim, 65536);
 }
 
-TEST(TrainConfig, DefaultsAreScdinos) {
-  auto c = ParseTrainConfig("meta: {dataset_dir: /data}\ntrain_scDINO: {}\n", "min.yaml");
+TEST(RunConfig, DefaultsAreScdinos) {
+  auto c = ParseRunConfig("meta: {dataset_dir: /data}\ntrain_scDINO: {}\n", "min.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const auto& h = c->train.hyperparameters;
   EXPECT_EQ(h.arch, "vit_small");
@@ -106,8 +113,8 @@ TEST(TrainConfig, DefaultsAreScdinos) {
   EXPECT_EQ(c->channels(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
 }
 
-TEST(TrainConfig, AugmentationKeys) {
-  auto c = ParseTrainConfig(R"(
+TEST(RunConfig, AugmentationKeys) {
+  auto c = ParseRunConfig(R"(
 meta: {dataset_dir: /d}
 scdino:
   augmentation: {hflip_p: 0, brightness: [0.8, 1.1], blur_p: [0.5, 0.5, 0], blur_sigma: [0.2, 2], solarize_p: 0.5}
@@ -124,9 +131,9 @@ scdino:
 
 // Mixed precision follows scDINO's use_fp16 on CUDA unless scdino.precision
 // says otherwise; CPU runs always train in fp32.
-TEST(TrainConfig, PrecisionResolvesForTheDevice) {
+TEST(RunConfig, PrecisionResolvesForTheDevice) {
   auto precision = [](const std::string& yaml) {
-    auto c = ParseTrainConfig("meta: {dataset_dir: /d}\n" + yaml, "p.yaml");
+    auto c = ParseRunConfig("meta: {dataset_dir: /d}\n" + yaml, "p.yaml");
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return c.ok() ? c->precision() : model::Precision::kFp32;
   };
@@ -135,13 +142,19 @@ TEST(TrainConfig, PrecisionResolvesForTheDevice) {
             model::Precision::kFp32);
   EXPECT_EQ(precision("scdino: {device: cuda, precision: fp16}\n"), model::Precision::kFp16);
   EXPECT_EQ(precision("scdino: {device: cpu, precision: bf16}\n"), model::Precision::kFp32);
-  auto c = ParseTrainConfig("meta: {dataset_dir: /d}\nscdino: {device: cuda, precision: fp16}\n", "p.yaml");
+  // A GPU without bf16 (compute capability < 8.0) trains scDINO's use_fp16
+  // in fp16 with loss scaling.
+  auto old_gpu = ParseRunConfig("meta: {dataset_dir: /d}\nscdino: {device: cuda}\n", "p.yaml");
+  ASSERT_TRUE(old_gpu.ok());
+  EXPECT_EQ(old_gpu->precision(/*bf16_supported=*/false), model::Precision::kFp16);
+  EXPECT_TRUE(old_gpu->dino_options(/*bf16_supported=*/false).loss_scaling);
+  auto c = ParseRunConfig("meta: {dataset_dir: /d}\nscdino: {device: cuda, precision: fp16}\n", "p.yaml");
   ASSERT_TRUE(c.ok());
   EXPECT_TRUE(c->dino_options().loss_scaling);
 }
 
-TEST(TrainConfig, ChannelsByNameAndAboveNine) {
-  auto c = ParseTrainConfig(R"(
+TEST(RunConfig, ChannelsByNameAndAboveNine) {
+  auto c = ParseRunConfig(R"(
 meta:
   channel_dict: {2: DAPI, 1: BF, 11: CD45}
   selected_channel_combination_per_run: [[DAPI, BF], [11, 0]]
@@ -151,6 +164,55 @@ scdino: {data_source: synthetic, channel_combination: 1, synthetic: {channels: 1
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->meta.selected_channel_combination_per_run[0], (std::vector<int64_t>{2, 1}));
   EXPECT_EQ(c->channels(), (std::vector<int64_t>{11, 0}));
+}
+
+// Keys scDINO's file has that scdino reads and does not use: each says so
+// once, with why.
+TEST(RunConfig, IgnoredKeysAreNamedWithWhy) {
+  auto c = ParseRunConfig(kScdinoStyle, "pipeline.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::string all;
+  for (const auto& w : c->warnings) all += w + "\n";
+  for (const char* k : {"meta.images_are_RGB is ignored", "train_scDINO.num_gpus is ignored",
+                        "train_scDINO.dist_url is ignored", "compute_cls_features.num_gpus is ignored",
+                        "umap_eval.topometry_plots is ignored"}) {
+    EXPECT_NE(all.find(k), std::string::npos) << k << " in:\n" << all;
+  }
+  EXPECT_NE(all.find("Slurm tasks"), std::string::npos) << all;
+  EXPECT_EQ(c->warnings.size(), 5u) << all;
+  auto quiet = ParseRunConfig("meta: {dataset_dir: /d}\n", "min.yaml");
+  ASSERT_TRUE(quiet.ok());
+  EXPECT_TRUE(quiet->warnings.empty());
+}
+
+// docs/config.md's key reference is the schema's: regenerate it with
+// `build/services/tools/scdino-config doc` when a key changes.
+TEST(RunConfig, DocumentationMatchesTheSchema) {
+  auto doc = ReadFile(std::string(SCDINO_SOURCE_DIR) + "/docs/config.md");
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  const std::string begin = "<!-- generated by scdino-config doc: begin -->\n";
+  const std::string end = "<!-- generated by scdino-config doc: end -->";
+  const auto b = doc->find(begin), e = doc->find(end);
+  ASSERT_NE(b, std::string::npos) << "docs/config.md lacks the marker " << begin;
+  ASSERT_NE(e, std::string::npos);
+  const std::string documented = doc->substr(b + begin.size(), e - b - begin.size());
+  const std::string schema = ConfigReference();
+  if (documented != schema) {
+    std::istringstream d(documented), g(schema);
+    std::string dl, gl;
+    int line = 0;
+    while (std::getline(d, dl) && std::getline(g, gl)) {
+      ++line;
+      if (dl != gl) break;
+    }
+    FAIL() << "docs/config.md differs from the schema at generated line " << line << ":\n  doc:    " << dl
+           << "\n  schema: " << gl << "\nregenerate with: build/services/tools/scdino-config doc";
+  }
+  // Every key is documented with a type and a meaning.
+  for (const auto& k : ConfigKeys()) {
+    EXPECT_FALSE(k.type.empty()) << k.path;
+    EXPECT_TRUE(!k.meaning.empty() || !k.ignored.empty()) << k.path;
+  }
 }
 
 struct BadCase {
@@ -163,7 +225,7 @@ void PrintTo(const BadCase& c, std::ostream* os) { *os << c.yaml; }
 class BadConfig : public ::testing::TestWithParam<BadCase> {};
 
 TEST_P(BadConfig, StopsWithAnErrorNamingKeyValueAndExpectation) {
-  auto c = ParseTrainConfig(GetParam().yaml, "bad.yaml");
+  auto c = ParseRunConfig(GetParam().yaml, "bad.yaml");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
   const std::string& m = c.status().message();
@@ -182,8 +244,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"train_scDINO:\n  epochs: 0\n", {"train_scDINO.epochs", "got '0'"}},
         BadCase{"train_scDINO:\n  hyperparameters: {lr: -1}\n", {"hyperparameters.lr", "a number > 0", "got '-1'"}},
         BadCase{"train_scDINO:\n  hyperparameters: {momentum_teacher: 1.5}\n",
-                {"momentum_teacher", ">= 0 and <= 1", "'1.5'"}},
-        BadCase{"train_scDINO:\n  hyperparameters: {drop_path_rate: 1}\n", {"drop_path_rate", "< 1"}},
+                {"momentum_teacher", "number in [0, 1]", "'1.5'"}},
+        BadCase{"train_scDINO:\n  hyperparameters: {drop_path_rate: 1}\n", {"drop_path_rate", "number in [0, 1)"}},
         BadCase{"train_scDINO:\n  hyperparameters: {norm_last_layer: maybe}\n",
                 {"norm_last_layer", "true or false", "'maybe'"}},
         BadCase{"train_scDINO:\n  hyperparameters: {arch: resnet50}\n",
@@ -221,4 +283,4 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"", {"empty"}}));
 
 }  // namespace
-}  // namespace scdino::training
+}  // namespace scdino::run

@@ -10,12 +10,15 @@
 
 #include "common/status.h"
 
-namespace scdino::training {
+namespace scdino::run {
 
 struct LaunchInfo {
   int64_t rank = 0;
   int64_t world_size = 1;
   int64_t local_rank = 0;
+  /// Ranks on this node (torchrun's LOCAL_WORLD_SIZE, Slurm's tasks per
+  /// node): a node must have a GPU for each of them.
+  int64_t local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int64_t master_port = 29500;
   std::string source = "single";  ///< slurm | torchrun | single
@@ -25,16 +28,21 @@ struct LaunchInfo {
 /// torchrun-style RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
 /// when RANK and WORLD_SIZE are set; else Slurm's SLURM_PROCID,
 /// SLURM_NTASKS, SLURM_LOCALID, the first host of SLURM_STEP_NODELIST (or
-/// SLURM_JOB_NODELIST) and a port derived from SLURM_JOB_ID (MASTER_ADDR and
-/// MASTER_PORT override); else one process. Errors name the variable.
+/// SLURM_JOB_NODELIST) and a port derived from SLURM_JOB_ID and
+/// SLURM_STEP_ID (MASTER_ADDR and MASTER_PORT override); else one process.
+/// Errors name the variable.
 StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>& getenv);
 
-/// The port of a Slurm job's rendezvous: 20000 + job id mod 20000, so jobs
-/// sharing a node rarely collide and every task of a job agrees.
-int64_t PortForJob(int64_t job_id);
+/// The port of a Slurm job step's rendezvous, in [20000, 40000): every task
+/// of a step agrees on it, and steps running side by side (a trainer and an
+/// evaluator following it in one job) or jobs sharing a node rarely collide.
+int64_t PortForJob(int64_t job_id, int64_t step_id = 0);
+
+/// Expands Slurm's tasks-per-node notation ("2(x3),1" -> 2, 2, 2, 1).
+StatusOr<std::vector<int64_t>> ExpandTasksPerNode(const std::string& list);
 
 /// Expands a Slurm host list ("gpu-st-[1-4,7],login1", "n[01-03]-ib") into
 /// host names, keeping zero padding. InvalidArgument names the list.
 StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& list);
 
-}  // namespace scdino::training
+}  // namespace scdino::run

@@ -1,8 +1,10 @@
-// Training configuration: the keys of scDINO's scDINO_full_pipeline.yaml
-// (sections meta, train_scDINO with hyperparameters, downstream_analyses)
-// with their meanings and defaults, plus our own section `scdino`. Filled
-// from YAML at the edge and validated in one place (LoadTrainConfig); every
-// error names the file, the key path, the value and what was expected.
+// The configuration of a run, shared by every service of it: the keys of
+// scDINO's scDINO_full_pipeline.yaml (sections meta, train_scDINO with
+// hyperparameters, downstream_analyses) plus our own section `scdino`. Plain
+// structs with scDINO's defaults, filled from YAML at the edge and validated
+// in one place (LoadRunConfig) against the schema of run/config_schema.h,
+// which also writes docs/config.md; every error names the file, the line,
+// the key path, the value and what was expected.
 #pragma once
 
 #include <array>
@@ -18,7 +20,7 @@
 #include "model/dino.h"
 #include "model/schedules.h"
 
-namespace scdino::training {
+namespace scdino::run {
 
 /// Section `meta`.
 struct MetaConfig {
@@ -198,7 +200,16 @@ struct RuntimeConfig {
   int64_t distributed_timeout_s = 300;
   int64_t bucket_mb = 25;
   bool cache_images = false;          ///< keep decoded images in memory
+  /// Upper bound of that cache; images beyond it are read again each epoch.
+  int64_t cache_max_mb = 8192;
   int64_t prefetch_batches = 4;
+  /// Also checkpoint (the resume point, checkpoint.safetensors) every this
+  /// many minutes, so a crash loses minutes rather than an epoch; 0: only at
+  /// epoch ends.
+  double checkpoint_every_minutes = 0.0;
+  /// Numbered checkpoints (checkpointNNNN.safetensors) kept; older ones are
+  /// removed. 0: keep all.
+  int64_t keep_checkpoints = 0;
   /// Channel statistics JSON; read when it exists, else computed over
   /// fraction_for_mean_std_calc of the images and written there. Empty:
   /// <run_dir>/channel_stats.json.
@@ -214,13 +225,16 @@ struct RuntimeConfig {
   EvaluationConfig evaluation;
 };
 
-struct TrainConfig {
+struct RunConfig {
   MetaConfig meta;
   TrainSection train;
   DownstreamConfig downstream;
   RuntimeConfig scdino;
   std::string source_path;  ///< the YAML file it came from
   std::string source_text;  ///< its text, kept in every checkpoint
+  /// Keys that were read and are ignored, each with why (shown once at
+  /// start by the services).
+  std::vector<std::string> warnings;
 
   std::string run_dir() const;
   std::string stats_path() const;
@@ -232,9 +246,11 @@ struct TrainConfig {
   std::string eval_dir(const std::string& name) const;
   /// The channels this run trains on, in order.
   const std::vector<int64_t>& channels() const;
-  model::DinoOptions dino_options() const;
+  /// The model; `bf16_supported`: whether the training GPU has bf16
+  /// arithmetic (compute capability >= 8.0), which decides precision auto.
+  model::DinoOptions dino_options(bool bf16_supported = true) const;
   /// The precision this run trains in (scdino.precision resolved for the device).
-  model::Precision precision() const;
+  model::Precision precision(bool bf16_supported = true) const;
   model::ScheduleOptions schedule_options(int64_t niter_per_epoch, int64_t world_size) const;
   /// Crop sizes, scales, augmentation and seed (normalisation is filled from
   /// the channel statistics).
@@ -244,7 +260,7 @@ struct TrainConfig {
 };
 
 /// Parses and validates YAML text; `origin` (the path) starts every error.
-StatusOr<TrainConfig> ParseTrainConfig(const std::string& yaml_text, const std::string& origin);
-StatusOr<TrainConfig> LoadTrainConfig(const std::string& path);
+StatusOr<RunConfig> ParseRunConfig(const std::string& yaml_text, const std::string& origin);
+StatusOr<RunConfig> LoadRunConfig(const std::string& path);
 
-}  // namespace scdino::training
+}  // namespace scdino::run

@@ -1,9 +1,10 @@
-#include "training/launch.h"
+#include "run/launch.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <tuple>
 
-namespace scdino::training {
+namespace scdino::run {
 namespace {
 
 StatusOr<int64_t> Int(const char* name, const char* value, int64_t min) {
@@ -37,7 +38,11 @@ std::vector<std::string> SplitTop(const std::string& s) {
 
 }  // namespace
 
-int64_t PortForJob(int64_t job_id) { return 20000 + job_id % 20000; }
+int64_t PortForJob(int64_t job_id, int64_t step_id) {
+  // A step of the same job moves by 7919 (prime to 20000), so the first
+  // steps of a job never share a port.
+  return 20000 + (job_id + 7919 * step_id) % 20000;
+}
 
 StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& list) {
   auto bad = [&](const std::string& why) {
@@ -90,6 +95,28 @@ StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& list) {
   return hosts;
 }
 
+StatusOr<std::vector<int64_t>> ExpandTasksPerNode(const std::string& list) {
+  std::vector<int64_t> out;
+  auto bad = [&] {
+    return Status::InvalidArgument("tasks per node '" + list + "': expected counts like 4(x2),1");
+  };
+  for (const std::string& item : SplitTop(list)) {
+    const auto open = item.find("(x");
+    const std::string count = item.substr(0, open);
+    int64_t repeat = 1;
+    if (count.empty() || count.find_first_not_of("0123456789") != std::string::npos || count.size() > 9) return bad();
+    if (open != std::string::npos) {
+      const std::string r = item.substr(open + 2, item.size() - open - 3);
+      if (item.back() != ')' || r.empty() || r.find_first_not_of("0123456789") != std::string::npos || r.size() > 6) {
+        return bad();
+      }
+      repeat = std::stoll(r);
+    }
+    for (int64_t i = 0; i < repeat; ++i) out.push_back(std::stoll(count));
+  }
+  return out;
+}
+
 StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>& getenv) {
   LaunchInfo info;
   auto get_int = [&](const char* name, int64_t min, int64_t* out) -> Status {
@@ -105,20 +132,36 @@ StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>
     for (auto [name, min, out] : {std::tuple<const char*, int64_t, int64_t*>{"RANK", 0, &info.rank},
                                   {"WORLD_SIZE", 1, &info.world_size},
                                   {"LOCAL_RANK", 0, &info.local_rank},
+                                  {"LOCAL_WORLD_SIZE", 1, &info.local_world_size},
                                   {"MASTER_PORT", 1, &info.master_port}}) {
       if (auto s = get_int(name, min, out); !s.ok()) return s;
     }
+    if (getenv("LOCAL_WORLD_SIZE") == nullptr) info.local_world_size = info.local_rank + 1;
     if (const char* a = getenv("MASTER_ADDR")) info.master_addr = a;
   } else if (getenv("SLURM_PROCID") != nullptr && getenv("SLURM_NTASKS") != nullptr) {
     info.source = "slurm";
-    int64_t job = 0;
+    int64_t job = 0, step = 0;
     for (auto [name, min, out] : {std::tuple<const char*, int64_t, int64_t*>{"SLURM_PROCID", 0, &info.rank},
                                   {"SLURM_NTASKS", 1, &info.world_size},
                                   {"SLURM_LOCALID", 0, &info.local_rank},
                                   {"SLURM_JOB_ID", 0, &job}}) {
       if (auto s = get_int(name, min, out); !s.ok()) return s;
     }
-    info.master_port = PortForJob(job);
+    // The batch step's id is "batch", an interactive one "extern": step 0.
+    if (const char* st = getenv("SLURM_STEP_ID"); st != nullptr && std::isdigit(static_cast<unsigned char>(st[0]))) {
+      if (auto s = get_int("SLURM_STEP_ID", 0, &step); !s.ok()) return s;
+    }
+    info.master_port = PortForJob(job, step);
+    // Tasks on this node: SLURM_STEP_TASKS_PER_NODE ("2(x3),1") at SLURM_NODEID.
+    info.local_world_size = info.local_rank + 1;
+    if (const char* tpn = getenv("SLURM_STEP_TASKS_PER_NODE") ? getenv("SLURM_STEP_TASKS_PER_NODE")
+                                                               : getenv("SLURM_TASKS_PER_NODE")) {
+      int64_t node = 0;
+      if (auto s = get_int("SLURM_NODEID", 0, &node); !s.ok()) return s;
+      auto counts = ExpandTasksPerNode(tpn);
+      if (!counts.ok()) return counts.status();
+      if (node < static_cast<int64_t>(counts->size())) info.local_world_size = (*counts)[static_cast<size_t>(node)];
+    }
     const char* nodes = getenv("SLURM_STEP_NODELIST");
     const char* which = "SLURM_STEP_NODELIST";
     if (nodes == nullptr) {
@@ -141,4 +184,4 @@ StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>
   return info;
 }
 
-}  // namespace scdino::training
+}  // namespace scdino::run

@@ -1,10 +1,10 @@
-#include "training/launch.h"
+#include "run/launch.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
 
-namespace scdino::training {
+namespace scdino::run {
 namespace {
 
 using Env = std::map<std::string, std::string>;
@@ -55,6 +55,28 @@ TEST(Launch, FromSlurm) {
   EXPECT_EQ(l->master_addr, "gpu-st-3");
   EXPECT_EQ(l->master_port, PortForJob(123456));
   EXPECT_EQ(l->master_port, 20000 + 123456 % 20000);
+  EXPECT_EQ(l->local_world_size, 2) << "local rank 1: at least 2 ranks on this node";
+}
+
+// Two steps of one job (a trainer and an evaluator following it) meet at
+// different ports; the tasks of one node are counted for the GPU check.
+TEST(Launch, StepsOfAJobGetTheirOwnPortAndNodesTheirTaskCount) {
+  auto base = Env{{"SLURM_PROCID", "3"},      {"SLURM_NTASKS", "6"},
+                  {"SLURM_LOCALID", "0"},     {"SLURM_JOB_ID", "77"},
+                  {"SLURM_NODEID", "1"},      {"SLURM_STEP_TASKS_PER_NODE", "3(x2)"},
+                  {"SLURM_STEP_ID", "0"}};
+  auto first = From(base);
+  base["SLURM_STEP_ID"] = "1";
+  auto second = From(base);
+  ASSERT_TRUE(first.ok() && second.ok()) << first.status().ToString() << second.status().ToString();
+  EXPECT_NE(first->master_port, second->master_port);
+  EXPECT_EQ(first->local_world_size, 3);
+  base["SLURM_STEP_ID"] = "batch";
+  EXPECT_EQ(From(base)->master_port, first->master_port);
+  EXPECT_EQ(*ExpandTasksPerNode("2(x3),1"), (std::vector<int64_t>{2, 2, 2, 1}));
+  EXPECT_FALSE(ExpandTasksPerNode("2(x").ok());
+  base["SLURM_STEP_TASKS_PER_NODE"] = "x";
+  EXPECT_FALSE(From(base).ok());
 }
 
 TEST(Launch, TorchrunVariablesWin) {
@@ -79,4 +101,4 @@ TEST(Launch, BadValuesNameTheVariable) {
 }
 
 }  // namespace
-}  // namespace scdino::training
+}  // namespace scdino::run

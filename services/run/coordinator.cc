@@ -1,0 +1,123 @@
+#include "run/coordinator.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+namespace scdino::run {
+
+namespace {
+
+std::vector<uint8_t> Bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string Text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+}  // namespace
+
+std::shared_ptr<Coordinator> Coordinator::Single() { return std::shared_ptr<Coordinator>(new Coordinator()); }
+
+std::shared_ptr<Coordinator> Coordinator::OverStore(c10::intrusive_ptr<c10d::Store> store, int64_t rank,
+                                                    int64_t world_size, std::chrono::milliseconds timeout) {
+  std::shared_ptr<Coordinator> c(new Coordinator());
+  c->raw_ = store;
+  // The process group built over the same store uses its own keys.
+  c->store_ = c10::make_intrusive<c10d::PrefixStore>("scdino", store);
+  c->rank_ = rank;
+  c->world_size_ = world_size;
+  c->timeout_ = timeout;
+  return c;
+}
+
+StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& launch,
+                                                            std::chrono::milliseconds timeout) {
+  if (launch.world_size <= 1 && launch.source != "torchrun") {
+    auto c = Single();
+    c->timeout_ = timeout;
+    return c;
+  }
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(launch.master_port);
+  so.isServer = launch.rank == 0;
+  so.numWorkers = static_cast<size_t>(launch.world_size);
+  so.timeout = timeout;
+  try {
+    auto store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
+    return OverStore(store, launch.rank, launch.world_size, timeout);
+  } catch (const std::exception& e) {
+    return Status::Unavailable("rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world_size) +
+                               ": rendezvous at " + launch.master_addr + ":" + std::to_string(launch.master_port) +
+                               " failed within " + std::to_string(timeout.count() / 1000) + " s: " + e.what());
+  }
+}
+
+Status Coordinator::RankZeroFirst(const std::string& name, const std::function<Status()>& work) {
+  if (!store_) return work();
+  const std::string key = "rank0/" + name;
+  if (rank_ == 0) {
+    Status s;
+    try {
+      s = work();
+    } catch (const std::exception& e) {
+      s = Status::Internal(e.what());
+    }
+    store_->set(key, Bytes(s.ok() ? std::string("ok") : "error:" + s.ToString()));
+    return s;
+  }
+  try {
+    store_->wait({key}, timeout_);
+    const std::string outcome = Text(store_->get(key));
+    if (outcome == "ok") return Status::Ok();
+    return Status::Aborted("rank 0 failed at '" + name + "' (" + outcome.substr(6) + "); rank " +
+                           std::to_string(rank_) + " stops too");
+  } catch (const std::exception& e) {
+    return Status::Unavailable("rank " + std::to_string(rank_) + " waited " + std::to_string(timeout_.count() / 1000) +
+                               " s for rank 0 to finish '" + name + "': " + e.what());
+  }
+}
+
+void Coordinator::Publish(const RunRequests& r) {
+  if (rank_ != 0) return;
+  if (r.pause == published_.pause && r.stop == published_.stop) return;
+  published_ = r;
+  if (store_) store_->set("requests", Bytes(std::string(r.pause ? "p" : "-") + (r.stop ? "s" : "-")));
+}
+
+RunRequests Coordinator::Latest() {
+  if (rank_ == 0 || !store_) return published_;
+  RunRequests r;
+  try {
+    if (!store_->check({"requests"})) return r;
+    const std::string v = Text(store_->get("requests"));
+    r.pause = v.size() == 2 && v[0] == 'p';
+    r.stop = v.size() == 2 && v[1] == 's';
+  } catch (const std::exception&) {
+    // Rank 0's store is gone: rank 0 ended or died; a stop is the safe answer.
+    r.stop = true;
+  }
+  return r;
+}
+
+std::vector<double> Coordinator::Sum(std::vector<double> values) {
+  if (world_size_ > 1) {
+    TORCH_CHECK(sum_, "Coordinator::Sum with ", world_size_, " ranks needs the trainer's all-reduce (set_sum)");
+    sum_(values);
+  }
+  return values;
+}
+
+std::vector<double> AgreementToVector(const Agreement& a) {
+  return {a.stop_by_api ? 1.0 : 0.0, a.stop_by_signal ? 1.0 : 0.0, a.pause ? 1.0 : 0.0,
+          a.checkpoint_by_api ? 1.0 : 0.0, a.checkpoint_by_time ? 1.0 : 0.0};
+}
+
+Agreement AgreementFromSums(const std::vector<double>& v) {
+  Agreement a;
+  a.stop_by_api = v.at(0) > 0;
+  a.stop_by_signal = v.at(1) > 0;
+  a.pause = v.at(2) > 0;
+  a.checkpoint_by_api = v.at(3) > 0;
+  a.checkpoint_by_time = v.at(4) > 0;
+  return a;
+}
+
+Agreement Coordinator::Agree(const Agreement& local) { return AgreementFromSums(Sum(AgreementToVector(local))); }
+
+}  // namespace scdino::run

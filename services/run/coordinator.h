@@ -1,0 +1,94 @@
+// How the ranks of one job step meet, for every multi-rank service: a
+// key-value store served by rank 0 at the launch's rendezvous address (c10d's
+// TCPStore; one process needs none). Through it rank 0 does the work every
+// rank needs before the others use it (RankZeroFirst: classes.json, the
+// channel statistics), passes on its control requests to ranks that do not
+// step together (Publish / Latest: scdino-features), and the ranks of a
+// training step agree on what to do next (Agree, over the trainer's
+// all-reduce, so every rank stops, pauses or checkpoints at the same step).
+//
+// Thread-compatible: one thread of each rank uses its Coordinator.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/run_control.h"
+#include "common/status.h"
+#include "run/launch.h"
+
+namespace scdino::run {
+
+/// What the ranks decide together at a step boundary. Each flag is set when
+/// any rank sets it.
+struct Agreement {
+  bool stop_by_api = false;     ///< rank 0's control API asked to stop
+  bool stop_by_signal = false;  ///< a rank got SIGTERM/SIGUSR1/SIGINT
+  bool pause = false;           ///< rank 0's control API asked to pause
+  bool checkpoint_by_api = false;
+  bool checkpoint_by_time = false;  ///< rank 0's checkpoint interval elapsed
+  bool stop() const { return stop_by_api || stop_by_signal; }
+};
+
+/// The flags as numbers, for an exchange with other values (the trainer's
+/// per-step all-reduce); each is 1 when set, and a sum > 0 means "any rank".
+constexpr int kAgreementSize = 5;
+std::vector<double> AgreementToVector(const Agreement& a);
+Agreement AgreementFromSums(const std::vector<double>& sums);
+
+class Coordinator {
+ public:
+  /// A process alone: nothing to meet; RankZeroFirst just runs the work.
+  static std::shared_ptr<Coordinator> Single();
+  /// Rendezvous at launch.master_addr:master_port (rank 0 serves the store);
+  /// Unavailable names the address and the timeout when it fails. World
+  /// size 1 needs no store.
+  static StatusOr<std::shared_ptr<Coordinator>> Connect(const LaunchInfo& launch, std::chrono::milliseconds timeout);
+  /// Over an existing store (tests run ranks as threads on a HashStore).
+  static std::shared_ptr<Coordinator> OverStore(c10::intrusive_ptr<c10d::Store> store, int64_t rank,
+                                                int64_t world_size, std::chrono::milliseconds timeout);
+
+  int64_t rank() const { return rank_; }
+  int64_t world_size() const { return world_size_; }
+  bool is_rank_zero() const { return rank_ == 0; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  /// The raw store (for a process group over the same rendezvous); null
+  /// for a single process.
+  const c10::intrusive_ptr<c10d::Store>& store() const { return raw_; }
+
+  /// Rank 0 runs `work`; every other rank waits (up to the timeout) for its
+  /// outcome and returns it: OK, or an error saying rank 0 failed and why.
+  /// Each `name` is used once per run of the step.
+  Status RankZeroFirst(const std::string& name, const std::function<Status()>& work);
+
+  /// Rank 0: its control requests, for ranks that do not step together.
+  void Publish(const RunRequests& r);
+  /// The other ranks: rank 0's latest requests, without waiting (none yet:
+  /// nothing requested). On rank 0: what it published.
+  RunRequests Latest();
+
+  /// Sums a vector of doubles over ranks in place (the trainer's
+  /// all-reduce); Agree needs it when there are several ranks.
+  using SumOverRanks = std::function<void(std::vector<double>&)>;
+  void set_sum(SumOverRanks sum) { sum_ = std::move(sum); }
+  /// Every rank calls it at the same step boundary with its own view; each
+  /// flag of the result is set when any rank set it.
+  Agreement Agree(const Agreement& local);
+  /// Sums over ranks (identity for one process).
+  std::vector<double> Sum(std::vector<double> values);
+
+ private:
+  Coordinator() = default;
+  c10::intrusive_ptr<c10d::Store> raw_, store_;  // store_: our keys, under a prefix
+  int64_t rank_ = 0, world_size_ = 1;
+  std::chrono::milliseconds timeout_{std::chrono::minutes(5)};
+  SumOverRanks sum_;
+  RunRequests published_;
+};
+
+}  // namespace scdino::run

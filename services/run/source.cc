@@ -1,0 +1,163 @@
+#include "run/source.h"
+
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "common/files.h"
+#include "common/fingerprint.h"
+#include "data/in_memory_source.h"
+#include "data/loader.h"
+#include "data/synthetic.h"
+
+namespace scdino::run {
+
+StatusOr<data::Dataset> IndexDataset(const RunConfig& c) {
+  if (c.scdino.data_source == "csv") return data::IndexCsv(c.scdino.index_csv);
+  data::IndexOptions io;
+  io.folder_depth_for_labels = c.meta.folder_depth_for_labels;
+  io.on_bad_image = c.bad_image_policy();
+  return data::IndexFolder(c.meta.dataset_dir, io);
+}
+
+std::string DatasetFingerprint(const data::Dataset& d, const data::ImagePrep& prep) {
+  std::string key = "channels:";
+  for (auto ch : prep.channels) key += std::to_string(ch) + ",";
+  key += "|center_crop:" + std::to_string(prep.center_crop) + "|files:" + std::to_string(d.entries.size()) + "\n";
+  const std::filesystem::path root(d.root);
+  for (const auto& e : d.entries) key += std::filesystem::path(e.path).lexically_relative(root).string() + "\n";
+  return Fingerprint(key);
+}
+
+Status CheckChannels(const data::Dataset& d, const data::ImagePrep& prep) {
+  // The first few files: under on_bad_image: skip the first may be bad.
+  for (size_t i = 0; i < d.entries.size() && i < 16; ++i) {
+    auto img = data::LoadImage(d.entries[i].path, prep);
+    if (img.ok()) return Status::Ok();
+    // A selection the image cannot satisfy is the run's error, not the file's.
+    if (img.status().code() == StatusCode::kInvalidArgument) return img.status();
+  }
+  return Status::Ok();  // unreadable files are the loader's business (on_bad_image)
+}
+
+namespace {
+
+StatusOr<data::ChannelStats> ComputeAndWrite(const RunConfig& c, const data::Dataset& d, const data::ImagePrep& prep,
+                                             const std::string& fingerprint) {
+  data::StatsOptions so;
+  so.fraction = c.train.fraction_for_mean_std_calc;
+  so.seed = static_cast<uint64_t>(c.meta.seed);
+  so.threads = static_cast<int>(std::max<int64_t>(1, c.train.num_workers));
+  so.on_bad_image = c.bad_image_policy();
+  auto s = data::ComputeChannelStats(d, prep, so);
+  if (!s.ok()) return s.status();
+  s->dataset_fingerprint = fingerprint;
+  const std::string path = c.stats_path();
+  auto dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) {
+    if (auto st = MakeDirs(dir.string()); !st.ok()) return st;
+  }
+  if (auto st = data::WriteStats(path, *s); !st.ok()) return st;
+  return s;
+}
+
+// Why the statistics at `path` do not fit, or "" when they do.
+std::string Mismatch(const data::ChannelStats& s, const data::ImagePrep& prep, const std::string& fingerprint) {
+  if (s.channels != prep.channels) return "they are for other channels than this run's";
+  if (s.dataset_fingerprint.empty()) return "they do not say which data set they are for (an older scdino wrote them)";
+  if (s.dataset_fingerprint != fingerprint) {
+    return "they are for another data set or preprocessing (fingerprint " + s.dataset_fingerprint +
+           ", this run's is " + fingerprint + ")";
+  }
+  return "";
+}
+
+}  // namespace
+
+StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& c, const data::Dataset& d,
+                                                const data::ImagePrep& prep, Coordinator& coordinator) {
+  const std::string path = c.stats_path();
+  const std::string fingerprint = DatasetFingerprint(d, prep);
+  StatusOr<data::ChannelStats> result = Status::Internal("statistics not computed");
+  Status shared = coordinator.RankZeroFirst("channel-statistics", [&]() -> Status {
+    if (FileExists(path)) {
+      auto s = data::ReadStats(path);
+      const std::string why = s.ok() ? Mismatch(*s, prep, fingerprint) : s.status().message();
+      if (why.empty()) {
+        result = std::move(s);
+        return Status::Ok();
+      }
+      if (!c.scdino.stats_file.empty()) {
+        return Status::FailedPrecondition(path + " (scdino.stats_file): not used: " + why +
+                                          "; delete it to recompute, or point scdino.stats_file elsewhere");
+      }
+      std::cerr << "scdino: recomputing the channel statistics: " << path << ": " << why << "\n";
+    }
+    result = ComputeAndWrite(c, d, prep, fingerprint);
+    return result.status();
+  });
+  if (!shared.ok()) return shared;
+  if (coordinator.is_rank_zero()) return result;
+  auto s = data::ReadStats(path);
+  if (!s.ok()) return s.status();
+  if (auto why = Mismatch(*s, prep, fingerprint); !why.empty()) return Status::FailedPrecondition(path + ": " + why);
+  return s;
+}
+
+StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, Coordinator& coordinator,
+                                                            torch::Device device) {
+  data::MultiCropOptions crops = c.multicrop_options();
+  data::SamplerOptions sampler;
+  sampler.batch_size = c.train.batch_size_per_gpu;
+  sampler.rank = coordinator.rank();
+  sampler.world_size = coordinator.world_size();
+  sampler.seed = static_cast<uint64_t>(c.meta.seed);
+  if (c.scdino.data_source == "synthetic") {
+    auto set = data::MakeSyntheticSet(c.scdino.synthetic);
+    auto images = set.images.index_select(1, torch::tensor(c.channels(), torch::kInt64)).contiguous();
+    // Per-channel statistics of the in-memory images for normalisation.
+    auto mean = images.mean({0, 2, 3}, false, torch::kFloat64);
+    auto std = images.to(torch::kFloat64).std({0, 2, 3}).clamp_min(1e-6);
+    for (int64_t i = 0; i < mean.size(0); ++i) {
+      crops.mean.push_back(mean[i].item<double>());
+      crops.std.push_back(std[i].item<double>());
+    }
+    std::unique_ptr<data::MultiCropSource> src =
+        std::make_unique<data::InMemorySource>(images, set.labels, sampler, crops, device, set.class_names);
+    return src;
+  }
+  auto dataset = IndexDataset(c);
+  if (!dataset.ok()) return dataset.status();
+  if (coordinator.is_rank_zero()) {
+    for (const auto& why : dataset->skipped) std::cerr << "scdino: skipping " << why << "\n";
+  }
+  const data::ImagePrep prep = c.image_prep();
+  if (auto s = CheckChannels(*dataset, prep); !s.ok()) return s;
+  auto stats = LoadOrComputeStats(c, *dataset, prep, coordinator);
+  if (!stats.ok()) return stats.status();
+  crops.mean = stats->mean;
+  crops.std = stats->std;
+  Status classes = coordinator.RankZeroFirst("classes", [&] {
+    if (auto s = MakeDirs(c.run_dir()); !s.ok()) return s;
+    return WriteFileAtomic(c.run_dir() + "/classes.json", nlohmann::json(dataset->classes).dump() + "\n");
+  });
+  if (!classes.ok()) return classes;
+  data::LoaderOptions lo;
+  lo.prep = prep;
+  lo.sampler = sampler;
+  lo.crops = crops;
+  lo.threads = static_cast<int>(std::max<int64_t>(1, c.train.num_workers));
+  lo.prefetch = static_cast<int>(c.scdino.prefetch_batches);
+  lo.cache = c.scdino.cache_images;
+  lo.cache_max_bytes = c.scdino.cache_max_mb << 20;
+  lo.on_bad_image = c.bad_image_policy();
+  try {
+    std::unique_ptr<data::MultiCropSource> src =
+        std::make_unique<data::FileLoader>(std::move(dataset).value(), lo, device);
+    return src;
+  } catch (const StatusError& e) {
+    return e.status();
+  }
+}
+
+}  // namespace scdino::run

@@ -1,0 +1,46 @@
+// What a run reads: the indexed data set of its config, the channel
+// statistics of that data set (read when they are for it, else computed by
+// rank 0 while the other ranks wait), classes.json, and the multi-crop
+// source the trainer steps on.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "data/dataset.h"
+#include "data/source.h"
+#include "data/stats.h"
+#include "run/config.h"
+#include "run/coordinator.h"
+
+namespace scdino::run {
+
+/// The indexed data set of a folder or csv data source (bad files listed in
+/// Dataset::skipped under on_bad_image: skip).
+StatusOr<data::Dataset> IndexDataset(const RunConfig& config);
+
+/// What statistics are for: the data set's files (relative to its root), the
+/// channel selection and the preprocessing before them.
+std::string DatasetFingerprint(const data::Dataset& d, const data::ImagePrep& prep);
+
+/// Checks the channel selection against the data set's first readable image
+/// before any work starts; InvalidArgument names the image, its channel count
+/// and the selection.
+Status CheckChannels(const data::Dataset& d, const data::ImagePrep& prep);
+
+/// Channel statistics from config.stats_path() when they are for this data
+/// set and channels; else computed and written there. A stale file in the run
+/// directory is recomputed (and the log says why); one the user named
+/// (scdino.stats_file) is refused instead, naming what differs. With several
+/// ranks, rank 0 computes and the others wait and read.
+StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& config, const data::Dataset& dataset,
+                                                const data::ImagePrep& prep, Coordinator& coordinator);
+
+/// The multi-crop source of the trainer on `device`, sharded for the
+/// coordinator's rank: in memory for synthetic data, else the threaded file
+/// loader (after the statistics, and classes.json written by rank 0).
+StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& config, Coordinator& coordinator,
+                                                            torch::Device device);
+
+}  // namespace scdino::run

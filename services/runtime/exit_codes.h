@@ -1,0 +1,32 @@
+// Process exit codes shared by the services (docs/trainer.md lists them), and
+// the one mapping from an error's Status to its exit code.
+#pragma once
+
+#include "common/status.h"
+
+namespace scdino::runtime {
+
+inline constexpr int kExitCompleted = 0;
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitStopped = 3;       ///< --stop-after-iterations
+inline constexpr int kExitStoppedByApi = 4;  ///< scdinoctl stop: progress saved; do not requeue
+inline constexpr int kExitPreempted = 75;    ///< a signal: progress saved; requeue
+
+/// kExitBadInput for what the user can fix in the input (a bad config,
+/// data set, image, checkpoint or channel selection: InvalidArgument,
+/// NotFound, DataLoss, FailedPrecondition, AlreadyExists), else kExitFailed
+/// (disk, network, a dead peer, a non-finite loss, an internal error).
+inline int ExitCodeFor(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kOk: return kExitCompleted;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kDataLoss:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kAlreadyExists: return kExitBadInput;
+    default: return kExitFailed;
+  }
+}
+
+}  // namespace scdino::runtime

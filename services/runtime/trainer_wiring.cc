@@ -1,0 +1,23 @@
+#include "runtime/trainer_wiring.h"
+
+#ifdef SCDINO_WITH_SERVICES
+#include "metrics/trainer_metrics.h"
+#endif
+
+namespace scdino::runtime {
+
+void AttachTrainer(ServicePlane& plane, training::TrainerOptions* options, torch::Device device) {
+  options->control = &plane.control();
+#ifdef SCDINO_WITH_SERVICES
+  if (auto* registry = plane.registry()) {
+    // Lives as long as the process: the registry holds its families.
+    auto* m = new metrics::TrainerMetrics(*registry, device);
+    options->on_step = [m](const training::StepReport& r) { m->OnStep(r); };
+    options->on_checkpoint = [m](const training::CheckpointReport& r) { m->OnCheckpoint(r); };
+  }
+#else
+  (void)device;
+#endif
+}
+
+}  // namespace scdino::runtime

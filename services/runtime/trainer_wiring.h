@@ -1,0 +1,17 @@
+// The trainer's side of its service plane: the trainer's metrics fed from
+// its step and checkpoint reports, and its control channel. Only
+// scdino-trainer includes this (and with it the training loop).
+#pragma once
+
+#include <torch/torch.h>
+
+#include "runtime/service_plane.h"
+#include "training/trainer.h"
+
+namespace scdino::runtime {
+
+/// Lets the control API steer the trainer and the metrics follow it. The
+/// plane must outlive the trainer.
+void AttachTrainer(ServicePlane& plane, training::TrainerOptions* options, torch::Device device);
+
+}  // namespace scdino::runtime

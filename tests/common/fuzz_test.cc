@@ -1,0 +1,125 @@
+// Hostile and damaged .npy and safetensors files (as tests/data/image_io_test
+// does for TIFFs): truncations, flipped bytes and headers whose numbers are
+// out of every range. Nothing may throw or abort; every refusal names the
+// file and says what is wrong.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+#include <regex>
+
+#include "common/files.h"
+#include "common/npy.h"
+#include "common/safetensors.h"
+#include "support/test_support.h"
+
+namespace scdino {
+namespace {
+
+const char* kHostileNumbers[] = {"-1",  "0", "18446744073709551615", "9223372036854775807", "4611686018427387904",
+                                 "1e30", "99999999999999999999999", "3.5", "\"7\"", "null", "[]", "{}", "-9223372036854775808"};
+
+// Mutations of `bytes`: truncation, byte flips in the first `header_bytes`,
+// and every number of the header replaced by a hostile one.
+std::vector<std::string> Mutations(const std::string& bytes, size_t header_bytes, uint32_t seed) {
+  std::vector<std::string> out;
+  std::mt19937 rng(seed);
+  for (int t = 0; t < 60; ++t) {
+    std::string b = bytes;
+    if (t % 2 == 0) {
+      b.resize(std::uniform_int_distribution<size_t>(0, b.size() - 1)(rng));
+    } else {
+      for (int k = 0; k < 1 + t / 8; ++k) {
+        const size_t where = std::uniform_int_distribution<size_t>(0, std::min(header_bytes, b.size()) - 1)(rng);
+        b[where] = static_cast<char>(std::uniform_int_distribution<int>(0, 255)(rng));
+      }
+    }
+    out.push_back(b);
+  }
+  return out;
+}
+
+// The header text with its k-th integer replaced by `with`; empty when it
+// has fewer integers.
+std::string ReplaceNumber(const std::string& header, int k, const std::string& with) {
+  const std::regex number("[0-9]+");
+  int i = 0;
+  for (auto it = std::sregex_iterator(header.begin(), header.end(), number); it != std::sregex_iterator(); ++it, ++i) {
+    if (i == k) {
+      const auto at = static_cast<size_t>(it->position());
+      return header.substr(0, at) + with + header.substr(at + static_cast<size_t>(it->length()));
+    }
+  }
+  return "";
+}
+
+std::string SafetensorsWithHeader(const std::string& header, const std::string& data) {
+  std::string out;
+  uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  return out + header + data;
+}
+
+TEST(Fuzz, DamagedAndHostileSafetensorsNeverThrow) {
+  TensorMap t{{"w", torch::randn({3, 4})}, {"u", torch::arange(6, torch::kInt64).reshape({2, 3})}};
+  const std::string bytes = SerializeSafetensors(t, {{"iteration", "12"}, {"classes", "[\"a\",\"b\"]"}});
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[i]);
+  const std::string header = bytes.substr(8, n), data = bytes.substr(8 + n);
+  std::vector<std::string> cases = Mutations(bytes, 8 + n, 7);
+  for (int k = 0;; ++k) {
+    if (ReplaceNumber(header, k, "0").empty()) break;
+    for (const char* h : kHostileNumbers) cases.push_back(SafetensorsWithHeader(ReplaceNumber(header, k, h), data));
+  }
+  cases.push_back(SafetensorsWithHeader(R"({"x": {"dtype": "F32", "shape": [4294967296, 4294967296, 0, -3], "data_offsets": [0, 0]}})", ""));
+  cases.push_back(SafetensorsWithHeader(R"({"x": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 0]}})", ""));
+  cases.push_back(SafetensorsWithHeader(R"({"x": 5})", ""));
+  cases.push_back(SafetensorsWithHeader(R"([1, 2])", ""));
+  cases.push_back(SafetensorsWithHeader(R"({"__metadata__": {"a": 5}})", ""));
+  int rejected = 0;
+  for (const auto& c : cases) {
+    StatusOr<SafetensorsFile> r = Status::Internal("not run");
+    ASSERT_NO_THROW(r = ParseSafetensors(c, "fuzz.safetensors"));
+    if (!r.ok()) {
+      ++rejected;
+      EXPECT_NE(r.status().message().find("fuzz.safetensors"), std::string::npos) << r.status().message();
+    }
+  }
+  EXPECT_GT(rejected, static_cast<int>(cases.size()) / 2);
+}
+
+TEST(Fuzz, DamagedAndHostileNpyNeverThrow) {
+  testing::ScratchDir dir;
+  const std::string path = dir.file("f.npy");
+  ASSERT_TRUE(WriteNpy(path, torch::randn({5, 3})).ok());
+  const std::string bytes = *ReadFile(path);
+  std::vector<std::string> cases = Mutations(bytes, 128, 11);
+  const std::string header_start = bytes.substr(0, 10);
+  for (const std::string shape :
+       {"(99999999999999999999,)", "(-1,)", "(4611686018427387904, 4)", "(1 2,)", "()", "(0, 99999999999999999)",
+        "(4294967296, 4294967296, 4294967296)", "(5, 3, 0)", "(15,)", "(,,)", "(5, x)"}) {
+    std::string b = bytes;
+    const auto at = b.find("(5,3)");
+    ASSERT_NE(at, std::string::npos) << b.substr(0, 64);
+    b.replace(at, 5, shape);
+    cases.push_back(b);
+  }
+  int rejected = 0, read = 0;
+  for (const auto& c : cases) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << c;
+    StatusOr<torch::Tensor> r = Status::Internal("not run");
+    ASSERT_NO_THROW(r = ReadNpy(path));
+    if (r.ok()) {
+      ++read;
+      EXPECT_EQ(r->numel(), 15);
+    } else {
+      ++rejected;
+      EXPECT_NE(r.status().message().find("f.npy"), std::string::npos) << r.status().message();
+    }
+  }
+  EXPECT_GT(rejected, static_cast<int>(cases.size()) / 2);
+  EXPECT_GE(read, 1) << "(15,) describes the same 15 floats";
+}
+
+}  // namespace
+}  // namespace scdino
