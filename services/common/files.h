@@ -21,6 +21,21 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, int mode 
 /// Reads a whole file; NotFound or IOError name the path.
 StatusOr<std::string> ReadFile(const std::string& path);
 
+/// What ReadOwnFile requires of a file besides being the caller's.
+enum class Exposure {
+  kNotWritableByOthers,  ///< others may read it, not write it (an endpoint file)
+  kPrivate,              ///< no permission at all for group or others (a secret)
+};
+
+/// Reads a file the way a reader that trusts its content must: opened with
+/// O_NOFOLLOW | O_NONBLOCK and checked with fstat on the open descriptor (no
+/// race between check and read): a regular file (not a symlink, FIFO or
+/// device), owned by the calling user, exposed no more than `exposure`, of at
+/// most `max_bytes`. NotFound, or FailedPrecondition naming the path, `what`
+/// ("the control token") and the check that failed.
+StatusOr<std::string> ReadOwnFile(const std::string& path, const std::string& what, Exposure exposure,
+                                  size_t max_bytes);
+
 /// Creates a directory and its parents (like mkdir -p).
 Status MakeDirs(const std::string& path);
 

@@ -1,11 +1,5 @@
 #include "control/endpoint.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "common/env.h"
@@ -39,51 +33,9 @@ Status WriteEndpoint(const std::string& run_dir, Endpoint e, const std::string& 
   return WriteFileAtomic(EndpointPath(run_dir, e.service), j.dump(2) + "\n");
 }
 
-namespace {
-
-// The endpoint file's text, read through a descriptor that was checked.
-StatusOr<std::string> ReadOwnFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    const int e = errno;
-    if (e == ENOENT) return Status::NotFound(path + ": no endpoint file");
-    if (e == ELOOP) return Status::FailedPrecondition(path + ": the endpoint file is a symbolic link; refusing it");
-    return Status::IOError(path + ": cannot open: " + std::strerror(e));
-  }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    return Status::FailedPrecondition(path + ": the endpoint file is not a regular file; refusing it");
-  }
-  if (st.st_uid != ::geteuid()) {
-    return Status::FailedPrecondition(path + ": the endpoint file belongs to uid " + std::to_string(st.st_uid) +
-                                      ", not to you (uid " + std::to_string(::geteuid()) +
-                                      "); refusing to send your token where it points");
-  }
-  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-    return Status::FailedPrecondition(path + ": others can write the endpoint file; refusing it (chmod go-w it)");
-  }
-  if (st.st_size > (1 << 16)) return Status::FailedPrecondition(path + ": too large for an endpoint file");
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<size_t>(n);
-  }
-  text.resize(done);
-  return text;
-}
-
-}  // namespace
-
 StatusOr<Endpoint> ReadEndpoint(const std::string& run_dir, const std::string& service) {
   const std::string path = EndpointPath(run_dir, service);
-  auto text = ReadOwnFile(path);
+  auto text = ReadOwnFile(path, "the endpoint file", Exposure::kNotWritableByOthers, 1 << 16);
   if (!text.ok()) {
     if (text.status().code() == StatusCode::kNotFound) {
       return Status::NotFound(path + ": no endpoint file; is the " + service + " of this run running?");

@@ -1,18 +1,13 @@
 #include "control/token.h"
 
-#include <fcntl.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <random>
 
 #include "common/env.h"
+#include "common/files.h"
 
 namespace scdino::control {
 
@@ -33,49 +28,12 @@ std::string Hex(const unsigned char* p, size_t n) {
   return out;
 }
 
-std::string Mode(mode_t m) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "%o", static_cast<unsigned>(m & 0777));
-  return buf;
-}
-
 }  // namespace
 
 StatusOr<std::string> ReadToken(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    const int e = errno;
-    if (e == ENOENT) return Status::NotFound(path + ": no control token file");
-    if (e == ELOOP) return Status::FailedPrecondition(path + ": the control token is a symbolic link; refusing to read it");
-    return Status::IOError(path + ": cannot open the control token: " + std::strerror(e));
-  }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return Status::IOError(path + ": cannot fstat the control token: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return Status::FailedPrecondition(path + ": the control token is not a regular file");
-  if (st.st_uid != ::geteuid()) {
-    return Status::FailedPrecondition(path + ": the control token belongs to uid " + std::to_string(st.st_uid) +
-                                      ", not to you (uid " + std::to_string(::geteuid()) +
-                                      "); only the run's own token is ever sent");
-  }
-  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-    return Status::FailedPrecondition(path + ": the control token is open to others (mode " + Mode(st.st_mode) +
-                                      "); expected 600: chmod 600 it");
-  }
-  if (st.st_size > 4096) return Status::FailedPrecondition(path + ": too large for a control token");
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<size_t>(n);
-  }
-  text.resize(done);
-  std::string token = Trim(text);
+  auto text = ReadOwnFile(path, "the control token", Exposure::kPrivate, 4096);
+  if (!text.ok()) return text.status();
+  std::string token = Trim(*text);
   if (token.size() < 16) return Status::InvalidArgument(path + ": the control token is shorter than 16 characters");
   return token;
 }

@@ -39,6 +39,11 @@ struct AnnData {
   std::vector<std::pair<std::string, double>> uns_numbers;       ///< uns scalars
 };
 
+/// Checks `a` before anything is written: InvalidArgument naming the field,
+/// the expected and the actual count, or the name or string that HDF5 or
+/// h5py could not hold.
+Status ValidateAnnData(const AnnData& a);
+
 /// Writes `a` to `path` atomically (a temporary file beside it, then rename),
 /// so an existing file is never left half-written. Validates sizes first
 /// (InvalidArgument naming the field, the expected and the actual count);

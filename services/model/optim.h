@@ -31,7 +31,11 @@ struct AdamWOptions {
 /// AdamW with decoupled weight decay (torch.optim.AdamW), per-parameter step
 /// counts, and state kept under parameter names so checkpoints are readable
 /// and resume is exact. Parameters whose gradient is undefined are skipped,
-/// as PyTorch does. Not thread-safe.
+/// as PyTorch does. Ours rather than torch::optim::AdamW because that one
+/// keys its state by position and counts one step for all parameters, while
+/// the reference skips the frozen last layer's count in epoch 0 (parity) and
+/// checkpoints need names; it updates the whole parameter list at once with
+/// foreach ops. Not thread-safe.
 class AdamW {
  public:
   AdamW(std::array<std::vector<NamedParam>, 2> groups, AdamWOptions options = {});

@@ -5,12 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <random>
 #include <regex>
 
 #include "common/files.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
+#include "support/damage.h"
 #include "support/test_support.h"
 
 namespace scdino {
@@ -18,26 +18,6 @@ namespace {
 
 const char* kHostileNumbers[] = {"-1",  "0", "18446744073709551615", "9223372036854775807", "4611686018427387904",
                                  "1e30", "99999999999999999999999", "3.5", "\"7\"", "null", "[]", "{}", "-9223372036854775808"};
-
-// Mutations of `bytes`: truncation, byte flips in the first `header_bytes`,
-// and every number of the header replaced by a hostile one.
-std::vector<std::string> Mutations(const std::string& bytes, size_t header_bytes, uint32_t seed) {
-  std::vector<std::string> out;
-  std::mt19937 rng(seed);
-  for (int t = 0; t < 60; ++t) {
-    std::string b = bytes;
-    if (t % 2 == 0) {
-      b.resize(std::uniform_int_distribution<size_t>(0, b.size() - 1)(rng));
-    } else {
-      for (int k = 0; k < 1 + t / 8; ++k) {
-        const size_t where = std::uniform_int_distribution<size_t>(0, std::min(header_bytes, b.size()) - 1)(rng);
-        b[where] = static_cast<char>(std::uniform_int_distribution<int>(0, 255)(rng));
-      }
-    }
-    out.push_back(b);
-  }
-  return out;
-}
 
 // The header text with its k-th integer replaced by `with`; empty when it
 // has fewer integers.
@@ -66,7 +46,7 @@ TEST(Fuzz, DamagedAndHostileSafetensorsNeverThrow) {
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[i]);
   const std::string header = bytes.substr(8, n), data = bytes.substr(8 + n);
-  std::vector<std::string> cases = Mutations(bytes, 8 + n, 7);
+  std::vector<std::string> cases = testing::Damaged(bytes, 8 + n, 7, 60);
   for (int k = 0;; ++k) {
     if (ReplaceNumber(header, k, "0").empty()) break;
     for (const char* h : kHostileNumbers) cases.push_back(SafetensorsWithHeader(ReplaceNumber(header, k, h), data));
@@ -93,7 +73,7 @@ TEST(Fuzz, DamagedAndHostileNpyNeverThrow) {
   const std::string path = dir.file("f.npy");
   ASSERT_TRUE(WriteNpy(path, torch::randn({5, 3})).ok());
   const std::string bytes = *ReadFile(path);
-  std::vector<std::string> cases = Mutations(bytes, 128, 11);
+  std::vector<std::string> cases = testing::Damaged(bytes, 128, 11, 60);
   const std::string header_start = bytes.substr(0, 10);
   for (const std::string shape :
        {"(99999999999999999999,)", "(-1,)", "(4611686018427387904, 4)", "(1 2,)", "()", "(0, 99999999999999999)",

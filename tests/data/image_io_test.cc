@@ -9,6 +9,7 @@
 
 #include "common/files.h"
 #include "common/safetensors.h"
+#include "support/damage.h"
 #include "support/test_support.h"
 
 namespace scdino::data {
@@ -81,23 +82,12 @@ TEST(ImageIo, ErrorsNameTheFile) {
 // reader: each either decodes or returns an error; none crashes.
 TEST(ImageIo, CorruptAndTruncatedTiffsNeverCrash) {
   scdino::testing::ScratchDir dir;
-  std::mt19937 rng(1234);
+  uint32_t seed = 1234;
   int decoded = 0, rejected = 0;
   for (const auto& e : std::filesystem::directory_iterator(Layouts())) {
     if (e.path().extension() != ".tif") continue;
     const std::string bytes = *ReadFile(e.path().string());
-    for (int trial = 0; trial < 40; ++trial) {
-      std::string b = bytes;
-      if (trial % 2 == 0) {
-        b.resize(std::uniform_int_distribution<size_t>(0, b.size() - 1)(rng));
-      } else {
-        for (int k = 0; k < 1 + trial / 4; ++k) {
-          // Flip bytes, mostly in the header and IFDs where damage matters.
-          size_t where = std::uniform_int_distribution<size_t>(0, std::min<size_t>(b.size() - 1, 400))(rng);
-          if (k % 3 == 2) where = std::uniform_int_distribution<size_t>(0, b.size() - 1)(rng);
-          b[where] = static_cast<char>(std::uniform_int_distribution<int>(0, 255)(rng));
-        }
-      }
+    for (const std::string& b : scdino::testing::Damaged(bytes, 400, seed++)) {
       const std::string path = dir.file("fuzz.tif");
       std::ofstream(path, std::ios::binary) << b;
       auto r = ReadImage(path);

@@ -7,13 +7,7 @@
 #
 #   bash tests/deploy/control_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
-src=$1
-build=$2
-work="$build/test-scratch/control"
-rm -rf "$work"
-mkdir -p "$work"
-py=/usr/bin/python3
-ctl="$build/services/ctl/scdinoctl"
+source "$(dirname "$0")/../support/lib.sh" control "$1" "$2"
 run="$work/ctl"
 trainer_pid=
 prom_pid=
@@ -52,9 +46,7 @@ train_scDINO:
   saveckp_freq: 5000
   batch_size_per_gpu: 4
   num_workers: 1
-  hyperparameters: {arch: vit_tiny, embed_dim: 32, depth: 2, num_heads: 2, patch_size: 8, global_crops_size: 16,
-                    local_crops_size: 8, local_crops_number: 2, out_dim: 64, head_hidden_dim: 32,
-                    head_bottleneck_dim: 16, warmup_epochs: 1, drop_path_rate: 0.0}
+  hyperparameters: $TINY_HYPERPARAMETERS
 scdino:
   threads: 1
   data_source: synthetic

@@ -9,13 +9,7 @@
 #
 #   bash tests/deploy/pipeline_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
-src=$1
-build=$2
-work="$build/test-scratch/pipeline"
-rm -rf "$work"
-mkdir -p "$work"
-py=/usr/bin/python3
-ctl="$build/services/ctl/scdinoctl"
+source "$(dirname "$0")/../support/lib.sh" pipeline "$1" "$2"
 features="$build/services/features/scdino-features"
 features_pid=
 cleanup() { [ -n "$features_pid" ] && kill -9 "$features_pid" 2>/dev/null; }

@@ -7,11 +7,7 @@
 # followed by the evaluation.
 #   tests/deploy/slurm_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
-src=$1
-build=$2
-work="$build/test-scratch/slurm"
-rm -rf "$work"
-mkdir -p "$work"
+source "$(dirname "$0")/../support/lib.sh" slurm "$1" "$2"
 if ! sinfo -h -o '%T' 2>/dev/null | grep -qE 'idle|mixed|allocated'; then
   echo "FAIL: no Slurm cluster (scripts/slurm-local.sh starts one)"
   exit 1
@@ -25,9 +21,7 @@ train_scDINO:
   saveckp_freq: 100
   batch_size_per_gpu: 4
   num_workers: 1
-  hyperparameters: {arch: vit_tiny, embed_dim: 32, depth: 2, num_heads: 2, patch_size: 8, global_crops_size: 16,
-                    local_crops_size: 8, local_crops_number: 2, out_dim: 64, head_hidden_dim: 32,
-                    head_bottleneck_dim: 16, warmup_epochs: 1, drop_path_rate: 0.0}
+  hyperparameters: $TINY_HYPERPARAMETERS
 scdino: {threads: 1, data_source: synthetic, synthetic: {classes: 2, per_class: 8, channels: 3, size: 16, seed: 1}}
 YAML
 }
@@ -111,7 +105,6 @@ echo "ok: scancel --signal=TERM --full -> requeue -> resume from the last checkp
 # scdinoctl against a trainer the batch script launched: status names the
 # Slurm job and both ranks; stop ends the job through the API (exit 4, no
 # requeue), with a checkpoint, and the endpoint file is removed.
-ctl="$build/services/ctl/scdinoctl"
 config ctl 400
 job=$(submit ctl 2)
 for _ in $(seq 1 300); do
@@ -150,9 +143,7 @@ train_scDINO:
   epochs: 1
   batch_size_per_gpu: 4
   num_workers: 1
-  hyperparameters: {arch: vit_tiny, embed_dim: 32, depth: 2, num_heads: 2, patch_size: 8, global_crops_size: 16,
-                    local_crops_size: 8, local_crops_number: 2, out_dim: 64, head_hidden_dim: 32,
-                    head_bottleneck_dim: 16, warmup_epochs: 1, drop_path_rate: 0.0}
+  hyperparameters: $TINY_HYPERPARAMETERS
 downstream_analyses:
   compute_cls_features: {resize_length: 16}
   attention_visualisation: {num_images_per_class: 1, image_size: 32}

@@ -17,60 +17,15 @@
 
 #include "eval/neighbor_graph.h"
 #include "eval/trustworthiness.h"
+#include "support/blobs.h"
 
 namespace scdino::eval {
 namespace {
 
-struct Blobs {
-  int64_t n = 0, d = 0;
-  std::vector<float> x;
-  std::vector<int> label;
-};
-
-// `clusters` Gaussian blobs of unit spread around centres ~N(0, sep^2).
-Blobs MakeBlobs(int64_t per, int clusters, int64_t d, double sep, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> g;
-  std::vector<double> centre(clusters * d);
-  for (auto& c : centre) c = sep * g(rng);
-  Blobs b;
-  b.n = per * clusters;
-  b.d = d;
-  for (int64_t i = 0; i < b.n; ++i) {
-    const int c = static_cast<int>(i % clusters);
-    b.label.push_back(c);
-    for (int64_t a = 0; a < d; ++a) b.x.push_back(static_cast<float>(centre[c * d + a] + g(rng)));
-  }
-  return b;
-}
-
-// Share of points whose 10 nearest embedded neighbours vote for their label.
-double KnnAccuracy(const std::vector<float>& y, const std::vector<int>& label, int64_t dim) {
-  const int64_t n = static_cast<int64_t>(label.size());
-  int64_t right = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    std::vector<std::pair<double, int64_t>> d;
-    for (int64_t j = 0; j < n; ++j) {
-      if (j == i) continue;
-      double s = 0;
-      for (int64_t a = 0; a < dim; ++a) s += (y[i * dim + a] - y[j * dim + a]) * (y[i * dim + a] - y[j * dim + a]);
-      d.emplace_back(s, j);
-    }
-    std::partial_sort(d.begin(), d.begin() + 10, d.end());
-    std::vector<int> votes(*std::max_element(label.begin(), label.end()) + 1, 0);
-    for (int r = 0; r < 10; ++r) ++votes[label[d[r].second]];
-    right += std::max_element(votes.begin(), votes.end()) - votes.begin() == label[i];
-  }
-  return double(right) / n;
-}
-
-NeighborGraph Graph(const Blobs& b, int64_t k) {
-  ExactKnnOptions o;
-  o.threads = 2;
-  auto g = ExactKnn(b.x, b.n, b.d, k, o);
-  EXPECT_TRUE(g.ok()) << g.status().ToString();
-  return *g;
-}
+using scdino::testing::Blobs;
+using scdino::testing::Graph;
+using scdino::testing::KnnAccuracy;
+using scdino::testing::MakeBlobs;
 
 TEST(ExactKnn, MatchesASortOfAllDistances) {
   const Blobs b = MakeBlobs(40, 3, 9, 3.0, 1);

@@ -16,40 +16,16 @@
 #include "eval/neighbor_graph.h"
 #include "eval/spectral.h"
 #include "eval/trustworthiness.h"
+#include "support/blobs.h"
 
 namespace scdino::eval {
 namespace {
 
+using scdino::testing::Blobs;
+using scdino::testing::Graph;
+using scdino::testing::MakeBlobs;
+
 constexpr double kPi = 3.14159265358979323846;
-
-struct Blobs {
-  int64_t n = 0, d = 0;
-  std::vector<float> x;
-  std::vector<int> label;
-};
-
-// `clusters` Gaussian blobs of unit spread around centres ~N(0, sep^2).
-Blobs MakeBlobs(int64_t per, int clusters, int64_t d, double sep, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> g;
-  std::vector<double> centre(clusters * d);
-  for (auto& c : centre) c = sep * g(rng);
-  Blobs b;
-  b.n = per * clusters;
-  b.d = d;
-  for (int64_t i = 0; i < b.n; ++i) {
-    const int c = static_cast<int>(i % clusters);
-    b.label.push_back(c);
-    for (int64_t a = 0; a < d; ++a) b.x.push_back(static_cast<float>(centre[c * d + a] + g(rng)));
-  }
-  return b;
-}
-
-NeighborGraph Graph(const Blobs& b, int64_t k) {
-  auto g = ExactKnn(b.x, b.n, b.d, k, {});
-  EXPECT_TRUE(g.ok()) << g.status().ToString();
-  return *g;
-}
 
 // Smallest distance between points of different labels over the largest
 // distance between points of one label: > 1 means separated.

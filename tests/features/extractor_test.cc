@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <filesystem>
-#include <random>
 #include <thread>
 
 #include "common/files.h"
@@ -13,6 +12,7 @@
 #include "data/image_io.h"
 #include "data/split.h"
 #include "features/feature_set.h"
+#include "support/damage.h"
 #include "support/test_support.h"
 
 namespace scdino::features {
@@ -203,19 +203,7 @@ TEST(FeatureSet, DamagedMetadataNeverThrows) {
       R"({"classes": [["a"], "b"]})",        R"([1, 2, 3])",                    R"("just a string")",
       R"({"classes": ["a"]})",               R"({})",                           "",
       R"({"classes": ["class_0", "class_1"], "checkpoint": 5})", "{\"classes\": [\"\xff\xfe\"]}"};
-  std::mt19937 rng(3);
-  for (int t = 0; t < 40; ++t) {
-    std::string b = good;
-    if (t % 2 == 0) {
-      b.resize(std::uniform_int_distribution<size_t>(0, b.size() - 1)(rng));
-    } else {
-      for (int k = 0; k < 1 + t / 8; ++k) {
-        b[std::uniform_int_distribution<size_t>(0, b.size() - 1)(rng)] =
-            static_cast<char>(std::uniform_int_distribution<int>(0, 255)(rng));
-      }
-    }
-    cases.push_back(b);
-  }
+  for (auto& b : scdino::testing::Damaged(good, good.size(), 3)) cases.push_back(std::move(b));
   int rejected = 0;
   for (const auto& c : cases) {
     ASSERT_TRUE(WriteFileAtomic(path, c).ok());

@@ -9,17 +9,13 @@
 
 #include "model/dino.h"
 #include "model/precision.h"
+#include "support/tiny_model.h"
 
 namespace scdino::model {
 namespace {
 
 DinoOptions Tiny() {
-  DinoOptions o;
-  o.vit = VitOptions().in_chans(2).patch_size(8).img_size(16).embed_dim(16).depth(2).num_heads(2);
-  o.out_dim = 32;
-  o.head_hidden_dim = 24;
-  o.head_bottleneck_dim = 8;
-  o.local_crops_number = 2;
+  DinoOptions o = scdino::testing::TinyDino();
   o.epochs = 2;
   o.freeze_last_layer = 0;
   return o;

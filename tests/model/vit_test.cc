@@ -3,6 +3,7 @@
 #include "model/dino.h"
 #include "model/vit.h"
 #include "support/test_support.h"
+#include "support/tiny_model.h"
 
 namespace scdino::model {
 namespace {
@@ -85,13 +86,7 @@ TEST(VisionTransformer, StochasticDepthRisesLinearlyAndOnlyInTraining) {
 }
 
 TEST(DinoNetworks, ReferenceNamesAndFrozenWeightG) {
-  DinoOptions o;
-  o.vit = VitOptions().in_chans(2).patch_size(8).img_size(16).embed_dim(16).depth(2).num_heads(2);
-  o.out_dim = 32;
-  o.head_hidden_dim = 24;
-  o.head_bottleneck_dim = 8;
-  o.local_crops_number = 2;
-  Dino dino(o);
+  Dino dino(scdino::testing::TinyDino());
   auto names = dino.student->named_parameters().keys();
   for (const char* want : {"backbone.cls_token", "backbone.pos_embed", "backbone.patch_embed.proj.weight",
                            "backbone.blocks.1.attn.qkv.bias", "backbone.blocks.0.mlp.fc2.weight",
@@ -115,13 +110,7 @@ TEST(DinoNetworks, ReferenceNamesAndFrozenWeightG) {
 }
 
 TEST(DinoNetworks, LoadWeightsNamesMissingAndMisshapenTensors) {
-  DinoOptions o;
-  o.vit = VitOptions().in_chans(2).patch_size(8).img_size(16).embed_dim(16).depth(1).num_heads(2);
-  o.out_dim = 16;
-  o.head_hidden_dim = 16;
-  o.head_bottleneck_dim = 8;
-  o.local_crops_number = 0;
-  Dino dino(o);
+  Dino dino(scdino::testing::TinyDino());
   auto w = dino.TeacherWeights();
   w.erase("backbone.norm.weight");
   auto s = dino.LoadWeights(w, "w.safetensors");

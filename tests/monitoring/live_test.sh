@@ -13,13 +13,7 @@
 #
 #   bash tests/monitoring/live_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
-src=$1
-build=$2
-work="$build/test-scratch/monitoring-live"
-py=/usr/bin/python3
-ctl="$build/services/ctl/scdinoctl"
-rm -rf "$work"
-mkdir -p "$work"
+source "$(dirname "$0")/../support/lib.sh" monitoring-live "$1" "$2"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
@@ -111,9 +105,7 @@ train_scDINO:
   saveckp_freq: 10
   batch_size_per_gpu: 8
   num_workers: 1
-  hyperparameters: {arch: vit_tiny, embed_dim: 32, depth: 2, num_heads: 2, patch_size: 8, global_crops_size: 16,
-                    local_crops_size: 8, local_crops_number: 2, out_dim: 64, head_hidden_dim: 32,
-                    head_bottleneck_dim: 16, warmup_epochs: 1, drop_path_rate: 0.0}
+  hyperparameters: $TINY_HYPERPARAMETERS
 downstream_analyses:
   compute_cls_features: {batch_size_per_gpu: 1, num_workers: 1, resize: True, resize_length: 16}
   attention_visualisation: {num_images_per_class: 1, image_size: 16}
