@@ -37,5 +37,5 @@ echo "  log.jsonl                  one JSON line per epoch (loss, lr, wd, moment
 echo "  checkpoint.safetensors     latest checkpoint (student, teacher, center, optimiser; reference DINO names)"
 echo "  features/<checkpoint>/     CLS features (features.npy, index.csv, metadata.json, features.h5ad)"
 echo "  eval/<checkpoint>/         kNN results (knn_results.json/.csv, per_class.csv, confusion_matrix.csv)"
-echo "                             and plots (confusion_matrix.png, pca.png, tsne.png, attention/*.png)"
+echo "                             and plots (confusion_matrix.png, pca.png, tsne.png, umap.png, attention/*.png)"
 echo "  eval/knn_per_checkpoint.csv  kNN accuracy of every checkpoint and of the random-init baseline"

@@ -10,11 +10,10 @@ scdino_signal=""
 trap 'scdino_signal=TERM' TERM
 trap 'scdino_signal=USR1' USR1
 
-# scdino_step CMD...: runs `srun CMD...` and returns its exit code, waiting
-# through signals delivered to this shell.
-scdino_step() {
-  srun "$@" &
-  local pid=$! rc
+# scdino_wait PID: waits for a background step through signals delivered to
+# this shell and returns its exit code.
+scdino_wait() {
+  local pid=$1 rc
   while :; do
     wait "$pid"
     rc=$?
@@ -22,6 +21,12 @@ scdino_step() {
     kill -0 "$pid" 2>/dev/null || break
   done
   return "$rc"
+}
+
+# scdino_step CMD...: runs `srun CMD...` and returns its exit code.
+scdino_step() {
+  srun "$@" &
+  scdino_wait $!
 }
 
 # scdino_requeue_or_exit RC: exit code 75 means stopped by a signal with the

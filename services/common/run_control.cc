@@ -6,6 +6,7 @@ const char* RunStateName(RunState s) {
   switch (s) {
     case RunState::kStarting: return "STARTING";
     case RunState::kRunning: return "RUNNING";
+    case RunState::kPausing: return "PAUSING";
     case RunState::kPaused: return "PAUSED";
     case RunState::kCheckpointing: return "CHECKPOINTING";
     case RunState::kStopping: return "STOPPING";
@@ -21,6 +22,10 @@ void RunControl::Update(const std::function<void(RunStatus&)>& change) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     change(status_);
+    // A loop that reports RUNNING while a pause waits for its boundary is
+    // pausing; one still running after a Resume came first is running.
+    if (requests_.pause && status_.state == RunState::kRunning) status_.state = RunState::kPausing;
+    if (!requests_.pause && status_.state == RunState::kPausing) status_.state = RunState::kRunning;
     ++status_.revision;
     // A run that ended owes its waiting callers an answer.
     if (IsFinal(status_.state)) orphaned.swap(checkpoint_waiters_);
@@ -70,6 +75,10 @@ Status RunControl::Pause() {
     std::lock_guard<std::mutex> lock(mu_);
     if (IsFinal(status_.state)) return Refused(status_, "pause");
     requests_.pause = true;
+    if (status_.state == RunState::kRunning) {
+      status_.state = RunState::kPausing;
+      ++status_.revision;
+    }
   }
   changed_.notify_all();
   return Status::Ok();
@@ -80,6 +89,10 @@ Status RunControl::Resume() {
     std::lock_guard<std::mutex> lock(mu_);
     if (IsFinal(status_.state)) return Refused(status_, "resume");
     requests_.pause = false;
+    if (status_.state == RunState::kPausing) {
+      status_.state = RunState::kRunning;
+      ++status_.revision;
+    }
   }
   changed_.notify_all();
   return Status::Ok();

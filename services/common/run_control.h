@@ -17,7 +17,17 @@
 
 namespace scdino {
 
-enum class RunState { kStarting, kRunning, kPaused, kCheckpointing, kStopping, kCompleted, kFailed, kStopped };
+enum class RunState {
+  kStarting,
+  kRunning,
+  kPausing,  ///< a pause is requested; the loop has not reached its boundary yet
+  kPaused,
+  kCheckpointing,
+  kStopping,
+  kCompleted,
+  kFailed,
+  kStopped
+};
 const char* RunStateName(RunState s);  ///< "STARTING", ...
 inline bool IsFinal(RunState s) {
   return s == RunState::kCompleted || s == RunState::kFailed || s == RunState::kStopped;

@@ -75,4 +75,43 @@ void RemoveEndpoint(const std::string& run_dir, const std::string& service) {
   (void)Env::Default()->RemoveFile(EndpointPath(run_dir, service));
 }
 
+std::string EndedPath(const std::string& run_dir, const std::string& service) {
+  return run_dir + "/endpoints/" + service + ".ended.json";
+}
+
+Status WriteEnded(const std::string& run_dir, const ServiceEnded& e) {
+  if (auto s = MakeDirs(run_dir + "/endpoints"); !s.ok()) return s;
+  nlohmann::json j = {{"service", e.service}, {"state", e.state},   {"error", e.error},
+                      {"end_unix_ms", e.end_unix_ms}, {"host", e.host}, {"slurm_job_id", e.slurm_job_id},
+                      {"pid", e.pid}};
+  return WriteFileAtomic(EndedPath(run_dir, e.service), j.dump(2) + "\n");
+}
+
+StatusOr<ServiceEnded> ReadEnded(const std::string& run_dir, const std::string& service) {
+  const std::string path = EndedPath(run_dir, service);
+  auto text = ReadOwnFile(path, "the end record", Exposure::kNotWritableByOthers, 1 << 16);
+  if (!text.ok()) return text.status();
+  try {
+    auto j = nlohmann::json::parse(*text);
+    ServiceEnded e;
+    e.service = j.at("service").get<std::string>();
+    e.state = j.at("state").get<std::string>();
+    e.error = j.value("error", "");
+    e.end_unix_ms = j.value("end_unix_ms", int64_t{0});
+    e.host = j.value("host", "");
+    e.slurm_job_id = j.value("slurm_job_id", "");
+    e.pid = j.value("pid", int64_t{0});
+    if (e.state != "COMPLETED" && e.state != "FAILED" && e.state != "STOPPED") {
+      return Status::DataLoss(path + ": state \"" + e.state + "\" is not COMPLETED, FAILED or STOPPED");
+    }
+    return e;
+  } catch (const std::exception& ex) {
+    return Status::DataLoss(path + ": not an end record (expected JSON with service and state): " + ex.what());
+  }
+}
+
+void RemoveEnded(const std::string& run_dir, const std::string& service) {
+  (void)Env::Default()->RemoveFile(EndedPath(run_dir, service));
+}
+
 }  // namespace scdino::control

@@ -40,4 +40,24 @@ StatusOr<Endpoint> ReadEndpoint(const std::string& run_dir, const std::string& s
 Status VerifyEndpoint(const Endpoint& e, const std::string& token, const std::string& path);
 void RemoveEndpoint(const std::string& run_dir, const std::string& service);
 
+/// How a service ended, left beside the endpoint file when the service
+/// removes it (<run_dir>/endpoints/<service>.ended.json) and removed when it
+/// starts again: a follower that was not watching at the end (scdino-eval
+/// --follow started late, or between two watches) learns from it that
+/// nothing more will come.
+struct ServiceEnded {
+  std::string service;
+  std::string state;  ///< COMPLETED | FAILED | STOPPED
+  std::string error;
+  int64_t end_unix_ms = 0;
+  std::string host, slurm_job_id;
+  int64_t pid = 0;
+};
+std::string EndedPath(const std::string& run_dir, const std::string& service);
+Status WriteEnded(const std::string& run_dir, const ServiceEnded& e);
+/// NotFound when the service has not ended since it last started; read
+/// with the endpoint file's checks.
+StatusOr<ServiceEnded> ReadEnded(const std::string& run_dir, const std::string& service);
+void RemoveEnded(const std::string& run_dir, const std::string& service);
+
 }  // namespace scdino::control

@@ -40,6 +40,7 @@ v1::RunState ToProto(RunState s) {
   switch (s) {
     case RunState::kStarting: return v1::RUN_STATE_STARTING;
     case RunState::kRunning: return v1::RUN_STATE_RUNNING;
+    case RunState::kPausing: return v1::RUN_STATE_PAUSING;
     case RunState::kPaused: return v1::RUN_STATE_PAUSED;
     case RunState::kCheckpointing: return v1::RUN_STATE_CHECKPOINTING;
     case RunState::kStopping: return v1::RUN_STATE_STOPPING;

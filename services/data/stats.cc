@@ -38,6 +38,12 @@ StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& pr
     torch::InferenceMode guard;
     at::set_num_threads(1);
     for (int64_t k = next++; k < take; k = next++) {
+      if (o.should_stop && o.should_stop()) {
+        std::lock_guard<std::mutex> l(err_mu);
+        if (error.ok()) error = Status::Aborted("stopped while computing the channel statistics (nothing written)");
+        next = take;
+        return;
+      }
       const auto& e = d.entries[order[k]];
       auto img = LoadImage(e.path, prep);
       if (!img.ok()) {

@@ -4,6 +4,7 @@
 // several threads.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ struct StatsOptions {
   uint64_t seed = 0;
   int threads = 2;
   BadImagePolicy on_bad_image = BadImagePolicy::kFail;
+  /// Checked before each image; true ends the computation with Aborted.
+  std::function<bool()> should_stop;
 };
 
 StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& prep, const StatsOptions& o);

@@ -5,13 +5,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <iomanip>
-#include <map>
-#include <random>
 #include <sstream>
 
 #include "common/files.h"
 #include "data/dataset.h"
-#include "eval/embedding.h"
 #include "eval/knn.h"
 #include "eval/plots.h"
 #include "model/shape.h"
@@ -33,25 +30,6 @@ std::vector<float> ToVector(const torch::Tensor& t) {
   return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
 }
 
-// A class-stratified seeded subsample of at most `limit` row indices, sorted.
-std::vector<int64_t> Subsample(const std::vector<int64_t>& labels, int64_t limit, uint64_t seed) {
-  const auto n = static_cast<int64_t>(labels.size());
-  std::vector<int64_t> all(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) all[static_cast<size_t>(i)] = i;
-  if (n <= limit) return all;
-  std::map<int64_t, std::vector<int64_t>> by_class;
-  for (int64_t i = 0; i < n; ++i) by_class[labels[static_cast<size_t>(i)]].push_back(i);
-  std::mt19937_64 rng(seed);
-  std::vector<int64_t> out;
-  for (auto& [c, rows] : by_class) {
-    std::shuffle(rows.begin(), rows.end(), rng);
-    const auto take = std::max<int64_t>(1, static_cast<int64_t>(rows.size()) * limit / n);
-    out.insert(out.end(), rows.begin(), rows.begin() + std::min<int64_t>(take, static_cast<int64_t>(rows.size())));
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 json ReportJson(const KnnScore& s) {
   const auto& r = s.report;
   json per_class = json::array();
@@ -66,7 +44,7 @@ json ReportJson(const KnnScore& s) {
   return {{"k", s.k},
           {"k_used", s.k_used},
           {"top1_accuracy", s.top1},
-          {"top5_accuracy", s.top5},
+          {"top5_accuracy", s.top5_applies ? json(s.top5) : json(nullptr)},
           {"balanced_accuracy", r.balanced_accuracy},
           {"macro_precision", r.macro_precision},
           {"macro_recall", r.macro_recall},
@@ -130,7 +108,7 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
     if (!report.ok()) return report.status();
     auto top5 = TopKAccuracy(y_true, lists, 5);
     if (!top5.ok()) return top5.status();
-    KnnScore s{o.ks[i], knn.k_used[i], report->accuracy, *top5, *report};
+    KnnScore s{o.ks[i], knn.k_used[i], report->accuracy, *top5, classes > 5, *report};
     result.scores.push_back(std::move(s));
     if (result.scores.back().top1 > result.scores[result.best].top1) result.best = i;
   }
@@ -150,7 +128,7 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
   for (const auto& s : result.scores) {
     j["knn"].push_back(ReportJson(s));
     const auto& r = s.report;
-    summary << s.k << ',' << s.k_used << ',' << Fixed(s.top1) << ',' << Fixed(s.top5) << ','
+    summary << s.k << ',' << s.k_used << ',' << Fixed(s.top1) << ',' << (s.top5_applies ? Fixed(s.top5) : std::string()) << ','
             << Fixed(r.balanced_accuracy) << ',' << Fixed(r.macro_precision) << ',' << Fixed(r.macro_recall) << ','
             << Fixed(r.macro_f1) << ',' << Fixed(r.weighted_f1) << '\n';
     for (const auto& c : r.per_class) {
@@ -186,48 +164,23 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
     return s;
   }
   result.files.push_back("confusion_matrix.png");
-  const int64_t n = set.features.size(0), d = set.features.size(1);
-  // At most 20000 points keep a scatter plot legible.
-  const auto pca_rows = Subsample(all_labels, 20000, o.seed);
-  auto pca_idx = torch::tensor(pca_rows, torch::kInt64);
-  std::vector<int64_t> pca_labels;
-  for (auto r : pca_rows) pca_labels.push_back(all_labels[static_cast<size_t>(r)]);
-  auto all_x = set.features.to(torch::kCPU);
-  auto pca = Pca2(ToVector(all_x), n, d);
-  if (!pca.ok()) return pca.status();
-  std::vector<float> pca_xy;
-  for (auto r : pca_rows) {
-    pca_xy.push_back(pca->xy[static_cast<size_t>(2 * r)]);
-    pca_xy.push_back(pca->xy[static_cast<size_t>(2 * r + 1)]);
+  EmbeddingOptions eo = o.embeddings;
+  eo.seed = o.seed;
+  eo.knn_memory_bytes = o.knn_memory_bytes;
+  eo.log = o.log;
+  eo.should_stop = [&] {
+    return o.control ? o.control->HoldWhilePaused(o.stop_signal) : (o.stop_signal && o.stop_signal());
+  };
+  auto views = WriteEmbeddings(set, test_rows, eo, o.out_dir);
+  if (!views.ok()) {
+    if (views.status().code() == StatusCode::kAborted) return result;  // stopped: what is written stays
+    return views.status();
   }
-  if (auto s = PlotEmbedding(o.out_dir + "/pca.png", pca_xy, pca_labels, set.classes, "PCA of the features, " + run,
-                             "PC1 (" + Fixed(100 * pca->explained_variance_ratio[0], 1) + "% of variance)",
-                             "PC2 (" + Fixed(100 * pca->explained_variance_ratio[1], 1) + "% of variance)");
-      !s.ok()) {
-    return s;
-  }
-  result.files.push_back("pca.png");
-  if (o.tsne_points > 1) {
-    const auto rows = Subsample(all_labels, o.tsne_points, o.seed);
-    std::vector<int64_t> sub_labels;
-    for (auto r : rows) sub_labels.push_back(all_labels[static_cast<size_t>(r)]);
-    auto sub = all_x.index_select(0, torch::tensor(rows, torch::kInt64));
-    TsneOptions to;
-    to.perplexity = o.tsne_perplexity;
-    to.iterations = o.tsne_iterations;
-    to.seed = o.seed;
-    if (o.log) *o.log << "scdino-eval: t-SNE of " << rows.size() << " rows\n";
-    auto tsne = Tsne(ToVector(sub), static_cast<int64_t>(rows.size()), d, to);
-    if (!tsne.ok()) return tsne.status();
-    if (auto s = PlotEmbedding(o.out_dir + "/tsne.png", tsne->xy, sub_labels, set.classes,
-                               "t-SNE of " + std::to_string(rows.size()) + " of " + std::to_string(n) +
-                                   " cells, " + run,
-                               "t-SNE 1", "t-SNE 2");
-        !s.ok()) {
-      return s;
-    }
-    result.files.push_back("tsne.png");
-  }
+  result.embeddings = views->summary;
+  result.files.insert(result.files.end(), views->files.begin(), views->files.end());
+  // The results again, now with the embeddings' trustworthiness.
+  j["embeddings"] = result.embeddings;
+  if (auto s = WriteFileAtomic(o.out_dir + "/knn_results.json", j.dump(2) + "\n"); !s.ok()) return s;
   result.completed = true;
   return result;
 }
@@ -337,7 +290,7 @@ std::string CheckpointTableCsv(const std::vector<CheckpointRow>& rows) {
   for (const auto& r : rows) {
     for (const auto& s : r.result.scores) {
       o << r.name << ',' << r.epoch << ',' << r.iteration << ',' << s.k << ',' << Fixed(s.top1) << ','
-        << Fixed(s.top5) << ',' << Fixed(s.report.balanced_accuracy) << ',' << Fixed(s.report.macro_f1) << ','
+        << (s.top5_applies ? Fixed(s.top5) : std::string()) << ',' << Fixed(s.report.balanced_accuracy) << ',' << Fixed(s.report.macro_f1) << ','
         << Fixed(s.report.weighted_f1) << '\n';
     }
   }

@@ -1,11 +1,14 @@
 // scdino-eval's work on one features directory: weighted kNN of the test
 // rows against the train rows for every k, the classification metrics of
-// each, and the results as JSON and CSV; PNG figures of the confusion matrix
-// and of 2-D embeddings (PCA, t-SNE) of the features; attention maps of the
-// backbone for a few images per class. docs/eval.md lists every file.
+// each, and the results as JSON and CSV; the confusion matrix and the 2-D
+// embeddings (PCA, t-SNE, UMAP; eval/embedding_figures.h) of the test rows;
+// attention maps of the backbone for a few images per class. docs/eval.md
+// lists every file.
 #pragma once
 
 #include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
 
 #include <functional>
 #include <ostream>
@@ -15,6 +18,7 @@
 #include "common/run_control.h"
 #include "common/status.h"
 #include "eval/classification_metrics.h"
+#include "eval/embedding_figures.h"
 #include "features/backbone.h"
 #include "features/extractor.h"
 #include "features/feature_set.h"
@@ -28,10 +32,9 @@ struct EvalOptions {
   double temperature = 0.07;
   int64_t knn_memory_bytes = int64_t{512} << 20;
   torch::Device device = torch::kCPU;
-  /// t-SNE on a class-stratified subsample of at most this many rows; 0: no t-SNE.
-  int64_t tsne_points = 2000;
-  double tsne_perplexity = 30.0;
-  int64_t tsne_iterations = 1000;
+  /// PCA, t-SNE and UMAP of the test rows (seed, threads, stop and log are
+  /// taken from these options).
+  EmbeddingOptions embeddings;
   uint64_t seed = 0;
   /// Rank 0's control channel (pause, resume, stop between query chunks).
   RunControl* control = nullptr;
@@ -44,7 +47,10 @@ struct EvalOptions {
 /// The kNN result of one k.
 struct KnnScore {
   int64_t k = 0, k_used = 0;
+  /// top5 is meaningful only with more than 5 classes (with 5 or fewer every
+  /// query's true class is among its top 5): top5_applies says which.
   double top1 = 0, top5 = 0;
+  bool top5_applies = true;
   ClassificationReport report;
 };
 
@@ -54,6 +60,7 @@ struct EvalResult {
   std::vector<KnnScore> scores;  ///< per k, in the order of EvalOptions::ks
   size_t best = 0;               ///< index of the k with the best top-1 accuracy
   std::vector<std::string> files;  ///< written, relative to out_dir
+  nlohmann::json embeddings;       ///< EmbeddingResult::summary
 };
 
 /// kNN, metrics, results files, confusion matrix and embedding plots.

@@ -1,10 +1,50 @@
 #include "eval/knn.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace scdino::eval {
 
 namespace F = torch::nn::functional;
+
+StatusOr<NeighborGraph> NearestNeighborGraph(const torch::Tensor& x_in, int64_t k, int64_t memory_bytes,
+                                             const std::function<bool()>& should_stop) {
+  if (x_in.dim() != 2 || x_in.size(0) < 2) {
+    return Status::InvalidArgument("neighbour graph: expected [n, d] rows with n >= 2, got " + c10::str(x_in.sizes()));
+  }
+  const int64_t n = x_in.size(0);
+  if (k < 1 || k > n - 1) {
+    return Status::InvalidArgument("neighbour graph: k = " + std::to_string(k) + " outside [1, " + std::to_string(n - 1) +
+                                   "] for " + std::to_string(n) + " rows");
+  }
+  torch::NoGradGuard no_grad;
+  auto x = x_in.to(torch::kFloat32).contiguous();
+  auto sq = (x * x).sum(1);
+  const int64_t block = std::max<int64_t>(1, memory_bytes / (n * 4 * 2));  // distances and top-k scratch
+  NeighborGraph g;
+  g.n = n;
+  g.k = k;
+  g.indices.resize(static_cast<size_t>(n * k));
+  g.distances.resize(static_cast<size_t>(n * k));
+  for (int64_t first = 0; first < n; first += block) {
+    if (should_stop && should_stop()) {
+      return Status::Aborted("neighbour graph stopped after " + std::to_string(first) + " of " + std::to_string(n) +
+                             " rows");
+    }
+    const int64_t rows = std::min(block, n - first);
+    // |a - b|^2 = |a|^2 + |b|^2 - 2 a.b, clamped at 0 against rounding.
+    auto d2 = (sq.slice(0, first, first + rows).unsqueeze(1) + sq.unsqueeze(0) -
+               2 * x.slice(0, first, first + rows).mm(x.t()))
+                  .clamp_min_(0);
+    d2.narrow(1, first, rows).diagonal().fill_(std::numeric_limits<float>::infinity());
+    auto [values, indices] = d2.topk(k, 1, /*largest=*/false, /*sorted=*/true);
+    auto v = values.sqrt_().to(torch::kCPU).contiguous();
+    auto i = indices.to(torch::kCPU, torch::kInt64).contiguous();
+    std::copy(v.data_ptr<float>(), v.data_ptr<float>() + rows * k, g.distances.begin() + first * k);
+    std::copy(i.data_ptr<int64_t>(), i.data_ptr<int64_t>() + rows * k, g.indices.begin() + first * k);
+  }
+  return g;
+}
 
 KnnResult WeightedKnn(const torch::Tensor& train_in, const torch::Tensor& train_labels, const torch::Tensor& test_in,
                       int64_t classes, const KnnOptions& o) {

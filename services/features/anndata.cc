@@ -139,6 +139,16 @@ class Writer {
     for (const char* name : {"obsm", "varm", "obsp", "varp", "layers"}) {
       H5Id g;
       if (Status s = CreateDict(root, "/", name, &g); !s.ok()) return s;
+      if (std::string(name) != "obsm") continue;
+      // Embeddings (X_pca, X_umap, ...): n_obs x cols arrays scanpy plots.
+      for (const auto& m : a.obsm) {
+        const Dims dims = {static_cast<hsize_t>(a.n_obs), static_cast<hsize_t>(m.cols)};
+        if (Status s = WriteDataset(g.get(), "/obsm", m.name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, dims, m.values.data(),
+                                    "array");
+            !s.ok()) {
+          return s;
+        }
+      }
     }
     if (Status s = WriteUns(root, a); !s.ok()) return s;
 

@@ -26,6 +26,13 @@ struct ObsColumn {
   bool categorical = true;           ///< Strings only: pandas category dtype.
 };
 
+/// One obsm entry: an n_obs x cols float32 array, e.g. "X_umap" (2 columns).
+struct ObsmArray {
+  std::string name;           ///< no '/'; unique within obsm
+  int64_t cols = 0;
+  std::vector<float> values;  ///< n_obs x cols, row-major
+};
+
 /// What WriteH5ad writes: a dense float32 matrix with its obs and var
 /// annotations and a few uns scalars. All strings must be valid UTF-8
 /// without NUL characters (h5py decodes them strictly).
@@ -35,6 +42,7 @@ struct AnnData {
   std::vector<std::string> obs_names;  ///< n_obs unique names (the obs index)
   std::vector<ObsColumn> obs;          ///< obs columns, in this order
   std::vector<std::string> var_names;  ///< n_vars names, unique
+  std::vector<ObsmArray> obsm;         ///< per-observation arrays (embeddings)
   std::vector<std::pair<std::string, std::string>> uns_strings;  ///< uns scalars
   std::vector<std::pair<std::string, double>> uns_numbers;       ///< uns scalars
 };

@@ -119,6 +119,17 @@ Status ValidateAnnData(const AnnData& a) {
     return Status::InvalidArgument("var_names has " + Count(a.var_names.size()) + " entries, expected n_vars = " +
                                    std::to_string(a.n_vars));
   }
+  std::vector<std::string> obsm_names;
+  for (const auto& m : a.obsm) {
+    if (Status s = CheckKey("obsm", m.name); !s.ok()) return s;
+    if (m.cols < 1 || m.values.size() != n_obs * static_cast<uint64_t>(m.cols)) {
+      return Status::InvalidArgument("obsm['" + m.name + "'] has " + Count(m.values.size()) +
+                                     " values, expected n_obs * cols = " + std::to_string(a.n_obs) + " x " +
+                                     std::to_string(m.cols) + " (cols >= 1)");
+    }
+    obsm_names.push_back(m.name);
+  }
+  if (Status s = CheckUnique("obsm names", obsm_names); !s.ok()) return s;
   if (Status s = CheckStrings("obs_names", a.obs_names); !s.ok()) return s;
   if (Status s = CheckStrings("var_names", a.var_names); !s.ok()) return s;
   if (Status s = CheckUnique("obs_names", a.obs_names); !s.ok()) return s;

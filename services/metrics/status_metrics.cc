@@ -10,7 +10,7 @@ StatusMetrics::StatusMetrics(prometheus::Registry& registry, const std::string& 
                      .Name("scdino_" + service + "_state")
                      .Help("1 for the process's current state (label state), 0 for the others")
                      .Register(registry);
-  for (RunState s : {RunState::kStarting, RunState::kRunning, RunState::kPaused, RunState::kCheckpointing,
+  for (RunState s : {RunState::kStarting, RunState::kRunning, RunState::kPausing, RunState::kPaused, RunState::kCheckpointing,
                      RunState::kStopping, RunState::kCompleted, RunState::kFailed, RunState::kStopped}) {
     std::string name = RunStateName(s);
     for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -44,6 +44,10 @@ Status CrossCheck(const RunConfig& c) {
     return bad("scdino.split: train_folder and test_folder must differ, both are '" + c.scdino.split.train_folder +
                "'");
   }
+  if (c.downstream.umap_min_dist > c.downstream.umap_spread) {
+    return bad("downstream_analyses.umap_eval.min_dist: expected at most spread (" +
+               std::to_string(c.downstream.umap_spread) + "), got " + std::to_string(c.downstream.umap_min_dist));
+  }
   if (h.use_bn_in_head) {
     return bad("train_scDINO.hyperparameters.use_bn_in_head: expected false (batch norm in the head is not "
                "supported; scDINO's default is false), got true");

@@ -145,6 +145,8 @@ struct MetricsConfig {
   int64_t port = 0;
   /// file_sd directory Prometheus reads; empty: <meta.output_dir>/prometheus_targets.
   std::string file_sd_dir;
+  /// Seconds the endpoint stays up after the work ends (the last scrape).
+  int64_t linger_seconds = 0;
 };
 
 /// Section `scdino.split`: which images are kNN training (reference) and
@@ -167,15 +169,21 @@ struct FeaturesConfig {
   bool write_raw = false;
 };
 
-/// Section `scdino.evaluation`: scdino-eval's kNN and plots.
+/// Section `scdino.evaluation`: scdino-eval's kNN and 2-D embeddings.
 struct EvaluationConfig {
   /// Memory for one chunk of the query x train similarity matrix; queries
   /// are processed in chunks that fit.
   int64_t knn_memory_mb = 512;
-  /// Points of the t-SNE plot (a seeded, class-stratified subsample).
-  int64_t tsne_points = 2000;
+  /// Test rows the embeddings show: 0, all of them; else a seeded
+  /// class-stratified subsample of at most this many.
+  int64_t embedding_points = 0;
+  bool tsne = true;  ///< Barnes-Hut t-SNE (tsne.png, X_tsne)
   double tsne_perplexity = 30.0;
   int64_t tsne_iterations = 1000;
+  bool umap = true;  ///< UMAP with downstream_analyses.umap_eval (umap.png, X_umap)
+  /// Rows the trustworthiness of each embedding is measured on (a
+  /// stratified subsample; 0: all embedded rows): exact, O(n^2 d).
+  int64_t trustworthiness_points = 5000;
 };
 
 /// Section `scdino`: what scDINO's file does not say.

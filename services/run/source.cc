@@ -43,8 +43,9 @@ Status CheckChannels(const data::Dataset& d, const data::ImagePrep& prep) {
 namespace {
 
 StatusOr<data::ChannelStats> ComputeAndWrite(const RunConfig& c, const data::Dataset& d, const data::ImagePrep& prep,
-                                             const std::string& fingerprint) {
+                                             const std::string& fingerprint, const std::function<bool()>& should_stop) {
   data::StatsOptions so;
+  so.should_stop = should_stop;
   so.fraction = c.train.fraction_for_mean_std_calc;
   so.seed = static_cast<uint64_t>(c.meta.seed);
   so.threads = static_cast<int>(std::max<int64_t>(1, c.train.num_workers));
@@ -75,7 +76,8 @@ std::string Mismatch(const data::ChannelStats& s, const data::ImagePrep& prep, c
 }  // namespace
 
 StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& c, const data::Dataset& d,
-                                                const data::ImagePrep& prep, Coordinator& coordinator) {
+                                                const data::ImagePrep& prep, Coordinator& coordinator,
+                                                const std::function<bool()>& should_stop) {
   const std::string path = c.stats_path();
   const std::string fingerprint = DatasetFingerprint(d, prep);
   StatusOr<data::ChannelStats> result = Status::Internal("statistics not computed");
@@ -93,7 +95,7 @@ StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& c, const data::
       }
       std::cerr << "scdino: recomputing the channel statistics: " << path << ": " << why << "\n";
     }
-    result = ComputeAndWrite(c, d, prep, fingerprint);
+    result = ComputeAndWrite(c, d, prep, fingerprint, should_stop);
     return result.status();
   });
   if (!shared.ok()) return shared;
@@ -105,7 +107,8 @@ StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& c, const data::
 }
 
 StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, Coordinator& coordinator,
-                                                            torch::Device device) {
+                                                            torch::Device device,
+                                                            const std::function<bool()>& should_stop) {
   data::MultiCropOptions crops = c.multicrop_options();
   data::SamplerOptions sampler;
   sampler.batch_size = c.train.batch_size_per_gpu;
@@ -133,7 +136,7 @@ StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, 
   }
   const data::ImagePrep prep = c.image_prep();
   if (auto s = CheckChannels(*dataset, prep); !s.ok()) return s;
-  auto stats = LoadOrComputeStats(c, *dataset, prep, coordinator);
+  auto stats = LoadOrComputeStats(c, *dataset, prep, coordinator, should_stop);
   if (!stats.ok()) return stats.status();
   crops.mean = stats->mean;
   crops.std = stats->std;

@@ -4,6 +4,7 @@
 // source the trainer steps on.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -33,14 +34,17 @@ Status CheckChannels(const data::Dataset& d, const data::ImagePrep& prep);
 /// set and channels; else computed and written there. A stale file in the run
 /// directory is recomputed (and the log says why); one the user named
 /// (scdino.stats_file) is refused instead, naming what differs. With several
-/// ranks, rank 0 computes and the others wait and read.
+/// ranks, rank 0 computes and the others wait and read. `should_stop` is
+/// checked before each image: Aborted, nothing written.
 StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& config, const data::Dataset& dataset,
-                                                const data::ImagePrep& prep, Coordinator& coordinator);
+                                                const data::ImagePrep& prep, Coordinator& coordinator,
+                                                const std::function<bool()>& should_stop = {});
 
 /// The multi-crop source of the trainer on `device`, sharded for the
 /// coordinator's rank: in memory for synthetic data, else the threaded file
 /// loader (after the statistics, and classes.json written by rank 0).
 StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& config, Coordinator& coordinator,
-                                                            torch::Device device);
+                                                            torch::Device device,
+                                                            const std::function<bool()>& should_stop = {});
 
 }  // namespace scdino::run

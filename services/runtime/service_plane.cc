@@ -9,11 +9,14 @@
 #include <thread>
 
 #include "common/files.h"
+#include "runtime/exit_codes.h"
+#include "runtime/signals.h"
 
 #ifdef SCDINO_WITH_SERVICES
 #include "control/endpoint.h"
 #include "control/server.h"
 #include "control/token.h"
+#include "metrics/eval_metrics.h"
 #include "metrics/exporter.h"
 #include "metrics/progress_metrics.h"
 #include "metrics/status_metrics.h"
@@ -49,9 +52,11 @@ int64_t UnixMs() {
 }  // namespace
 
 struct ServicePlane::Parts {
-  std::string service, run_dir;
+  std::string service, run_dir, host, slurm_job_id;
+  int64_t linger_seconds = 0;
 #ifdef SCDINO_WITH_SERVICES
   std::unique_ptr<metrics::Exporter> exporter;
+  std::unique_ptr<metrics::EvalMetrics> eval;
   std::unique_ptr<metrics::ProgressMetrics> progress;
   std::unique_ptr<metrics::StatusMetrics> status;
   std::unique_ptr<control::ControlServer> server;
@@ -69,10 +74,13 @@ StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const run::RunConfig
   Parts& p = *plane->parts_;
   p.service = options.service;
   p.run_dir = std::filesystem::absolute(config.run_dir()).string();
+  p.linger_seconds = config.scdino.metrics.linger_seconds;
   const std::string tool = "scdino-" + options.service;
 #ifdef SCDINO_WITH_SERVICES
   const std::string host = HostName();
   const std::string job = Env("SLURM_JOB_ID");
+  p.host = host;
+  p.slurm_job_id = job;
   if (config.scdino.metrics.enabled) {
     metrics::ExporterOptions mo;
     mo.listen_address = config.scdino.metrics.listen;
@@ -141,6 +149,8 @@ StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const run::RunConfig
     ep.start_unix_ms = so.start_unix_ms;
     ep.tls = p.server->tls();
     ep.run_dir = p.run_dir;
+    // A new life: the end record of the last one no longer holds.
+    control::RemoveEnded(p.run_dir, options.service);
     if (auto s = control::WriteEndpoint(p.run_dir, ep, *token); !s.ok()) return s;
     std::cerr << tool << ": control API on " << ep.target() << " (endpoint "
               << control::EndpointPath(p.run_dir, options.service) << ")\n";
@@ -194,8 +204,44 @@ void ServicePlane::Finish(RunState final_state, const std::string& error) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     parts_->server->Shutdown();
     parts_->server.reset();
+    const RunStatus last = control_.Snapshot();
+    control::ServiceEnded ended;
+    ended.service = parts_->service;
+    ended.state = RunStateName(last.state);
+    ended.error = last.error;
+    ended.end_unix_ms = UnixMs();
+    ended.host = parts_->host;
+    ended.slurm_job_id = parts_->slurm_job_id;
+    ended.pid = ::getpid();
+    if (auto s = control::WriteEnded(parts_->run_dir, ended); !s.ok()) {
+      std::cerr << "scdino-" << parts_->service << ": " << s.message() << "\n";
+    }
     control::RemoveEndpoint(parts_->run_dir, parts_->service);
   }
+  if (parts_->exporter && parts_->linger_seconds > 0) {
+    std::cerr << "scdino-" << parts_->service << ": metrics stay up " << parts_->linger_seconds
+              << " s for the last scrape (scdino.metrics.linger_seconds)\n";
+    std::this_thread::sleep_for(std::chrono::seconds(parts_->linger_seconds));
+  }
+#endif
+}
+
+void ServicePlane::ReportKnn(const std::string& checkpoint, int64_t epoch, int64_t k, double top1,
+                             double balanced_accuracy) {
+#ifdef SCDINO_WITH_SERVICES
+  if (!parts_ || !parts_->exporter) return;
+  if (!parts_->eval) parts_->eval = std::make_unique<metrics::EvalMetrics>(parts_->exporter->registry());
+  parts_->eval->ReportKnn(checkpoint, epoch, k, top1, balanced_accuracy);
+#else
+  (void)checkpoint, (void)epoch, (void)k, (void)top1, (void)balanced_accuracy;
+#endif
+}
+
+void ServicePlane::CheckpointEvaluated() {
+#ifdef SCDINO_WITH_SERVICES
+  if (!parts_ || !parts_->exporter) return;
+  if (!parts_->eval) parts_->eval = std::make_unique<metrics::EvalMetrics>(parts_->exporter->registry());
+  parts_->eval->CheckpointEvaluated();
 #endif
 }
 
@@ -207,6 +253,19 @@ ServicePlane::~ServicePlane() {
     parts_->status_watcher.join();
   }
 #endif
+}
+
+int Fail(ServicePlane* plane, const std::string& program, const Status& s) {
+  std::cerr << program << ": " << s.message() << "\n";
+  // Aborted is also what a failed collective says: a stop only when one
+  // was asked for.
+  const bool asked = StopSignalReceived() || (plane && plane->control().Requests().stop);
+  if (s.code() == StatusCode::kAborted && asked) {
+    if (plane) plane->Finish(RunState::kStopped);
+    return StopSignalReceived() ? kExitPreempted : kExitStoppedByApi;
+  }
+  if (plane) plane->Finish(RunState::kFailed, s.ToString());
+  return ExitCodeFor(s);
 }
 
 }  // namespace scdino::runtime

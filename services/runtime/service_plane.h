@@ -41,8 +41,15 @@ class ServicePlane {
   prometheus::Registry* registry();
   /// A batch service's progress: the control status and the progress metrics.
   void ReportProgress(int64_t done, int64_t total);
-  /// Marks the final state, lets open watchers see it, stops serving and
-  /// removes the endpoint file (a crash leaves it, naming a dead pid).
+  /// scdino-eval's result for one k of one checkpoint (metrics only).
+  void ReportKnn(const std::string& checkpoint, int64_t epoch, int64_t k, double top1, double balanced_accuracy);
+  /// After all k of a checkpoint.
+  void CheckpointEvaluated();
+  /// Marks the final state, lets open watchers see it, stops serving,
+  /// replaces the endpoint file by the end record (control/endpoint.h; a
+  /// crash leaves the endpoint file, naming a dead pid), then keeps the
+  /// metrics up for scdino.metrics.linger_seconds so that Prometheus's
+  /// last scrape sees the final values.
   void Finish(RunState final_state, const std::string& error = "");
 
  private:
@@ -53,5 +60,12 @@ class ServicePlane {
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   int64_t first_done_ = -1;
 };
+
+/// How a service main ends on an error: the message (prefixed with the
+/// program), the final state in `plane` (may be null before it started),
+/// the exit code. Aborted after a stop request (a signal, the API) ends
+/// STOPPED with the stop's code (75, 4); anything else FAILED with
+/// ExitCodeFor.
+int Fail(ServicePlane* plane, const std::string& program, const Status& s);
 
 }  // namespace scdino::runtime

@@ -21,11 +21,7 @@ namespace {
 
 using namespace scdino::runtime;  // the exit codes, CommandLine
 
-int Fail(ServicePlane* plane, const scdino::Status& s) {
-  std::cerr << "scdino-trainer: " << s.message() << "\n";
-  if (plane) plane->Finish(scdino::RunState::kFailed, s.ToString());
-  return ExitCodeFor(s);
-}
+int Fail(ServicePlane* plane, const scdino::Status& s) { return scdino::runtime::Fail(plane, "scdino-trainer", s); }
 
 }  // namespace
 
@@ -80,7 +76,10 @@ int main(int argc, char** argv) {
     auto plane = ServicePlane::Start(config, *launch, {"trainer", ""});
     if (!plane.ok()) return Fail(nullptr, plane.status());
     AttachTrainer(**plane, &options, *device);
-    auto source = scdino::run::MakeSource(config, **coordinator, *device);
+    // The statistics of a large data set take minutes: a stop ends them.
+    auto source = scdino::run::MakeSource(config, **coordinator, *device, [raw = plane->get()] {
+      return StopSignalReceived() || raw->control().Requests().stop;
+    });
     if (!source.ok()) return Fail(plane->get(), source.status());
     if ((*source)->channels() != static_cast<int64_t>(config.channels().size())) {
       return Fail(plane->get(), scdino::Status::InvalidArgument(

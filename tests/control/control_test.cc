@@ -155,6 +155,21 @@ TEST(Endpoint, ResolveRunRefusesAnEndpointTheRunDidNotWrite) {
   EXPECT_EQ(bad.status().message().find(*token), std::string::npos) << "the token leaked";
 }
 
+TEST(RunControl, PausingUntilTheLoopReachesItsBoundary) {
+  RunControl c;
+  c.Update([](RunStatus& s) { s.state = RunState::kRunning; });
+  ASSERT_TRUE(c.Pause().ok());
+  EXPECT_EQ(c.Snapshot().state, RunState::kPausing);
+  // A step's report does not hide the pending pause.
+  c.Update([](RunStatus& s) { s.state = RunState::kRunning; });
+  EXPECT_EQ(c.Snapshot().state, RunState::kPausing);
+  c.Update([](RunStatus& s) { s.state = RunState::kPaused; });
+  EXPECT_EQ(c.Snapshot().state, RunState::kPaused);
+  ASSERT_TRUE(c.Resume().ok());
+  c.Update([](RunStatus& s) { s.state = RunState::kRunning; });
+  EXPECT_EQ(c.Snapshot().state, RunState::kRunning);
+}
+
 TEST(RunControl, RequestsAreRefusedAfterTheEnd) {
   RunControl c;
   ASSERT_TRUE(c.Pause().ok());
@@ -243,12 +258,42 @@ TEST_F(ServerTest, PauseResumeStopReachTheRunControl) {
     ASSERT_TRUE(stub_->Pause(&ctx, v1::PauseRequest(), &reply).ok());
   }
   EXPECT_TRUE(control_.Requests().pause);
+  // The loop has not reached its boundary: the reply says so.
+  EXPECT_EQ(reply.state(), v1::RUN_STATE_PAUSING);
   {
     grpc::ClientContext ctx;
     Call(&ctx);
     ASSERT_TRUE(stub_->Resume(&ctx, v1::ResumeRequest(), &reply).ok());
   }
   EXPECT_FALSE(control_.Requests().pause);
+  EXPECT_EQ(reply.state(), v1::RUN_STATE_RUNNING);
+  // A loop that got there first: the next Pause reply reports PAUSED.
+  std::thread loop([this] {
+    while (!control_.Requests().pause) control_.WaitForRequest(std::chrono::milliseconds(20));
+    control_.HoldWhilePaused();
+  });
+  {
+    grpc::ClientContext ctx;
+    Call(&ctx);
+    ASSERT_TRUE(stub_->Pause(&ctx, v1::PauseRequest(), &reply).ok());
+  }
+  for (int i = 0; i < 100 && control_.Snapshot().state != RunState::kPaused; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(control_.Snapshot().state, RunState::kPaused);
+  {
+    grpc::ClientContext ctx;
+    Call(&ctx);
+    ASSERT_TRUE(stub_->Pause(&ctx, v1::PauseRequest(), &reply).ok());
+  }
+  EXPECT_EQ(reply.state(), v1::RUN_STATE_PAUSED);
+  {
+    grpc::ClientContext ctx;
+    Call(&ctx);
+    ASSERT_TRUE(stub_->Resume(&ctx, v1::ResumeRequest(), &reply).ok());
+  }
+  loop.join();
+  EXPECT_EQ(control_.Snapshot().state, RunState::kRunning);
   {
     grpc::ClientContext ctx;
     Call(&ctx);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 
 #include "data/image_io.h"
@@ -69,6 +70,23 @@ TEST(ChannelStats, SeededFractionAndThreadIndependence) {
   EXPECT_EQ(back->mean, one->mean);
   o.fraction = 0;
   EXPECT_FALSE(ComputeChannelStats(d, {}, o).ok());
+}
+
+// A stop (signal, control API) ends the computation at the next image, on
+// every thread.
+TEST(ChannelStats, AStopEndsItAtTheNextImage) {
+  scdino::testing::ScratchDir dir;
+  auto d = WriteSet(dir.path(), 40);
+  StatsOptions o;
+  o.fraction = 1.0;
+  o.threads = 2;
+  std::atomic<int> asked{0};
+  o.should_stop = [&] { return ++asked > 5; };
+  auto s = ComputeChannelStats(d, {}, o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kAborted);
+  EXPECT_NE(s.status().message().find("channel statistics"), std::string::npos) << s.status().message();
+  EXPECT_LT(asked.load(), 12) << "the threads went on after the stop";
 }
 
 }  // namespace

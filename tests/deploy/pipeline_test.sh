@@ -35,7 +35,8 @@ for f in checkpoint.safetensors features/checkpoint/features.npy features/checkp
          features/checkpoint/metadata.json features/checkpoint/features.h5ad features/random_init/features.npy \
          eval/checkpoint/knn_results.json eval/checkpoint/knn_results.csv eval/checkpoint/per_class.csv \
          eval/checkpoint/confusion_matrix.csv eval/checkpoint/confusion_matrix.png eval/checkpoint/pca.png \
-         eval/checkpoint/tsne.png eval/knn_per_checkpoint.csv; do
+         eval/checkpoint/tsne.png eval/checkpoint/umap.png eval/checkpoint/embeddings.csv \
+         eval/checkpoint/embeddings.h5ad eval/knn_per_checkpoint.csv; do
   [ -s "$run/$f" ] || fail "the main job did not write $f"
 done
 [ "$(ls "$run"/eval/checkpoint/attention/*.png 2>/dev/null | wc -l)" -ge 4 ] || fail "fewer than 4 attention maps"
@@ -75,6 +76,29 @@ assert int(a.uns["epoch"]) == meta["checkpoint"]["epoch"] == 6, (a.uns["epoch"],
 print("anndata", anndata.__version__, a)
 PY
 echo "ok: features.h5ad opens in anndata and matches features.npy and index.csv"
+
+# 3b. The embeddings as scanpy takes them: obsm X_pca, X_tsne, X_umap of the
+# test rows, equal to embeddings.csv; their trustworthiness in the results.
+$py - "$run/eval/checkpoint" <<'PY' || fail "embeddings.h5ad / embeddings.csv / knn_results.json disagree"
+import csv, json, os, sys
+import anndata, numpy as np
+d = sys.argv[1]
+a = anndata.read_h5ad(os.path.join(d, "embeddings.h5ad"))
+rows = list(csv.DictReader(open(os.path.join(d, "embeddings.csv"))))
+assert a.n_obs == len(rows) == 104, (a.n_obs, len(rows))
+assert set(a.obs["split"]) == {"test"}
+for name in ("pca", "tsne", "umap"):
+    m = np.asarray(a.obsm["X_" + name])
+    assert m.shape == (104, 2) and np.isfinite(m).all(), (name, m.shape)
+    c = np.array([[float(r[f"{name}_1"]), float(r[f"{name}_2"])] for r in rows])
+    assert np.allclose(m, c, rtol=1e-4, atol=1e-4), name
+emb = json.load(open(os.path.join(d, "knn_results.json")))["embeddings"]
+for name in ("pca", "tsne", "umap"):
+    t = emb[name]["trustworthiness"]
+    assert 0.5 < t <= 1.0, (name, t)
+    print(f"{name}: trustworthiness {t:.3f}")
+PY
+echo "ok: embeddings.h5ad (obsm X_pca, X_tsne, X_umap) opens in anndata and matches embeddings.csv"
 
 # 4. A reference DINO checkpoint (.pth with student/teacher state dicts, as
 # main_dino.py saves) of the same weights gives the same features.
@@ -167,3 +191,35 @@ grep -qE "shards written, $kept already complete" "$work/resume.err" ||
 $py -c "import numpy as np, sys; x = np.load(sys.argv[1]); assert x.shape == (512, 192), x.shape" "$out/features.npy" ||
   fail "the resumed run's features.npy"
 echo "ok: stop through the control API (exit 4, $kept of 8 shards kept), resume skipped them"
+
+# 7. scdino-eval stopped in its slowest phases, within seconds: a SIGTERM
+# during the t-SNE (exit 75), scdinoctl stop during the UMAP (exit 4); the
+# kNN results written before stay.
+cp -r "$run/features/checkpoint" "$work/stopped_eval"
+eval_bin="$build/services/eval/scdino-eval"
+stop_eval() {  # config, phase marker, how (TERM | api), expected exit code
+  local out="$run/eval/stopped_eval" pid rc t0 took
+  rm -rf "$out"
+  "$eval_bin" --config "$1" --features "$work/stopped_eval" --no-attention --threads 1 >/dev/null 2>"$work/eval-stop.err" &
+  pid=$!
+  for _ in $(seq 1 600); do grep -q "$2" "$work/eval-stop.err" && break; sleep 0.1; done
+  grep -q "$2" "$work/eval-stop.err" || { kill -9 $pid; fail "scdino-eval never reached '$2'"; }
+  sleep 1
+  kill -0 $pid 2>/dev/null || fail "scdino-eval ended by itself during '$2': make it longer"
+  t0=$(date +%s.%N)
+  if [ "$3" = TERM ]; then kill -TERM $pid; else "$ctl" stop --run-dir "$run" --service eval >/dev/null || fail "scdinoctl stop failed"; fi
+  wait $pid
+  rc=$?
+  took=$($py -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)")
+  [ "$rc" = "$4" ] || { tail -5 "$work/eval-stop.err"; fail "scdino-eval exited $rc after $3 during '$2', expected $4"; }
+  $py -c "import sys; assert float(sys.argv[1]) < 5, sys.argv[1]" "$took" || fail "scdino-eval took $took s to stop during '$2'"
+  [ -s "$out/knn_results.json" ] || fail "the kNN results were not kept after the stop during '$2'"
+  echo "ok: scdino-eval stopped by $3 during '$2' in $took s (exit $rc), kNN results kept"
+}
+sed -e "s|^  cache_images: true|  cache_images: true\n  evaluation: {tsne_iterations: 100000000, umap: false}|" \
+  "$work/example.yaml" > "$work/long-tsne.yaml"
+stop_eval "$work/long-tsne.yaml" "t-SNE of" TERM 75
+sed -e "s|^  cache_images: true|  cache_images: true\n  evaluation: {tsne: false}|" \
+  -e "s|^downstream_analyses:|downstream_analyses:\n  umap_eval: {epochs: 100000000}|" "$work/example.yaml" > "$work/long-umap.yaml"
+grep -q "epochs: 100000000" "$work/long-umap.yaml" || fail "could not write the long UMAP config"
+stop_eval "$work/long-umap.yaml" "UMAP of" api 4

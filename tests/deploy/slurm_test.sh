@@ -148,7 +148,7 @@ downstream_analyses:
   compute_cls_features: {resize_length: 16}
   attention_visualisation: {num_images_per_class: 1, image_size: 32}
   kNN: {global: {n_neighbors: [5], temperature: 0.07}}
-scdino: {threads: 1, features: {shard_size: 5}, evaluation: {tsne_points: 0}}
+scdino: {threads: 1, features: {shard_size: 5}, evaluation: {tsne: false, umap: false}}
 YAML
 "$build/services/trainer/scdino-trainer" --config "$work/cells.yaml" > "$work/cells-train.out" 2>&1 ||
   { echo "FAIL: could not train the cells run"; tail -5 "$work/cells-train.out"; exit 1; }
@@ -176,3 +176,75 @@ rows = list(csv.DictReader(open(os.path.join(run, "eval", "knn_per_checkpoint.cs
 assert {r["features"] for r in rows} == {"checkpoint", "random_init"}, rows
 PY
 echo "ok: evaluate.sbatch: features on 2 tasks (5 shards), then kNN and plots on one"
+
+# 5. deploy/slurm/train-and-evaluate.sbatch: the trainer (one task) and
+# scdino-eval --follow (a second step on the other task) in one job. Every
+# numbered checkpoint is evaluated once, eval/knn_per_checkpoint.csv and the
+# follower's scdino_eval_knn_top1_ratio agree, the follower exits 0 after
+# the trainer.
+cat > "$work/follow.yaml" <<YAML
+meta: {name_of_run: follow, output_dir: "$work", dataset_dir: "$work/cells-data", seed: 5,
+       selected_channel_combination_per_run: ["012"]}
+train_scDINO:
+  epochs: 5
+  saveckp_freq: 1
+  batch_size_per_gpu: 4
+  num_workers: 1
+  hyperparameters: $TINY_HYPERPARAMETERS
+downstream_analyses:
+  compute_cls_features: {resize_length: 16}
+  attention_visualisation: {num_images_per_class: 0}
+  kNN: {global: {n_neighbors: [5, 10], temperature: 0.07}}
+scdino:
+  threads: 1
+  evaluation: {tsne: false, umap: false}
+  metrics: {listen: 127.0.0.1, file_sd_dir: "$work/follow-targets", linger_seconds: 4}
+YAML
+job=$(sbatch --parsable --ntasks=2 --cpus-per-task=1 --output="$work/follow-%j.out" \
+  --export=ALL,SCDINO_BUILD="$build" "$src/deploy/slurm/train-and-evaluate.sbatch" "$work/follow.yaml")
+# Scrape the follower's metrics while it lives (it stays up 4 s after the
+# end for this last scrape).
+scrape="$work/follow-metrics.txt"
+for _ in $(seq 1 600); do
+  target=$(ls "$work"/follow-targets/follow_eval_rank0*.json 2>/dev/null | head -1 || true)
+  if [ -n "$target" ]; then
+    python3 - "$target" "$scrape" <<'PY' 2>/dev/null || true
+import json, os, sys, urllib.request
+url = "http://" + json.load(open(sys.argv[1]))[0]["targets"][0] + "/metrics"
+text = urllib.request.urlopen(url, timeout=2).read().decode()
+open(sys.argv[2] + ".new", "w").write(text)
+os.replace(sys.argv[2] + ".new", sys.argv[2])
+PY
+  fi
+  squeue -h -j "$job" 2>/dev/null | grep -q . || break
+  sleep 0.5
+done
+wait_gone "$job" 300
+out=$(cat "$work"/follow-*.out)
+grep -q "trainer step exited 0, follower step 0" <<<"$out" ||
+  { echo "FAIL: train-and-evaluate.sbatch: both steps must exit 0"; echo "$out"; exit 1; }
+grep -q "the trainer ended COMPLETED" <<<"$out" || { echo "FAIL: the follower did not see the trainer end"; echo "$out"; exit 1; }
+[ -s "$scrape" ] || { echo "FAIL: the follower's metrics were never scraped"; echo "$out"; exit 1; }
+python3 - "$work/follow" "$scrape" <<'PY' || { echo "FAIL: follower results"; echo "$out"; exit 1; }
+import csv, glob, os, re, sys
+run, scrape = sys.argv[1], sys.argv[2]
+numbered = sorted(os.path.basename(p)[:-len(".safetensors")] for p in glob.glob(run + "/checkpoint[0-9]*.safetensors"))
+assert len(numbered) == 5, numbered
+rows = list(csv.DictReader(open(run + "/eval/knn_per_checkpoint.csv")))
+names = [r["features"] for r in rows if r["k"] == "5"]
+assert names == numbered, ("each checkpoint evaluated once, in order", names, numbered)
+metric = {}
+for line in open(scrape):
+    m = re.match(r'scdino_eval_knn_top1_ratio\{(.*)\} (\S+)$', line.strip())
+    if m:
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        metric[(labels["checkpoint"], labels["epoch"], labels["k"])] = float(m.group(2))
+for r in rows:
+    key = (r["features"], r["epoch"], r["k"])
+    assert key in metric, ("no metric for", key, sorted(metric))
+    assert abs(metric[key] - float(r["top1_accuracy"])) < 1e-6, (key, metric[key], r["top1_accuracy"])
+evaluated = [l for l in open(scrape) if l.startswith("scdino_eval_checkpoints_evaluated_total")]
+assert evaluated and float(evaluated[0].split()[-1]) == 5, evaluated
+print(f"{len(numbered)} checkpoints evaluated once each; CSV and metrics agree on {len(rows)} rows")
+PY
+echo "ok: train-and-evaluate.sbatch: every checkpoint evaluated once by the follower, CSV = metrics, both exit 0"

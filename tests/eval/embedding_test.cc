@@ -1,5 +1,5 @@
-// PCA and t-SNE on data whose answer is known: a stretched cloud whose main
-// axis PCA must find, and separated clusters that t-SNE must keep apart.
+// PCA on data whose answer is known: a stretched cloud whose main axes PCA
+// must find, one feature, constant data, bad input.
 #include "eval/embedding.h"
 
 #include <gtest/gtest.h>
@@ -113,75 +113,17 @@ std::vector<float> Clusters(int64_t per, int64_t d, std::vector<int>& label) {
   return x;
 }
 
-TEST(Tsne, KeepsSeparatedClustersApartAndIsReproducible) {
-  const int64_t per = 60, d = 20, n = 3 * per;
-  std::vector<int> label;
-  auto x = Clusters(per, d, label);
-  TsneOptions o;
-  o.seed = 42;
-  auto e = Tsne(x, n, d, o);
-  ASSERT_TRUE(e.ok()) << e.status().ToString();
-  ASSERT_EQ(e->xy.size(), size_t(n * 2));
-  EXPECT_EQ(e->explained_variance_ratio[0], 0.0);
-  int same = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t best = -1;
-    double best_d = 1e300;
-    for (int64_t j = 0; j < n; ++j) {
-      if (j == i) continue;
-      const double dx = e->xy[2 * i] - e->xy[2 * j], dy = e->xy[2 * i + 1] - e->xy[2 * j + 1];
-      ASSERT_TRUE(std::isfinite(dx) && std::isfinite(dy));
-      if (dx * dx + dy * dy < best_d) best_d = dx * dx + dy * dy, best = j;
-    }
-    same += label[best] == label[i];
-  }
-  EXPECT_GE(same, int(0.98 * n)) << same << " of " << n << " nearest neighbours in the same cluster";
-
-  auto again = Tsne(x, n, d, o);
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(again->xy, e->xy);
-  o.seed = 43;
-  auto other = Tsne(x, n, d, o);
-  ASSERT_TRUE(other.ok());
-  EXPECT_NE(other->xy, e->xy);
-}
-
-TEST(Tsne, ClampsPerplexityForFewPoints) {
-  // perplexity 30 with 5 points cannot be matched; it is clamped, not refused.
-  std::vector<float> x = {0, 0, 1, 0, 0, 1, 5, 5, 6, 5};
-  TsneOptions o;
-  o.iterations = 300;
-  auto e = Tsne(x, 5, 2, o);
-  ASSERT_TRUE(e.ok()) << e.status().ToString();
-  for (float v : e->xy) EXPECT_TRUE(std::isfinite(v));
-  // Two points, and duplicates: still finite.
-  auto two = Tsne({1, 1, 1, 1}, 2, 2, o);
-  ASSERT_TRUE(two.ok()) << two.status().ToString();
-  for (float v : two->xy) EXPECT_TRUE(std::isfinite(v));
-}
-
 void ExpectInvalid(const Status& s, const std::string& needle) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
   EXPECT_NE(s.message().find(needle), std::string::npos) << s.message() << " should mention " << needle;
 }
 
-TEST(Embedding, RejectsBadInputsNamingWhat) {
+TEST(Pca2, RejectsBadInputsNamingWhat) {
   ExpectInvalid(Pca2({1, 2}, 1, 2).status(), "n = 1");
-  ExpectInvalid(Tsne({1, 2}, 1, 2).status(), "n = 1");
-  ExpectInvalid(Pca2({1, 2, 3}, 2, 2).status(), "x has 3 values, expected n * d = 2 * 2");
-  ExpectInvalid(Tsne({1, 2, 3}, 2, 2).status(), "expected n * d");
-  ExpectInvalid(Pca2({}, 2, 0).status(), "d = 0");
+  ExpectInvalid(Pca2({1, 2, 3}, 2, 2).status(), "x has 3 values, expected 2 * 2");
+  ExpectInvalid(Pca2({}, 2, 0).status(), "got 0");
   ExpectInvalid(Pca2({1, 2, 3, NAN}, 2, 2).status(), "x[row 1, column 1] = nan");
-  ExpectInvalid(Tsne({1, INFINITY, 3, 4}, 2, 2).status(), "x[row 0, column 1] = inf");
-  TsneOptions o;
-  o.perplexity = 0;
-  ExpectInvalid(Tsne({1, 2, 3, 4}, 2, 2, o).status(), "perplexity");
-  o = {};
-  o.learning_rate = -1;
-  ExpectInvalid(Tsne({1, 2, 3, 4}, 2, 2, o).status(), "learning_rate");
-  o = {};
-  o.iterations = -1;
-  ExpectInvalid(Tsne({1, 2, 3, 4}, 2, 2, o).status(), "iterations");
+  ExpectInvalid(Pca2({1, INFINITY, 3, 4}, 2, 2).status(), "x[row 0, column 1] = inf");
 }
 
 }  // namespace

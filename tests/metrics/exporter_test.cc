@@ -13,6 +13,7 @@
 #include <regex>
 
 #include "common/files.h"
+#include "metrics/eval_metrics.h"
 #include "metrics/status_metrics.h"
 #include "metrics/trainer_metrics.h"
 #include "support/test_support.h"
@@ -146,7 +147,32 @@ TEST(StatusMetrics, OneSeriesPerStateAndTheEta) {
        at = text.find("\nscdino_features_state{", at + 1)) {
     ++states;
   }
-  EXPECT_EQ(states, 8);
+  EXPECT_EQ(states, 9);
+  s.state = RunState::kPausing;
+  m.Set(s);
+  text = Scrape((*e)->port());
+  EXPECT_EQ(Value(text, "scdino_features_state{state=\"pausing\"}"), 1.0) << text;
+}
+
+// kNN accuracy per checkpoint, epoch and k, as the dashboards plot it.
+TEST(EvalMetrics, OneSeriesPerCheckpointAndK) {
+  ExporterOptions o;
+  o.listen_address = "127.0.0.1";
+  o.service = "eval";
+  auto e = Exporter::Start(o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EvalMetrics m((*e)->registry());
+  m.ReportKnn("checkpoint0002", 3, 20, 0.75, 0.625);
+  m.ReportKnn("random_init", -1, 20, 0.5, 0.25);
+  m.CheckpointEvaluated();
+  m.CheckpointEvaluated();
+  const std::string text = Scrape((*e)->port());
+  EXPECT_EQ(Value(text, "scdino_eval_knn_top1_ratio{checkpoint=\"checkpoint0002\",epoch=\"3\",k=\"20\"}"), 0.75)
+      << text;
+  EXPECT_EQ(Value(text, "scdino_eval_knn_balanced_accuracy_ratio{checkpoint=\"checkpoint0002\",epoch=\"3\",k=\"20\"}"),
+            0.625);
+  EXPECT_EQ(Value(text, "scdino_eval_knn_top1_ratio{checkpoint=\"random_init\",epoch=\"none\",k=\"20\"}"), 0.5);
+  EXPECT_EQ(Value(text, "scdino_eval_checkpoints_evaluated_total"), 2.0);
 }
 
 }  // namespace

@@ -1,0 +1,99 @@
+#include "features/feature_job.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+#include "run/source.h"
+
+namespace scdino::features {
+
+namespace {
+
+nlohmann::json ChannelNames(const run::RunConfig& config) {
+  nlohmann::json names = nlohmann::json::array();
+  for (auto c : config.channels()) {
+    auto it = config.meta.channel_dict.find(c);
+    names.push_back(it == config.meta.channel_dict.end() ? std::to_string(c) : it->second);
+  }
+  return names;
+}
+
+}  // namespace
+
+StatusOr<FeatureRun> PrepareFeatureRun(const run::RunConfig& config, const std::string& config_path,
+                                       const run::LaunchInfo& launch, run::Coordinator& coordinator,
+                                       const std::function<bool()>& should_stop) {
+  const auto& down = config.downstream;
+  FeatureRun r;
+  auto dataset = run::IndexDataset(config);
+  if (!dataset.ok()) return dataset.status();
+  r.dataset = std::move(dataset).value();
+  r.prep.image = config.image_prep();
+  r.prep.resize = down.resize ? down.resize_length : 0;
+  if (auto s = run::CheckChannels(r.dataset, r.prep.image); !s.ok()) return s;
+  auto stats = run::LoadOrComputeStats(config, r.dataset, r.prep.image, coordinator, should_stop);
+  if (!stats.ok()) return stats.status();
+  r.prep.mean = stats->mean;
+  r.prep.std = stats->std;
+  data::SplitOptions so;
+  so.train_fraction = config.meta.train_datasetsplit_fraction;
+  so.seed = static_cast<uint64_t>(config.meta.seed);
+  if (config.scdino.split.mode == "folders") {
+    so.train_folder = config.scdino.split.train_folder;
+    so.test_folder = config.scdino.split.test_folder;
+  }
+  auto splits = data::AssignSplits(r.dataset, so);
+  if (!splits.ok()) return splits.status();
+  r.splits = std::move(splits).value();
+  const nlohmann::json extra = {
+      {"config", std::filesystem::absolute(config_path).string()},
+      {"run", config.meta.name_of_run},
+      {"channels", {{"indices", config.channels()}, {"names", ChannelNames(config)}}},
+      {"preprocessing",
+       {{"center_crop", config.meta.center_crop},
+        {"min_max", "per image and channel, to [0, 1]"},
+        {"resize", r.prep.resize},
+        {"interpolation", "bilinear"}}},
+      {"statistics", {{"file", config.stats_path()}, {"mean", stats->mean}, {"std", stats->std}}},
+      {"split",
+       {{"mode", config.scdino.split.mode},
+        {"train_fraction", so.train_fraction},
+        {"seed", so.seed},
+        {"train_folder", so.train_folder},
+        {"test_folder", so.test_folder}}},
+      {"world_size", launch.world_size}};
+  r.metadata_json = extra.dump();
+  return r;
+}
+
+std::string FeaturesName(const std::string& checkpoint) {
+  return checkpoint.empty() ? "random_init" : std::filesystem::path(checkpoint).stem().string();
+}
+
+StatusOr<Backbone> BackboneFor(const run::RunConfig& config, const std::string& checkpoint, const std::string& key,
+                               torch::Device device) {
+  if (checkpoint.empty()) {
+    return RandomBackbone(config.dino_options().vit, static_cast<uint64_t>(config.meta.seed), device);
+  }
+  return LoadBackbone(checkpoint, key, device);
+}
+
+ExtractOptions ExtractOptionsFor(const run::RunConfig& config, const run::LaunchInfo& launch, const std::string& name,
+                                 torch::Device device) {
+  const auto& down = config.downstream;
+  ExtractOptions eo;
+  eo.out_dir = config.features_dir(name);
+  eo.batch_size = down.features_batch_size_per_gpu;
+  eo.threads = static_cast<int>(std::max<int64_t>(1, down.features_num_workers));
+  eo.shard_size = config.scdino.features.shard_size;
+  eo.normalize = down.normalize;
+  eo.write_raw = config.scdino.features.write_raw;
+  eo.rank = launch.rank;
+  eo.world_size = launch.world_size;
+  eo.wait_timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
+  eo.device = device;
+  return eo;
+}
+
+}  // namespace scdino::features

@@ -1,0 +1,53 @@
+// What every checkpoint's extraction of a run shares, set up once from the
+// run's config: the data set, its split, the preprocessing with the run's
+// channel statistics and the metadata written beside the features. Used by
+// scdino-features and by scdino-eval --follow, which extracts each new
+// checkpoint's features itself.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "features/backbone.h"
+#include "features/extractor.h"
+#include "run/config.h"
+#include "run/coordinator.h"
+#include "run/launch.h"
+
+namespace scdino::features {
+
+struct FeatureRun {
+  data::Dataset dataset;
+  std::vector<data::Split> splits;
+  FeaturePrep prep;
+  /// metadata.json's fields about the run (config, channels,
+  /// preprocessing, statistics, split, world size): a JSON object.
+  std::string metadata_json;
+};
+
+/// Indexes the data set, checks the channels, loads or computes the
+/// statistics (rank 0 first; `should_stop` ends that with Aborted) and
+/// assigns the split.
+StatusOr<FeatureRun> PrepareFeatureRun(const run::RunConfig& config, const std::string& config_path,
+                                       const run::LaunchInfo& launch, run::Coordinator& coordinator,
+                                       const std::function<bool()>& should_stop = {});
+
+/// The features directory's name of a checkpoint file (its stem), or
+/// "random_init" for "".
+std::string FeaturesName(const std::string& checkpoint);
+
+/// The backbone of `checkpoint` ("" : the random initialisation of
+/// meta.seed, the baseline).
+StatusOr<Backbone> BackboneFor(const run::RunConfig& config, const std::string& checkpoint, const std::string& key,
+                               torch::Device device);
+
+/// ExtractOptions from the config (batch, decoding threads, shard size,
+/// normalisation, raw, timeouts) for this launch, writing to
+/// config.features_dir(name). The caller adds control, coordinator, stops
+/// and progress.
+ExtractOptions ExtractOptionsFor(const run::RunConfig& config, const run::LaunchInfo& launch, const std::string& name,
+                                 torch::Device device);
+
+}  // namespace scdino::features
