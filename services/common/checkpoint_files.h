@@ -1,5 +1,6 @@
 // The checkpoint files of a run directory, as the control API lists them and
 // scdino-features --all-checkpoints takes them.
+// Functions of the directory's contents; thread-safe.
 #pragma once
 
 #include <cstdint>

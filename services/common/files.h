@@ -1,6 +1,7 @@
 // File helpers for outputs that must never be left half-written, on top of
 // the file-system layer (common/env.h): every file scdino writes goes
 // through one of these or through AtomicFile.
+// Thread-safe: each call works on its own descriptors through the Env.
 #pragma once
 
 #include <string>

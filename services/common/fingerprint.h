@@ -2,6 +2,7 @@
 // in every build and on every machine, so a file written by one binary is
 // recognised by another (feature shards, channel statistics). Not a
 // cryptographic hash: it tells inputs apart, it does not authenticate them.
+// Pure; thread-safe.
 #pragma once
 
 #include <cstdint>

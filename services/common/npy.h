@@ -2,6 +2,7 @@
 // {'descr', 'fortran_order', 'shape'} padded to 64 bytes, then the raw
 // little-endian C-order data. Features leave scdino in it, so numpy.load
 // (and anything built on it) reads them with no converter.
+// Functions of their arguments; thread-safe on distinct files.
 #pragma once
 
 #include <torch/types.h>

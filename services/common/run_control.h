@@ -46,6 +46,12 @@ struct RunStatus {
   std::string last_checkpoint;
   int64_t last_checkpoint_unix_ms = 0;
   int64_t nonfinite_steps = 0;
+  /// DINO health over the last logging interval (model/health.h,
+  /// docs/training.md), and the collapse verdict: healthy,
+  /// uniform_collapse, onehot_collapse; empty before it is first judged.
+  double teacher_entropy = 0.0, teacher_entropy_ratio = 0.0, student_teacher_kl = 0.0;
+  double teacher_batch_entropy = 0.0, center_norm = 0.0, backbone_cls_std = 0.0;
+  std::string collapse;
   /// Increases with every Update.
   int64_t revision = 0;
 };

@@ -3,6 +3,7 @@
 // {string: string}}, then the raw little-endian tensor bytes. It is the format
 // of every checkpoint and weights file, so weights move to and from the
 // Python ecosystem under the reference DINO names.
+// Functions of their arguments; thread-safe on distinct files.
 #pragma once
 
 #include <torch/types.h>

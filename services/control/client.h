@@ -1,6 +1,7 @@
 // The client side of the control API: finding a run's server (endpoint file
 // and token in its run directory, or an explicit target and token file) and
 // opening a channel whose calls carry the token.
+// A channel may be shared by threads (gRPC channels are thread-safe); the functions are reentrant.
 #pragma once
 
 #include <memory>

@@ -3,6 +3,7 @@
 // removed on a clean exit. Each carries a proof (an HMAC keyed by the run's
 // token over its own fields), so a client sends the token only to an
 // address the token's holder wrote; docs/control.md#trust-model.
+// Functions of their arguments; thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -138,6 +138,14 @@ class ControlServer::Impl {
       t->set_last_checkpoint(s.last_checkpoint);
       t->set_last_checkpoint_unix_ms(s.last_checkpoint_unix_ms);
       t->set_nonfinite_steps(s.nonfinite_steps);
+      auto* h = t->mutable_health();
+      h->set_teacher_entropy(s.teacher_entropy);
+      h->set_teacher_entropy_ratio(s.teacher_entropy_ratio);
+      h->set_student_teacher_kl(s.student_teacher_kl);
+      h->set_teacher_batch_entropy(s.teacher_batch_entropy);
+      h->set_center_norm(s.center_norm);
+      h->set_backbone_cls_std(s.backbone_cls_std);
+      h->set_collapse(s.collapse);
     }
     auto* r = out->mutable_run();
     r->set_run_id(o_.run_id);

@@ -2,6 +2,7 @@
 // owned by the user who runs the job), presented by callers as
 // "authorization: Bearer <token>". docs/control.md#trust-model says who can
 // do what with it.
+// Functions of their arguments; thread-safe.
 #pragma once
 
 #include <string>

@@ -106,6 +106,14 @@ void PrintTable(const v1::Status& s) {
                 t.weight_decay(), t.teacher_temperature(), t.teacher_momentum());
     std::printf("%-12s%s (%s)\n", "checkpoint", t.last_checkpoint().empty() ? "-" : t.last_checkpoint().c_str(),
                 Time(t.last_checkpoint_unix_ms()).c_str());
+    if (t.has_health()) {
+      const auto& h = t.health();
+      std::printf("%-12s%s; teacher entropy %.3f (%.2f of ln K), KL %.3f, batch entropy %.3f, center norm %.3g, "
+                  "CLS std %.3g\n",
+                  "health", h.collapse().empty() ? "not judged yet (first epoch)" : h.collapse().c_str(),
+                  h.teacher_entropy(), h.teacher_entropy_ratio(), h.student_teacher_kl(), h.teacher_batch_entropy(),
+                  h.center_norm(), h.backbone_cls_std());
+    }
     if (t.nonfinite_steps() > 0) std::printf("%-12s%lld\n", "nonfinite", static_cast<long long>(t.nonfinite_steps()));
   }
   std::printf("%-12s%s pid %lld, world size %lld, started %s\n", "host", r.host().c_str(),

@@ -2,6 +2,7 @@
 // folders (ROOT/<class>/<image>), deeper trees labelled at a chosen depth
 // (scDINO's folder_depth_for_labels), and an index CSV (path,label). Class
 // indices follow the sorted class names, so the mapping is stable.
+// Functions of the file system and their options; thread-safe.
 #pragma once
 
 #include <torch/torch.h>

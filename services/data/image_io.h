@@ -3,6 +3,7 @@
 // page with interleaved or separate samples, one page per channel, and
 // tifffile's page-per-row layout described by the ImageDescription shape),
 // PNG and JPEG through OpenCV. Corrupt input gives a Status, never a crash.
+// Reentrant: each call decodes into its own buffers.
 #pragma once
 
 #include <torch/torch.h>

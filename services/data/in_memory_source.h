@@ -1,6 +1,7 @@
 // A MultiCropSource over decoded images held in memory (a [N, C, H, W]
 // tensor): the epoch sampler picks each batch, the augmenter crops it on the
 // training device.
+// Not thread-safe: the training loop owns a source.
 #pragma once
 
 #include "data/multicrop.h"

@@ -2,6 +2,7 @@
 // scDINO's downstream analyses: a seeded, per-class random fraction, or the
 // folders the images sit in (Training/ vs Test/). The assignment depends only
 // on the data set and these options, so every service and rank agrees.
+// Pure; thread-safe.
 #pragma once
 
 #include <cstdint>

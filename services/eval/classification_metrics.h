@@ -16,6 +16,7 @@
 //    have weight 0.
 //  - balanced_accuracy drops classes absent from y_true (sklearn removes
 //    their nan recalls), i.e. it is the mean recall over classes in y_true.
+// Pure functions; thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,7 @@
 // by their votes (ties: lower class index first). One top-k over the largest
 // k serves every k. Queries go in chunks sized so the chunk x n_train
 // similarity matrix fits a memory budget, on the device of the features.
+// Functions of their arguments; thread-safe.
 #pragma once
 
 #include <torch/torch.h>

@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
     if (!s.ok()) return Fail(nullptr, kProgram, s.status());
     sets.push_back(std::move(s).value());
   }
-  try {
+  return GuardMain(kProgram, [&]() -> int {
     scdino::run::LaunchInfo single;
     auto device = scdino::run::PickDevice(config, single);
     if (!device.ok()) return Fail(nullptr, kProgram, device.status());
@@ -151,11 +151,5 @@ int main(int argc, char** argv) {
     }
     p->Finish(scdino::RunState::kCompleted);
     return kExitCompleted;
-  } catch (const c10::Error& e) {
-    std::cerr << kProgram << ": " << e.what_without_backtrace() << "\n";
-    return kExitFailed;
-  } catch (const std::exception& e) {
-    std::cerr << kProgram << ": " << e.what() << "\n";
-    return kExitFailed;
-  }
+  });
 }

@@ -16,6 +16,7 @@
 //    wrong and says what was expected (an empty path included); IOError
 //    names the path that could not be written and why.
 //  - deterministic: the same inputs give the same bytes.
+// Reentrant: each call draws into its own image.
 #pragma once
 
 #include <cstdint>

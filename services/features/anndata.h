@@ -4,6 +4,7 @@
 // follows the on-disk AnnData encoding of anndata >= 0.8 (every element
 // carries "encoding-type"/"encoding-version" attributes), so
 // `anndata.read_h5ad` reads the file without conversion or warnings.
+// A writer is used by one thread; distinct files may be written concurrently.
 #pragma once
 
 #include <cstdint>

@@ -2,6 +2,7 @@
 // (scDINO's default) or the student of an scdino checkpoint, a weights file
 // converted from a PyTorch DINO/scDINO .pth (scripts/convert-dino-checkpoint.py),
 // or a seeded random initialisation (the baseline a trained model must beat).
+// Loading is a function of its inputs; the backbone it returns is run by one thread at a time.
 #pragma once
 
 #include <torch/torch.h>

@@ -6,6 +6,7 @@
 //   metadata.json      checkpoint, model, channels, preprocessing, statistics
 //   features.h5ad      AnnData: X = features, obs = index columns, uns = metadata
 // metadata.json is written last: a directory without it is incomplete.
+// Reading and writing are functions of their arguments; thread-compatible.
 #pragma once
 
 #include <torch/torch.h>

@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   }
   if (random_init) checkpoints.push_back("");  // the baseline, named random_init
   const int n_threads = cl.ConfigureThreads();
-  try {
+  return GuardMain(kProgram, [&]() -> int {
     auto launch = scdino::run::LaunchFromEnv([](const char* k) { return std::getenv(k); });
     if (!launch.ok()) return Fail(nullptr, kProgram, launch.status());
     if (follow && launch->world_size > 1) {
@@ -137,11 +137,5 @@ int main(int argc, char** argv) {
     }
     p->Finish(scdino::RunState::kCompleted);
     return kExitCompleted;
-  } catch (const c10::Error& e) {
-    std::cerr << kProgram << ": " << e.what_without_backtrace() << "\n";
-    return kExitFailed;
-  } catch (const std::exception& e) {
-    std::cerr << kProgram << ": " << e.what() << "\n";
-    return kExitFailed;
-  }
+  });
 }

@@ -47,11 +47,39 @@ TrainerMetrics::TrainerMetrics(prometheus::Registry& r, torch::Device device) : 
   allreduce_ = Histogram(r, "allreduce_wait_seconds",
                          "Time an iteration waited for gradient all-reduce after backward", Doubling(0.0001, 20));
   checkpoint_ = Histogram(r, "checkpoint_duration_seconds", "Time to write a checkpoint", Doubling(0.01, 16));
+  teacher_entropy_ = Gauge(r, "teacher_entropy_nats",
+                           "Mean entropy of the centred, sharpened teacher distribution over the last logging interval");
+  teacher_entropy_ratio_ = Gauge(r, "teacher_entropy_ratio", "Teacher entropy over ln(out_dim): near 1 = uniform");
+  kl_ = Gauge(r, "student_teacher_kl_nats", "KL divergence of the student from the teacher over the last logging interval");
+  batch_entropy_ = Gauge(r, "teacher_batch_entropy_nats",
+                         "Entropy of the batch-mean teacher distribution: near 0 = one-hot collapse");
+  center_norm_ = Gauge(r, "center_norm", "L2 norm of the DINO loss's center");
+  cls_std_ = Gauge(r, "backbone_cls_std", "Mean per-dimension batch std of the normalised teacher CLS features");
+  auto& collapse = prometheus::BuildGauge()
+                       .Name("scdino_trainer_collapse")
+                       .Help("1 for the current collapse verdict (healthy, uniform_collapse, onehot_collapse); all 0 "
+                             "before the first verdict (second epoch)")
+                       .Register(r);
+  healthy_ = &collapse.Add({{"verdict", "healthy"}});
+  uniform_ = &collapse.Add({{"verdict", "uniform_collapse"}});
+  onehot_ = &collapse.Add({{"verdict", "onehot_collapse"}});
   if (device.is_cuda()) {
     gpu_allocated_ = Gauge(r, "gpu_memory_allocated_bytes", "GPU memory held by tensors (CUDA caching allocator)");
     gpu_reserved_ = Gauge(r, "gpu_memory_reserved_bytes", "GPU memory reserved by the CUDA caching allocator");
     gpu_peak_ = Gauge(r, "gpu_memory_peak_bytes", "Peak GPU memory held by tensors since the process began");
   }
+}
+
+void TrainerMetrics::OnHealth(const training::HealthReport& h) {
+  teacher_entropy_->Set(h.health.teacher_entropy);
+  teacher_entropy_ratio_->Set(h.health.teacher_entropy_ratio);
+  kl_->Set(h.health.student_teacher_kl);
+  batch_entropy_->Set(h.health.teacher_batch_entropy);
+  center_norm_->Set(h.health.center_norm);
+  cls_std_->Set(h.health.backbone_cls_std);
+  healthy_->Set(h.collapse == "healthy" ? 1 : 0);
+  uniform_->Set(h.collapse == "uniform_collapse" ? 1 : 0);
+  onehot_->Set(h.collapse == "onehot_collapse" ? 1 : 0);
 }
 
 void TrainerMetrics::OnStep(const training::StepReport& s) {

@@ -19,12 +19,16 @@ class TrainerMetrics {
   TrainerMetrics(prometheus::Registry& registry, torch::Device device);
   void OnStep(const training::StepReport& r);
   void OnCheckpoint(const training::CheckpointReport& r);
+  /// The health signals and collapse verdict of a logging interval.
+  void OnHealth(const training::HealthReport& h);
 
  private:
   torch::Device device_;
   prometheus::Counter *iterations_, *images_, *skipped_images_, *nonfinite_steps_;
   prometheus::Gauge *epoch_, *iteration_, *iterations_total_, *epochs_, *loss_, *lr_, *wd_, *momentum_, *teacher_temp_, *images_per_second_;
   prometheus::Gauge *last_checkpoint_, *gpu_allocated_ = nullptr, *gpu_reserved_ = nullptr, *gpu_peak_ = nullptr;
+  prometheus::Gauge *teacher_entropy_, *teacher_entropy_ratio_, *kl_, *batch_entropy_, *center_norm_, *cls_std_;
+  prometheus::Gauge *healthy_, *uniform_, *onehot_;
   prometheus::Histogram *step_, *data_wait_, *allreduce_, *checkpoint_;
   double rate_ = 0.0;
 };

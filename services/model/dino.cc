@@ -62,16 +62,21 @@ StepOutput Dino::Step(const StepInput& in, const StepHooks& hooks) {
     l = loss->forward(out.student.head, out.teacher.head, in.epoch);
   }
   out.loss = l.detach().to(torch::kFloat);
-  // [batch sum of the teacher outputs (K), rows, 1 if the loss is not finite]
+  // [batch sum of the teacher outputs (K), rows, 1 if the loss is not
+  // finite, health sums (kHealthSums)]
   const int64_t K = options_.out_dim;
+  const double center_norm = loss->center.norm().item<double>();
+  const double teacher_temp = loss->teacher_temp_schedule()[static_cast<size_t>(in.epoch)];
   auto exchange = torch::cat({loss->batch_sum(out.teacher.head).flatten(),
                               torch::tensor({static_cast<float>(out.teacher.head.size(0)),
                                              std::isfinite(out.loss.item<double>()) ? 0.0f : 1.0f},
-                                            torch::TensorOptions().device(device_))});
+                                            torch::TensorOptions().device(device_)),
+                              HealthSums(out.teacher.head, loss->center, teacher_temp, out.teacher.backbone, out.loss)});
   if (hooks.sum_over_ranks) hooks.sum_over_ranks(exchange);
   const auto tail = exchange.slice(0, K).to(torch::kCPU);
   out.finite = tail[1].item<float>() == 0.0f;
   if (!out.finite) return out;
+  out.health = HealthFromSums(tail.slice(0, 2), tail[0].item<double>(), K, center_norm);
   (scaler ? scaler->Scale(l) : l).backward();
   if (hooks.after_backward) hooks.after_backward();
   if (scaler) {

@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "model/dino_head.h"
 #include "model/dino_loss.h"
+#include "model/health.h"
 #include "model/optim.h"
 #include "model/precision.h"
 #include "model/vit.h"
@@ -63,9 +64,10 @@ struct StepInput {
 struct StepHooks {
   /// After the loss, before backward: sums the tensor over ranks in place.
   /// It carries, in one exchange per step, the teacher outputs' batch sum
-  /// (the center's input), the rows behind it and whether the loss is
-  /// finite, so every rank moves the same center and skips or stops
-  /// together; the caller may add its own values to the exchange.
+  /// (the center's input), the rows behind it, whether the loss is finite
+  /// and the health sums (model/health.h), so every rank moves the same
+  /// center, skips or stops together and sees the same health; the caller
+  /// may add its own values to the exchange.
   std::function<void(torch::Tensor&)> sum_over_ranks;
   /// After backward, before clipping: where gradients are averaged over ranks.
   std::function<void()> after_backward;
@@ -77,6 +79,7 @@ struct StepOutput {
   bool overflow = false;     ///< loss scaling: gradients overflowed, optimizer step skipped
   MultiCropOutput student;   ///< student backbone and head outputs (all crops)
   MultiCropOutput teacher;   ///< teacher outputs (global crops)
+  DinoHealth health;         ///< of the global batch, when finite
 };
 
 /// Not thread-safe: one training loop owns it.

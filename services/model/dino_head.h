@@ -1,5 +1,6 @@
 // DINO projection head and the multi-crop wrapper (backbone + head), with the
 // reference parameter names (head.mlp.{0,2,4}.*, head.last_layer.weight_{g,v}).
+// A module is not thread-safe: one thread trains or runs it at a time.
 #pragma once
 
 #include <torch/torch.h>

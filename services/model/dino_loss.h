@@ -1,5 +1,6 @@
 // DINO loss: cross-entropy between the centred, sharpened teacher output of
 // each global view and the student output of every other view.
+// Not thread-safe: the training loop owns the loss and its center.
 #pragma once
 
 #include <torch/torch.h>

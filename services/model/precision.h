@@ -2,6 +2,7 @@
 // dynamic loss scale) around forward and loss, while parameters, gradients
 // and optimizer state stay fp32 ("master weights"). The autocast calls differ
 // between LibTorch 1.13 and 2.4+; this header hides which one is in use.
+// The guards act on the calling thread's autocast state; a LossScaler belongs to one training loop.
 #pragma once
 
 #include <torch/torch.h>

@@ -1,4 +1,5 @@
 // Per-iteration schedules of DINO's utils.cosine_scheduler, in double precision.
+// Pure functions; thread-safe.
 #pragma once
 
 #include <cstdint>

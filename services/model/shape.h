@@ -1,6 +1,7 @@
 // A model's shape as JSON: what checkpoints, converted weights and feature
 // directories record so that a backbone can be rebuilt from a file alone and
 // a resume can refuse a checkpoint of another model.
+// Pure functions over values; thread-safe.
 #pragma once
 
 #include <string>

@@ -2,6 +2,7 @@
 // pre-norm blocks, LayerNorm eps 1e-6, GELU MLP, stochastic depth, CLS token
 // output after the final norm. Parameter names equal the reference state_dict
 // names (patch_embed.proj.*, blocks.{i}.attn.qkv.*, ...).
+// A module is not thread-safe: one thread trains or runs it at a time.
 #pragma once
 
 #include <torch/torch.h>

@@ -203,6 +203,11 @@ struct RuntimeConfig {
   /// stop: a non-finite loss stops the run naming the iteration; skip: the
   /// step changes nothing and is counted (nonfinite_steps in the log).
   std::string on_nonfinite_loss = "stop";
+  /// Iterations between progress lines and health reports (DINO's 10).
+  int64_t log_every = 10;
+  /// What a collapse verdict does (docs/training.md): warn says so in the
+  /// log, status and metrics; stop also checkpoints and fails the run.
+  std::string on_collapse = "warn";
   /// Distributed runs: seconds a rendezvous or collective may take before
   /// the rank gives up (a dead or hung peer), and the gradient bucket size.
   int64_t distributed_timeout_s = 300;

@@ -3,6 +3,7 @@
 // RunConfig member, names the key path, the value and what was expected on
 // a bad value, and prints the member's current value for the documentation.
 // Stateless; a Field writes only the member it was made for.
+// Thread-compatible.
 #pragma once
 
 #include <yaml-cpp/yaml.h>

@@ -3,6 +3,7 @@
 // (config_schema.cc). The YAML reader validates against it and
 // docs/config.md's key reference is generated from it (`scdino-config doc`);
 // tests/run/config_test.cc fails when the two differ.
+// The schema is built per call; thread-safe.
 #pragma once
 
 #include <string>

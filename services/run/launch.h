@@ -1,6 +1,7 @@
 // Where this process sits in a distributed run: rank, world size, local rank
 // and the rendezvous address, from Slurm's variables, torchrun-style
 // variables, or a single process when neither is set.
+// Functions of the environment they are given; thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 // Process exit codes shared by the services (docs/trainer.md lists them), and
 // the one mapping from an error's Status to its exit code.
+// Constants and a pure function; thread-safe.
 #pragma once
 
 #include "common/status.h"

@@ -8,6 +8,8 @@
 #include <iostream>
 #include <thread>
 
+#include <c10/util/Exception.h>
+
 #include "common/files.h"
 #include "runtime/exit_codes.h"
 #include "runtime/signals.h"
@@ -266,6 +268,17 @@ int Fail(ServicePlane* plane, const std::string& program, const Status& s) {
   }
   if (plane) plane->Finish(RunState::kFailed, s.ToString());
   return ExitCodeFor(s);
+}
+
+int GuardMain(const std::string& program, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const c10::Error& e) {
+    std::cerr << program << ": " << e.what_without_backtrace() << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << program << ": " << e.what() << "\n";
+  }
+  return kExitFailed;
 }
 
 }  // namespace scdino::runtime

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -67,5 +68,10 @@ class ServicePlane {
 /// STOPPED with the stop's code (75, 4); anything else FAILED with
 /// ExitCodeFor.
 int Fail(ServicePlane* plane, const std::string& program, const Status& s);
+
+/// Runs a service main's body: an exception that escapes it (a LibTorch
+/// error, bad_alloc) ends the process with one line naming `program` and
+/// exit code 1, never a backtrace.
+int GuardMain(const std::string& program, const std::function<int()>& body);
 
 }  // namespace scdino::runtime

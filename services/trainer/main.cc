@@ -14,7 +14,7 @@
 #include "runtime/exit_codes.h"
 #include "runtime/service_plane.h"
 #include "runtime/signals.h"
-#include "runtime/trainer_wiring.h"
+#include "trainer/trainer_wiring.h"
 #include "training/trainer.h"
 
 namespace {
@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   InstallStopSignals("scdino-trainer", "finishing the current step, then checkpointing");
   scdino::training::TrainerOptions options;
   options.log = &std::cout;
+  options.progress = &std::cerr;
   bool no_resume = false;
   CommandLine cl("scdino-trainer",
                  "DINO pretraining of a ViT on multi-channel cell images (docs/trainer.md).\n"
@@ -44,7 +45,7 @@ int main(int argc, char** argv) {
   auto& config = cl.config();
   const int threads = cl.ConfigureThreads();
   std::cerr << "scdino-trainer: run " << config.run_dir() << ", " << threads << " CPU threads\n";
-  try {
+  return GuardMain("scdino-trainer", [&]() -> int {
     auto launch = scdino::run::LaunchFromEnv([](const char* k) { return std::getenv(k); });
     if (!launch.ok()) return Fail(nullptr, launch.status());
     auto device = scdino::run::PickDevice(config, *launch);
@@ -109,11 +110,5 @@ int main(int argc, char** argv) {
                                                          : kExitStopped;
     }
     return kExitFailed;
-  } catch (const c10::Error& e) {
-    std::cerr << "scdino-trainer: " << e.what_without_backtrace() << "\n";
-    return kExitFailed;
-  } catch (const std::exception& e) {
-    std::cerr << "scdino-trainer: " << e.what() << "\n";
-    return kExitFailed;
-  }
+  });
 }

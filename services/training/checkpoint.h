@@ -4,6 +4,7 @@
 // atomically, so an interrupted or failed write leaves the previous
 // checkpoint intact. A resume checks that the run still has the shape the
 // checkpoint was trained with.
+// Functions of their arguments; one thread writes a given checkpoint path at a time.
 #pragma once
 
 #include <string>

@@ -1,5 +1,6 @@
 // GPU memory of the CUDA caching allocator, for the epoch log, the metrics
 // and scripts/gpu-check.sh. Builds without CUDA report nothing.
+// Thread-safe (reads the allocator's counters).
 #pragma once
 
 #include <torch/torch.h>

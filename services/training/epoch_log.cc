@@ -8,6 +8,7 @@ void EpochLog::Add(const StepReport& r) {
   if (r.finite) {
     loss_sum_ += r.loss;
     ++finite_steps_;
+    health_.Add(r.health);
   } else {
     ++nonfinite_;
   }
@@ -20,6 +21,7 @@ nlohmann::json EpochLog::Line(int64_t epoch, int64_t iteration, double seconds, 
                               const std::function<std::vector<double>(std::vector<double>)>& sum) const {
   // Loss averaged and images summed over ranks; waits are this rank's.
   const auto s = sum({loss_sum_, static_cast<double>(finite_steps_), static_cast<double>(images_)});
+  const auto h = health_.Mean();
   return {{"epoch", epoch},
           {"iteration", iteration},
           {"loss", s[1] > 0 ? s[0] / s[1] : std::nan("")},
@@ -31,6 +33,12 @@ nlohmann::json EpochLog::Line(int64_t epoch, int64_t iteration, double seconds, 
           {"data_wait_s", data_wait_},
           {"allreduce_wait_s", allreduce_wait_},
           {"nonfinite_steps", nonfinite_},
+          {"teacher_entropy", h.teacher_entropy},
+          {"teacher_entropy_ratio", h.teacher_entropy_ratio},
+          {"student_teacher_kl", h.student_teacher_kl},
+          {"teacher_batch_entropy", h.teacher_batch_entropy},
+          {"center_norm", h.center_norm},
+          {"backbone_cls_std", h.backbone_cls_std},
           {"epoch_time_s", seconds}};
 }
 

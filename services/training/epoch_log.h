@@ -26,6 +26,7 @@ class EpochLog {
  private:
   double loss_sum_ = 0.0, data_wait_ = 0.0, allreduce_wait_ = 0.0;
   int64_t finite_steps_ = 0, nonfinite_ = 0, images_ = 0;
+  model::HealthAverage health_;  // already global: the same on every rank
 };
 
 }  // namespace scdino::training

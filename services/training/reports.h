@@ -1,10 +1,13 @@
 // What the training loop reports to its observers (metrics, the control
 // status, the log): one StepReport per iteration and one CheckpointReport
 // per checkpoint written. Plain values, copied freely.
+// Thread-compatible.
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "model/health.h"
 
 namespace scdino::training {
 
@@ -21,6 +24,20 @@ struct StepReport {
   double step_seconds = 0.0;       ///< whole iteration, data included
   double data_wait_seconds = 0.0;  ///< waiting for the batch (the data source's Next, once)
   double allreduce_wait_seconds = 0.0;  ///< gradient communication not hidden by backward
+  model::DinoHealth health;  ///< of the global batch (the same on every rank); zeros when not finite
+};
+
+/// The DINO health over one logging interval (scdino.log_every iterations,
+/// or what remained of an epoch), the same on every rank.
+struct HealthReport {
+  int64_t iteration = 0;  ///< iterations done at its end
+  int64_t epoch = 0;
+  int64_t steps = 0;      ///< finite steps averaged
+  double loss = 0.0;      ///< mean loss of those steps
+  model::DinoHealth health;
+  /// healthy | uniform_collapse | onehot_collapse; empty during the first
+  /// epoch, when a fresh network's outputs look collapsed anyway.
+  std::string collapse;
 };
 
 struct CheckpointReport {

@@ -39,6 +39,18 @@ void StatusReporter::Step(const StepReport& r, int64_t nonfinite_steps) {
   });
 }
 
+void StatusReporter::Health(const HealthReport& h) {
+  Update([&](RunStatus& st) {
+    st.teacher_entropy = h.health.teacher_entropy;
+    st.teacher_entropy_ratio = h.health.teacher_entropy_ratio;
+    st.student_teacher_kl = h.health.student_teacher_kl;
+    st.teacher_batch_entropy = h.health.teacher_batch_entropy;
+    st.center_norm = h.health.center_norm;
+    st.backbone_cls_std = h.health.backbone_cls_std;
+    st.collapse = h.collapse;
+  });
+}
+
 void StatusReporter::State(RunState s) {
   Update([s](RunStatus& st) { st.state = s; });
 }

@@ -22,6 +22,8 @@ class StatusReporter {
   void Start(int64_t iteration, int64_t niter, int64_t epochs, int64_t images_per_iteration);
   /// Progress, speed (smoothed over recent steps), ETA and the step's values.
   void Step(const StepReport& r, int64_t nonfinite_steps);
+  /// The health and collapse verdict of the last logging interval.
+  void Health(const HealthReport& h);
   void State(RunState s);
   void Checkpoint(const CheckpointReport& r);
   /// The final state: COMPLETED, STOPPED, or FAILED with the reason; callers

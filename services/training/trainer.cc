@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 #include <ostream>
 #include <thread>
@@ -152,8 +153,60 @@ StatusOr<StepReport> Trainer::Step(int64_t it) {
   report.momentum = in.momentum;
   report.teacher_temp = dino_->loss->teacher_temp_schedule()[static_cast<size_t>(epoch)];
   report.allreduce_wait_seconds = reducer_ ? reducer_->TakeWaitSeconds() : 0.0;
+  report.health = out.health;
   report.step_seconds = Seconds(t0, Clock::now());
   return report;
+}
+
+Status Trainer::EndOfInterval(int64_t it, const StepReport& last) {
+  HealthReport h;
+  h.iteration = it;
+  h.epoch = last.epoch;
+  h.steps = interval_health_.steps();
+  h.health = interval_health_.Mean();
+  h.loss = h.steps > 0 ? interval_loss_ / static_cast<double>(h.steps) : last.loss;
+  interval_health_ = model::HealthAverage();
+  interval_loss_ = 0.0;
+  // A fresh network's outputs are near-identical for every image, which
+  // reads as a one-hot collapse: the verdict starts with the second epoch.
+  Status stop;
+  if (h.steps > 0 && last.epoch >= 1) {
+    const auto verdict = model::JudgeCollapse(h.health);
+    h.collapse = model::CollapseName(verdict);
+    if (h.collapse != collapse_ && verdict != model::Collapse::kHealthy) {
+      const std::string what = std::string(h.collapse) + " at iteration " + std::to_string(it) + " (epoch " +
+                               std::to_string(last.epoch) + "): " + model::DescribeCollapse(verdict, h.health) +
+                               " over the last " + std::to_string(h.steps) + " iterations";
+      if (config_.scdino.on_collapse == "stop") {
+        stop = Status::FailedPrecondition("training collapsed, " + what +
+                                          "; stopping (scdino.on_collapse: stop). docs/training.md says what to "
+                                          "change; the last checkpoint is kept");
+      } else if (options_.progress && coordinator_->is_rank_zero()) {
+        *options_.progress << "scdino-trainer: warning: " << what
+                           << "; docs/training.md says what to change (scdino.on_collapse: stop would stop here)"
+                           << std::endl;
+      }
+    } else if (verdict == model::Collapse::kHealthy && !collapse_.empty() && collapse_ != h.collapse &&
+               options_.progress && coordinator_->is_rank_zero()) {
+      *options_.progress << "scdino-trainer: healthy again at iteration " << it << std::endl;
+    }
+    collapse_ = h.collapse;
+  }
+  reporter_.Health(h);
+  if (options_.on_health) options_.on_health(h);
+  if (options_.progress && coordinator_->is_rank_zero()) {
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "scdino-trainer: epoch %lld/%lld iteration %lld/%lld loss %.4f lr %.3g | teacher entropy %.3f "
+                  "(%.2f of ln K), KL %.3f, batch entropy %.3f, center norm %.3g, CLS std %.3g | %s",
+                  static_cast<long long>(last.epoch + 1), static_cast<long long>(config_.train.epochs),
+                  static_cast<long long>(it), static_cast<long long>(total_), h.loss, last.lr,
+                  h.health.teacher_entropy, h.health.teacher_entropy_ratio, h.health.student_teacher_kl,
+                  h.health.teacher_batch_entropy, h.health.center_norm, h.health.backbone_cls_std,
+                  h.collapse.empty() ? "not judged in the first epoch" : h.collapse.c_str());
+    *options_.progress << buf << std::endl;
+  }
+  return stop;
 }
 
 Status Trainer::EndOfEpoch(int64_t epoch, int64_t it) {
@@ -249,8 +302,15 @@ StatusOr<TrainResult> Trainer::RunLoop() {
     epoch_log_.Add(*report);
     reporter_.Step(*report, result_.nonfinite_steps);
     if (options_.on_step) options_.on_step(*report);
+    if (report->finite) {
+      interval_health_.Add(report->health);
+      interval_loss_ += report->loss;
+    }
+    // Intervals count from the start of each epoch, which ends one.
+    const Status collapsed = (it % niter_) % config_.scdino.log_every == 0 ? EndOfInterval(it, *report) : Status::Ok();
     if (it % niter_ == 0) {
       auto line = epoch_log_.Line(epoch, it, Seconds(epoch_start, Clock::now()), *report, sum);
+      if (!collapse_.empty()) line["collapse"] = collapse_;
       if (auto mem = QueryDeviceMemory(device_)) {
         line["gpu_mem_peak_bytes"] = mem->peak_allocated_bytes;
         line["gpu_mem_reserved_bytes"] = mem->reserved_bytes;
@@ -263,6 +323,12 @@ StatusOr<TrainResult> Trainer::RunLoop() {
       epoch_log_.Reset();
       epoch_started = false;
       if (auto s = EndOfEpoch(epoch, it); !s.ok()) return s;
+    }
+    if (!collapsed.ok()) {
+      if (it % niter_ != 0) {
+        if (auto s = checkpointer_->ResumePoint(it, niter_); !s.ok()) return s;
+      }
+      return collapsed;
     }
     if (it >= total_) break;
     // The agreement of this step's exchange, or (one process) the local view.

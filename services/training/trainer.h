@@ -5,6 +5,7 @@
 // checkpointing. Its parts are separate so each can be read and tested on
 // its own: the step (Step), the end of an epoch (EndOfEpoch), the agreement
 // (LocalView, Act) and the state reporting (training/status_reporter.h).
+// Not thread-safe, except RequestStop (one atomic store, signal-safe).
 #pragma once
 
 #include <atomic>
@@ -56,6 +57,10 @@ struct TrainerOptions {
   /// checkpoint it writes.
   std::function<void(const StepReport&)> on_step;
   std::function<void(const CheckpointReport&)> on_checkpoint;
+  /// Called on every rank after each logging interval (scdino.log_every).
+  std::function<void(const HealthReport&)> on_health;
+  /// Where rank 0 writes a progress line per logging interval; may be null.
+  std::ostream* progress = nullptr;
 };
 
 /// Why a run returned before its last epoch.
@@ -108,6 +113,10 @@ class Trainer {
   /// API checkpoints, pauses (agreeing again every 200 ms); the reason to
   /// stop, if any.
   StatusOr<StopReason> Act(run::Agreement agreed, int64_t it);
+  /// At the end of a logging interval: the progress line, the health
+  /// report and the collapse verdict; an error when the run collapsed and
+  /// scdino.on_collapse is stop (after a resume checkpoint).
+  Status EndOfInterval(int64_t it, const StepReport& last);
 
   run::RunConfig config_;
   std::unique_ptr<data::MultiCropSource> source_;
@@ -120,6 +129,9 @@ class Trainer {
   StatusReporter reporter_;
   std::unique_ptr<Checkpointer> checkpointer_;
   EpochLog epoch_log_;
+  model::HealthAverage interval_health_;
+  double interval_loss_ = 0.0;
+  std::string collapse_;  ///< the last verdict ("" before the first)
   model::Schedules schedules_;
   int64_t niter_ = 1, total_ = 1;
   /// What the ranks agreed in the current step's exchange.

@@ -43,17 +43,27 @@ done
 [ ! -d "$run/features/checkpoint/shards" ] || fail "the shards were left behind after assembly"
 echo "ok: main job wrote checkpoints, features, kNN results and plots"
 
-# 2. Trained beats random, on the same data, split and seed.
-$py - "$run/eval/knn_per_checkpoint.csv" "$margin" <<'PY' || fail "the trained model is not clearly above random"
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
+# 2. Trained beats random, on the same data, split and seed; every epoch's
+# log line carries the health signals, and a verdict from the second epoch.
+$py - "$run" "$margin" <<'PY' || fail "the trained model is not clearly above random, or the log lacks health"
+import csv, json, sys
+run, margin = sys.argv[1], float(sys.argv[2])
+lines = [json.loads(l) for l in open(run + "/log.jsonl")]
+for l in lines:
+    for k in ("teacher_entropy", "teacher_entropy_ratio", "student_teacher_kl", "teacher_batch_entropy",
+              "center_norm", "backbone_cls_std"):
+        assert k in l, f"epoch {l['epoch']} has no {k}"
+assert "collapse" not in lines[0] and all(l["collapse"] in ("healthy", "uniform_collapse", "onehot_collapse")
+                                          for l in lines[1:]), "verdicts " + str([l.get("collapse") for l in lines])
+print("verdicts per epoch:", [l.get("collapse", "-") for l in lines])
+rows = list(csv.DictReader(open(run + "/eval/knn_per_checkpoint.csv")))
 top1 = {(r["features"], int(r["k"])): float(r["top1_accuracy"]) for r in rows}
 trained, rand = top1[("checkpoint", 20)], top1[("random_init", 20)]
 print(f"kNN top-1 at k=20: trained {trained:.3f}, random init {rand:.3f}, margin {trained - rand:+.3f} "
-      f"(required {float(sys.argv[2]):+.3f})")
-assert trained >= rand + float(sys.argv[2])
+      f"(required {margin:+.3f})")
+assert trained >= rand + margin
 PY
-echo "ok: trained above random"
+echo "ok: trained above random, health in the log"
 
 # 3. The features as the user's Python sees them.
 $py - "$run/features/checkpoint" "$work/data" <<'PY' || fail "features.h5ad / features.npy / index.csv disagree"

@@ -133,6 +133,84 @@ TEST(Trainer, WritesLogLinesAndCheckpoints) {
   EXPECT_TRUE(f->tensors.count("optimizer.backbone.pos_embed.exp_avg"));
 }
 
+// Health every log_every iterations counted from each epoch's start, the
+// verdict from the second epoch on, the epoch means in the log line.
+TEST(Trainer, ReportsHealthPerLoggingIntervalAndJudgesCollapseFromTheSecondEpoch) {
+  ScratchDir dir;
+  std::ostringstream log, progress;
+  std::vector<HealthReport> reports;
+  TrainerOptions opts;
+  opts.log = &log;
+  opts.progress = &progress;
+  opts.on_health = [&](const HealthReport& h) { reports.push_back(h); };
+  auto yaml = With(TinyConfig(dir.path(), "health"), "  threads: 1", "  threads: 1\n  log_every: 3");
+  auto r = RunOnce(yaml, opts);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // 4 iterations per epoch: intervals end at 3 and 4 in each epoch.
+  std::vector<int64_t> ends;
+  for (const auto& h : reports) ends.push_back(h.iteration);
+  EXPECT_EQ(ends, (std::vector<int64_t>{3, 4, 7, 8, 11, 12}));
+  EXPECT_EQ(reports[0].steps, 3);
+  EXPECT_EQ(reports[1].steps, 1);
+  EXPECT_EQ(reports[1].collapse, "");  // first epoch: not judged
+  EXPECT_FALSE(reports[2].collapse.empty());
+  for (const auto& h : reports) {
+    EXPECT_GT(h.health.teacher_entropy, 0.0);
+    EXPECT_LE(h.health.teacher_entropy_ratio, 1.0 + 1e-6);
+    EXPECT_GE(h.health.student_teacher_kl, 0.0);
+    EXPECT_TRUE(std::isfinite(h.loss));
+  }
+  const std::string p = progress.str();
+  EXPECT_EQ(std::count(p.begin(), p.end(), '\n'), 6) << p;
+  EXPECT_NE(p.find("epoch 1/3 iteration 3/12"), std::string::npos) << p;
+  EXPECT_NE(p.find("not judged in the first epoch"), std::string::npos) << p;
+  std::ifstream in(dir.path() + "/health/log.jsonl");
+  std::string line;
+  std::getline(in, line);
+  auto j = nlohmann::json::parse(line);
+  for (const char* k : {"teacher_entropy", "teacher_entropy_ratio", "student_teacher_kl", "teacher_batch_entropy",
+                        "center_norm", "backbone_cls_std"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  EXPECT_FALSE(j.contains("collapse"));
+  std::getline(in, line);
+  EXPECT_EQ(nlohmann::json::parse(line).at("collapse"), reports[3].collapse);
+}
+
+// Temperatures so high that teacher and student are uniform from the start:
+// the uniform collapse DINO practitioners fear, made certain.
+std::string Uniform(const std::string& yaml, const std::string& on_collapse) {
+  auto y = With(yaml, "    lr: 0.05", "    lr: 0.05\n    teacher_temp: 1000\n    warmup_teacher_temp: 1000\n"
+                                     "    student_temp: 1000");
+  return With(y, "  threads: 1", "  threads: 1\n  log_every: 1\n  on_collapse: " + on_collapse);
+}
+
+TEST(Trainer, ACollapseIsReportedOrStopsTheRunNamingTheIterationAndTheSignal) {
+  ScratchDir dir;
+  std::ostringstream progress;
+  std::vector<HealthReport> reports;
+  TrainerOptions opts;
+  opts.progress = &progress;
+  opts.on_health = [&](const HealthReport& h) { reports.push_back(h); };
+  auto warned = RunOnce(Uniform(TinyConfig(dir.path(), "warn"), "warn"), opts);
+  ASSERT_TRUE(warned.ok()) << warned.status().ToString();
+  EXPECT_TRUE(warned->completed);
+  EXPECT_EQ(reports.back().collapse, "uniform_collapse");
+  EXPECT_NE(progress.str().find("warning: uniform_collapse at iteration 5 (epoch 1)"), std::string::npos)
+      << progress.str();
+
+  auto stopped = RunOnce(Uniform(TinyConfig(dir.path(), "stop"), "stop"));
+  ASSERT_FALSE(stopped.ok());
+  EXPECT_EQ(stopped.status().code(), StatusCode::kFailedPrecondition);
+  const std::string msg = stopped.status().message();
+  EXPECT_NE(msg.find("uniform_collapse at iteration 5 (epoch 1)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("student-teacher KL"), std::string::npos) << msg;
+  // What was trained is kept: the resume point of iteration 5.
+  auto f = ReadSafetensors(dir.path() + "/stop/checkpoint.safetensors");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->metadata.at("iteration"), "5");
+}
+
 class ExactResume : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(ExactResume, StoppedAndResumedRunEndsWithTheSameWeights) {

@@ -1,6 +1,7 @@
 // The trainer's side of its service plane: the trainer's metrics fed from
 // its step and checkpoint reports, and its control channel. Only
 // scdino-trainer includes this (and with it the training loop).
+// Called once by the main thread before training starts.
 #pragma once
 
 #include <torch/torch.h>

@@ -1,4 +1,4 @@
-#include "runtime/trainer_wiring.h"
+#include "trainer/trainer_wiring.h"
 
 #ifdef SCDINO_WITH_SERVICES
 #include "metrics/trainer_metrics.h"
@@ -14,6 +14,7 @@ void AttachTrainer(ServicePlane& plane, training::TrainerOptions* options, torch
     auto* m = new metrics::TrainerMetrics(*registry, device);
     options->on_step = [m](const training::StepReport& r) { m->OnStep(r); };
     options->on_checkpoint = [m](const training::CheckpointReport& r) { m->OnCheckpoint(r); };
+    options->on_health = [m](const training::HealthReport& h) { m->OnHealth(h); };
   }
 #else
   (void)device;
