@@ -86,6 +86,8 @@ int main(int argc, char** argv) {
     if (!device.ok()) return Fail(nullptr, kProgram, device.status());
     std::cerr << kProgram << ": run " << config.run_dir() << ", device " << *device << ", " << n_threads
               << " CPU threads\n";
+    // Temporaries of evaluations that were killed go; a live writer's stay.
+    if (auto s = scdino::run::PrepareRunDir(config); !s.ok()) return Fail(nullptr, kProgram, s);
     auto plane = ServicePlane::Start(config, single, {"eval", "queries"});
     if (!plane.ok()) return Fail(nullptr, kProgram, plane.status());
     ServicePlane* p = plane->get();
