@@ -102,6 +102,23 @@ result=$(same_weights "$work/termed/checkpoint.safetensors" "$work/full/checkpoi
 [ "$result" = identical ] || { echo "FAIL: run resumed after SIGTERM $result from the uninterrupted one"; exit 1; }
 echo "ok: scancel --signal=TERM --full -> requeue -> resume from the last checkpoint -> identical weights"
 
+# 2c. The requeue cap (SCDINO_MAX_REQUEUES, counted by Slurm's
+# SLURM_RESTART_COUNT): at 0, a preempted job still checkpoints, then ends
+# instead of requeueing and says how to resume.
+config capped 400
+job=$(SCDINO_MAX_REQUEUES=0 submit capped 1)
+for _ in $(seq 1 300); do
+  [ -s "$work/capped/log.jsonl" ] && break
+  sleep 0.2
+done
+scancel --signal=USR1 "$job"
+wait_gone "$job" 300
+grep -q "already requeued 0 times (SCDINO_MAX_REQUEUES=0); not requeueing. Submit it again to resume." \
+  "$work"/capped-*.out || { echo "FAIL: the requeue cap was not applied"; cat "$work"/capped-*.out; exit 1; }
+! grep -q "requeueing job $job" "$work"/capped-*.out || { echo "FAIL: requeued past the cap"; exit 1; }
+[ -s "$work/capped/checkpoint.safetensors" ] || { echo "FAIL: no checkpoint before the capped end"; exit 1; }
+echo "ok: requeue cap: checkpoint, no requeue, a message saying how to resume"
+
 # scdinoctl against a trainer the batch script launched: status names the
 # Slurm job and both ranks; stop ends the job through the API (exit 4, no
 # requeue), with a checkpoint, and the endpoint file is removed.
