@@ -16,10 +16,10 @@ if [ "${1:-start}" = stop ]; then
   exit 0
 fi
 
-if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! command -v runc >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
+  apt-get install -y -qq --no-install-recommends slurm-wlm munge runc >/dev/null
 fi
 
 if sinfo -h -o '%T' 2>/dev/null | grep -qE 'idle|mixed|allocated'; then
@@ -63,6 +63,17 @@ JobRequeue=1
 KillWait=30
 NodeName=$host CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+CONF
+
+# Slurm's own container support (srun --container=OCI_BUNDLE) through
+# Debian's runc: one task per node in Slurm 22.05. crun does not run on
+# these machines' cgroup layout. %n.%u.%j.%s.%t names a container per task.
+runc_root=$state/runc
+cat > "$conf_dir/oci.conf" <<CONF
+RunTimeQuery="runc --root=$runc_root state %n.%u.%j.%s.%t"
+RunTimeKill="runc --root=$runc_root kill -a %n.%u.%j.%s.%t SIGTERM"
+RunTimeDelete="runc --root=$runc_root delete --force %n.%u.%j.%s.%t"
+RunTimeRun="runc --root=$runc_root run %n.%u.%j.%s.%t -b %b"
 CONF
 
 pgrep -x slurmctld >/dev/null || slurmctld

@@ -23,9 +23,18 @@ scdino_wait() {
   return "$rc"
 }
 
-# scdino_step CMD...: runs `srun CMD...` and returns its exit code.
+# Slurm 22.05 and later no longer hand the job's --cpus-per-task to srun.
+[ -z "${SLURM_CPUS_PER_TASK:-}" ] || export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
+
+# scdino_step CMD...: runs `srun CMD...` and returns its exit code. A task
+# that fails ends the step (a rank left alone would wait for its peers); in a
+# job with GPUs and no --gpus-per-task of its own, each task gets one GPU.
 scdino_step() {
-  srun "$@" &
+  local gpus=()
+  if [ "${SLURM_GPUS_ON_NODE:-0}" -gt 0 ] 2>/dev/null && [ -z "${SLURM_GPUS_PER_TASK:-}" ]; then
+    gpus=(--gpus-per-task=1)
+  fi
+  srun --kill-on-bad-exit=1 "${gpus[@]}" "$@" &
   scdino_wait $!
 }
 
@@ -57,4 +66,100 @@ scdino_requeue_or_exit() {
   echo "scdino: $why; requeueing job $SLURM_JOB_ID (restart $((restarts + 1)) of at most $max)"
   scontrol requeue "$SLURM_JOB_ID"
   exit 0
+}
+
+# scdino_config_path CONFIG KEY: the value of a path key (output_dir,
+# dataset_dir) of a scDINO-layout config, absolute (relative paths are
+# relative to the working directory, as the services read them).
+scdino_config_path() {
+  local v
+  # Block (`  key: value`) and flow (`meta: {key: "value", ...}`) style.
+  v=$(grep -oE "(^|[{,[:space:]])$2:[[:space:]]*(\"[^\"]*\"|'[^']*'|[^,}#[:space:]]+)" "$1" | head -1 |
+      sed -E "s/^.*$2:[[:space:]]*//; s/^[\"']//; s/[\"']\$//")
+  [ -n "$v" ] || return 0
+  case $v in /*) echo "$v" ;; *) echo "$PWD/$v" ;; esac
+}
+
+# scdino_container_args CONFIG: fills the array container_args with the srun
+# flags that run a step in SCDINO_CONTAINER, and checks what they name:
+#  - an OCI bundle directory (config.json + rootfs/): Slurm's own
+#    --container (oci.conf, runc); its mounts are in the bundle's
+#    config.json, and the config, data set and run directory must lie in
+#    them. Slurm 22.05 runs one task per node this way.
+#  - otherwise a Pyxis/Enroot image (a .sqsh file or a registry reference):
+#    --container-image, --container-mounts covering the working directory, the
+#    config's directory, the data set and the run directory (each mounted at
+#    the same path) plus SCDINO_CONTAINER_MOUNTS (SRC[:DST[:FLAGS]],...),
+#    --container-workdir, --container-name (one container for the steps of
+#    this job) and --no-container-mount-home.
+# Returns 2 with a message naming the path on a missing image, an unreadable
+# mount or a config outside the mounts.
+scdino_container_args() {
+  local config=$1 image=${SCDINO_CONTAINER:?} cfg_dir data run m src mounts=() seen=" " p
+  container_args=()
+  [ -r "$config" ] || { echo "scdino: config $config is not readable" >&2; return 2; }
+  cfg_dir=$(cd "$(dirname "$config")" && pwd)
+  data=$(scdino_config_path "$config" dataset_dir)
+  run=$(scdino_config_path "$config" output_dir)
+  if [ -d "$image" ]; then
+    [ -f "$image/config.json" ] && [ -d "$image/rootfs" ] || {
+      echo "scdino: SCDINO_CONTAINER=$image is a directory but not an OCI bundle (config.json and rootfs/);" \
+           "make one with scripts/build-image.sh --oci-bundle $image" >&2; return 2; }
+    local per_node=${SLURM_NTASKS_PER_NODE:-${SLURM_TASKS_PER_NODE%%(*}}
+    if [ -n "$per_node" ] && [ "$per_node" -gt 1 ] 2>/dev/null; then
+      echo "scdino: SCDINO_CONTAINER=$image is an OCI bundle: Slurm 22.05's --container runs one task" \
+           "per node, this job has $per_node; use Pyxis (--container-image) or --ntasks-per-node=1" >&2
+      return 2
+    fi
+    # Every path the step reads or writes must be inside a bind mount of
+    # the bundle (mounted at the same path).
+    local binds
+    binds=$(grep -o '"destination": "[^"]*", "type": "bind"' "$image/config.json" | sed 's/"destination": "\([^"]*\)".*/\1/')
+    for p in "$cfg_dir/$(basename "$config")" "$data" "$run"; do
+      [ -n "$p" ] || continue
+      local inside=0 b
+      for b in $binds; do
+        case $b in /etc/*) continue ;; esac
+        case "$p/" in "$b"/*) inside=1 ;; esac
+      done
+      [ "$inside" = 1 ] || {
+        echo "scdino: $p is outside the mounts of the OCI bundle $image (${binds//$'\n'/ });" \
+             "make the bundle with scripts/build-image.sh --oci-bundle $image --mounts <a directory holding it>" >&2
+        return 2; }
+    done
+    container_args=(--container="$image")
+    return 0
+  fi
+  case $image in
+    *://*|*:*[!/]) ;;  # a registry reference (docker://..., name:tag): Enroot pulls it
+    *)
+      [ -f "$image" ] || { echo "scdino: SCDINO_CONTAINER=$image: no such image file (an Enroot .sqsh made by scripts/build-image.sh --sqsh)" >&2; return 2; }
+      [ -r "$image" ] || { echo "scdino: SCDINO_CONTAINER=$image is not readable" >&2; return 2; }
+      # Pyxis takes a file for an image only by an absolute (or ./) path.
+      image="$(cd "$(dirname "$image")" && pwd)/$(basename "$image")" ;;
+  esac
+  [ -z "$run" ] || mkdir -p "$run" || { echo "scdino: cannot create the run directory $run" >&2; return 2; }
+  for src in "$PWD" "$cfg_dir" "$data" "$run"; do
+    [ -n "$src" ] || continue
+    [ -d "$src" ] && [ -r "$src" ] && [ -x "$src" ] || {
+      echo "scdino: $src (working directory, config directory, data set or run directory) is not a readable directory to mount into the container" >&2
+      return 2; }
+    # A directory inside one already mounted needs no mount of its own.
+    local inside=0 s
+    for s in $seen; do case "$src/" in "$s"/*) inside=1 ;; esac; done
+    [ "$inside" = 1 ] && continue
+    seen+="$src "
+    mounts+=("$src:$src")
+  done
+  IFS=, read -r -a extra <<<"${SCDINO_CONTAINER_MOUNTS:-}"
+  for m in "${extra[@]}"; do
+    [ -n "$m" ] || continue
+    src=${m%%:*}
+    [ -e "$src" ] && [ -r "$src" ] || {
+      echo "scdino: SCDINO_CONTAINER_MOUNTS names $src, which does not exist or is not readable" >&2; return 2; }
+    mounts+=("$m")
+  done
+  container_args=(--container-image="$image" --container-mounts="$(IFS=,; echo "${mounts[*]}")"
+                  --container-workdir="$PWD" --container-name="scdino-${SLURM_JOB_ID:-local}"
+                  --no-container-mount-home)
 }

@@ -32,6 +32,15 @@ StatusOr<torch::Device> PickDevice(const RunConfig& config, const LaunchInfo& la
                                    "(or this build's LibTorch has no CUDA)");
   }
   const int64_t gpus = static_cast<int64_t>(torch::cuda::device_count());
+  // A task bound to its own GPU (srun --gpus-per-task=1, which the batch
+  // scripts use; --gpu-bind) sees exactly that one: device 0. Otherwise the
+  // ranks of a node share its GPUs and rank i takes GPU i.
+  if (gpus == 1) {
+#ifdef SCDINO_WITH_CUDA
+    c10::cuda::set_device(0);
+#endif
+    return torch::Device(torch::kCUDA, 0);
+  }
   if (launch.local_world_size > gpus || launch.local_rank >= gpus) {
     return Status::InvalidArgument(
         "this node runs " + std::to_string(std::max(launch.local_world_size, launch.local_rank + 1)) +

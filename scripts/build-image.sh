@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Builds the scdino container image with podman (no daemon needed) or docker,
+# and optionally imports it into an Enroot squashfs for
+# `srun --container-image=FILE` (Pyxis) or unpacks it into an OCI bundle for
+# Slurm's own `srun --container=DIR`. docs/containers.md has the recipe.
+#
+#   scripts/build-image.sh                               # scdino:cpu, compiled in the image
+#   scripts/build-image.sh --sqsh /shared/images/scdino-cpu.sqsh
+#   scripts/build-image.sh --cuda --tag scdino:cuda --sqsh /shared/images/scdino-cuda.sqsh
+#   scripts/build-image.sh --prebuilt build              # reuse a Debian 12 host build
+#   scripts/build-image.sh --oci-bundle /shared/bundles/scdino --mounts /shared
+#
+# The Debian 12 base is pulled, or, where no registry is reachable, made
+# locally with mmdebstrap and imported under the same name (containers/engine.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
+cuda=0 tag="" sqsh="" prebuilt="" bundle="" mounts=${SCDINO_CONTAINER_MOUNTS:-}
+while [ $# -gt 0 ]; do
+  case $1 in
+    --cuda) cuda=1 ;;
+    --tag) tag=${2:?--tag needs a value}; shift ;;
+    --tag=*) tag=${1#*=} ;;
+    --sqsh) sqsh=${2:?--sqsh needs a file}; shift ;;
+    --sqsh=*) sqsh=${1#*=} ;;
+    --prebuilt) prebuilt=${2:?--prebuilt needs a build directory}; shift ;;
+    --prebuilt=*) prebuilt=${1#*=} ;;
+    --oci-bundle) bundle=${2:?--oci-bundle needs a directory}; shift ;;
+    --oci-bundle=*) bundle=${1#*=} ;;
+    --mounts) mounts=${2:?--mounts needs SRC[:DST[:ro]],...}; shift ;;
+    --mounts=*) mounts=${1#*=} ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "scdino: build-image.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+  shift
+done
+
+# shellcheck source=../containers/engine.sh
+source containers/engine.sh
+scdino_engine_init
+
+if [ "$cuda" = 1 ]; then
+  dockerfile=containers/Dockerfile.cuda
+  tag=${tag:-scdino:cuda}
+  [ -z "$prebuilt" ] || { echo "scdino: --prebuilt is for the CPU image (a Debian 12 host build)" >&2; exit 2; }
+else
+  dockerfile=containers/Dockerfile
+  tag=${tag:-scdino:cpu}
+  base=docker.io/library/debian:12
+  scdino_debian_base "$base"
+fi
+# podman resolves short names only through registries.conf: name the
+# image fully so that it is found again without a registry.
+case $tag in */*) ;; *) tag=localhost/$tag ;; esac
+
+if [ -n "$sqsh" ]; then
+  command -v enroot >/dev/null || {
+    echo "scdino: --sqsh $sqsh needs enroot on this machine (https://github.com/NVIDIA/enroot," \
+         "packages for Debian/Ubuntu and RHEL); it is not installed. Build without --sqsh and run" \
+         "'enroot import -o $sqsh ${scdino_engine}://$tag' where enroot is" >&2
+    exit 2
+  }
+  [ -d "$(dirname "$sqsh")" ] || { echo "scdino: --sqsh: directory $(dirname "$sqsh") does not exist" >&2; exit 2; }
+  [ ! -e "$sqsh" ] || { echo "scdino: --sqsh: $sqsh exists; remove it first (enroot does not overwrite)" >&2; exit 2; }
+fi
+
+version=$(sed -n 's/^project(scdino VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+[ "$revision" = unknown ] || git diff --quiet HEAD 2>/dev/null || revision="$revision-dirty"
+source_url=$(git remote get-url origin 2>/dev/null || echo "https://github.com/scdino/scdino")
+
+args=(build "${scdino_engine_flags[@]}" -f "$dockerfile" -t "$tag"
+      --build-arg "VERSION=$version" --build-arg "REVISION=$revision" --build-arg "SOURCE=$source_url")
+[ "$scdino_engine" = podman ] && args+=(--network host)
+
+stage=""
+cleanup() { [ -z "$stage" ] || rm -rf "$stage"; }
+trap cleanup EXIT
+if [ -n "$prebuilt" ]; then
+  # The `binaries` stage of the Dockerfile is replaced by this build's
+  # install tree: the host is Debian 12 like the image, so the binaries load
+  # the same libraries.
+  [ -f "$prebuilt/CMakeCache.txt" ] || { echo "scdino: --prebuilt $prebuilt is not a CMake build directory" >&2; exit 2; }
+  . /etc/os-release
+  [ "${ID:-}:${VERSION_ID:-}" = debian:12 ] ||
+    { echo "scdino: --prebuilt needs a Debian 12 host (the image's base); this is ${PRETTY_NAME:-unknown}" >&2; exit 2; }
+  stage=$(mktemp -d /tmp/scdino-image.XXXXXX)
+  cmake --install "$prebuilt" --prefix "$stage/opt/scdino" >/dev/null
+  strip --strip-unneeded "$stage"/opt/scdino/bin/scdino-{trainer,features,eval,synth,stats,config} "$stage/opt/scdino/bin/scdinoctl"
+  args+=(--build-context "binaries=$stage")
+fi
+
+# oci_config IMAGE MOUNTS: an OCI runtime config.json (runtime-spec 1.0)
+# for runc: the image's environment, the usual /proc, /dev and /sys, the
+# bind mounts SRC[:DST[:ro]],... of MOUNTS, the host's network.
+oci_config() {
+  local env mounts="" m src dst opt
+  env=$("$scdino_engine" image inspect --format '{{range .Config.Env}}{{println .}}{{end}}' "$1" |
+        sed '/^$/d; s/\\/\\\\/g; s/"/\\"/g; s/.*/      "&",/' | sed '$ s/,$//')
+  IFS=, read -r -a list <<<"$2"
+  for m in "${list[@]}"; do
+    [ -n "$m" ] || continue
+    IFS=: read -r src dst opt <<<"$m"
+    dst=${dst:-$src}
+    [ -e "$src" ] || { echo "scdino: --mounts: $src does not exist" >&2; exit 2; }
+    mounts+=$(printf ',\n    {"destination": "%s", "type": "bind", "source": "%s", "options": ["rbind", "%s"]}' \
+              "$dst" "$(realpath "$src")" "${opt:-rw}")
+  done
+  cat <<JSON
+{
+  "ociVersion": "1.0.2",
+  "process": {
+    "terminal": false,
+    "user": {"uid": 0, "gid": 0},
+    "args": ["scdino-trainer", "--help"],
+    "env": [
+$env
+    ],
+    "cwd": "/",
+    "capabilities": {
+      "bounding": ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_NET_BIND_SERVICE"],
+      "effective": ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_NET_BIND_SERVICE"],
+      "permitted": ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_NET_BIND_SERVICE"]
+    },
+    "noNewPrivileges": true
+  },
+  "root": {"path": "rootfs", "readonly": false},
+  "mounts": [
+    {"destination": "/proc", "type": "proc", "source": "proc"},
+    {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+    {"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
+    {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=1g"]},
+    {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
+    {"destination": "/etc/resolv.conf", "type": "bind", "source": "/etc/resolv.conf", "options": ["rbind", "ro"]},
+    {"destination": "/etc/hosts", "type": "bind", "source": "/etc/hosts", "options": ["rbind", "ro"]}$mounts
+  ],
+  "linux": {
+    "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "mount"}],
+    "maskedPaths": ["/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"],
+    "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
+  }
+}
+JSON
+}
+
+start=$(date +%s)
+"$scdino_engine" "${args[@]}" . >&2
+seconds=$(( $(date +%s) - start ))
+size=$("$scdino_engine" image inspect --format '{{.Size}}' "$tag")
+echo "scdino: built $tag in ${seconds}s, $(( size / 1000000 )) MB ($scdino_engine, $dockerfile${prebuilt:+, binaries from $prebuilt})"
+
+if [ -n "$sqsh" ]; then
+  enroot import -o "$sqsh" "${scdino_engine/docker/dockerd}://$tag"
+  echo "scdino: $sqsh ready for srun --container-image=$sqsh"
+fi
+
+if [ -n "$bundle" ]; then
+  # An OCI bundle (rootfs/ + config.json) for Slurm's own --container
+  # (oci.conf, runc). The process, environment and mounts of config.json are
+  # completed by Slurm for each step; the host network is kept so that the
+  # control API and metrics are reachable as without a container.
+  mkdir -p "$bundle/rootfs"
+  [ -z "$(ls -A "$bundle/rootfs")" ] || { echo "scdino: --oci-bundle: $bundle/rootfs is not empty" >&2; exit 2; }
+  cid=$("$scdino_engine" create "$tag" true)
+  "$scdino_engine" export "$cid" | tar -x -C "$bundle/rootfs"
+  "$scdino_engine" rm "$cid" >/dev/null
+  oci_config "$tag" "$mounts" > "$bundle/config.json"
+  echo "scdino: OCI bundle $bundle ready for srun --container=$bundle"
+fi

@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# The services in the CPU image (containers/Dockerfile), built with podman:
+#
+#   image     scripts/build-image.sh --prebuilt (the binaries of this build in
+#             the Dockerfile's runtime stage) and --oci-bundle; what the image
+#             holds and what it must not hold; every binary starts in it.
+#   services  scdino-synth, scdino-trainer (one epoch, then driven from the
+#             host with scdinoctl: status, pause, resume, stop), scdino-features
+#             and scdino-eval in the image on data mounted from the host;
+#             the file_sd target written inside is valid on the host.
+#   slurm     deploy/slurm/train.sbatch with SCDINO_CONTAINER=<OCI bundle>:
+#             Slurm's own srun --container through runc (oci.conf of
+#             scripts/slurm-local.sh); the bad inputs of lib.sh's container
+#             arguments (missing image, unreadable mount, config outside the
+#             mounts, several tasks on a bundle) and the Pyxis flags it makes.
+#
+#   bash tests/deploy/container_test.sh SOURCE_DIR BUILD_DIR image|services|slurm
+# Lines starting with FAIL: fail the ctest.
+set -uo pipefail
+phase=${3:?usage: container_test.sh SOURCE_DIR BUILD_DIR image|services|slurm}
+source "$(dirname "$0")/../support/lib.sh" "container-$phase" "$1" "$2"
+source "$src/containers/engine.sh"
+scdino_engine_init || { echo "FAIL: no container engine"; exit 1; }
+engine=$scdino_engine
+image=localhost/scdino:test
+# The bundle lives beside the scratch directories of the phases and mounts
+# them all (at the same paths), so a job in any of them finds its files.
+scratch="$build/test-scratch"
+bundle="$scratch/container-bundle"
+fail() { echo "FAIL: $*"; exit 1; }
+run_in() {  # run_in ARGS... : a command in the image, $scratch mounted, host network
+  "$engine" run --rm "${scdino_engine_flags[@]}" --network host -v "$scratch:$scratch" -w "$work" "$image" "$@"
+}
+
+case $phase in
+image)
+  rm -rf "$bundle"
+  out=$(bash "$src/scripts/build-image.sh" --prebuilt "$build" --tag scdino:test \
+          --oci-bundle "$bundle" --mounts "$scratch" 2>"$work/build.err") ||
+    { tail -30 "$work/build.err"; fail "scripts/build-image.sh failed"; }
+  echo "$out"
+  grep -q "^scdino: built $image in [0-9]*s, [0-9]* MB" <<<"$out" || fail "no build time and size line"
+  # Labels: version, revision, source.
+  labels=$("$engine" image inspect --format '{{json .Labels}}' "$image")
+  for l in version revision source; do
+    $py -c "import json,sys; v=json.loads(sys.argv[1])['org.opencontainers.image.$l']; assert v and v!='unknown', v" "$labels" ||
+      fail "label org.opencontainers.image.$l missing: $labels"
+  done
+  # What the runtime image holds, and what it must not.
+  listing=$(run_in sh -c 'ls /usr/local/bin /usr/local/share/scdino/configs;
+    for p in gcc g++ c++ cc cmake ninja ld; do command -v $p; done;
+    ls -d /usr/include/torch /usr/include/grpc++ /opt/scdino /usr/local/include/* 2>/dev/null;
+    find / -xdev \( -name "*_test" -o -name "*.cc" -o -name CMakeCache.txt \) -not -path "/proc/*" 2>/dev/null | head' 2>&1)
+  for b in scdino-trainer scdino-features scdino-eval scdinoctl scdino-synth scdino-stats scdino-config \
+           scdino-convert-checkpoint example.yaml; do
+    grep -qx "$b" <<<"$listing" || fail "the image lacks $b: $listing"
+  done
+  leftovers=$(grep -vxE 'scdino-[a-z-]+|scdinoctl|[a-z-]+\.yaml|/usr/local/bin:|/usr/local/share/scdino/configs:|' <<<"$listing")
+  [ -z "$leftovers" ] || fail "the runtime image holds build tools, headers, sources or tests: $leftovers"
+  # Every binary starts (its shared libraries are all in the image).
+  for b in scdino-trainer scdino-features scdino-eval scdinoctl scdino-synth scdino-stats scdino-config; do
+    v=$(run_in "$b" --version 2>&1) || fail "$b --version failed in the image: $v"
+  done
+  run_in scdino-convert-checkpoint --help >/dev/null 2>&1 || fail "scdino-convert-checkpoint (python3-torch) does not start"
+  [ -f "$bundle/config.json" ] && [ -x "$bundle/rootfs/usr/local/bin/scdino-trainer" ] || fail "no OCI bundle at $bundle"
+  $py -c "import json,sys; json.load(open(sys.argv[1]))" "$bundle/config.json" || fail "the bundle's config.json is not JSON"
+  echo "ok: image $image: labels, runtime tree only, every binary starts; OCI bundle $bundle"
+  ;;
+
+services)
+  scdino_image_exists "$image" || fail "no image $image (the image phase makes it)"
+  run_in scdino-synth --out "$work/cells" --classes 2 --per-class 40 --channels 3 --size 16 --seed 2 >/dev/null ||
+    fail "scdino-synth in the image failed"
+  [ "$(find "$work/cells" -name '*.tif*' | wc -l)" = 80 ] || fail "scdino-synth wrote no 80 TIFFs to the mounted directory"
+  write_config() {  # write_config NAME EPOCHS EXTRA-SCDINO-LINES
+    cat > "$work/$1.yaml" <<YAML
+meta: {name_of_run: $1, output_dir: "$work", dataset_dir: "$work/cells", seed: 5,
+       selected_channel_combination_per_run: ["012"]}
+train_scDINO:
+  epochs: $2
+  batch_size_per_gpu: 4
+  num_workers: 1
+  hyperparameters: $TINY_HYPERPARAMETERS
+downstream_analyses:
+  compute_cls_features: {resize_length: 16}
+  kNN: {global: {n_neighbors: [5], temperature: 0.07}}
+scdino:
+  threads: 1
+  evaluation: {tsne: false, umap: false}
+$3
+YAML
+  }
+  # One epoch, then features and evaluation of its checkpoint, all in the image.
+  write_config boxed 1 ""
+  run_in scdino-trainer --config "$work/boxed.yaml" >/dev/null 2>"$work/train.err" ||
+    { tail "$work/train.err"; fail "scdino-trainer in the image failed"; }
+  [ -f "$work/boxed/checkpoint.safetensors" ] || fail "no checkpoint from the trainer in the image"
+  run_in scdino-features --config "$work/boxed.yaml" >/dev/null 2>"$work/features.err" ||
+    { tail "$work/features.err"; fail "scdino-features in the image failed"; }
+  run_in scdino-eval --config "$work/boxed.yaml" >/dev/null 2>"$work/eval.err" || { tail "$work/eval.err"; fail "scdino-eval in the image failed"; }
+  $py - "$work/boxed" <<'PY' || fail "features or evaluation of the containerised run"
+import glob, json, os, sys
+import numpy as np
+run = sys.argv[1]
+x = np.load(os.path.join(run, "features", "checkpoint", "features.npy"))
+assert x.shape == (80, 32), x.shape
+r = json.load(open(os.path.join(run, "eval", "checkpoint", "knn_results.json")))
+assert r, r
+PY
+  echo "ok: in the image: scdino-synth (80 TIFFs), scdino-trainer (1 epoch), scdino-features, scdino-eval"
+
+  # A long run driven from the host through its control API.
+  write_config ctl 100000 '  control: {listen: "127.0.0.1:0"}
+  metrics: {listen: 127.0.0.1, file_sd_dir: "'"$work"'/targets"}'
+  run="$work/ctl"
+  "$engine" run --rm "${scdino_engine_flags[@]}" --network host --name scdino-test-trainer \
+    -v "$scratch:$scratch" -w "$work" "$image" scdino-trainer --config "$work/ctl.yaml" >"$work/trainer.out" 2>"$work/trainer.err" &
+  pid=$!
+  trap '"$engine" rm -f scdino-test-trainer >/dev/null 2>&1' EXIT
+  for _ in $(seq 1 300); do
+    [ -f "$run/endpoints/trainer.json" ] && [ -n "$(ls "$work"/targets/*.json 2>/dev/null)" ] && break
+    kill -0 $pid 2>/dev/null || { tail "$work/trainer.err"; fail "the containerised trainer ended early"; }
+    sleep 0.2
+  done
+  [ -f "$run/endpoints/trainer.json" ] || { tail "$work/trainer.err"; fail "the containerised trainer wrote no endpoint file"; }
+  state() { "$ctl" status --run-dir "$run" --json | $py -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
+  iteration() { "$ctl" status --run-dir "$run" --json | $py -c 'import json,sys; print(json.load(sys.stdin)["progress"]["iteration"])'; }
+  case $(state) in RUN_STATE_RUNNING|RUN_STATE_CHECKPOINTING|RUN_STATE_STARTING) ;; *) fail "scdinoctl status from the host: $(state)" ;; esac
+  "$ctl" pause --run-dir "$run" >/dev/null || fail "scdinoctl pause failed"
+  for _ in $(seq 1 100); do [ "$(state)" = RUN_STATE_PAUSED ] && break; sleep 0.1; done
+  [ "$(state)" = RUN_STATE_PAUSED ] || fail "not PAUSED after scdinoctl pause"
+  a=$(iteration); sleep 1.5; b=$(iteration)
+  [ "$a" = "$b" ] || fail "the containerised trainer moved while paused: $a -> $b"
+  "$ctl" resume --run-dir "$run" >/dev/null || fail "scdinoctl resume failed"
+  sleep 1; c=$(iteration)
+  [ "$c" -gt "$b" ] || fail "no progress after resume: $b -> $c"
+  echo "ok: scdinoctl on the host: status, pause (iteration $a = $b), resume ($b -> $c)"
+  # The file_sd target written inside the container: accepted by
+  # Prometheus' own checker, naming an address the host can scrape.
+  target_file=$(ls "$work"/targets/*.json)
+  sed -e "s|- /shared/scdino/runs/prometheus_targets/\*.json|- $work/targets/*.json|" \
+    "$src/monitoring/prometheus/prometheus.yml" > "$work/prometheus.yml"
+  cp "$src/monitoring/prometheus/"scdino-*.yml "$work/"
+  grep -qF "$work/targets" "$work/prometheus.yml" || fail "could not point the Prometheus config at $work/targets"
+  promtool check config "$work/prometheus.yml" >"$work/promtool.out" 2>&1 ||
+    { cat "$work/promtool.out"; fail "promtool rejects the config with the container's target file"; }
+  $py - "$target_file" <<'PY' || fail "the metrics target written in the container is not scrapable from the host"
+import json, sys, urllib.request
+t = json.load(open(sys.argv[1]))[0]
+text = urllib.request.urlopen("http://%s/metrics" % t["targets"][0], timeout=5).read().decode()
+assert "scdino_trainer_iterations_total" in text
+assert t["labels"]["run"] == "ctl", t
+PY
+  echo "ok: file_sd target $(basename "$target_file") valid on the host (promtool, scraped)"
+  "$ctl" stop --run-dir "$run" >/dev/null || fail "scdinoctl stop failed"
+  wait $pid; rc=$?
+  [ "$rc" = 4 ] || { tail "$work/trainer.err"; fail "the containerised trainer exited $rc after stop, expected 4"; }
+  [ -f "$run/checkpoint.safetensors" ] || fail "no checkpoint after the stop"
+  echo "ok: stopped from the host: exit 4, checkpoint written"
+  ;;
+
+slurm)
+  [ -f "$bundle/config.json" ] || fail "no OCI bundle at $bundle (the image phase makes it)"
+  sinfo -h >/dev/null 2>&1 || fail "no Slurm (scripts/slurm-local.sh)"
+  "$build/services/tools/scdino-synth" --out "$work/cells" --classes 2 --per-class 12 --channels 3 --size 16 --seed 3 >/dev/null
+  cat > "$work/run.yaml" <<YAML
+meta: {name_of_run: oci, output_dir: "$work", dataset_dir: "$work/cells", seed: 5,
+       selected_channel_combination_per_run: ["012"]}
+train_scDINO:
+  epochs: 1
+  batch_size_per_gpu: 4
+  num_workers: 1
+  hyperparameters: $TINY_HYPERPARAMETERS
+scdino: {threads: 1}
+YAML
+  cd "$work"
+  job=$(sbatch --parsable --ntasks=1 --cpus-per-task=1 --output="$work/train-%j.out" \
+    --export=ALL,SCDINO_CONTAINER="$bundle" "$src/deploy/slurm/train.sbatch" "$work/run.yaml") || fail "sbatch failed"
+  for _ in $(seq 1 300); do squeue -h -j "$job" 2>/dev/null | grep -q . || break; sleep 1; done
+  out=$(cat "$work"/train-*.out)
+  [ -f "$work/oci/checkpoint.safetensors" ] || { echo "$out"; tail -20 /var/log/slurm/slurmd.log; fail "no checkpoint from the job in the OCI bundle"; }
+  $py - "$work/oci/checkpoint.safetensors" <<'PY' || { echo "$out"; fail "the containerised job did not train its epoch"; }
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+assert int(json.loads(b[8:8 + n])["__metadata__"]["iteration"]) > 0
+PY
+  echo "ok: train.sbatch with SCDINO_CONTAINER=<OCI bundle>: srun --container through runc trained 1 epoch"
+
+  # lib.sh's container arguments: the flags it makes and the bad inputs it
+  # refuses, each naming the path.
+  args() {  # args ENV... -- CONFIG : container_args one per line, or the error
+    (cd "$work" && env "$@" bash -c 'source "$0"; scdino_container_args "$1" && printf "%s\n" "${container_args[@]}"' \
+      "$src/deploy/slurm/lib.sh" "$work/run.yaml" 2>&1)
+  }
+  # A data set outside the working directory gets a mount of its own; the
+  # run directory inside it does not; a relative image path becomes absolute.
+  touch "$work/image.sqsh"
+  data="$scratch/container-slurm-data"
+  mkdir -p "$data"
+  sed "s|dataset_dir: \"$work/cells\"|dataset_dir: \"$data\"|" "$work/run.yaml" > "$work/pyxis.yaml"
+  flags=$(cd "$work" && SCDINO_CONTAINER=image.sqsh SLURM_JOB_ID=7 SCDINO_CONTAINER_MOUNTS=/tmp:/scratch \
+          bash -c 'source "$0"; scdino_container_args "$1" && printf "%s\n" "${container_args[@]}"' \
+          "$src/deploy/slurm/lib.sh" pyxis.yaml 2>&1) || fail "Pyxis flags: $flags"
+  for want in "--container-image=$work/image.sqsh" "--container-mounts=$work:$work,$data:$data,/tmp:/scratch" \
+              "--container-workdir=$work" "--container-name=scdino-7" "--no-container-mount-home"; do
+    grep -qxF -- "$want" <<<"$flags" || fail "Pyxis flags lack $want: $flags"
+  done
+  err=$(args SCDINO_CONTAINER="$work/missing.sqsh") && fail "a missing image was accepted"
+  grep -qF "$work/missing.sqsh: no such image file" <<<"$err" || fail "missing image: $err"
+  err=$(args SCDINO_CONTAINER="$work/image.sqsh" SCDINO_CONTAINER_MOUNTS="$work/nothing:/x") && fail "a missing mount was accepted"
+  grep -qF "$work/nothing" <<<"$err" || fail "missing mount: $err"
+  # Unreadable: root reads everything, so ask as nobody, in a directory
+  # nobody may enter (the checkout's may not be).
+  tmp=$(mktemp -d /tmp/scdino-container-test.XXXXXX)
+  chmod 755 "$tmp"; mkdir -p "$tmp/data" "$tmp/secret"; chmod 700 "$tmp/secret"; chmod 777 "$tmp"
+  cp "$src/deploy/slurm/lib.sh" "$tmp/"
+  printf 'meta: {output_dir: "%s/runs", dataset_dir: "%s/data"}\n' "$tmp" "$tmp" > "$tmp/run.yaml"
+  touch "$tmp/image.sqsh"; chmod 644 "$tmp/lib.sh" "$tmp/run.yaml" "$tmp/image.sqsh"
+  err=$(cd "$tmp" && runuser -u nobody -- env SCDINO_CONTAINER="$tmp/image.sqsh" SCDINO_CONTAINER_MOUNTS="$tmp/secret:/s" \
+        bash -c 'source "$0"; scdino_container_args "$1"' "$tmp/lib.sh" "$tmp/run.yaml" 2>&1) &&
+    fail "an unreadable mount was accepted"
+  rm -rf "$tmp"
+  grep -qF "secret, which does not exist or is not readable" <<<"$err" || fail "unreadable mount: $err"
+  sed "s|dataset_dir: \"$work/cells\"|dataset_dir: \"/srv/elsewhere\"|" "$work/run.yaml" > "$work/outside.yaml"
+  err=$( (cd "$work" && SCDINO_CONTAINER="$bundle" bash -c 'source "$0"; scdino_container_args "$1"' \
+          "$src/deploy/slurm/lib.sh" "$work/outside.yaml" 2>&1) ) && fail "a data set outside the bundle's mounts was accepted"
+  grep -qF "/srv/elsewhere is outside the mounts of the OCI bundle" <<<"$err" || fail "outside the mounts: $err"
+  err=$(args SCDINO_CONTAINER="$bundle" SLURM_NTASKS_PER_NODE=2) && fail "two tasks per node on a bundle were accepted"
+  grep -q "one task per node" <<<"$err" || fail "two tasks on a bundle: $err"
+  echo "ok: Pyxis flags; missing image, missing and unreadable mounts, config outside the mounts, two tasks per node: refused naming the path"
+  ;;
+*) fail "unknown phase $phase" ;;
+esac
