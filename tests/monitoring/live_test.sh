@@ -169,6 +169,11 @@ if "$build/services/eval/scdino-eval" --help 2>&1 | grep -q -- "--follow"; then
   pids+=($!)
   wait_for 60 "scdino_eval_knn_top1_ratio{run=\"$run_name\"}" ||
     fail "scdino-eval --follow exported no kNN accuracy within 60 s"
+  # Its rate panels need two scrapes within their 10 s window; on a loaded
+  # machine (CTest runs the container builds beside this) the first scrapes
+  # of a new file_sd target can be seconds apart.
+  wait_for 60 "rate(scdino_eval_queries_processed_total{run=\"$run_name\"}[10s])" ||
+    fail "the follower's progress counter was not scraped twice within 10 s in 60 s"
   echo "ok: scdino-features scraped; scdino-eval --follow exports kNN accuracy"
 else
   config "$work/eval.yaml" "  data_source: folder
