@@ -36,10 +36,6 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-# shellcheck source=../containers/engine.sh
-source containers/engine.sh
-scdino_engine_init
-
 if [ "$cuda" = 1 ]; then
   dockerfile=containers/Dockerfile.cuda
   tag=${tag:-scdino:cuda}
@@ -47,23 +43,30 @@ if [ "$cuda" = 1 ]; then
 else
   dockerfile=containers/Dockerfile
   tag=${tag:-scdino:cpu}
-  base=docker.io/library/debian:12
-  scdino_debian_base "$base"
 fi
 # podman resolves short names only through registries.conf: name the
 # image fully so that it is found again without a registry.
 case $tag in */*) ;; *) tag=localhost/$tag ;; esac
+if [ -n "$prebuilt" ] && [ ! -f "$prebuilt/CMakeCache.txt" ]; then
+  echo "scdino: --prebuilt $prebuilt is not a CMake build directory (no CMakeCache.txt)" >&2
+  exit 2
+fi
+
+# shellcheck source=../containers/engine.sh
+source containers/engine.sh
+scdino_engine_init
 
 if [ -n "$sqsh" ]; then
   command -v enroot >/dev/null || {
     echo "scdino: --sqsh $sqsh needs enroot on this machine (https://github.com/NVIDIA/enroot," \
          "packages for Debian/Ubuntu and RHEL); it is not installed. Build without --sqsh and run" \
-         "'enroot import -o $sqsh ${scdino_engine}://$tag' where enroot is" >&2
+         "'enroot import -o $sqsh ${scdino_engine/docker/dockerd}://$tag' where enroot is" >&2
     exit 2
   }
   [ -d "$(dirname "$sqsh")" ] || { echo "scdino: --sqsh: directory $(dirname "$sqsh") does not exist" >&2; exit 2; }
   [ ! -e "$sqsh" ] || { echo "scdino: --sqsh: $sqsh exists; remove it first (enroot does not overwrite)" >&2; exit 2; }
 fi
+[ "$cuda" = 1 ] || scdino_debian_base docker.io/library/debian:12
 
 version=$(sed -n 's/^project(scdino VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
@@ -81,7 +84,6 @@ if [ -n "$prebuilt" ]; then
   # The `binaries` stage of the Dockerfile is replaced by this build's
   # install tree: the host is Debian 12 like the image, so the binaries load
   # the same libraries.
-  [ -f "$prebuilt/CMakeCache.txt" ] || { echo "scdino: --prebuilt $prebuilt is not a CMake build directory" >&2; exit 2; }
   . /etc/os-release
   [ "${ID:-}:${VERSION_ID:-}" = debian:12 ] ||
     { echo "scdino: --prebuilt needs a Debian 12 host (the image's base); this is ${PRETTY_NAME:-unknown}" >&2; exit 2; }

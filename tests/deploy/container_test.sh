@@ -34,6 +34,24 @@ run_in() {  # run_in ARGS... : a command in the image, $scratch mounted, host ne
 
 case $phase in
 image)
+  # Refused before anything is built, each saying what to do.
+  err=$(bash "$src/scripts/build-image.sh" --sqsh "$work/x.sqsh" 2>&1) && fail "--sqsh without enroot was accepted"
+  grep -qF "needs enroot" <<<"$err" && grep -qF "enroot import -o $work/x.sqsh $engine://localhost/scdino:cpu" <<<"$err" ||
+    fail "--sqsh without enroot: $err"
+  err=$(bash "$src/scripts/build-image.sh" --prebuilt "$work" 2>&1) && fail "--prebuilt of a non-build directory was accepted"
+  grep -qF "$work is not a CMake build directory" <<<"$err" || fail "--prebuilt: $err"
+  tools=$(mktemp -d)
+  for t in dirname sed; do ln -s "$(command -v $t)" "$tools/$t"; done
+  err=$(env PATH="$tools" /bin/bash "$src/scripts/build-image.sh" 2>&1) && fail "a build without any engine was accepted"
+  rm -rf "$tools"
+  grep -qF "install podman" <<<"$err" || fail "no engine: $err"
+  # The GPU image (never built here) configures and installs what the CPU
+  # image does.
+  targets() { grep -oE -- '-DSCDINO_[A-Z_]+=[A-Z]+|cmake --install [^ ]+ --prefix [^ ]+|COPY --from=binaries [^ ]+ [^ ]+' "$1" | sort; }
+  [ "$(targets "$src/containers/Dockerfile")" = "$(targets "$src/containers/Dockerfile.cuda")" ] ||
+    fail "containers/Dockerfile.cuda builds or installs other targets than containers/Dockerfile"
+  echo "ok: build-image.sh refuses --sqsh without enroot, a non-build --prebuilt, no engine; both Dockerfiles build the same targets"
+
   rm -rf "$bundle"
   out=$(bash "$src/scripts/build-image.sh" --prebuilt "$build" --tag scdino:test \
           --oci-bundle "$bundle" --mounts "$scratch" 2>"$work/build.err") ||
