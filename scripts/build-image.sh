@@ -90,6 +90,7 @@ if [ -n "$prebuilt" ]; then
   stage=$(mktemp -d /tmp/scdino-image.XXXXXX)
   cmake --install "$prebuilt" --prefix "$stage/opt/scdino" >/dev/null
   strip --strip-unneeded "$stage"/opt/scdino/bin/scdino-{trainer,features,eval,synth,stats,config} "$stage/opt/scdino/bin/scdinoctl"
+  containers/runtime-packages.sh "$stage/opt/scdino" > "$stage/opt/scdino/share/scdino/runtime-packages.txt"
   args+=(--build-context "binaries=$stage")
 fi
 

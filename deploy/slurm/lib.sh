@@ -26,12 +26,29 @@ scdino_wait() {
 # Slurm 22.05 and later no longer hand the job's --cpus-per-task to srun.
 [ -z "${SLURM_CPUS_PER_TASK:-}" ] || export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
 
+# scdino_tasks_per_node: the most tasks this job runs on one node
+# (SLURM_NTASKS_PER_NODE, else the largest count of SLURM_TASKS_PER_NODE,
+# e.g. "4(x2),3"); empty when Slurm says neither.
+scdino_tasks_per_node() {
+  local list=${SLURM_NTASKS_PER_NODE:-${SLURM_TASKS_PER_NODE:-}} most=0 n
+  IFS=, read -r -a counts <<<"$list"
+  for n in "${counts[@]}"; do
+    n=${n%%(*}
+    [ "$n" -gt "$most" ] 2>/dev/null && most=$n
+  done
+  [ "$most" -gt 0 ] && echo "$most"
+  return 0
+}
+
 # scdino_step CMD...: runs `srun CMD...` and returns its exit code. A task
-# that fails ends the step (a rank left alone would wait for its peers); in a
-# job with GPUs and no --gpus-per-task of its own, each task gets one GPU.
+# that fails ends the step (a rank left alone would wait for its peers). In a
+# job with GPUs, no --gpus-per-task of its own and no more tasks on a node
+# than it has GPUs, each task is bound to one GPU.
 scdino_step() {
-  local gpus=()
-  if [ "${SLURM_GPUS_ON_NODE:-0}" -gt 0 ] 2>/dev/null && [ -z "${SLURM_GPUS_PER_TASK:-}" ]; then
+  local gpus=() per_node
+  per_node=$(scdino_tasks_per_node)
+  if [ "${SLURM_GPUS_ON_NODE:-0}" -gt 0 ] 2>/dev/null && [ -z "${SLURM_GPUS_PER_TASK:-}" ] &&
+     [ "${per_node:-1}" -le "${SLURM_GPUS_ON_NODE}" ]; then
     gpus=(--gpus-per-task=1)
   fi
   srun --kill-on-bad-exit=1 "${gpus[@]}" "$@" &
@@ -80,7 +97,7 @@ scdino_config_path() {
   case $v in /*) echo "$v" ;; *) echo "$PWD/$v" ;; esac
 }
 
-# scdino_container_args CONFIG: fills the array container_args with the srun
+# scdino_container_args CONFIG [NAME]: fills the array container_args with the srun
 # flags that run a step in SCDINO_CONTAINER, and checks what they name:
 #  - an OCI bundle directory (config.json + rootfs/): Slurm's own
 #    --container (oci.conf, runc); its mounts are in the bundle's
@@ -90,12 +107,15 @@ scdino_config_path() {
 #    --container-image, --container-mounts covering the working directory, the
 #    config's directory, the data set and the run directory (each mounted at
 #    the same path) plus SCDINO_CONTAINER_MOUNTS (SRC[:DST[:FLAGS]],...),
-#    --container-workdir, --container-name (one container for the steps of
-#    this job) and --no-container-mount-home.
+#    --container-workdir, --no-container-mount-home and, given NAME,
+#    --container-name=NAME: the sequential steps of one job then share one
+#    unpacked container (not for concurrent steps: they would race to
+#    create it). Pyxis keeps named containers after the job unless its
+#    container_scope is job (docs/containers.md).
 # Returns 2 with a message naming the path on a missing image, an unreadable
 # mount or a config outside the mounts.
 scdino_container_args() {
-  local config=$1 image=${SCDINO_CONTAINER:?} cfg_dir data run m src mounts=() seen=" " p
+  local config=$1 name=${2:-} image=${SCDINO_CONTAINER:?} cfg_dir data run m src mounts=() seen=" " p
   container_args=()
   [ -r "$config" ] || { echo "scdino: config $config is not readable" >&2; return 2; }
   cfg_dir=$(cd "$(dirname "$config")" && pwd)
@@ -105,8 +125,9 @@ scdino_container_args() {
     [ -f "$image/config.json" ] && [ -d "$image/rootfs" ] || {
       echo "scdino: SCDINO_CONTAINER=$image is a directory but not an OCI bundle (config.json and rootfs/);" \
            "make one with scripts/build-image.sh --oci-bundle $image" >&2; return 2; }
-    local per_node=${SLURM_NTASKS_PER_NODE:-${SLURM_TASKS_PER_NODE%%(*}}
-    if [ -n "$per_node" ] && [ "$per_node" -gt 1 ] 2>/dev/null; then
+    local per_node
+    per_node=$(scdino_tasks_per_node)
+    if [ "${per_node:-1}" -gt 1 ]; then
       echo "scdino: SCDINO_CONTAINER=$image is an OCI bundle: Slurm 22.05's --container runs one task" \
            "per node, this job has $per_node; use Pyxis (--container-image) or --ntasks-per-node=1" >&2
       return 2
@@ -130,12 +151,17 @@ scdino_container_args() {
     container_args=(--container="$image")
     return 0
   fi
+  # Pyxis takes an image that starts with / or . for a file, anything else
+  # for a registry reference (Enroot pulls it). A relative file name that
+  # exists here is meant as a file: it is made absolute.
   case $image in
-    *://*|*:*[!/]) ;;  # a registry reference (docker://..., name:tag): Enroot pulls it
-    *)
+    /*|.*) ;;
+    *) [ -f "$image" ] && image="./$image" ;;
+  esac
+  case $image in
+    /*|.*)
       [ -f "$image" ] || { echo "scdino: SCDINO_CONTAINER=$image: no such image file (an Enroot .sqsh made by scripts/build-image.sh --sqsh)" >&2; return 2; }
       [ -r "$image" ] || { echo "scdino: SCDINO_CONTAINER=$image is not readable" >&2; return 2; }
-      # Pyxis takes a file for an image only by an absolute (or ./) path.
       image="$(cd "$(dirname "$image")" && pwd)/$(basename "$image")" ;;
   esac
   [ -z "$run" ] || mkdir -p "$run" || { echo "scdino: cannot create the run directory $run" >&2; return 2; }
@@ -160,6 +186,6 @@ scdino_container_args() {
     mounts+=("$m")
   done
   container_args=(--container-image="$image" --container-mounts="$(IFS=,; echo "${mounts[*]}")"
-                  --container-workdir="$PWD" --container-name="scdino-${SLURM_JOB_ID:-local}"
-                  --no-container-mount-home)
+                  --container-workdir="$PWD" --no-container-mount-home)
+  [ -z "$name" ] || container_args+=(--container-name="$name")
 }

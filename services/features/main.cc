@@ -83,8 +83,13 @@ int main(int argc, char** argv) {
     std::cerr << kProgram << ": run " << config.run_dir() << ", rank " << launch->rank << " of " << launch->world_size
               << ", device " << *device << ", " << n_threads << " CPU threads\n";
     if (auto s = scdino::run::PrepareRunDir(config); !s.ok()) return Fail(nullptr, kProgram, s);
+    // One process meets no one: no store on MASTER_PORT, which Enroot's
+    // PyTorch hook sets per job, so a follower beside the trainer's rank 0
+    // on the same node would otherwise try to bind the trainer's port.
     auto coordinator =
-        scdino::run::Coordinator::Connect(*launch, std::chrono::seconds(config.scdino.distributed_timeout_s));
+        launch->world_size <= 1
+            ? scdino::StatusOr<std::shared_ptr<scdino::run::Coordinator>>(scdino::run::Coordinator::Single())
+            : scdino::run::Coordinator::Connect(*launch, std::chrono::seconds(config.scdino.distributed_timeout_s));
     if (!coordinator.ok()) return Fail(nullptr, kProgram, coordinator.status());
     auto plane = ServicePlane::Start(config, *launch, {"features", "images"});
     if (!plane.ok()) return Fail(nullptr, kProgram, plane.status());

@@ -36,7 +36,7 @@ case $phase in
 image)
   # Refused before anything is built, each saying what to do.
   err=$(bash "$src/scripts/build-image.sh" --sqsh "$work/x.sqsh" 2>&1) && fail "--sqsh without enroot was accepted"
-  grep -qF "needs enroot" <<<"$err" && grep -qF "enroot import -o $work/x.sqsh $engine://localhost/scdino:cpu" <<<"$err" ||
+  grep -qF "needs enroot" <<<"$err" && grep -qF "enroot import -o $work/x.sqsh ${engine/docker/dockerd}://localhost/scdino:cpu" <<<"$err" ||
     fail "--sqsh without enroot: $err"
   err=$(bash "$src/scripts/build-image.sh" --prebuilt "$work" 2>&1) && fail "--prebuilt of a non-build directory was accepted"
   grep -qF "$work is not a CMake build directory" <<<"$err" || fail "--prebuilt: $err"
@@ -80,6 +80,8 @@ image)
     v=$(run_in "$b" --version 2>&1) || fail "$b --version failed in the image: $v"
   done
   run_in scdino-convert-checkpoint --help >/dev/null 2>&1 || fail "scdino-convert-checkpoint (python3-torch) does not start"
+  blas=$(run_in readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>&1)
+  grep -q openblas <<<"$blas" || fail "LibTorch in the image gets $blas, not OpenBLAS"
   [ -f "$bundle/config.json" ] && [ -x "$bundle/rootfs/usr/local/bin/scdino-trainer" ] || fail "no OCI bundle at $bundle"
   $py -c "import json,sys; json.load(open(sys.argv[1]))" "$bundle/config.json" || fail "the bundle's config.json is not JSON"
   echo "ok: image $image: labels, runtime tree only, every binary starts; OCI bundle $bundle"
@@ -126,6 +128,19 @@ r = json.load(open(os.path.join(run, "eval", "checkpoint", "knn_results.json")))
 assert r, r
 PY
   echo "ok: in the image: scdino-synth (80 TIFFs), scdino-trainer (1 epoch), scdino-features, scdino-eval"
+  # Enroot's PyTorch hook gives every step of a job RANK, WORLD_SIZE and the
+  # same MASTER_PORT: a one-process scdino-features beside the trainer's
+  # rank 0 must not try to serve a store on that port (here: in use).
+  $py -c 'import socket, sys, time
+s = socket.socket(); s.bind(("0.0.0.0", 0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(120)' \
+    > "$work/port.txt" &
+  holder=$!
+  for _ in $(seq 1 50); do [ -s "$work/port.txt" ] && break; sleep 0.1; done
+  run_in env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT="$(cat "$work/port.txt")" \
+    scdino-features --config "$work/boxed.yaml" --random-init >/dev/null 2>"$work/hook.err" ||
+    { kill $holder; tail -3 "$work/hook.err"; fail "scdino-features under the PyTorch hook's variables failed"; }
+  kill $holder
+  echo "ok: scdino-features with RANK=0 WORLD_SIZE=1 and a MASTER_PORT in use (Enroot's PyTorch hook) runs"
 
   # A long run driven from the host through its control API.
   write_config ctl 100000 '  control: {listen: "127.0.0.1:0"}
@@ -216,13 +231,17 @@ PY
   data="$scratch/container-slurm-data"
   mkdir -p "$data"
   sed "s|dataset_dir: \"$work/cells\"|dataset_dir: \"$data\"|" "$work/run.yaml" > "$work/pyxis.yaml"
-  flags=$(cd "$work" && SCDINO_CONTAINER=image.sqsh SLURM_JOB_ID=7 SCDINO_CONTAINER_MOUNTS=/tmp:/scratch \
-          bash -c 'source "$0"; scdino_container_args "$1" && printf "%s\n" "${container_args[@]}"' \
+  flags=$(cd "$work" && SCDINO_CONTAINER=image.sqsh SCDINO_CONTAINER_MOUNTS=/tmp:/scratch \
+          bash -c 'source "$0"; scdino_container_args "$1" scdino-7 && printf "%s\n" "${container_args[@]}"' \
           "$src/deploy/slurm/lib.sh" pyxis.yaml 2>&1) || fail "Pyxis flags: $flags"
   for want in "--container-image=$work/image.sqsh" "--container-mounts=$work:$work,$data:$data,/tmp:/scratch" \
               "--container-workdir=$work" "--container-name=scdino-7" "--no-container-mount-home"; do
     grep -qxF -- "$want" <<<"$flags" || fail "Pyxis flags lack $want: $flags"
   done
+  # A registry reference (no / or . in front, no such file) goes to Enroot as it is.
+  flags=$(args SCDINO_CONTAINER="nvcr.io#nvidia/pytorch") || fail "a registry reference was refused: $flags"
+  grep -qxF -- "--container-image=nvcr.io#nvidia/pytorch" <<<"$flags" || fail "registry reference: $flags"
+  ! grep -q -- "--container-name" <<<"$flags" || fail "a container name without being asked for one: $flags"
   err=$(args SCDINO_CONTAINER="$work/missing.sqsh") && fail "a missing image was accepted"
   grep -qF "$work/missing.sqsh: no such image file" <<<"$err" || fail "missing image: $err"
   err=$(args SCDINO_CONTAINER="$work/image.sqsh" SCDINO_CONTAINER_MOUNTS="$work/nothing:/x") && fail "a missing mount was accepted"
@@ -245,6 +264,8 @@ PY
   grep -qF "/srv/elsewhere is outside the mounts of the OCI bundle" <<<"$err" || fail "outside the mounts: $err"
   err=$(args SCDINO_CONTAINER="$bundle" SLURM_NTASKS_PER_NODE=2) && fail "two tasks per node on a bundle were accepted"
   grep -q "one task per node" <<<"$err" || fail "two tasks on a bundle: $err"
+  err=$(args SCDINO_CONTAINER="$bundle" SLURM_TASKS_PER_NODE="1,2(x3)") && fail "2 tasks on some nodes of a bundle job were accepted"
+  grep -q "this job has 2" <<<"$err" || fail "SLURM_TASKS_PER_NODE=1,2(x3) on a bundle: $err"
   echo "ok: Pyxis flags; missing image, missing and unreadable mounts, config outside the mounts, two tasks per node: refused naming the path"
   ;;
 *) fail "unknown phase $phase" ;;
