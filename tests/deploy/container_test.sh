@@ -221,9 +221,11 @@ PY
 
   # lib.sh's container arguments: the flags it makes and the bad inputs it
   # refuses, each naming the path.
-  args() {  # args ENV... -- CONFIG : container_args one per line, or the error
-    (cd "$work" && env "$@" bash -c 'source "$0"; scdino_container_args "$1" && printf "%s\n" "${container_args[@]}"' \
-      "$src/deploy/slurm/lib.sh" "$work/run.yaml" 2>&1)
+  args() {  # args CONFIG NAME ENV... : container_args one per line, or the error
+    local config=$1 name=$2
+    shift 2
+    (cd "$work" && env "$@" bash -c 'source "$0"; scdino_container_args "$1" "$2" && printf "%s\n" "${container_args[@]}"' \
+      "$src/deploy/slurm/lib.sh" "$config" "$name" 2>&1)
   }
   # A data set outside the working directory gets a mount of its own; the
   # run directory inside it does not; a relative image path becomes absolute.
@@ -231,20 +233,19 @@ PY
   data="$scratch/container-slurm-data"
   mkdir -p "$data"
   sed "s|dataset_dir: \"$work/cells\"|dataset_dir: \"$data\"|" "$work/run.yaml" > "$work/pyxis.yaml"
-  flags=$(cd "$work" && SCDINO_CONTAINER=image.sqsh SCDINO_CONTAINER_MOUNTS=/tmp:/scratch \
-          bash -c 'source "$0"; scdino_container_args "$1" scdino-7 && printf "%s\n" "${container_args[@]}"' \
-          "$src/deploy/slurm/lib.sh" pyxis.yaml 2>&1) || fail "Pyxis flags: $flags"
+  flags=$(args pyxis.yaml scdino-7 SCDINO_CONTAINER=image.sqsh SCDINO_CONTAINER_MOUNTS=/tmp:/scratch) ||
+    fail "Pyxis flags: $flags"
   for want in "--container-image=$work/image.sqsh" "--container-mounts=$work:$work,$data:$data,/tmp:/scratch" \
               "--container-workdir=$work" "--container-name=scdino-7" "--no-container-mount-home"; do
     grep -qxF -- "$want" <<<"$flags" || fail "Pyxis flags lack $want: $flags"
   done
   # A registry reference (no / or . in front, no such file) goes to Enroot as it is.
-  flags=$(args SCDINO_CONTAINER="nvcr.io#nvidia/pytorch") || fail "a registry reference was refused: $flags"
+  flags=$(args "$work/run.yaml" "" SCDINO_CONTAINER="nvcr.io#nvidia/pytorch") || fail "a registry reference was refused: $flags"
   grep -qxF -- "--container-image=nvcr.io#nvidia/pytorch" <<<"$flags" || fail "registry reference: $flags"
   ! grep -q -- "--container-name" <<<"$flags" || fail "a container name without being asked for one: $flags"
-  err=$(args SCDINO_CONTAINER="$work/missing.sqsh") && fail "a missing image was accepted"
+  err=$(args "$work/run.yaml" "" SCDINO_CONTAINER="$work/missing.sqsh") && fail "a missing image was accepted"
   grep -qF "$work/missing.sqsh: no such image file" <<<"$err" || fail "missing image: $err"
-  err=$(args SCDINO_CONTAINER="$work/image.sqsh" SCDINO_CONTAINER_MOUNTS="$work/nothing:/x") && fail "a missing mount was accepted"
+  err=$(args "$work/run.yaml" "" SCDINO_CONTAINER="$work/image.sqsh" SCDINO_CONTAINER_MOUNTS="$work/nothing:/x") && fail "a missing mount was accepted"
   grep -qF "$work/nothing" <<<"$err" || fail "missing mount: $err"
   # Unreadable: root reads everything, so ask as nobody, in a directory
   # nobody may enter (the checkout's may not be).
@@ -259,12 +260,11 @@ PY
   rm -rf "$tmp"
   grep -qF "secret, which does not exist or is not readable" <<<"$err" || fail "unreadable mount: $err"
   sed "s|dataset_dir: \"$work/cells\"|dataset_dir: \"/srv/elsewhere\"|" "$work/run.yaml" > "$work/outside.yaml"
-  err=$( (cd "$work" && SCDINO_CONTAINER="$bundle" bash -c 'source "$0"; scdino_container_args "$1"' \
-          "$src/deploy/slurm/lib.sh" "$work/outside.yaml" 2>&1) ) && fail "a data set outside the bundle's mounts was accepted"
+  err=$(args "$work/outside.yaml" "" SCDINO_CONTAINER="$bundle") && fail "a data set outside the bundle's mounts was accepted"
   grep -qF "/srv/elsewhere is outside the mounts of the OCI bundle" <<<"$err" || fail "outside the mounts: $err"
-  err=$(args SCDINO_CONTAINER="$bundle" SLURM_NTASKS_PER_NODE=2) && fail "two tasks per node on a bundle were accepted"
+  err=$(args "$work/run.yaml" "" SCDINO_CONTAINER="$bundle" SLURM_NTASKS_PER_NODE=2) && fail "two tasks per node on a bundle were accepted"
   grep -q "one task per node" <<<"$err" || fail "two tasks on a bundle: $err"
-  err=$(args SCDINO_CONTAINER="$bundle" SLURM_TASKS_PER_NODE="1,2(x3)") && fail "2 tasks on some nodes of a bundle job were accepted"
+  err=$(args "$work/run.yaml" "" SCDINO_CONTAINER="$bundle" SLURM_TASKS_PER_NODE="1,2(x3)") && fail "2 tasks on some nodes of a bundle job were accepted"
   grep -q "this job has 2" <<<"$err" || fail "SLURM_TASKS_PER_NODE=1,2(x3) on a bundle: $err"
   echo "ok: Pyxis flags; missing image, missing and unreadable mounts, config outside the mounts, two tasks per node: refused naming the path"
   ;;
