@@ -130,62 +130,39 @@ for _ in $(seq 1 120); do [ -f "$checkpoint" ] && break; sleep 0.5; done
 [ -f "$checkpoint" ] || fail "the trainer wrote no checkpoint0009 within 60 s"
 echo "ok: trainer running (Slurm job label $job), $(basename "$checkpoint") written"
 
-# 4. scdino-features of that checkpoint on generated TIFF files, enough of
-# them (one image per batch) to live a few seconds, paused as soon as its
-# control API answers until Prometheus has its series: Prometheus takes up
-# new file_sd targets only every 5 s. Then the evaluator: one following the
-# trainer where scdino-eval can (it lives as long as the trainer), else one
-# of the features, kept alive by a long t-SNE.
+# 4. scdino-features and scdino-eval following the trainer (both live as
+# long as it does, so Prometheus, which takes up new file_sd targets only
+# every 5 s, scrapes them whatever the machine's load): the features
+# follower, paused as soon as its control API answers, is stopped through
+# the API once scraped; the evaluator exports kNN accuracy per checkpoint.
 "$build/services/tools/scdino-synth" --out "$work/data" --classes 2 --per-class 400 --channels 3 --size 16 --seed 1 \
   >/dev/null 2>"$work/synth.err" || fail "scdino-synth failed"
 config "$work/files.yaml" "  data_source: folder"
-hold_until_scraped() {  # service pid
-  local paused= scraped=
-  for _ in $(seq 1 100); do
-    if [ -f "$run/endpoints/$1.json" ] && "$ctl" pause --run-dir "$run" --service "$1" >/dev/null 2>&1; then
-      paused=yes
-      break
-    fi
-    kill -0 "$2" 2>/dev/null || break
-    sleep 0.1
-  done
-  for _ in $(seq 1 30); do
-    [ "$(query "count_over_time(scdino_$1_build_info{run=\"$run_name\"}[5m])")" -gt 0 ] && { scraped=yes; break; }
-    kill -0 "$2" 2>/dev/null || break
-    sleep 1
-  done
-  [ -n "$scraped" ] || fail "scdino-$1 ended before Prometheus scraped it"
-  [ -z "$paused" ] || "$ctl" resume --run-dir "$run" --service "$1" >/dev/null 2>&1
-}
-SLURM_JOB_ID=$job "$build/services/features/scdino-features" --config "$work/files.yaml" \
-  --checkpoint "$checkpoint" >"$work/features.out" 2>"$work/features.err" &
+SLURM_JOB_ID=$job "$build/services/features/scdino-features" --config "$work/files.yaml" --follow \
+  >"$work/features.out" 2>"$work/features.err" &
 features_pid=$!
 pids+=($features_pid)
-hold_until_scraped features "$features_pid"
-wait "$features_pid" || fail "scdino-features failed"
-if "$build/services/eval/scdino-eval" --help 2>&1 | grep -q -- "--follow"; then
-  SLURM_JOB_ID=$job "$build/services/eval/scdino-eval" --config "$work/files.yaml" --follow \
-    >"$work/eval.out" 2>"$work/eval.err" &
-  pids+=($!)
-  wait_for 60 "scdino_eval_knn_top1_ratio{run=\"$run_name\"}" ||
-    fail "scdino-eval --follow exported no kNN accuracy within 60 s"
-  # Its rate panels need two scrapes within their 10 s window; on a loaded
-  # machine (CTest runs the container builds beside this) the first scrapes
-  # of a new file_sd target can be seconds apart.
-  wait_for 60 "rate(scdino_eval_queries_processed_total{run=\"$run_name\"}[10s])" ||
-    fail "the follower's progress counter was not scraped twice within 10 s in 60 s"
-  echo "ok: scdino-features scraped; scdino-eval --follow exports kNN accuracy"
-else
-  config "$work/eval.yaml" "  data_source: folder
-  evaluation: {tsne_iterations: 20000}"
-  SLURM_JOB_ID=$job "$build/services/eval/scdino-eval" --config "$work/eval.yaml" \
-    --features "$run/features/checkpoint0009" >"$work/eval.out" 2>"$work/eval.err" &
-  eval_pid=$!
-  pids+=($eval_pid)
-  hold_until_scraped eval "$eval_pid"
-  wait "$eval_pid" || fail "scdino-eval failed"
-  echo "ok: scdino-features and scdino-eval (no --follow here) of checkpoint0009 scraped"
-fi
+for _ in $(seq 1 100); do
+  [ -f "$run/endpoints/features.json" ] && "$ctl" pause --run-dir "$run" --service features >/dev/null 2>&1 && break
+  kill -0 "$features_pid" 2>/dev/null || fail "scdino-features --follow ended before its control API answered"
+  sleep 0.1
+done
+wait_for 30 "scdino_features_build_info{run=\"$run_name\"}" || fail "Prometheus did not scrape scdino-features in 30 s"
+"$ctl" stop --run-dir "$run" --service features >/dev/null || fail "scdinoctl stop --service features failed"
+wait "$features_pid"
+features_rc=$?
+[ "$features_rc" = 4 ] || fail "scdino-features --follow exited $features_rc after an API stop (expected 4)"
+SLURM_JOB_ID=$job "$build/services/eval/scdino-eval" --config "$work/files.yaml" --follow \
+  >"$work/eval.out" 2>"$work/eval.err" &
+pids+=($!)
+wait_for 60 "scdino_eval_knn_top1_ratio{run=\"$run_name\"}" ||
+  fail "scdino-eval --follow exported no kNN accuracy within 60 s"
+# Its rate panels need two scrapes within their 10 s window; on a loaded
+# machine (CTest runs the container builds beside this) the first scrapes
+# of a new file_sd target can be seconds apart.
+wait_for 60 "rate(scdino_eval_queries_processed_total{run=\"$run_name\"}[10s])" ||
+  fail "the follower's progress counter was not scraped twice within 10 s in 60 s"
+echo "ok: scdino-features --follow scraped, stopped through the API (exit 4); scdino-eval --follow exports kNN accuracy"
 
 # 5. Every source answers, and the GPUs of both dcgm-exporter label styles
 # land on the node slurm_job_node names.
