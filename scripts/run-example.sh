@@ -2,7 +2,7 @@
 # The main job end to end on an embedded default: sets up scdino, generates a
 # data set of synthetic 5-channel cells as TIFF files in class folders,
 # computes the channel statistics, trains a small DINO ViT on the CPU
-# (configs/example.yaml), extracts the CLS features of every checkpoint and of
+# (configs/small-data.yaml), extracts the CLS features of every checkpoint and of
 # a randomly initialised ViT (the baseline), evaluates them with weighted kNN,
 # and says where the results and plots are.
 #
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "${SCDINO_SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh
 build_dir=${BUILD_DIR:-build}
-config=${1:-configs/example.yaml}
+config=${1:-configs/small-data.yaml}
 # Idle OpenMP threads sleep instead of spinning against OpenBLAS's threads
 # (measured ~1.6x faster on 2 cores, see docs/performance.md).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}

@@ -38,7 +38,8 @@ Dino::Dino(const DinoOptions& options, torch::Device device) : options_(options)
                       .warmup_teacher_temp_epochs(options_.warmup_teacher_temp_epochs)
                       .epochs(options_.epochs)
                       .student_temp(options_.student_temp)
-                      .center_momentum(options_.center_momentum));
+                      .center_momentum(options_.center_momentum)
+                      .centering(options_.centering));
   loss->to(device_);
   auto groups = ParamGroups(*student);
   for (const auto& g : groups) student_params_.insert(student_params_.end(), g.begin(), g.end());
@@ -51,7 +52,7 @@ StepOutput Dino::Step(const StepInput& in, const StepHooks& hooks) {
               " crops (2 global + ", options_.local_crops_number, " local), got ", in.crops.size());
   StepOutput out;
   optimizer->zero_grad();
-  torch::Tensor l;
+  torch::Tensor l, targets;
   {
     AutocastGuard autocast(device_, options_.precision);
     {
@@ -59,25 +60,33 @@ StepOutput Dino::Step(const StepInput& in, const StepHooks& hooks) {
       out.teacher = teacher->forward({in.crops[0], in.crops[1]});
     }
     out.student = student->forward(in.crops);
-    l = loss->forward(out.student.head, out.teacher.head, in.epoch);
+    targets = loss->teacher_targets(out.teacher.head, in.epoch, hooks.sum_over_ranks);
+    l = loss->cross_entropy(out.student.head, targets);
   }
   out.loss = l.detach().to(torch::kFloat);
+  torch::Tensor total = l;
+  if (options_.koleo_loss_weight > 0) {
+    // On each global view's student CLS features, as DINOv2.
+    const auto global = out.student.backbone.slice(0, 0, out.teacher.head.size(0)).chunk(2);
+    out.koleo = KoLeoLoss(global[0]) + KoLeoLoss(global[1]);
+    total = l + options_.koleo_loss_weight * out.koleo;
+    out.koleo = out.koleo.detach().to(torch::kFloat);
+  }
   // [batch sum of the teacher outputs (K), rows, 1 if the loss is not
   // finite, health sums (kHealthSums)]
   const int64_t K = options_.out_dim;
   const double center_norm = loss->center.norm().item<double>();
-  const double teacher_temp = loss->teacher_temp_schedule()[static_cast<size_t>(in.epoch)];
   auto exchange = torch::cat({loss->batch_sum(out.teacher.head).flatten(),
                               torch::tensor({static_cast<float>(out.teacher.head.size(0)),
                                              std::isfinite(out.loss.item<double>()) ? 0.0f : 1.0f},
                                             torch::TensorOptions().device(device_)),
-                              HealthSums(out.teacher.head, loss->center, teacher_temp, out.teacher.backbone, out.loss)});
+                              HealthSums(targets, out.teacher.backbone, out.loss)});
   if (hooks.sum_over_ranks) hooks.sum_over_ranks(exchange);
   const auto tail = exchange.slice(0, K).to(torch::kCPU);
   out.finite = tail[1].item<float>() == 0.0f;
   if (!out.finite) return out;
   out.health = HealthFromSums(tail.slice(0, 2), tail[0].item<double>(), K, center_norm);
-  (scaler ? scaler->Scale(l) : l).backward();
+  (scaler ? scaler->Scale(total) : total).backward();
   if (hooks.after_backward) hooks.after_backward();
   if (scaler) {
     // Gradients are already averaged over ranks, so an overflow on any rank
@@ -95,6 +104,20 @@ StepOutput Dino::Step(const StepInput& in, const StepHooks& hooks) {
   loss->update_center(exchange.slice(0, 0, K).view({1, K}) / tail[0].item<double>());
   UpdateTeacher(*student, *teacher, in.momentum);
   return out;
+}
+
+torch::Tensor KoLeoLoss(const torch::Tensor& features) {
+  namespace F = torch::nn::functional;
+  const auto x = F::normalize(features.to(torch::kFloat), F::NormalizeFuncOptions().dim(-1).eps(1e-8));
+  torch::Tensor nearest;
+  {
+    torch::NoGradGuard guard;
+    auto dots = x.matmul(x.t());
+    dots.fill_diagonal_(-1.0);
+    nearest = dots.argmax(1);
+  }
+  const auto distance = F::pairwise_distance(x, x.index_select(0, nearest), F::PairwiseDistanceFuncOptions().eps(1e-8));
+  return -torch::log(distance + 1e-8).mean();
 }
 
 Status LoadIntoModule(torch::nn::Module& module, const TensorMap& tensors, const std::string& prefix,

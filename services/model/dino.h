@@ -36,6 +36,11 @@ struct DinoOptions {
   int64_t epochs = 100;
   double student_temp = 0.1;
   double center_momentum = 0.9;
+  /// The teacher's targets: DINO's center, or DINOv2's Sinkhorn-Knopp.
+  TeacherCentering centering = TeacherCentering::kCenter;
+  /// Weight of the KoLeo regulariser on the student's global-view CLS
+  /// features (DINOv2: 0.1); 0 leaves it out.
+  double koleo_loss_weight = 0.0;
   /// Per-parameter gradient-norm clip; 0 disables.
   double clip_grad = 3.0;
   /// Epochs during which the last layer's gradients are cancelled.
@@ -80,7 +85,13 @@ struct StepOutput {
   MultiCropOutput student;   ///< student backbone and head outputs (all crops)
   MultiCropOutput teacher;   ///< teacher outputs (global crops)
   DinoHealth health;         ///< of the global batch, when finite
+  torch::Tensor koleo;       ///< KoLeo term (unweighted, detached), when koleo_loss_weight > 0
 };
+
+/// KoLeo regulariser (Sablayrolles et al. 2019, as DINOv2): minus the mean
+/// log distance of each L2-normalised row of features [N, D] to its nearest
+/// other row. Low when the features spread out.
+torch::Tensor KoLeoLoss(const torch::Tensor& features);
 
 /// Not thread-safe: one training loop owns it.
 class Dino {

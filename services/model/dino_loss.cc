@@ -11,12 +11,45 @@ DinoLossImpl::DinoLossImpl(DinoLossOptions o) : o_(std::move(o)) {
                                        o_.warmup_teacher_temp_epochs(), o_.epochs());
 }
 
-torch::Tensor DinoLossImpl::forward(const torch::Tensor& student_out, const torch::Tensor& teacher_out, int64_t epoch) {
+double DinoLossImpl::teacher_temp(int64_t epoch) const {
   TORCH_CHECK(epoch >= 0 && epoch < static_cast<int64_t>(teacher_temps_.size()), "epoch ", epoch,
               " is outside the teacher-temperature schedule of ", teacher_temps_.size(), " epochs");
+  return teacher_temps_[static_cast<size_t>(epoch)];
+}
+
+torch::Tensor DinoLossImpl::forward(const torch::Tensor& student_out, const torch::Tensor& teacher_out, int64_t epoch) {
+  return cross_entropy(student_out, teacher_targets(teacher_out, epoch));
+}
+
+torch::Tensor DinoLossImpl::teacher_targets(const torch::Tensor& teacher_out, int64_t epoch,
+                                            const SumOverRanks& sum_over_ranks) const {
+  torch::NoGradGuard guard;
+  const double temp = teacher_temp(epoch);
+  const auto t = teacher_out.detach().to(torch::kFloat);
+  if (o_.centering() == TeacherCentering::kCenter) return torch::softmax((t - center) / temp, -1);
+  // Sinkhorn-Knopp over the global batch: Q [K, rows], alternately scaled so
+  // that every prototype (row of Q) holds 1/K of the mass and every image
+  // (column) 1/rows. It starts from each image's softmax: a per-image scale
+  // the image normalisation absorbs, and no exchange of a maximum needed
+  // to keep exp() finite.
+  auto q = torch::softmax(t / temp, -1).t().contiguous();
+  auto rows = torch::full({1}, static_cast<float>(q.size(1)), q.options());
+  if (sum_over_ranks) sum_over_ranks(rows);
+  const double images = rows.item<double>();
+  const double prototypes = static_cast<double>(q.size(0));
+  q.div_(images);
+  for (int64_t i = 0; i < o_.sinkhorn_iterations(); ++i) {
+    auto per_prototype = q.sum(1, /*keepdim=*/true);
+    if (sum_over_ranks) sum_over_ranks(per_prototype);
+    q.div_(per_prototype.clamp_min(1e-30)).div_(prototypes);
+    q.div_(q.sum(0, /*keepdim=*/true)).div_(images);
+  }
+  return (q * images).t();
+}
+
+torch::Tensor DinoLossImpl::cross_entropy(const torch::Tensor& student_out, const torch::Tensor& targets) const {
   auto student = (student_out / o_.student_temp()).chunk(o_.ncrops());
-  const double temp = teacher_temps_[epoch];
-  auto teacher = torch::softmax((teacher_out - center) / temp, -1).detach().chunk(2);
+  auto teacher = targets.chunk(2);
   torch::Tensor total;
   int64_t terms = 0;
   for (size_t iq = 0; iq < teacher.size(); ++iq) {
@@ -37,6 +70,7 @@ torch::Tensor DinoLossImpl::batch_sum(const torch::Tensor& teacher_out) const {
 }
 
 void DinoLossImpl::update_center(const torch::Tensor& mean) {
+  if (o_.centering() != TeacherCentering::kCenter) return;
   torch::NoGradGuard guard;
   center.copy_(center * o_.center_momentum() + mean * (1.0 - o_.center_momentum()));
 }

@@ -1,13 +1,20 @@
-// DINO loss: cross-entropy between the centred, sharpened teacher output of
-// each global view and the student output of every other view.
+// DINO loss: cross-entropy between the teacher's target for each global view
+// and the student output of every other view. The target is the centred,
+// sharpened teacher output (DINO), or the Sinkhorn-Knopp equipartition of
+// the sharpened teacher outputs over the global batch (DINOv2's
+// `sinkhorn_knopp` centering: every prototype gets an equal share of the
+// batch, so the teacher cannot give every image the same answer).
 // Not thread-safe: the training loop owns the loss and its center.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <vector>
 
 namespace scdino::model {
+
+enum class TeacherCentering { kCenter, kSinkhornKnopp };
 
 struct DinoLossOptions {
   DinoLossOptions(int64_t out_dim, int64_t ncrops) : out_dim_(out_dim), ncrops_(ncrops) {}
@@ -21,7 +28,13 @@ struct DinoLossOptions {
   TORCH_ARG(int64_t, epochs) = 100;
   TORCH_ARG(double, student_temp) = 0.1;
   TORCH_ARG(double, center_momentum) = 0.9;
+  TORCH_ARG(TeacherCentering, centering) = TeacherCentering::kCenter;
+  /// Sinkhorn-Knopp normalisations (each: prototypes, then images), as DINOv2.
+  TORCH_ARG(int64_t, sinkhorn_iterations) = 3;
 };
+
+/// Sums a tensor over ranks in place (absent: one rank).
+using SumOverRanks = std::function<void(torch::Tensor&)>;
 
 class DinoLossImpl : public torch::nn::Module {
  public:
@@ -33,16 +46,27 @@ class DinoLossImpl : public torch::nn::Module {
   /// the step calls update_center once the loss is known to be finite.
   torch::Tensor forward(const torch::Tensor& student_out, const torch::Tensor& teacher_out, int64_t epoch);
 
+  /// The teacher's targets for teacher_out ([2*B, K]): fp32 rows that sum to
+  /// 1, detached. Sinkhorn-Knopp sums over ranks (sum_over_ranks) so that
+  /// the equipartition holds over the global batch.
+  torch::Tensor teacher_targets(const torch::Tensor& teacher_out, int64_t epoch,
+                                const SumOverRanks& sum_over_ranks = {}) const;
+  /// Mean cross-entropy of the student views against the targets over all
+  /// pairs of different views.
+  torch::Tensor cross_entropy(const torch::Tensor& student_out, const torch::Tensor& targets) const;
+  double teacher_temp(int64_t epoch) const;
+
   /// The teacher outputs summed over the batch, [1, K] fp32: what the
   /// center moves towards, once summed over ranks and divided by the rows.
   torch::Tensor batch_sum(const torch::Tensor& teacher_out) const;
   /// Center EMA towards `mean` ([1, K], the teacher outputs' mean over the
-  /// global batch).
+  /// global batch). With Sinkhorn-Knopp the center is not used and stays 0.
   void update_center(const torch::Tensor& mean);
 
   /// Per-epoch teacher temperature: linear warm-up, then constant.
   const std::vector<double>& teacher_temp_schedule() const { return teacher_temps_; }
   torch::Tensor center;
+  const DinoLossOptions& options() const { return o_; }
 
  private:
   DinoLossOptions o_;

@@ -5,13 +5,12 @@
 
 namespace scdino::model {
 
-torch::Tensor HealthSums(const torch::Tensor& teacher_head, const torch::Tensor& center, double teacher_temp,
-                         const torch::Tensor& teacher_cls, const torch::Tensor& loss) {
+torch::Tensor HealthSums(const torch::Tensor& teacher_targets, const torch::Tensor& teacher_cls,
+                         const torch::Tensor& loss) {
   torch::NoGradGuard guard;
-  const auto logits = (teacher_head.detach().to(torch::kFloat) - center) / teacher_temp;
-  const auto logp = torch::log_softmax(logits, -1);
-  const auto p = logp.exp();
-  const double rows = static_cast<double>(teacher_head.size(0));
+  const auto p = teacher_targets.detach().to(torch::kFloat);
+  const auto logp = torch::log(p.clamp_min(1e-30));
+  const double rows = static_cast<double>(p.size(0));
   const auto row_entropy_sum = -(p * logp).sum();
   const auto mean_p = p.mean(0);
   const auto batch_entropy = -(mean_p * torch::log(mean_p.clamp_min(1e-30))).sum();
@@ -19,7 +18,7 @@ torch::Tensor HealthSums(const torch::Tensor& teacher_head, const torch::Tensor&
                                                     torch::nn::functional::NormalizeFuncOptions().dim(-1));
   const auto cls_std = rows > 1 ? cls.std(0, /*unbiased=*/false).mean() : torch::zeros({}, cls.options());
   return torch::stack({row_entropy_sum, batch_entropy * rows, cls_std * rows,
-                       loss.detach().to(torch::kFloat).to(teacher_head.device()) * rows});
+                       loss.detach().to(torch::kFloat).to(p.device()) * rows});
 }
 
 DinoHealth HealthFromSums(const torch::Tensor& sums, double rows, int64_t out_dim, double center_norm) {

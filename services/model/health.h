@@ -12,8 +12,9 @@
 namespace scdino::model {
 
 struct DinoHealth {
-  /// Mean entropy (nats) of the centred, sharpened teacher distribution
-  /// softmax((t - center) / teacher_temp), the loss's target.
+  /// Mean entropy (nats) of the loss's targets: the centred, sharpened
+  /// teacher distribution softmax((t - center) / teacher_temp), or its
+  /// Sinkhorn-Knopp equipartition.
   double teacher_entropy = 0.0;
   /// teacher_entropy / ln(out_dim): near 1, the teacher says nothing.
   double teacher_entropy_ratio = 0.0;
@@ -35,10 +36,10 @@ struct DinoHealth {
 constexpr int64_t kHealthSums = 4;
 /// This rank's share of the health signals, summable over ranks (fp32,
 /// [kHealthSums]): sum of the rows' teacher entropies, rows x batch-mean
-/// entropy, rows x CLS std, rows x loss. teacher_head: [rows, K];
-/// teacher_cls: [rows, D].
-torch::Tensor HealthSums(const torch::Tensor& teacher_head, const torch::Tensor& center, double teacher_temp,
-                         const torch::Tensor& teacher_cls, const torch::Tensor& loss);
+/// entropy, rows x CLS std, rows x loss. teacher_targets: [rows, K], the
+/// loss's targets (DinoLoss::teacher_targets); teacher_cls: [rows, D].
+torch::Tensor HealthSums(const torch::Tensor& teacher_targets, const torch::Tensor& teacher_cls,
+                         const torch::Tensor& loss);
 /// The signals from HealthSums summed over ranks and the rows behind them.
 DinoHealth HealthFromSums(const torch::Tensor& sums, double rows, int64_t out_dim, double center_norm);
 

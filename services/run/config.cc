@@ -132,6 +132,9 @@ model::DinoOptions RunConfig::dino_options(bool bf16_supported) const {
   o.epochs = train.epochs;
   o.student_temp = h.student_temp;
   o.center_momentum = h.center_momentum;
+  o.centering = scdino.teacher_centering == "sinkhorn_knopp" ? model::TeacherCentering::kSinkhornKnopp
+                                                             : model::TeacherCentering::kCenter;
+  o.koleo_loss_weight = scdino.koleo_loss_weight;
   o.clip_grad = h.clip_grad;
   o.freeze_last_layer = h.freeze_last_layer;
   o.precision = precision(bf16_supported);

@@ -208,6 +208,11 @@ struct RuntimeConfig {
   /// What a collapse verdict does (docs/training.md): warn says so in the
   /// log, status and metrics; stop also checkpoints and fails the run.
   std::string on_collapse = "warn";
+  /// The teacher's targets: center (DINO, scDINO) or sinkhorn_knopp
+  /// (DINOv2's equipartition over the global batch).
+  std::string teacher_centering = "center";
+  /// KoLeo regulariser weight on the student's CLS features (DINOv2: 0.1).
+  double koleo_loss_weight = 0.0;
   /// Distributed runs: seconds a rendezvous or collective may take before
   /// the rank gives up (a dead or hung peer), and the gradient bucket size.
   int64_t distributed_timeout_s = 300;

@@ -141,6 +141,11 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
        "iterations between progress lines on stderr and health reports (status, metrics)"},
       {"scdino.on_collapse", Str(&r.on_collapse, {"warn", "stop"}),
        "a collapse verdict (docs/training.md) is reported, or also stops the run after a checkpoint (exit 1)"},
+      {"scdino.teacher_centering", Str(&r.teacher_centering, {"center", "sinkhorn_knopp"}),
+       "the teacher's targets: DINO's centred, sharpened outputs (center_momentum), or DINOv2's Sinkhorn-Knopp "
+       "equipartition over the global batch (docs/training.md)"},
+      {"scdino.koleo_loss_weight", Real(&r.koleo_loss_weight, 0, kIn),
+       "weight of DINOv2's KoLeo regulariser, which spreads the student's CLS features; 0: off"},
       {"scdino.distributed_timeout_s", Int(&r.distributed_timeout_s, 1),
        "seconds a rendezvous or collective may take before a rank gives up (dead or hung peer)"},
       {"scdino.bucket_mb", Int(&r.bucket_mb, 1), "gradient all-reduce bucket size"},

@@ -70,7 +70,7 @@ image)
     ls -d /usr/include/torch /usr/include/grpc++ /opt/scdino /usr/local/include/* 2>/dev/null;
     find / -xdev \( -name "*_test" -o -name "*.cc" -o -name CMakeCache.txt \) -not -path "/proc/*" 2>/dev/null | head' 2>&1)
   for b in scdino-trainer scdino-features scdino-eval scdinoctl scdino-synth scdino-stats scdino-config \
-           scdino-convert-checkpoint example.yaml; do
+           scdino-convert-checkpoint small-data.yaml; do
     grep -qx "$b" <<<"$listing" || fail "the image lacks $b: $listing"
   done
   leftovers=$(grep -vxE 'scdino-[a-z-]+|scdinoctl|[a-z-]+\.yaml|/usr/local/bin:|/usr/local/share/scdino/configs:|' <<<"$listing")

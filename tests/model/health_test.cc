@@ -32,7 +32,7 @@ TEST(Health, SignalsMatchABruteForceComputationOverTheLossPairs) {
   const auto cls = torch::randn({2 * B, 5});
   const auto l = loss->forward(student, teacher, 0);
   const double center_norm = loss->center.norm().item<double>();
-  const auto h = HealthFromSums(HealthSums(teacher, loss->center, temp, cls, l), 2.0 * B, K, center_norm);
+  const auto h = HealthFromSums(HealthSums(loss->teacher_targets(teacher, 0), cls, l), 2.0 * B, K, center_norm);
 
   const auto t = torch::softmax((teacher - loss->center) / temp, -1);
   double mean_h = 0.0;
@@ -62,13 +62,12 @@ TEST(Health, SignalsMatchABruteForceComputationOverTheLossPairs) {
 
 TEST(Health, SumsOfTwoRanksGiveTheSignalsOfTheWholeBatchWhereTheyAreRowMeans) {
   torch::manual_seed(2);
-  const auto teacher = torch::randn({8, 16});
-  const auto center = torch::zeros({1, 16});
+  const auto targets = torch::softmax(torch::randn({8, 16}) / 0.1, -1);
   const auto cls = torch::randn({8, 4});
   const auto loss = torch::tensor(3.0f);
-  const auto whole = HealthFromSums(HealthSums(teacher, center, 0.1, cls, loss), 8, 16, 0.0);
-  const auto two = HealthSums(teacher.slice(0, 0, 4), center, 0.1, cls.slice(0, 0, 4), loss) +
-                   HealthSums(teacher.slice(0, 4), center, 0.1, cls.slice(0, 4), loss);
+  const auto whole = HealthFromSums(HealthSums(targets, cls, loss), 8, 16, 0.0);
+  const auto two = HealthSums(targets.slice(0, 0, 4), cls.slice(0, 0, 4), loss) +
+                   HealthSums(targets.slice(0, 4), cls.slice(0, 4), loss);
   const auto split = HealthFromSums(two, 8, 16, 0.0);
   EXPECT_NEAR(split.teacher_entropy, whole.teacher_entropy, 1e-5);
   EXPECT_NEAR(split.student_teacher_kl, whole.student_teacher_kl, 1e-5);
@@ -78,12 +77,11 @@ TEST(Health, SumsOfTwoRanksGiveTheSignalsOfTheWholeBatchWhereTheyAreRowMeans) {
 
 TEST(Health, JudgesUniformAndOneHotCollapseAndAHealthyTeacher) {
   const int64_t K = 64, rows = 16;
-  const auto center = torch::zeros({1, K});
   const auto cls = torch::randn({rows, 8});
-  // Uniform: every logit equal; the loss then is ln K (the student uniform too).
+  // Uniform: every target uniform; the loss then is ln K (the student uniform too).
   auto uniform = HealthFromSums(
-      HealthSums(torch::zeros({rows, K}), center, 0.04, cls, torch::tensor(static_cast<float>(std::log(64.0)))), rows,
-      K, 0.0);
+      HealthSums(torch::full({rows, K}, 1.0 / K), cls, torch::tensor(static_cast<float>(std::log(64.0)))), rows, K,
+      0.0);
   EXPECT_NEAR(uniform.teacher_entropy_ratio, 1.0, 1e-5);
   EXPECT_NEAR(uniform.student_teacher_kl, 0.0, 1e-5);
   EXPECT_EQ(JudgeCollapse(uniform), Collapse::kUniform);
@@ -92,14 +90,14 @@ TEST(Health, JudgesUniformAndOneHotCollapseAndAHealthyTeacher) {
   // One-hot: every image on prototype 3.
   auto same = torch::zeros({rows, K});
   same.select(1, 3).fill_(1.0);
-  auto onehot = HealthFromSums(HealthSums(same, center, 0.04, cls, torch::tensor(1.0f)), rows, K, 0.0);
+  auto onehot = HealthFromSums(HealthSums(same, cls, torch::tensor(1.0f)), rows, K, 0.0);
   EXPECT_LT(onehot.teacher_batch_entropy, 0.01);
   EXPECT_EQ(JudgeCollapse(onehot), Collapse::kOneHot);
   EXPECT_STREQ(CollapseName(Collapse::kOneHot), "onehot_collapse");
   // Healthy: sharp, and each image on its own prototype.
   auto diverse = torch::zeros({rows, K});
   for (int64_t r = 0; r < rows; ++r) diverse[r][r] = 1.0;
-  auto healthy = HealthFromSums(HealthSums(diverse, center, 0.04, cls, torch::tensor(2.0f)), rows, K, 0.0);
+  auto healthy = HealthFromSums(HealthSums(diverse, cls, torch::tensor(2.0f)), rows, K, 0.0);
   EXPECT_NEAR(healthy.teacher_batch_entropy, std::log(16.0), 1e-3);
   EXPECT_EQ(JudgeCollapse(healthy), Collapse::kHealthy);
   EXPECT_STREQ(CollapseName(Collapse::kHealthy), "healthy");
