@@ -43,13 +43,13 @@ model::StepInput Input(std::vector<torch::Tensor> crops, int64_t step) {
 // Two Gloo ranks (threads of this process, talking over TCP), each with half
 // of the global batch, end with the weights, teacher and center of one
 // process that takes the whole batch.
-TEST(Distributed, TwoRanksWithHalfBatchesEqualOneProcessWithTheWholeBatch) {
+void ExpectTwoRanksEqualOneProcess(const model::DinoOptions& options) {
   torch::manual_seed(0);
-  model::Dino init(Tiny());
+  model::Dino init(options);
   const TensorMap start = init.TeacherWeights();
   const int64_t B = 4, steps = 3;
 
-  model::Dino single(Tiny());
+  model::Dino single(options);
   ASSERT_TRUE(single.LoadWeights(start, "start").ok());
   std::vector<TensorMap> single_grads;
   for (int64_t s = 0; s < steps; ++s) {
@@ -75,7 +75,7 @@ TEST(Distributed, TwoRanksWithHalfBatchesEqualOneProcessWithTheWholeBatch) {
       DistributedOptions opts;
       opts.bucket_bytes = 64 << 10;  // several buckets for this small model
       auto coll = Collective::Create(store, r, 2, opts, torch::kCPU);
-      ranks[r] = std::make_unique<model::Dino>(Tiny());
+      ranks[r] = std::make_unique<model::Dino>(options);
       auto& dino = *ranks[r];
       ThrowIfError(dino.LoadWeights(start, "start"));
       GradientAllReducer reducer(coll, dino.trainable(), opts.bucket_bytes);
@@ -121,6 +121,18 @@ TEST(Distributed, TwoRanksWithHalfBatchesEqualOneProcessWithTheWholeBatch) {
     EXPECT_TRUE(AllClose(a.at(name), t, 0, tol)) << name;
   }
   EXPECT_TRUE(AllClose(ranks[0]->loss->center, single.loss->center, 1e-5, 1e-7)) << "center";
+}
+
+TEST(Distributed, TwoRanksWithHalfBatchesEqualOneProcessWithTheWholeBatch) { ExpectTwoRanksEqualOneProcess(Tiny()); }
+
+// Sinkhorn-Knopp's equipartition is over the global batch: its sums go
+// through the ranks' exchange, so half batches on two ranks still give the
+// whole batch's targets. (KoLeo is per rank, as DINOv2's, and left out.)
+TEST(Distributed, SinkhornKnoppTargetsOfTwoRanksAreThoseOfTheWholeBatch) {
+  auto o = Tiny();
+  o.centering = model::TeacherCentering::kSinkhornKnopp;
+  o.teacher_temp = o.warmup_teacher_temp = 0.02;
+  ExpectTwoRanksEqualOneProcess(o);
 }
 
 TEST(Distributed, APeerThatNeverComesFailsWithinTheTimeout) {
