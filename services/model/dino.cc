@@ -68,9 +68,7 @@ StepOutput Dino::Step(const StepInput& in, const StepHooks& hooks) {
   if (options_.koleo_loss_weight > 0) {
     // On each global view's student CLS features, as DINOv2.
     const auto global = out.student.backbone.slice(0, 0, out.teacher.head.size(0)).chunk(2);
-    out.koleo = KoLeoLoss(global[0]) + KoLeoLoss(global[1]);
-    total = l + options_.koleo_loss_weight * out.koleo;
-    out.koleo = out.koleo.detach().to(torch::kFloat);
+    total = l + options_.koleo_loss_weight * (KoLeoLoss(global[0]) + KoLeoLoss(global[1]));
   }
   // [batch sum of the teacher outputs (K), rows, 1 if the loss is not
   // finite, health sums (kHealthSums)]

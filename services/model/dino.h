@@ -85,7 +85,6 @@ struct StepOutput {
   MultiCropOutput student;   ///< student backbone and head outputs (all crops)
   MultiCropOutput teacher;   ///< teacher outputs (global crops)
   DinoHealth health;         ///< of the global batch, when finite
-  torch::Tensor koleo;       ///< KoLeo term (unweighted, detached), when koleo_loss_weight > 0
 };
 
 /// KoLeo regulariser (Sablayrolles et al. 2019, as DINOv2): minus the mean

@@ -66,7 +66,6 @@ class DinoLossImpl : public torch::nn::Module {
   /// Per-epoch teacher temperature: linear warm-up, then constant.
   const std::vector<double>& teacher_temp_schedule() const { return teacher_temps_; }
   torch::Tensor center;
-  const DinoLossOptions& options() const { return o_; }
 
  private:
   DinoLossOptions o_;
