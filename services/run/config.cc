@@ -25,6 +25,11 @@ Status CrossCheck(const RunConfig& c) {
     return bad("train_scDINO.hyperparameters.warmup_teacher_temp_epochs: expected at most train_scDINO.epochs (" +
                std::to_string(c.train.epochs) + "), got " + std::to_string(h.warmup_teacher_temp_epochs));
   }
+  if (c.scdino.koleo_loss_weight > 0 && c.train.batch_size_per_gpu < 2) {
+    return bad("scdino.koleo_loss_weight: KoLeo needs at least 2 images per rank (each image's nearest other one), "
+               "got train_scDINO.batch_size_per_gpu " + std::to_string(c.train.batch_size_per_gpu) +
+               "; raise the batch or set koleo_loss_weight: 0");
+  }
   for (auto [key, size] : {std::pair<const char*, int64_t>{"global_crops_size", h.global_crops_size},
                            {"local_crops_size", h.local_crops_size}}) {
     if (size % h.patch_size != 0) {

@@ -153,6 +153,27 @@ TEST(RunConfig, PrecisionResolvesForTheDevice) {
   EXPECT_TRUE(c->dino_options().loss_scaling);
 }
 
+// The small-data recipe's keys reach the model; KoLeo needs a neighbour.
+TEST(RunConfig, TeacherCenteringAndKoLeo) {
+  auto c = ParseRunConfig("meta: {dataset_dir: /d}\nscdino: {teacher_centering: sinkhorn_knopp, koleo_loss_weight: 0.1}\n",
+                          "r.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->dino_options().centering, model::TeacherCentering::kSinkhornKnopp);
+  EXPECT_EQ(c->dino_options().koleo_loss_weight, 0.1);
+  auto plain = ParseRunConfig("meta: {dataset_dir: /d}\n", "r.yaml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->dino_options().centering, model::TeacherCentering::kCenter);
+  EXPECT_EQ(plain->dino_options().koleo_loss_weight, 0.0);
+  auto bad = ParseRunConfig("meta: {dataset_dir: /d}\ntrain_scDINO: {batch_size_per_gpu: 1}\n"
+                            "scdino: {koleo_loss_weight: 0.1}\n", "r.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().ToString().find("scdino.koleo_loss_weight"), std::string::npos) << bad.status().ToString();
+  EXPECT_NE(bad.status().ToString().find("batch_size_per_gpu 1"), std::string::npos) << bad.status().ToString();
+  auto unknown = ParseRunConfig("meta: {dataset_dir: /d}\nscdino: {teacher_centering: sinkhorn}\n", "r.yaml");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().ToString().find("sinkhorn_knopp"), std::string::npos) << unknown.status().ToString();
+}
+
 TEST(RunConfig, ChannelsByNameAndAboveNine) {
   auto c = ParseRunConfig(R"(
 meta:
