@@ -27,24 +27,21 @@ torch::Tensor DinoLossImpl::teacher_targets(const torch::Tensor& teacher_out, in
   const double temp = teacher_temp(epoch);
   const auto t = teacher_out.detach().to(torch::kFloat);
   if (o_.centering() == TeacherCentering::kCenter) return torch::softmax((t - center) / temp, -1);
-  // Sinkhorn-Knopp over the global batch: Q [K, rows], alternately scaled so
-  // that every prototype (row of Q) holds 1/K of the mass and every image
-  // (column) 1/rows. It starts from each image's softmax: a per-image scale
-  // the image normalisation absorbs, and no exchange of a maximum needed
-  // to keep exp() finite.
+  // Sinkhorn-Knopp over the global batch: Q [K, rows], scaled in turn so
+  // that every prototype (row of Q) holds the same mass over the global
+  // batch and every image (column) sums to 1. Constant factors (DINOv2's
+  // 1/K and 1/rows) cancel in the next normalisation and are left out, so
+  // the only exchange is the prototypes' sums. It starts from each image's
+  // softmax: a per-image scale the image normalisation absorbs, and no
+  // exchange of a maximum needed to keep exp() finite.
   auto q = torch::softmax(t / temp, -1).t().contiguous();
-  auto rows = torch::full({1}, static_cast<float>(q.size(1)), q.options());
-  if (sum_over_ranks) sum_over_ranks(rows);
-  const double images = rows.item<double>();
-  const double prototypes = static_cast<double>(q.size(0));
-  q.div_(images);
   for (int64_t i = 0; i < o_.sinkhorn_iterations(); ++i) {
     auto per_prototype = q.sum(1, /*keepdim=*/true);
     if (sum_over_ranks) sum_over_ranks(per_prototype);
-    q.div_(per_prototype.clamp_min(1e-30)).div_(prototypes);
-    q.div_(q.sum(0, /*keepdim=*/true)).div_(images);
+    q.div_(per_prototype.clamp_min(1e-30));
+    q.div_(q.sum(0, /*keepdim=*/true));
   }
-  return (q * images).t();
+  return q.t();
 }
 
 torch::Tensor DinoLossImpl::cross_entropy(const torch::Tensor& student_out, const torch::Tensor& targets) const {
