@@ -1,6 +1,54 @@
 #include "model/dino_head.h"
 
+#include "model/precision.h"
+
 namespace scdino::model {
+
+namespace {
+
+// y = (x v^T) * (g / ||v||)^T: the row norms scale the product's columns
+// instead of a normalised copy of v (at out_dim 65536 x 256 a 64 MiB tensor
+// per network and step, and its backward another). Backward, with
+// z = x v^T, s = sum over rows of dy * z and gz = dy * g / ||v||:
+//   dx = gz v,   dv = gz^T x - (s g / ||v||^3) v  (in place),   dg = s / ||v||.
+class NormalizedLinearFunction : public torch::autograd::Function<NormalizedLinearFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& v,
+                               const torch::Tensor& g) {
+    auto norm = v.norm(2, 1);
+    auto column_scale = g.reshape({-1}) / norm;
+    auto x2 = x.reshape({-1, x.size(-1)});
+    auto z = torch::mm(x2, v.t());
+    ctx->save_for_backward({x2, v, g, norm, column_scale, z});
+    ctx->saved_data["x_sizes"] = x.sizes().vec();
+    auto out_sizes = x.sizes().vec();
+    out_sizes.back() = v.size(0);
+    return (z * column_scale).reshape(out_sizes);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x2 = saved[0], &v = saved[1], &g = saved[2], &norm = saved[3], &column_scale = saved[4],
+               &z = saved[5];
+    auto dy = grads[0].reshape({-1, v.size(0)});
+    auto gz = dy * column_scale;
+    torch::Tensor dx, dv, dg;
+    if (ctx->needs_input_grad(0)) dx = torch::mm(gz, v).reshape(ctx->saved_data["x_sizes"].toIntVector());
+    const bool need_v = ctx->needs_input_grad(1), need_g = ctx->needs_input_grad(2);
+    if (need_v || need_g) {
+      auto s = (dy * z).sum(0);
+      if (need_v) {
+        dv = torch::mm(gz.t(), x2);
+        dv.addcmul_(v, (s * g.reshape({-1}) / norm.pow(3)).unsqueeze(1), -1.0);
+      }
+      if (need_g) dg = (s / norm).reshape(g.sizes());
+    }
+    return {dx, dv, dg};
+  }
+};
+
+}  // namespace
 
 WeightNormLinearImpl::WeightNormLinearImpl(int64_t in, int64_t out, bool freeze_g) {
   // v starts as a default-initialised Linear weight, g as 1 (DINO fills g
@@ -11,7 +59,12 @@ WeightNormLinearImpl::WeightNormLinearImpl(int64_t in, int64_t out, bool freeze_
 }
 
 torch::Tensor WeightNormLinearImpl::forward(const torch::Tensor& x) {
-  return torch::linear(x, torch::_weight_norm(weight_v, weight_g, 0));
+  // Under autocast the products run in bf16/fp16, which the function's
+  // backward does not follow: the plain weight norm there (GPU runs).
+  if (AutocastActive(x.device().type()) || x.scalar_type() != weight_v.scalar_type()) {
+    return torch::linear(x, torch::_weight_norm(weight_v, weight_g, 0));
+  }
+  return NormalizedLinearFunction::apply(x, weight_v, weight_g);
 }
 
 DinoHeadImpl::DinoHeadImpl(const DinoHeadOptions& o) {

@@ -1,5 +1,7 @@
 #include "model/optim.h"
 
+#include <ATen/Parallel.h>
+
 #include <cmath>
 
 namespace scdino::model {
@@ -7,6 +9,40 @@ namespace scdino::model {
 namespace {
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Element loops over float32 CPU tensors in one pass where the foreach ops
+// make one pass per operation (AdamW: ten over parameters, moments and a
+// temporary; the EMA: three). Same operations in the same order and
+// precision as those ops, so results stay within the parity fixture's
+// rounding tolerance.
+bool PlainCpuFloat(const torch::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous();
+}
+
+constexpr int64_t kGrain = 1 << 15;
+
+struct AdamWScalars {
+  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, correction2, eps, step_size;
+};
+
+void AdamWCpu(const torch::Tensor& param, const torch::Tensor& grad, const torch::Tensor& m, const torch::Tensor& v,
+              const AdamWScalars& k) {
+  float* p = param.data_ptr<float>();
+  const float* g = grad.data_ptr<float>();
+  float* ma = m.data_ptr<float>();
+  float* va = v.data_ptr<float>();
+  at::parallel_for(0, param.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float gi = g[i];
+      const float mi = ma[i] * k.beta1 + gi * k.one_minus_beta1;
+      const float vi = va[i] * k.beta2 + k.one_minus_beta2 * gi * gi;
+      const float denom = std::sqrt(vi) / k.correction2 + k.eps;
+      ma[i] = mi;
+      va[i] = vi;
+      p[i] = p[i] * k.decay + k.step_size * mi / denom;
+    }
+  });
 }
 }  // namespace
 
@@ -34,6 +70,7 @@ void AdamW::step(double lr, double weight_decay) {
   // (the last layer frozen in epoch 0), so bias corrections are per parameter.
   std::vector<torch::Tensor> params, decayed, grads, m, v;
   std::vector<c10::Scalar> correction2, step_size;
+  bool cpu = true;
   for (int g = 0; g < 2; ++g) {
     for (size_t i = 0; i < groups_[g].size(); ++i) {
       auto& p = groups_[g][i].param;
@@ -51,9 +88,26 @@ void AdamW::step(double lr, double weight_decay) {
       v.push_back(s.exp_avg_sq);
       correction2.emplace_back(std::sqrt(1.0 - std::pow(o_.beta2, static_cast<double>(s.step))));
       step_size.emplace_back(-lr / (1.0 - std::pow(o_.beta1, static_cast<double>(s.step))));
+      cpu = cpu && PlainCpuFloat(p) && PlainCpuFloat(p.grad()) && PlainCpuFloat(s.exp_avg) &&
+            PlainCpuFloat(s.exp_avg_sq);
     }
   }
   if (params.empty()) return;
+  if (cpu) {
+    // One pass per parameter; group 0 (the first `decayed.size()`) decays.
+    for (size_t i = 0; i < params.size(); ++i) {
+      const AdamWScalars k{i < decayed.size() ? static_cast<float>(1.0 - lr * weight_decay) : 1.0f,
+                           static_cast<float>(o_.beta1),
+                           static_cast<float>(1.0 - o_.beta1),
+                           static_cast<float>(o_.beta2),
+                           static_cast<float>(1.0 - o_.beta2),
+                           correction2[i].to<float>(),
+                           static_cast<float>(o_.eps),
+                           step_size[i].to<float>()};
+      AdamWCpu(params[i], grads[i], m[i], v[i], k);
+    }
+    return;
+  }
   // Decoupled weight decay; group 1 (biases, 1-D) is never decayed.
   if (!decayed.empty()) torch::_foreach_mul_(decayed, 1.0 - lr * weight_decay);
   torch::_foreach_mul_(m, o_.beta1);
@@ -137,7 +191,17 @@ void UpdateTeacher(const torch::nn::Module& student, torch::nn::Module& teacher,
   for (const auto& s : student.named_parameters()) {
     auto* t = tp.find(s.key());
     TORCH_CHECK(t != nullptr, "teacher has no parameter '", s.key(), "'");
-    t->mul_(m).add_(s.value().detach() * (1.0 - m));
+    if (PlainCpuFloat(*t) && PlainCpuFloat(s.value())) {
+      // The reference's t * m + s * (1 - m) in one pass.
+      float* tp_data = t->data_ptr<float>();
+      const float* sp = s.value().data_ptr<float>();
+      const float keep = static_cast<float>(m), take = static_cast<float>(1.0 - m);
+      at::parallel_for(0, t->numel(), kGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) tp_data[i] = tp_data[i] * keep + sp[i] * take;
+      });
+    } else {
+      t->mul_(m).add_(s.value().detach() * (1.0 - m));
+    }
   }
 }
 

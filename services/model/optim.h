@@ -34,8 +34,8 @@ struct AdamWOptions {
 /// as PyTorch does. Ours rather than torch::optim::AdamW because that one
 /// keys its state by position and counts one step for all parameters, while
 /// the reference skips the frozen last layer's count in epoch 0 (parity) and
-/// checkpoints need names; it updates the whole parameter list at once with
-/// foreach ops. Not thread-safe.
+/// checkpoints need names; float32 CPU parameters are updated in one pass
+/// each, others with foreach ops over the whole list. Not thread-safe.
 class AdamW {
  public:
   AdamW(std::array<std::vector<NamedParam>, 2> groups, AdamWOptions options = {});

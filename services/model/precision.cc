@@ -31,6 +31,8 @@ void SetAutocastDtype(torch::DeviceType t, torch::ScalarType d) {
 
 }  // namespace
 
+bool AutocastActive(torch::DeviceType type) { return AutocastEnabled(type); }
+
 StatusOr<Precision> ParsePrecision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;

@@ -22,6 +22,9 @@ enum class Precision { kFp32, kBf16, kFp16 };
 StatusOr<Precision> ParsePrecision(const std::string& name);
 const char* PrecisionName(Precision p);
 
+/// Whether an autocast region is active on this thread for `type`'s devices.
+bool AutocastActive(torch::DeviceType type);
+
 /// Enables autocast to bf16/fp16 for `device`'s type for its lifetime and
 /// restores the previous state after (nesting-safe). kFp32 does nothing.
 class AutocastGuard {

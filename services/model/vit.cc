@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "model/attention_core.h"
+
 namespace scdino::model {
 
 namespace F = torch::nn::functional;
@@ -41,12 +43,7 @@ AttentionImpl::AttentionImpl(int64_t dim, int64_t heads, bool qkv_bias)
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, torch::Tensor* probs) {
-  const int64_t B = x.size(0), N = x.size(1), C = x.size(2);
-  auto t = qkv(x).reshape({B, N, 3, num_heads, C / num_heads}).permute({2, 0, 3, 1, 4});
-  auto q = t[0], k = t[1], v = t[2];
-  auto attn = (torch::matmul(q, k.transpose(-2, -1)) * scale).softmax(-1);
-  if (probs != nullptr) *probs = attn;
-  return proj(torch::matmul(attn, v).transpose(1, 2).reshape({B, N, C}));
+  return proj(AttentionCore(qkv(x), num_heads, scale, probs));
 }
 
 MlpImpl::MlpImpl(int64_t dim, int64_t hidden) {

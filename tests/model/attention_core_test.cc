@@ -1,0 +1,76 @@
+// The CPU paths of the step against the plain tensor-op formulas they
+// replace: the attention core (CpuAttention vs TensorAttention) and the
+// head's weight-normalised last layer (column scaling vs a normalised copy
+// of the weight), values and gradients.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "model/attention_core.h"
+#include "model/dino_head.h"
+
+namespace scdino::model {
+namespace {
+
+void ExpectClose(const torch::Tensor& got, const torch::Tensor& want, const char* what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  const double err = (got - want).abs().max().item<double>();
+  const double scale = want.abs().max().item<double>();
+  EXPECT_LE(err, 1e-5 * scale + 1e-7) << what << ": largest difference " << err << " of " << scale;
+}
+
+TEST(AttentionCore, CpuAttentionEqualsTheTensorOpsInValuesAndGradients) {
+  torch::manual_seed(3);
+  for (auto [B, N, C, H] : std::vector<std::array<int64_t, 4>>{{3, 17, 24, 3}, {2, 5, 8, 1}, {4, 37, 64, 4}}) {
+    auto qkv = torch::randn({B, N, 3 * C}).requires_grad_(true);
+    auto grad = torch::randn({B, N, C});
+    const double scale = 1.0 / std::sqrt(static_cast<double>(C / H));
+    ASSERT_TRUE(CpuAttentionApplies(qkv));
+    auto fast = CpuAttention(qkv, H, scale);
+    fast.backward(grad);
+    auto fast_grad = qkv.grad().clone();
+    qkv.mutable_grad() = torch::Tensor();
+    auto plain = TensorAttention(qkv, H, scale);
+    plain.backward(grad);
+    ExpectClose(fast, plain, "output");
+    ExpectClose(fast_grad, qkv.grad(), "qkv gradient");
+  }
+}
+
+TEST(AttentionCore, TakesTheTensorOpsWhereTheCpuPathDoesNotApply) {
+  auto qkv = torch::randn({2, 5, 24}, torch::kFloat64);
+  EXPECT_FALSE(CpuAttentionApplies(qkv));
+  torch::Tensor probs;
+  auto out = AttentionCore(qkv, 2, 0.25, &probs);
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{2, 5, 8}));
+  EXPECT_EQ(probs.sizes(), (std::vector<int64_t>{2, 2, 5, 5}));
+  EXPECT_TRUE(torch::allclose(probs.sum(-1), torch::ones({2, 2, 5}, torch::kFloat64)));
+}
+
+TEST(WeightNormLinear, ColumnScalingEqualsTheNormalisedWeightInValuesAndGradients) {
+  torch::manual_seed(4);
+  for (bool freeze_g : {true, false}) {
+    WeightNormLinear layer(16, 40, freeze_g);
+    {
+      torch::NoGradGuard no_grad;
+      layer->weight_g.uniform_(0.5, 2.0);
+    }
+    auto x = torch::randn({2, 3, 16}).requires_grad_(true);
+    auto grad = torch::randn({2, 3, 40});
+    auto y = layer(x);
+    y.backward(grad);
+    auto gx = x.grad().clone(), gv = layer->weight_v.grad().clone();
+    torch::Tensor gg = freeze_g ? torch::Tensor() : layer->weight_g.grad().clone();
+    x.mutable_grad() = torch::Tensor();
+    layer->weight_v.mutable_grad() = torch::Tensor();
+    if (!freeze_g) layer->weight_g.mutable_grad() = torch::Tensor();
+    auto want = torch::linear(x, layer->weight_g * layer->weight_v / layer->weight_v.norm(2, 1, true));
+    want.backward(grad);
+    ExpectClose(y, want, "output");
+    ExpectClose(gx, x.grad(), "input gradient");
+    ExpectClose(gv, layer->weight_v.grad(), "weight_v gradient");
+    if (!freeze_g) ExpectClose(gg, layer->weight_g.grad(), "weight_g gradient");
+  }
+}
+
+}  // namespace
+}  // namespace scdino::model
