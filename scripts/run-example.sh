@@ -14,9 +14,6 @@ cd "$(dirname "$0")/.."
 [ "${SCDINO_SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh
 build_dir=${BUILD_DIR:-build}
 config=${1:-configs/small-data.yaml}
-# Idle OpenMP threads sleep instead of spinning against OpenBLAS's threads
-# (measured ~1.6x faster on 2 cores, see docs/performance.md).
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 key() { awk -v k="$1" '$1 == k":" {v=$2; gsub(/"/, "", v); print v; exit}' "$config"; }
 run_dir="$(key output_dir)/$(key name_of_run)"
 data_dir=$(key dataset_dir)

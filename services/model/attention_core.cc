@@ -1,53 +1,10 @@
 #include "model/attention_core.h"
 
-#include <dlfcn.h>
-
-#include <ATen/Parallel.h>
+#include "model/cpu_gemm.h"
 
 namespace scdino::model {
 
 namespace {
-
-// The Fortran BLAS entry LibTorch itself links (OpenBLAS on Debian), found
-// at run time so that builds against a LibTorch with a private BLAS (the pip
-// wheels' static MKL) still link and take the tensor-op path.
-using Sgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
-                       const int*, const float*, const int*, const float*, float*, const int*);
-using SetThreads = void (*)(int);
-using GetThreads = int (*)();
-
-struct Blas {
-  Sgemm sgemm = reinterpret_cast<Sgemm>(::dlsym(RTLD_DEFAULT, "sgemm_"));
-  SetThreads set_threads = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  GetThreads get_threads = reinterpret_cast<GetThreads>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-};
-
-const Blas& TheBlas() {
-  static const Blas blas;
-  return blas;
-}
-
-// C (M x N, row stride ldc) = alpha * op(A) op(B) + beta * C for row-major
-// matrices: the column-major product C^T = op(B)^T op(A)^T.
-void Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-          int ldb, float beta, float* C, int ldc) {
-  TheBlas().sgemm(trans_b ? "T" : "N", trans_a ? "T" : "N", &N, &M, &K, &alpha, B, &ldb, A, &lda, &beta, C, &ldc);
-}
-
-// Runs fn(pair) for every (image, head) pair. The products of one pair are
-// small: each runs on one core and the pairs are spread over LibTorch's
-// threads, with OpenBLAS held to one thread meanwhile (otherwise its pool
-// would split products that already run side by side).
-template <typename F>
-void ForEachPair(int64_t pairs, const F& fn) {
-  const Blas& blas = TheBlas();
-  const int blas_threads = blas.get_threads != nullptr ? blas.get_threads() : 1;
-  if (blas.set_threads != nullptr && blas_threads > 1) blas.set_threads(1);
-  at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) fn(i);
-  });
-  if (blas.set_threads != nullptr && blas_threads > 1) blas.set_threads(blas_threads);
-}
 
 struct Shape {
   explicit Shape(const torch::Tensor& qkv, int64_t num_heads)
@@ -76,18 +33,18 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     const float* x = qkv.data_ptr<float>();
     float* sc = scores.data_ptr<float>();
     const int ld = 3 * s.C;
-    ForEachPair(s.B * s.H, [&](int64_t p) {
+    ForEachInParallel(s.B * s.H, [&](int64_t p) {
       const float* q = x + s.qkv_offset(p);
-      Gemm(false, true, s.N, s.N, s.d, alpha, q, ld, q + s.C, ld, 0.f, sc + s.square_offset(p), s.N);
+      PairGemm(false, true, s.N, s.N, s.d, alpha, q, ld, q + s.C, ld, 0.f, sc + s.square_offset(p), s.N);
     });
     auto probs = at::_softmax(scores, -1, false);
     scores.reset();
     auto out = torch::empty({s.B, s.N, s.C}, qkv.options());
     const float* pr = probs.data_ptr<float>();
     float* o = out.data_ptr<float>();
-    ForEachPair(s.B * s.H, [&](int64_t p) {
+    ForEachInParallel(s.B * s.H, [&](int64_t p) {
       const float* v = x + s.qkv_offset(p) + 2 * s.C;
-      Gemm(false, false, s.N, s.d, s.N, 1.f, pr + s.square_offset(p), s.N, v, ld, 0.f, o + s.merged_offset(p), s.C);
+      PairGemm(false, false, s.N, s.d, s.N, 1.f, pr + s.square_offset(p), s.N, v, ld, 0.f, o + s.merged_offset(p), s.C);
     });
     ctx->save_for_backward({qkv, probs});
     ctx->saved_data["num_heads"] = num_heads;
@@ -112,21 +69,21 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     float* gp = grad_probs.data_ptr<float>();
     const int ld = 3 * s.C;
     // dV = P^T dO and dP = dO V^T.
-    ForEachPair(s.B * s.H, [&](int64_t p) {
+    ForEachInParallel(s.B * s.H, [&](int64_t p) {
       const int64_t at = s.qkv_offset(p);
       const float* dout = go + s.merged_offset(p);
-      Gemm(true, false, s.N, s.d, s.N, 1.f, pr + s.square_offset(p), s.N, dout, s.C, 0.f, gx + at + 2 * s.C, ld);
-      Gemm(false, true, s.N, s.N, s.d, 1.f, dout, s.C, x + at + 2 * s.C, ld, 0.f, gp + s.square_offset(p), s.N);
+      PairGemm(true, false, s.N, s.d, s.N, 1.f, pr + s.square_offset(p), s.N, dout, s.C, 0.f, gx + at + 2 * s.C, ld);
+      PairGemm(false, true, s.N, s.N, s.d, 1.f, dout, s.C, x + at + 2 * s.C, ld, 0.f, gp + s.square_offset(p), s.N);
     });
     auto grad_scores = at::_softmax_backward_data(grad_probs, probs, -1, probs.scalar_type());
     grad_probs.reset();
     const float* gs = grad_scores.data_ptr<float>();
     // Scores = scale q k^T: dQ = scale dS K, dK = scale dS^T Q.
-    ForEachPair(s.B * s.H, [&](int64_t p) {
+    ForEachInParallel(s.B * s.H, [&](int64_t p) {
       const int64_t at = s.qkv_offset(p);
       const float* ds = gs + s.square_offset(p);
-      Gemm(false, false, s.N, s.d, s.N, alpha, ds, s.N, x + at + s.C, ld, 0.f, gx + at, ld);
-      Gemm(true, false, s.N, s.d, s.N, alpha, ds, s.N, x + at, ld, 0.f, gx + at + s.C, ld);
+      PairGemm(false, false, s.N, s.d, s.N, alpha, ds, s.N, x + at + s.C, ld, 0.f, gx + at, ld);
+      PairGemm(true, false, s.N, s.d, s.N, alpha, ds, s.N, x + at, ld, 0.f, gx + at + s.C, ld);
     });
     return {grad_qkv, torch::Tensor(), torch::Tensor()};
   }
@@ -150,7 +107,7 @@ torch::Tensor TensorAttention(const torch::Tensor& qkv, int64_t num_heads, doubl
 
 bool CpuAttentionApplies(const torch::Tensor& qkv) {
   return qkv.device().is_cpu() && qkv.scalar_type() == torch::kFloat32 && qkv.dim() == 3 &&
-         TheBlas().sgemm != nullptr;
+         HasPairGemm();
 }
 
 torch::Tensor CpuAttention(const torch::Tensor& qkv, int64_t num_heads, double scale) {

@@ -1,5 +1,7 @@
 #include "model/dino_head.h"
 
+#include "model/cpu_gemm.h"
+#include "model/linear.h"
 #include "model/precision.h"
 
 namespace scdino::model {
@@ -18,7 +20,7 @@ class NormalizedLinearFunction : public torch::autograd::Function<NormalizedLine
     auto norm = v.norm(2, 1);
     auto column_scale = g.reshape({-1}) / norm;
     auto x2 = x.reshape({-1, x.size(-1)});
-    auto z = torch::mm(x2, v.t());
+    auto z = Mm(x2, false, v, true);
     ctx->save_for_backward({x2, v, g, norm, column_scale, z});
     ctx->saved_data["x_sizes"] = x.sizes().vec();
     auto out_sizes = x.sizes().vec();
@@ -34,12 +36,12 @@ class NormalizedLinearFunction : public torch::autograd::Function<NormalizedLine
     auto dy = grads[0].reshape({-1, v.size(0)});
     auto gz = dy * column_scale;
     torch::Tensor dx, dv, dg;
-    if (ctx->needs_input_grad(0)) dx = torch::mm(gz, v).reshape(ctx->saved_data["x_sizes"].toIntVector());
+    if (ctx->needs_input_grad(0)) dx = Mm(gz, false, v, false).reshape(ctx->saved_data["x_sizes"].toIntVector());
     const bool need_v = ctx->needs_input_grad(1), need_g = ctx->needs_input_grad(2);
     if (need_v || need_g) {
       auto s = (dy * z).sum(0);
       if (need_v) {
-        dv = torch::mm(gz.t(), x2);
+        dv = Mm(gz, true, x2, false);
         dv.addcmul_(v, (s * g.reshape({-1}) / norm.pow(3)).unsqueeze(1), -1.0);
       }
       if (need_g) dg = (s / norm).reshape(g.sizes());
@@ -92,7 +94,16 @@ DinoHeadImpl::DinoHeadImpl(const DinoHeadOptions& o) {
 }
 
 torch::Tensor DinoHeadImpl::forward(const torch::Tensor& x) {
-  auto y = mlp->forward(x);
+  torch::Tensor y = x;
+  for (const auto& layer : mlp->children()) {
+    if (auto linear = std::dynamic_pointer_cast<torch::nn::LinearImpl>(layer)) {
+      y = Linear(y, linear->weight, linear->bias);
+    } else {
+      auto* gelu = layer->as<torch::nn::GELU>();
+      TORCH_CHECK(gelu != nullptr, "DinoHead: unexpected layer ", layer->name(), " in the MLP");
+      y = gelu->forward(y);
+    }
+  }
   y = torch::nn::functional::normalize(y, torch::nn::functional::NormalizeFuncOptions().dim(-1).p(2));
   return last_layer(y);
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "model/attention_core.h"
+#include "model/linear.h"
 
 namespace scdino::model {
 
@@ -43,7 +44,7 @@ AttentionImpl::AttentionImpl(int64_t dim, int64_t heads, bool qkv_bias)
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, torch::Tensor* probs) {
-  return proj(AttentionCore(qkv(x), num_heads, scale, probs));
+  return Linear(proj, AttentionCore(Linear(qkv, x), num_heads, scale, probs));
 }
 
 MlpImpl::MlpImpl(int64_t dim, int64_t hidden) {
@@ -53,7 +54,7 @@ MlpImpl::MlpImpl(int64_t dim, int64_t hidden) {
   InitLinear(fc2);
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return fc2(torch::gelu(fc1(x))); }
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return Linear(fc2, torch::gelu(Linear(fc1, x))); }
 
 BlockImpl::BlockImpl(const VitOptions& o, double dp) : drop_path(dp) {
   auto ln = torch::nn::LayerNormOptions({o.embed_dim()}).eps(o.layer_norm_eps());

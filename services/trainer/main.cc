@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "model/cpu_gemm.h"
 #include "run/coordinator.h"
 #include "run/environment.h"
 #include "run/source.h"
@@ -44,7 +45,8 @@ int main(int argc, char** argv) {
   options.resume = !no_resume;
   auto& config = cl.config();
   const int threads = cl.ConfigureThreads();
-  std::cerr << "scdino-trainer: run " << config.run_dir() << ", " << threads << " CPU threads\n";
+  std::cerr << "scdino-trainer: run " << config.run_dir() << ", " << threads << " CPU threads, matrix products on "
+            << scdino::model::CpuGemmDescription() << "\n";
   return GuardMain("scdino-trainer", [&]() -> int {
     auto launch = scdino::run::LaunchFromEnv([](const char* k) { return std::getenv(k); });
     if (!launch.ok()) return Fail(nullptr, launch.status());
