@@ -111,7 +111,7 @@ bool CpuAttentionApplies(const torch::Tensor& qkv) {
 }
 
 torch::Tensor CpuAttention(const torch::Tensor& qkv, int64_t num_heads, double scale) {
-  TORCH_CHECK(CpuAttentionApplies(qkv), "CpuAttention needs a float32 CPU tensor [B, N, 3C] and a BLAS, got ",
+  TORCH_CHECK(CpuAttentionApplies(qkv), "CpuAttention needs a float32 CPU tensor [B, N, 3C] and a GEMM library (oneDNN or a BLAS), got ",
               qkv.scalar_type(), " ", qkv.sizes(), " on ", qkv.device());
   TORCH_CHECK(qkv.size(2) % (3 * num_heads) == 0, "qkv width ", qkv.size(2), " is not 3 x heads (", num_heads,
               ") x head width");

@@ -9,8 +9,9 @@
 // qkv projection's output and write into the merged [B, N, C] layout: no
 // head split or merge copies, no per-matrix select loop (LibTorch 1.13's CPU
 // bmm without MKL), the softmax scale folded into the products. Used for
-// float32 CPU tensors when the process has a Fortran BLAS (`sgemm_`, the one
-// LibTorch links); tests/model/attention_core_test.cc checks that both give
+// float32 CPU tensors when the process has a one-thread product
+// (cpu_gemm.h's PairGemm: oneDNN's sgemm, else the Fortran BLAS LibTorch
+// links); tests/model/attention_core_test.cc checks that both give
 // the same values and gradients, bench/attention_bench.cc times them.
 // Stateless; safe to call from one thread at a time per autograd graph.
 #pragma once
@@ -27,7 +28,7 @@ torch::Tensor AttentionCore(const torch::Tensor& qkv, int64_t num_heads, double 
 torch::Tensor TensorAttention(const torch::Tensor& qkv, int64_t num_heads, double scale,
                               torch::Tensor* probs = nullptr);
 
-/// Whether CpuAttention can run on `qkv`: a float32 CPU tensor and a BLAS.
+/// Whether CpuAttention can run on `qkv`: a float32 CPU tensor and a GEMM.
 bool CpuAttentionApplies(const torch::Tensor& qkv);
 
 /// The per-(image, head) BLAS implementation, differentiable with respect
