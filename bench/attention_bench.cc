@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
                                "Forward + backward of the attention core, both implementations (docs/performance.md).",
                                {{"batch", "16"}, {"tokens", "197"}, {"dim", "192"}, {"heads", "3"}, {"iters", "20"},
                                 {"threads", "2"}, {"impl", "both"}});
-  const int threads = scdino::run::ConfigureThreads(a.num("threads"));
+  const int threads = scdino::run::ConfigureCpu(a.num("threads"));
   const int64_t B = a.num("batch"), N = a.num("tokens"), C = a.num("dim"), H = a.num("heads");
   const double scale = 1.0 / std::sqrt(static_cast<double>(C / H));
   torch::manual_seed(0);

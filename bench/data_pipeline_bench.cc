@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
                                 {"loader-threads", "2"}, {"global", "224"}, {"local", "96"}, {"local-crops", "8"},
                                 {"cache", "0"}});
   auto num = [&](const char* k) { return a.num(k); };
-  const int threads = scdino::run::ConfigureThreads(num("threads"));
+  const int threads = scdino::run::ConfigureCpu(num("threads"));
   auto dataset = scdino::data::IndexFolder(a.str("data"));
   if (!dataset.ok()) {
     std::cerr << dataset.status().ToString() << "\n";

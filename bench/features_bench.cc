@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
                                 {"images", "64"}, {"batch", "32"}, {"loaders", "2"}, {"threads", "0"},
                                 {"device", "cpu"}, {"dir", "/tmp/scdino-bench-features"}});
   auto num = [&](const char* k) { return a.num(k); };
-  const int threads = scdino::run::ConfigureThreads(num("threads"));
+  const int threads = scdino::run::ConfigureCpu(num("threads"));
   torch::Device device = a.str("device") == "cuda" ? torch::kCUDA : torch::kCPU;
   const std::string dir = a.str("dir");
   std::filesystem::remove_all(dir);

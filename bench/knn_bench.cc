@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
                                {{"train", "90000"}, {"test", "22000"}, {"dim", "384"}, {"classes", "10"},
                                 {"memory-mb", "512"}, {"threads", "0"}, {"device", "cpu"}});
   auto num = [&](const char* k) { return a.num(k); };
-  const int threads = scdino::run::ConfigureThreads(num("threads"));
+  const int threads = scdino::run::ConfigureCpu(num("threads"));
   torch::Device device = a.str("device") == "cuda" ? torch::kCUDA : torch::kCPU;
   torch::manual_seed(0);
   auto unit = [&](int64_t n) {

@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
                                 {"depth", "0"}, {"steps", "3"}, {"warmup", "1"}, {"threads", "0"}, {"device", "cpu"},
                                 {"flops-per-cycle", "32"}, {"profile", ""}});
   auto num = [&](const char* k) { return a.num(k); };
-  const int threads = scdino::run::ConfigureThreads(num("threads"));
+  const int threads = scdino::run::ConfigureCpu(num("threads"));
   torch::Device device = a.str("device") == "cuda" ? torch::kCUDA : torch::kCPU;
 
   scdino::model::DinoOptions o;

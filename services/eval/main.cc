@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
       return kExitBadInput;
     }
   }
-  const int n_threads = cl.ConfigureThreads();
+  const int n_threads = cl.ConfigureCpu();
   std::vector<scdino::features::FeatureSet> sets;
   for (const auto& d : dirs) {
     auto s = scdino::features::ReadFeatureSet(d);

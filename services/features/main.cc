@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
     }
   }
   if (random_init) checkpoints.push_back("");  // the baseline, named random_init
-  const int n_threads = cl.ConfigureThreads();
+  const int n_threads = cl.ConfigureCpu();
   return GuardMain(kProgram, [&]() -> int {
     auto launch = scdino::run::LaunchFromEnv([](const char* k) { return std::getenv(k); });
     if (!launch.ok()) return Fail(nullptr, kProgram, launch.status());

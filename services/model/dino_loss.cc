@@ -45,14 +45,16 @@ torch::Tensor DinoLossImpl::teacher_targets(const torch::Tensor& teacher_out, in
 }
 
 torch::Tensor DinoLossImpl::cross_entropy(const torch::Tensor& student_out, const torch::Tensor& targets) const {
-  auto student = (student_out / o_.student_temp()).chunk(o_.ncrops());
+  // Each student crop's log-softmax once (rows are independent, so one call
+  // over all crops), not once per teacher crop as the reference writes it.
+  auto student = torch::log_softmax(student_out / o_.student_temp(), -1).chunk(o_.ncrops());
   auto teacher = targets.chunk(2);
   torch::Tensor total;
   int64_t terms = 0;
   for (size_t iq = 0; iq < teacher.size(); ++iq) {
     for (size_t v = 0; v < student.size(); ++v) {
       if (v == iq) continue;
-      auto l = torch::sum(-teacher[iq] * torch::log_softmax(student[v], -1), -1).mean();
+      auto l = torch::sum(-teacher[iq] * student[v], -1).mean();
       total = total.defined() ? total + l : l;
       ++terms;
     }

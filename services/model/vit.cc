@@ -64,18 +64,20 @@ BlockImpl::BlockImpl(const VitOptions& o, double dp) : drop_path(dp) {
   mlp = register_module("mlp", Mlp(o.embed_dim(), static_cast<int64_t>(o.embed_dim() * o.mlp_ratio())));
 }
 
-// Stochastic depth: drops a sample's whole residual branch with probability
-// drop_path and rescales the kept ones, as DINO's DropPath.
-static torch::Tensor DropPath(const torch::Tensor& x, double p, bool training) {
-  if (p == 0.0 || !training) return x;
+// x + branch with stochastic depth: each sample's whole branch is dropped
+// with probability drop_path and the kept ones are rescaled, as DINO's
+// DropPath (same random draws); the rescaling and the residual sum in one
+// pass (addcmul) instead of a division, a product and a sum.
+static torch::Tensor AddDropPath(const torch::Tensor& x, const torch::Tensor& branch, double p, bool training) {
+  if (p == 0.0 || !training) return x + branch;
   const double keep = 1.0 - p;
-  auto mask = (keep + torch::rand({x.size(0), 1, 1}, x.options())).floor_();
-  return x.div(keep) * mask;
+  auto scale = (keep + torch::rand({branch.size(0), 1, 1}, branch.options())).floor_().div_(keep);
+  return torch::addcmul(x, branch, scale);
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
-  auto y = x + DropPath(attn(norm1(x)), drop_path, is_training());
-  return y + DropPath(mlp(norm2(y)), drop_path, is_training());
+  auto y = AddDropPath(x, attn(norm1(x)), drop_path, is_training());
+  return AddDropPath(y, mlp(norm2(y)), drop_path, is_training());
 }
 
 torch::Tensor BlockImpl::attention_probs(const torch::Tensor& x) {

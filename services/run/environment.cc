@@ -1,8 +1,10 @@
 #include "run/environment.h"
 
 #include <dlfcn.h>
+#include <malloc.h>
 
 #include <algorithm>
+#include <limits>
 #include <thread>
 
 #include "common/env.h"
@@ -15,7 +17,12 @@
 
 namespace scdino::run {
 
-int ConfigureThreads(int64_t threads) {
+int ConfigureCpu(int64_t threads) {
+  // Large blocks from the heap instead of fresh mappings (32 MiB is the most
+  // glibc accepts; larger ones stay mappings), and the heap's free top kept
+  // rather than returned to the kernel.
+  ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
   int n = threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   torch::set_num_threads(n);
   // Matrix products run on the BLAS library's own thread pool, which

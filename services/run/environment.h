@@ -14,8 +14,13 @@
 namespace scdino::run {
 
 /// Sets LibTorch's intra-op threads and OpenBLAS's threads (when it is the
-/// BLAS in use) to `threads` (0: all cores); returns the count set.
-int ConfigureThreads(int64_t threads);
+/// BLAS in use) to `threads` (0: all cores), and keeps freed memory in the
+/// process for reuse (glibc's mmap threshold at its 32 MiB maximum, no
+/// trimming of the heap): every training step allocates and frees the same
+/// large tensors, and memory handed back to the kernel costs a page fault
+/// per 4 KiB when touched again (docs/performance.md). Returns the thread
+/// count set.
+int ConfigureCpu(int64_t threads);
 
 /// scdino.device for this process: the CPU, or the GPU of its local rank,
 /// which becomes the current CUDA device. Refuses more ranks on a node than

@@ -30,8 +30,8 @@ std::optional<int> CommandLine::Parse(int argc, const char* const* argv, std::os
   return std::nullopt;
 }
 
-int CommandLine::ConfigureThreads() const {
-  return run::ConfigureThreads(threads_ >= 0 ? threads_ : config_.scdino.threads);
+int CommandLine::ConfigureCpu() const {
+  return run::ConfigureCpu(threads_ >= 0 ? threads_ : config_.scdino.threads);
 }
 
 }  // namespace scdino::runtime

@@ -32,9 +32,9 @@ class CommandLine {
   const std::string& config_path() const { return config_path_; }
   run::RunConfig& config() { return config_; }
   const run::RunConfig& config() const { return config_; }
-  /// Sets LibTorch's and OpenBLAS's threads: --threads, else scdino.threads
-  /// (0: all cores). Returns the count.
-  int ConfigureThreads() const;
+  /// run::ConfigureCpu with --threads, else scdino.threads (0: all cores).
+  /// Returns the thread count.
+  int ConfigureCpu() const;
 
  private:
   std::string program_, config_path_;

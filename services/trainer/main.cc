@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   if (auto code = cl.Parse(argc, argv)) return *code;
   options.resume = !no_resume;
   auto& config = cl.config();
-  const int threads = cl.ConfigureThreads();
+  const int threads = cl.ConfigureCpu();
   std::cerr << "scdino-trainer: run " << config.run_dir() << ", " << threads << " CPU threads, matrix products on "
             << scdino::model::CpuGemmDescription() << "\n";
   return GuardMain("scdino-trainer", [&]() -> int {

@@ -85,6 +85,39 @@ TEST(VisionTransformer, StochasticDepthRisesLinearlyAndOnlyInTraining) {
   EXPECT_FALSE(a.equal(vit(x)));
 }
 
+// The block's fused residual (addcmul with a per-sample scale) against
+// DINO's DropPath written out: x + branch.div(keep) * mask, the masks drawn
+// in the same order; values and the input's gradient.
+TEST(VisionTransformer, StochasticDepthBlockEqualsDinosDropPath) {
+  VitOptions o = VitOptions().embed_dim(16).num_heads(2);
+  Block block(o, 0.5);
+  block->train();
+  torch::manual_seed(8);
+  auto x = torch::randn({12, 5, 16}).requires_grad_(true);
+  auto grad = torch::randn({12, 5, 16});
+  torch::manual_seed(9);
+  auto got = block->forward(x);
+  got.backward(grad);
+  auto got_grad = x.grad().clone();
+  x.mutable_grad() = torch::Tensor();
+
+  torch::manual_seed(9);
+  const double keep = 0.5;
+  auto a = block->attn->forward(block->norm1(x));
+  auto mask1 = (keep + torch::rand({12, 1, 1})).floor_();
+  auto y = x + a.div(keep) * mask1;
+  auto m = block->mlp->forward(block->norm2(y));
+  auto mask2 = (keep + torch::rand({12, 1, 1})).floor_();
+  auto want = y + m.div(keep) * mask2;
+  want.backward(grad);
+  EXPECT_TRUE(scdino::testing::AllClose(got, want, 1e-5, 1e-6));
+  EXPECT_TRUE(scdino::testing::AllClose(got_grad, x.grad(), 1e-5, 1e-6));
+  // Both outcomes occur with this seed: some branches dropped, some kept.
+  const auto kept = mask1.sum().item<double>();
+  EXPECT_GT(kept, 0);
+  EXPECT_LT(kept, 12);
+}
+
 TEST(DinoNetworks, ReferenceNamesAndFrozenWeightG) {
   Dino dino(scdino::testing::TinyDino());
   auto names = dino.student->named_parameters().keys();

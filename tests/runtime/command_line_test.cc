@@ -67,7 +67,7 @@ TEST(CommandLine, ParsesFlagsLoadsTheConfigAndSetsThreads) {
   ASSERT_FALSE(cl.Parse(5, argv, out, err).has_value()) << err.str();
   EXPECT_EQ(cl.config().meta.name_of_run, "r");
   EXPECT_EQ(cl.config_path(), config);
-  EXPECT_EQ(cl.ConfigureThreads(), 2);  // --threads over scdino.threads
+  EXPECT_EQ(cl.ConfigureCpu(), 2);  // --threads over scdino.threads
 }
 
 TEST(CommandLine, HelpListsEveryFlagWithItsDefaultAndVersionPrintsTheVersion) {
