@@ -2,13 +2,15 @@
 // already has loaded, found at run time (dlsym), so that the library builds
 // against any LibTorch:
 // - oneDNN's `dnnl_sgemm` (Debian's LibTorch links libdnnl.so.2 for its
-//   convolutions but sends fp32 products to the BLAS): 10-30 % faster than
-//   OpenBLAS on the ViT's thin products (K = 192 or 768, and the weight
-//   gradients' 3152-deep sums), on the same OpenMP threads as LibTorch's
-//   own kernels (figures in docs/performance.md);
+//   convolutions but sends fp32 products to the BLAS): faster than OpenBLAS
+//   on nearly every product of the DINO step, the thin ones (K = 192 or
+//   768) and the weight gradients' 3152-deep sums most
+//   (bench/gemm_libraries.py, docs/performance.md), on the same OpenMP
+//   threads as LibTorch's own kernels. Called inside a parallel region it
+//   runs on the calling thread: the small per-(image, head) products that
+//   run side by side (PairGemm, ForEachInParallel) use that too;
 // - the Fortran BLAS `sgemm_` LibTorch links (OpenBLAS on Debian), one
-//   thread per call, for the small per-(image, head) products that run
-//   side by side inside a parallel region (ForEachInParallel).
+//   thread per call, for PairGemm where oneDNN is missing.
 // Builds whose LibTorch carries a private copy of both (the pip wheels)
 // find neither: CpuGemmApplies() is false and callers use tensor ops.
 // Stateless apart from the symbols looked up once; thread-safe.

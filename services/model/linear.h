@@ -1,7 +1,7 @@
 // Fully connected layers of the ViT and the DINO head: y = x W^T + b over
 // the last dimension, as torch::nn::Linear computes it, with forward and
-// backward on oneDNN's sgemm for float32 CPU tensors (cpu_gemm.h: 10-30 %
-// faster than the BLAS LibTorch sends these products to) and torch::linear
+// backward on oneDNN's sgemm for float32 CPU tensors (cpu_gemm.h: faster
+// than the BLAS LibTorch sends these products to) and torch::linear
 // everywhere else (CUDA, other dtypes, autocast, builds without oneDNN).
 // tests/model/linear_test.cc checks values and gradients against
 // torch::linear. Stateless; thread-safe.
