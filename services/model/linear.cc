@@ -53,9 +53,11 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
 }  // namespace
 
 bool CpuLinearApplies(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-  return bias.defined() && x.dim() >= 1 && weight.dim() == 2 && bias.dim() == 1 && CpuGemmApplies(weight, weight) &&
-         x.device().is_cpu() && x.scalar_type() == torch::kFloat32 && bias.device().is_cpu() &&
-         bias.scalar_type() == torch::kFloat32 && !AutocastActive(torch::kCPU);
+  const auto cpu_float = [](const torch::Tensor& t) {
+    return t.defined() && t.device().is_cpu() && t.scalar_type() == torch::kFloat32;
+  };
+  return HasCpuGemm() && cpu_float(x) && cpu_float(weight) && cpu_float(bias) && x.dim() >= 1 &&
+         weight.dim() == 2 && bias.dim() == 1 && !AutocastActive(torch::kCPU);
 }
 
 torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
