@@ -79,7 +79,7 @@ StepOutput Dino::Step(const StepInput& in, const StepHooks& hooks) {
                                              std::isfinite(out.loss.item<double>()) ? 0.0f : 1.0f},
                                             torch::TensorOptions().device(device_)),
                               HealthSums(targets, out.teacher.backbone, out.loss)});
-  if (hooks.sum_over_ranks) hooks.sum_over_ranks(exchange);
+  if (hooks.step_exchange) hooks.step_exchange(exchange);
   const auto tail = exchange.slice(0, K).to(torch::kCPU);
   out.finite = tail[1].item<float>() == 0.0f;
   if (!out.finite) return out;

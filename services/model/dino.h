@@ -67,13 +67,18 @@ struct StepInput {
 
 /// Points where distributed training joins a step.
 struct StepHooks {
-  /// After the loss, before backward: sums the tensor over ranks in place.
-  /// It carries, in one exchange per step, the teacher outputs' batch sum
-  /// (the center's input), the rows behind it, whether the loss is finite
-  /// and the health sums (model/health.h), so every rank moves the same
-  /// center, skips or stops together and sees the same health; the caller
-  /// may add its own values to the exchange.
+  /// Sums a tensor of any shape over ranks in place. May be called any
+  /// number of times per step (Sinkhorn-Knopp calls it once per iteration
+  /// with [K, 1] sums), so it must not carry anything of its own.
   std::function<void(torch::Tensor&)> sum_over_ranks;
+  /// After the loss, before backward, exactly once per step: sums the 1-D
+  /// exchange tensor over ranks in place. It carries the teacher outputs'
+  /// batch sum (the center's input), the rows behind it, whether the loss is
+  /// finite and the health sums (model/health.h), so every rank moves the
+  /// same center, skips or stops together and sees the same health. Being
+  /// the step's one exchange, the caller may append its own values to it
+  /// (the trainer's agreement on stopping and pausing).
+  std::function<void(torch::Tensor&)> step_exchange;
   /// After backward, before clipping: where gradients are averaged over ranks.
   std::function<void()> after_backward;
 };

@@ -78,6 +78,11 @@ StatusOr<int64_t> Trainer::Resume() {
               << "run's shape (batch, epochs, channels); they are not checked\n";
   }
   result_.checkpoint = latest;
+  if (options_.progress && coordinator_->is_rank_zero()) {
+    *options_.progress << "scdino-trainer: resuming from iteration " << info->iteration << " (epoch "
+                       << info->iteration / niter_ + 1 << ", batch " << info->iteration % niter_ << " of " << niter_
+                       << ") of " << latest << std::endl;
+  }
   return info->iteration;
 }
 
@@ -119,8 +124,10 @@ StatusOr<StepReport> Trainer::Step(int64_t it) {
   model::StepHooks hooks;
   if (reducer_) {
     hooks.after_backward = [this] { reducer_->Finish(); };
+    hooks.sum_over_ranks = [this](torch::Tensor& t) { options_.collective->AllReduceSum(t); };
     // The step's one exchange also carries this rank's view of the requests.
-    hooks.sum_over_ranks = [this](torch::Tensor& t) {
+    hooks.step_exchange = [this](torch::Tensor& t) {
+      TORCH_CHECK(t.dim() == 1, "the step's exchange is 1-D, got ", t.sizes());
       const auto flags = run::AgreementToVector(LocalView());
       auto both = torch::cat({t, torch::tensor(flags, t.options())});
       options_.collective->AllReduceSum(both);

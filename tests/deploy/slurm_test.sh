@@ -85,8 +85,9 @@ result=$(same_weights "$work/preempted/checkpoint.safetensors" "$work/full/check
 echo "ok: USR1 -> checkpoint -> requeue -> resume -> identical weights"
 
 # 2b. A job-wide SIGTERM (scancel --full): the batch shell gets it too and
-# must survive it to requeue; srun kills its tasks on SIGTERM, so the job
-# resumes from its last checkpoint, which is exact as well.
+# must survive it to requeue; srun answers it with SIGKILL to its tasks, so
+# no checkpoint is written at the signal (docs/trainer.md#preemption says
+# so) and the job resumes from its last one, which is exact as well.
 config termed 40
 job=$(submit termed 1)
 for _ in $(seq 1 300); do
@@ -97,6 +98,13 @@ scancel --signal=TERM --full "$job"
 wait_gone "$job" 600
 grep -qE "after a signal \(TERM\).*; requeueing job $job" "$work"/termed-*.out ||
   { echo "FAIL: SIGTERM to the whole job did not requeue it"; cat "$work"/termed-*.out; exit 1; }
+# What the docs say happens: srun kills the tasks (no exit 75, no checkpoint
+# at the signal); the requeued run resumes from an epoch's end.
+grep -q "srun: forcing job termination" "$work"/termed-*.out && ! grep -q "checkpoint written after a signal" "$work"/termed-*.out ||
+  { echo "FAIL: a job-wide SIGTERM did not end as docs/trainer.md says (srun kills its tasks)"; cat "$work"/termed-*.out; exit 1; }
+resumed=$(sed -n 's/.*resuming from iteration \([0-9]*\).*/\1/p' "$work"/termed-*.out | head -1)
+[ -n "$resumed" ] && [ $((resumed % 4)) = 0 ] ||
+  { echo "FAIL: the requeued run did not resume from an epoch's checkpoint (iteration '$resumed')"; cat "$work"/termed-*.out; exit 1; }
 [ "$(iteration "$work/termed/checkpoint.safetensors")" = 160 ] || { echo "FAIL: run after SIGTERM did not finish"; cat "$work"/termed-*.out; exit 1; }
 result=$(same_weights "$work/termed/checkpoint.safetensors" "$work/full/checkpoint.safetensors")
 [ "$result" = identical ] || { echo "FAIL: run resumed after SIGTERM $result from the uninterrupted one"; exit 1; }

@@ -83,6 +83,7 @@ void ExpectTwoRanksEqualOneProcess(const model::DinoOptions& options) {
       model::StepHooks hooks;
       hooks.after_backward = [&] { reducer.Finish(); };
       hooks.sum_over_ranks = [coll](torch::Tensor& t) { coll->AllReduceSum(t); };
+      hooks.step_exchange = hooks.sum_over_ranks;
       for (int64_t s = 0; s < steps; ++s) {
         std::vector<torch::Tensor> half;
         for (const auto& c : all_crops[s]) half.push_back(c.slice(0, r * B / 2, (r + 1) * B / 2));
