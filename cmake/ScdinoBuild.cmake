@@ -12,6 +12,12 @@ if(SCDINO_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
       ${SCDINO_CCACHE})
 endif()
 
+# Debian 13's protobuf exports NOMINMAX (a Windows macro) to every target that
+# links it; GCC refuses a PCH built without a macro the header tests, and such
+# a translation unit then parses <torch/torch.h> itself (~40 s). Every
+# LibTorch target, and the PCH, defines it alike.
+set(SCDINO_PCH_DEFINITIONS NOMINMAX)
+
 # The precompiled header lives on its own small object library; every LibTorch
 # target reuses it through scdino_use_torch(). Libraries are static and no
 # target asks for -fPIC/-fPIE, so one PCH suits libraries and executables.
@@ -23,6 +29,7 @@ function(scdino_torch_pch_target)
   add_library(scdino_torch_pch OBJECT ${CMAKE_BINARY_DIR}/scdino_torch_pch.cc)
   target_link_libraries(scdino_torch_pch PUBLIC torch Threads::Threads)
   target_compile_options(scdino_torch_pch PUBLIC -pthread)
+  target_compile_definitions(scdino_torch_pch PUBLIC ${SCDINO_PCH_DEFINITIONS})
   target_precompile_headers(scdino_torch_pch PUBLIC <torch/torch.h>)
 endfunction()
 
@@ -33,6 +40,7 @@ function(scdino_use_torch target)
   # gRPC's targets compile with -pthread (it defines _REENTRANT); a PCH is
   # only reused under the same flags, so every LibTorch target uses it.
   target_compile_options(${target} PUBLIC -pthread)
+  target_compile_definitions(${target} PUBLIC ${SCDINO_PCH_DEFINITIONS})
   target_precompile_headers(${target} REUSE_FROM scdino_torch_pch)
 endfunction()
 

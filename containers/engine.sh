@@ -42,11 +42,13 @@ scdino_image_exists() {
   "$scdino_engine" image inspect "$1" >/dev/null 2>&1
 }
 
-# scdino_debian_base IMAGE: makes sure the Debian 12 base image is present:
+# scdino_debian_base IMAGE [SUITE]: makes sure a Debian base image (SUITE
+# bookworm, the default, for Debian 12; trixie for Debian 13) is present:
 # pulls it, or, where no registry is reachable, builds it with mmdebstrap
-# from Debian's mirror and imports it under the same name.
+# from Debian's mirror (main only, as the official images) and imports it
+# under the same name, so the Dockerfiles are the same either way.
 scdino_debian_base() {
-  local image=$1 tar
+  local image=$1 suite=${2:-bookworm} tar
   scdino_image_exists "$image" && return 0
   if timeout 120 "$scdino_engine" pull -q "$image" >/dev/null 2>&1; then
     return 0
@@ -56,18 +58,72 @@ scdino_debian_base() {
          "(apt-get install mmdebstrap, or make $image available to $scdino_engine)" >&2
     return 1
   }
-  echo "scdino: $image cannot be pulled; making it with mmdebstrap from ${SCDINO_DEBIAN_MIRROR:-http://deb.debian.org/debian}" >&2
-  tar=$(mktemp /tmp/scdino-debian12.XXXXXX.tar)
   local mirror=${SCDINO_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-  if ! mmdebstrap --variant=minbase --mode=root --format=tar --quiet bookworm "$tar" \
-        "deb $mirror bookworm main" "deb $mirror bookworm-updates main" \
-        "deb ${mirror%/debian}/debian-security bookworm-security main"; then
+  echo "scdino: $image cannot be pulled; making it with mmdebstrap ($suite) from $mirror" >&2
+  tar=$(mktemp "/tmp/scdino-debian-$suite.XXXXXX.tar")
+  if ! mmdebstrap --variant=minbase --mode=root --format=tar --quiet "$suite" "$tar" \
+        "deb $mirror $suite main" "deb $mirror $suite-updates main" \
+        "deb ${mirror%/debian}/debian-security $suite-security main"; then
     rm -f "$tar"
-    echo "scdino: mmdebstrap could not make a Debian 12 base from $mirror" >&2
+    echo "scdino: mmdebstrap could not make a Debian $suite base from $mirror" >&2
     return 1
   fi
   "$scdino_engine" import --change 'CMD ["/bin/bash"]' "$tar" "$image" >/dev/null
   local rc=$?
   rm -f "$tar"
   return $rc
+}
+
+# scdino_enroot_import SQSH IMAGE: `enroot import` of a local image into the
+# squashfs SQSH, checked: exit 0 only with a complete, readable squashfs
+# holding the services, and no temporary container left behind.
+#
+# Enroot (3.x to 4.1, src/docker.sh) imports podman:// and dockerd:// images
+# through a temporary container `enroot.<random>` that its exit trap removes
+# with `docker rm`, whichever engine made it, under `set -e`. On a host with
+# podman and no docker, or a docker client without a daemon, that cleanup
+# fails: the import exits non-zero after writing a complete file and leaves
+# the container behind. A `docker` that runs podman, on enroot's PATH only,
+# lets the cleanup do its job.
+scdino_enroot_import() {
+  local sqsh=$1 image=$2 shim="" rc=0 before after leftover log
+  log=$(mktemp /tmp/scdino-enroot.XXXXXX.log)
+  before=$("$scdino_engine" ps -a --format '{{.Names}}' 2>/dev/null | grep '^enroot\.' || true)
+  local path=$PATH
+  if [ "$scdino_engine" = podman ]; then
+    shim=$(mktemp -d /tmp/scdino-enroot-shim.XXXXXX)
+    printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v podman)" > "$shim/docker"
+    chmod 755 "$shim/docker"
+    path="$shim:$PATH"
+  fi
+  PATH=$path enroot import -o "$sqsh" "${scdino_engine/docker/dockerd}://$image" 2>"$log" || rc=$?
+  cat "$log" >&2
+  [ -z "$shim" ] || rm -rf "$shim"
+  after=$("$scdino_engine" ps -a --format '{{.Names}}' 2>/dev/null | grep '^enroot\.' || true)
+  leftover=$(comm -13 <(sort <<<"$before") <(sort <<<"$after") | sed '/^$/d')
+  if [ -n "$leftover" ]; then
+    "$scdino_engine" rm -f -v $leftover >/dev/null 2>&1 || true
+    echo "scdino: enroot import left the container(s) $(echo $leftover) behind; removed" >&2
+  fi
+  if [ "$rc" -ne 0 ]; then
+    echo "scdino: 'enroot import -o $sqsh ${scdino_engine/docker/dockerd}://$image' failed (exit $rc): $(tail -3 "$log" | tr '\n' ' ')" >&2
+    [ ! -e "$sqsh" ] || { rm -f "$sqsh"; echo "scdino: removed the incomplete $sqsh" >&2; }
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
+  # Complete and readable: the superblock, and the services where the
+  # image puts them.
+  local super listing
+  if ! super=$(unsquashfs -s "$sqsh" 2>&1) || ! listing=$(unsquashfs -l "$sqsh" /usr/local/bin 2>&1); then
+    echo "scdino: $sqsh, written by enroot import, is not a readable squashfs: $(tail -2 <<<"$super$listing")" >&2
+    return 1
+  fi
+  local b
+  for b in scdino-trainer scdino-features scdino-eval scdinoctl; do
+    grep -q "/usr/local/bin/$b\$" <<<"$listing" || {
+      echo "scdino: $sqsh lacks /usr/local/bin/$b; it is not an scdino image" >&2; return 1; }
+  done
+  echo "scdino: $sqsh: $(stat -c %s "$sqsh") bytes, $(grep -o 'Number of inodes [0-9]*' <<<"$super" | sed 's/Number of //');" \
+       "/usr/local/bin: $(grep -o '/usr/local/bin/[^/]*$' <<<"$listing" | sed 's|/usr/local/bin/||' | tr '\n' ' ')"
 }

@@ -6,20 +6,31 @@
 #
 #   scripts/build-image.sh                               # scdino:cpu, compiled in the image
 #   scripts/build-image.sh --sqsh /shared/images/scdino-cpu.sqsh
-#   scripts/build-image.sh --cuda --tag scdino:cuda --sqsh /shared/images/scdino-cuda.sqsh
+#   scripts/build-image.sh --cuda --sqsh /shared/images/scdino-cuda.sqsh   # Debian 13, LibTorch 2.6 CUDA
+#   scripts/build-image.sh --cuda --cudnn archive=cudnn-linux-x86_64-9.1.0.70_cuda12-archive.tar.xz
+#   scripts/build-image.sh --cuda-ngc --tag scdino:cuda  # the same on NVIDIA's NGC PyTorch base
 #   scripts/build-image.sh --prebuilt build              # reuse a Debian 12 host build
 #   scripts/build-image.sh --oci-bundle /shared/bundles/scdino --mounts /shared
 #
-# The Debian 12 base is pulled, or, where no registry is reachable, made
+# --cudnn (GPU image from Debian): stub (default; a stand-in, no GPU runs),
+# download (Debian's nvidia-cudnn fetches cuDNN from NVIDIA's site) or
+# archive=FILE (NVIDIA's cuDNN 9 archive for CUDA 12). --build-stage TAG also
+# tags the GPU image's compiling stage (toolchain, build tree and tests).
+# Debian's bases are pulled, or, where no registry is reachable, made
 # locally with mmdebstrap and imported under the same name (containers/engine.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
-cuda=0 tag="" sqsh="" prebuilt="" bundle="" mounts=${SCDINO_CONTAINER_MOUNTS:-}
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+image=cpu tag="" sqsh="" prebuilt="" bundle="" mounts=${SCDINO_CONTAINER_MOUNTS:-} cudnn=stub build_stage=""
 while [ $# -gt 0 ]; do
   case $1 in
-    --cuda) cuda=1 ;;
+    --cuda) image=cuda ;;
+    --cuda-ngc) image=cuda-ngc ;;
+    --cudnn) cudnn=${2:?--cudnn needs stub, download or archive=FILE}; shift ;;
+    --cudnn=*) cudnn=${1#*=} ;;
+    --build-stage) build_stage=${2:?--build-stage needs a tag}; shift ;;
+    --build-stage=*) build_stage=${1#*=} ;;
     --tag) tag=${2:?--tag needs a value}; shift ;;
     --tag=*) tag=${1#*=} ;;
     --sqsh) sqsh=${2:?--sqsh needs a file}; shift ;;
@@ -36,14 +47,27 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-if [ "$cuda" = 1 ]; then
-  dockerfile=containers/Dockerfile.cuda
-  tag=${tag:-scdino:cuda}
-  [ -z "$prebuilt" ] || { echo "scdino: --prebuilt is for the CPU image (a Debian 12 host build)" >&2; exit 2; }
-else
-  dockerfile=containers/Dockerfile
-  tag=${tag:-scdino:cpu}
-fi
+cudnn_dir=""
+case $image in
+  cpu) dockerfile=containers/Dockerfile; tag=${tag:-scdino:cpu} ;;
+  cuda)
+    dockerfile=containers/Dockerfile.cuda
+    tag=${tag:-scdino:cuda}
+    case $cudnn in
+      stub|download) ;;
+      archive=*)
+        archive=${cudnn#archive=}
+        [ -f "$archive" ] && [ -r "$archive" ] ||
+          { echo "scdino: --cudnn $cudnn: no readable cuDNN archive $archive" >&2; exit 2; }
+        cudnn_dir=$(cd "$(dirname "$archive")" && pwd)
+        cudnn_file=$(basename "$archive") ;;
+      *) echo "scdino: --cudnn $cudnn: expected stub, download or archive=FILE" >&2; exit 2 ;;
+    esac ;;
+  cuda-ngc) dockerfile=containers/Dockerfile.cuda-ngc; tag=${tag:-scdino:cuda-ngc} ;;
+esac
+[ "$image" = cuda ] || [ "$cudnn" = stub ] || { echo "scdino: --cudnn is for --cuda (the Debian GPU image)" >&2; exit 2; }
+[ "$image" = cuda ] || [ -z "$build_stage" ] || { echo "scdino: --build-stage is for --cuda (the Debian GPU image)" >&2; exit 2; }
+[ "$image" = cpu ] || [ -z "$prebuilt" ] || { echo "scdino: --prebuilt is for the CPU image (a Debian 12 host build)" >&2; exit 2; }
 # podman resolves short names only through registries.conf: name the
 # image fully so that it is found again without a registry.
 case $tag in */*) ;; *) tag=localhost/$tag ;; esac
@@ -65,8 +89,14 @@ if [ -n "$sqsh" ]; then
   }
   [ -d "$(dirname "$sqsh")" ] || { echo "scdino: --sqsh: directory $(dirname "$sqsh") does not exist" >&2; exit 2; }
   [ ! -e "$sqsh" ] || { echo "scdino: --sqsh: $sqsh exists; remove it first (enroot does not overwrite)" >&2; exit 2; }
+  command -v unsquashfs >/dev/null || {
+    echo "scdino: --sqsh needs unsquashfs to check the imported file (squashfs-tools, which enroot also needs)" >&2
+    exit 2; }
 fi
-[ "$cuda" = 1 ] || scdino_debian_base docker.io/library/debian:12
+case $image in
+  cpu) scdino_debian_base docker.io/library/debian:12 bookworm ;;
+  cuda) scdino_debian_base docker.io/library/debian:trixie trixie ;;
+esac
 
 version=$(sed -n 's/^project(scdino VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
@@ -80,6 +110,14 @@ args=(build "${scdino_engine_flags[@]}" -f "$dockerfile" -t "$tag"
 stage=""
 cleanup() { [ -z "$stage" ] || rm -rf "$stage"; }
 trap cleanup EXIT
+if [ "$image" = cuda ]; then
+  # Where cuDNN comes from (containers/cuda/local-packages.sh); the build
+  # context `cudnn` holds the archive, or nothing.
+  stage=$(mktemp -d /tmp/scdino-image.XXXXXX)
+  mkdir -p "$stage/empty"
+  args+=(--build-arg "CUDNN=${cudnn%%=*}" --build-context "cudnn=${cudnn_dir:-$stage/empty}")
+  [ -z "$cudnn_dir" ] || args+=(--build-arg "CUDNN_ARCHIVE=$cudnn_file")
+fi
 if [ -n "$prebuilt" ]; then
   # The `binaries` stage of the Dockerfile is replaced by this build's
   # install tree: the host is Debian 12 like the image, so the binaries load
@@ -151,10 +189,18 @@ start=$(date +%s)
 "$scdino_engine" "${args[@]}" . >&2
 seconds=$(( $(date +%s) - start ))
 size=$("$scdino_engine" image inspect --format '{{.Size}}' "$tag")
-echo "scdino: built $tag in ${seconds}s, $(( size / 1000000 )) MB ($scdino_engine, $dockerfile${prebuilt:+, binaries from $prebuilt})"
+echo "scdino: built $tag in ${seconds}s, $(( size / 1000000 )) MB ($scdino_engine, $dockerfile${prebuilt:+, binaries from $prebuilt}${cudnn_dir:+, cuDNN from $cudnn_file})"
+if [ -n "$build_stage" ]; then
+  # The compiling stage is in the build cache: tagging it costs no build.
+  case $build_stage in */*) ;; *) build_stage=localhost/$build_stage ;; esac
+  stage_args=()
+  for a in "${args[@]}"; do [ "$a" = "$tag" ] && stage_args+=("$build_stage") || stage_args+=("$a"); done
+  "$scdino_engine" "${stage_args[@]}" --target binaries . >/dev/null
+  echo "scdino: tagged the compiling stage as $build_stage (build tree /opt/scdino/build: ctest -L unit)"
+fi
 
 if [ -n "$sqsh" ]; then
-  enroot import -o "$sqsh" "${scdino_engine/docker/dockerd}://$tag"
+  scdino_enroot_import "$sqsh" "$tag" || exit 1
   echo "scdino: $sqsh ready for srun --container-image=$sqsh"
 fi
 

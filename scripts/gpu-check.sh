@@ -1,95 +1,77 @@
 #!/usr/bin/env bash
-# GPU check of the trainer core (model, data, training; no services).
+# Exercises scdino on the GPUs of this node, as a user runs it, and reports
+# what it measured: a data-parallel DINO training on every local GPU (one
+# rank per GPU, NCCL all-reduce of the gradients, bf16 autocast), then the
+# CLS features of its checkpoint on one GPU. Installed in the images as
+# scdino-gpu-check. Any failure (no GPU, the image's cuDNN stand-in, a rank
+# that fails, a missing result) fails the check with a message; nothing is
+# skipped quietly.
 #
-# With a CUDA pip torch and a GPU: builds against that LibTorch
-# (CMAKE_PREFIX_PATH from torch.utils.cmake_prefix_path, nccl.h from the
-# nvidia-nccl wheel), then trains a few iterations of vit_small/16 on
-# generated 224 px cells on GPU 0 through an NCCL process group of world size
-# 1, in bf16 autocast, and prints images/s and peak GPU memory.
-# Without them: configures and compiles the same targets against Debian's CPU
-# LibTorch (the CUDA/NCCL code is left out) and says so.
+#   scdino-gpu-check                                        # inside the image (its programs on PATH)
+#   srun -N1 --gpus=8 --container-image=/shared/images/scdino-cuda.sqsh scdino-gpu-check
+#   bash scripts/gpu-check.sh --image localhost/scdino:cuda  # podman with NVIDIA's CDI devices
+#   bash scripts/gpu-check.sh --image scdino-cuda.sqsh      # enroot (NVIDIA hook mounts the driver)
+#   bash scripts/gpu-check.sh --bin-dir build/services/trainer/..  # programs of a build tree
 #
-#   bash scripts/gpu-check.sh                 # build dir build-gpu-check
-#   PYTHON=/opt/venv/bin/python bash scripts/gpu-check.sh
-#   GPU_CHECK_BATCH=64 GPU_CHECK_EPOCHS=3 bash scripts/gpu-check.sh
+# GPU_CHECK_BATCH (per GPU, 64), GPU_CHECK_EPOCHS (3), GPU_CHECK_PRECISION
+# (bf16), GPU_CHECK_THREADS (CPU threads per rank, 8), GPU_CHECK_OUT (where
+# the run and its logs stay; a temporary directory by default).
 set -euo pipefail
-cd "$(dirname "$0")/.."
 
-build_dir=${BUILD_DIR:-build-gpu-check}
-python=${PYTHON:-python3}
+image="" bin_dir=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --image) image=${2:?--image needs an image}; shift ;;
+    --bin-dir) bin_dir=${2:?--bin-dir needs a directory}; shift ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-check: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+  shift
+done
+fail() { echo "gpu-check: FAILED: $*" >&2; exit 1; }
+
+if [ -n "$image" ]; then
+  # Run this check inside the image with every GPU of the node.
+  if [ -f "$image" ]; then
+    command -v enroot >/dev/null || fail "$image is an Enroot image and enroot is not installed here"
+    name=scdino-gpu-check-$$
+    enroot create --name "$name" "$image" >/dev/null
+    trap 'enroot remove -f "$name" >/dev/null 2>&1' EXIT
+    NVIDIA_VISIBLE_DEVICES=all enroot start --env GPU_CHECK_BATCH --env GPU_CHECK_EPOCHS --env GPU_CHECK_PRECISION \
+      --env GPU_CHECK_THREADS "$name" scdino-gpu-check
+  else
+    command -v podman >/dev/null || fail "--image $image: podman is not installed here"
+    podman run --rm --device nvidia.com/gpu=all --security-opt=label=disable --network host \
+      -e GPU_CHECK_BATCH -e GPU_CHECK_EPOCHS -e GPU_CHECK_PRECISION -e GPU_CHECK_THREADS "$image" scdino-gpu-check
+  fi
+  exit $?
+fi
+
+bin() { if [ -n "$bin_dir" ]; then find "$bin_dir" -type f -name "$1" -perm -u+x | head -1; else command -v "$1"; fi; }
+trainer=$(bin scdino-trainer) || true
+features=$(bin scdino-features) || true
+[ -x "$trainer" ] && [ -x "$features" ] ||
+  fail "scdino-trainer and scdino-features not found (${bin_dir:-on PATH}); run inside the GPU image or give --bin-dir"
+
+version=$("$trainer" --version)
+echo "$version"
+grep -q "compiled in" <<<"$version" || fail "this scdino-trainer is built without CUDA"
+! grep -q "stand-in" <<<"$version" ||
+  fail "the image carries the cuDNN stand-in; rebuild it with scripts/build-image.sh --cuda --cudnn download (or archive=FILE)"
+gpus=$(sed -n 's/^GPUs visible: \([0-9]*\).*/\1/p' <<<"$version")
+[ "${gpus:-0}" -gt 0 ] || fail "no GPU visible (CUDA_VISIBLE_DEVICES, srun --gpus, the container's NVIDIA hook)"
+
 batch=${GPU_CHECK_BATCH:-64}
 epochs=${GPU_CHECK_EPOCHS:-3}
-
-torch_info() {
-  "$python" - <<'PY' 2>/dev/null
-import os, torch
-print(torch.utils.cmake_prefix_path)
-print("1" if torch.cuda.is_available() else "0")
-print(torch.__version__)
-inc = ""
-try:
-    import nvidia.nccl
-    inc = os.path.join(list(nvidia.nccl.__path__)[0], "include")
-except Exception:
-    pass
-print(inc)
-print("1" if torch.compiled_with_cxx11_abi() else "0")
-PY
-}
-
-mode=cpu
-if info=$(torch_info) && [ "$(sed -n 2p <<<"$info")" = 1 ]; then
-  mode=gpu
-  prefix=$(sed -n 1p <<<"$info")
-  nccl_inc=$(sed -n 4p <<<"$info")
-  echo "gpu-check: torch $(sed -n 3p <<<"$info") with CUDA at $prefix"
-  # Debian's yaml-cpp, libtiff and OpenCV pass std::string across their
-  # interfaces with the C++11 ABI; a LibTorch built with the old one links
-  # against them only to fail at run time, or not at all.
-  if [ "$(sed -n 5p <<<"$info")" != 1 ]; then
-    echo "gpu-check: this torch ($(sed -n 3p <<<"$info")) was built with the pre-C++11 ABI" \
-         "(_GLIBCXX_USE_CXX11_ABI=0), while this system's C++ libraries use the C++11 ABI;" \
-         "use a torch built with it (pip torch >= 2.7, or an NVIDIA NGC PyTorch container)" >&2
-    exit 1
-  fi
-else
-  echo "gpu-check: no CUDA torch or no GPU here ($python); compile-only check against Debian's LibTorch"
-fi
-
-args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DSCDINO_WITH_SERVICES=OFF -DSCDINO_BUILD_TESTS=OFF
-      -DSCDINO_BUILD_BENCH=OFF)
-if [ "$mode" = gpu ]; then
-  args+=(-DCMAKE_PREFIX_PATH="$prefix")
-  [ -n "$nccl_inc" ] && args+=(-DSCDINO_NCCL_INCLUDE_DIR="$nccl_inc")
-  # Caffe2's CMake package looks for the CUDA toolkit; use the usual places.
-  for cuda in "${CUDA_HOME:-}" /usr/local/cuda; do
-    if [ -n "$cuda" ] && [ -x "$cuda/bin/nvcc" ]; then
-      args+=(-DCUDAToolkit_ROOT="$cuda" -DCMAKE_CUDA_COMPILER="$cuda/bin/nvcc")
-      break
-    fi
-  done
-else
-  bash scripts/install-deps.sh
-fi
-cmake -S . -B "$build_dir" "${args[@]}" | grep -E "scdino:|Error|error" || true
-grep -q "scdino" "$build_dir/CMakeCache.txt"
-cmake --build "$build_dir" --parallel "${SCDINO_BUILD_JOBS:-$(nproc)}" --target scdino-trainer
-echo "gpu-check: built $build_dir/services/trainer/scdino-trainer"
-if [ "$mode" = cpu ]; then
-  echo "gpu-check: compile-only check passed (no GPU run)"
-  exit 0
-fi
-grep -q "NCCL ON" <(cmake -S . -B "$build_dir" 2>&1) || {
-  echo "gpu-check: this LibTorch has CUDA but nccl.h was not found; set SCDINO_NCCL_INCLUDE_DIR" >&2
-  exit 1
-}
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cat >"$work/gpu.yaml" <<YAML
+threads=${GPU_CHECK_THREADS:-8}
+out=${GPU_CHECK_OUT:-$(mktemp -d)}
+mkdir -p "$out"
+# 5 global batches an epoch over all GPUs (synthetic 224 px, 5-channel cells).
+per_class=$(( batch * gpus * 5 / 4 ))
+cat >"$out/gpu.yaml" <<YAML
 meta:
   name_of_run: gpu-check
-  output_dir: $work
+  output_dir: $out
   seed: 0
   selected_channel_combination_per_run: ["01234"]
 train_scDINO:
@@ -103,20 +85,41 @@ train_scDINO:
     global_crops_size: 224
     local_crops_size: 96
     local_crops_number: 8
+downstream_analyses:
+  compute_cls_features: {batch_size_per_gpu: 256, resize_length: 224}
 scdino:
   device: cuda
   precision: ${GPU_CHECK_PRECISION:-bf16}
   data_source: synthetic
-  synthetic: {classes: 4, per_class: $((batch * 2)), channels: 5, size: 224}
+  synthetic: {classes: 4, per_class: $per_class, channels: 5, size: 224}
 YAML
-MASTER_ADDR=127.0.0.1 MASTER_PORT=${GPU_CHECK_PORT:-29531} RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 \
-  "$build_dir/services/trainer/scdino-trainer" --config "$work/gpu.yaml" --threads 8 | tee "$work/log.txt"
-"$python" - "$work/log.txt" <<'PY'
+
+echo "gpu-check: training vit_small/16 on $gpus GPU(s), $batch images per GPU a step, $epochs epochs"
+port=$(( 29500 + $$ % 1000 ))
+pids=()
+for ((r = 0; r < gpus; r++)); do
+  MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=$gpus LOCAL_RANK=$r LOCAL_WORLD_SIZE=$gpus \
+    "$trainer" --config "$out/gpu.yaml" --threads "$threads" >"$out/rank$r.out" 2>&1 &
+  pids+=($!)
+done
+for ((r = 0; r < gpus; r++)); do
+  wait "${pids[$r]}" || { tail -20 "$out/rank$r.out" >&2; fail "rank $r of the training failed (log: $out/rank$r.out)"; }
+done
+grep -q "rank 0 of $gpus, nccl" "$out/rank0.out" || { cat "$out/rank0.out" >&2; fail "the ranks did not form an NCCL group"; }
+python3 - "$out/gpu-check/log.jsonl" "$gpus" <<'PY' || fail "no training figures in $out/gpu-check/log.jsonl"
 import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+lines = [json.loads(l) for l in open(sys.argv[1])]
 last = lines[-1]  # the first epoch includes warm-up
-print(f"gpu-check: vit_small/16, 2x224 + 8x96 crops, ", end="")
-print(f"images/s {last['images_per_s']:.1f} (epoch {last['epoch']}), "
+print(f"gpu-check: training: {last['images_per_s']:.1f} images/s on {sys.argv[2]} GPU(s) (epoch {last['epoch'] + 1}), "
       f"peak GPU memory {last.get('gpu_mem_peak_bytes', 0) / 2**30:.2f} GiB, "
-      f"reserved {last.get('gpu_mem_reserved_bytes', 0) / 2**30:.2f} GiB, loss {last['loss']:.4f}")
+      f"all-reduce wait {last.get('allreduce_wait_s', 0):.2f} s, loss {last['loss']:.4f}")
 PY
+
+echo "gpu-check: CLS features of the checkpoint on GPU 0"
+start=$(date +%s%N)
+"$features" --config "$out/gpu.yaml" --checkpoint "$out/gpu-check/checkpoint.safetensors" --threads "$threads" \
+  >"$out/features.out" 2>&1 || { tail -20 "$out/features.out" >&2; fail "scdino-features failed (log: $out/features.out)"; }
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+images=$(( 4 * per_class ))
+echo "gpu-check: features: $images images in $ms ms, $(( images * 1000 / (ms > 0 ? ms : 1) )) images/s (start-up included)"
+echo "gpu-check: passed; run and logs in $out"

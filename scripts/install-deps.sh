@@ -5,26 +5,37 @@
 #   bash scripts/install-deps.sh            # everything (scripts/setup.sh)
 #   bash scripts/install-deps.sh build      # only what compiling needs (containers/Dockerfile)
 #
-# Groups: build (compilers and -dev packages), test (the real peers the tests
-# run: Prometheus, Alertmanager, node_exporter, GoogleTest, Python with torch,
-# anndata and grpcio), container (podman, mmdebstrap and runc for the
-# container tests and scripts/build-image.sh).
+# Groups: build (compilers and -dev packages), unit (what the C++ test suites
+# run: GoogleTest, Python with numpy, anndata and grpcio as real peers), test
+# (unit, plus the servers the other tests start: Prometheus, Alertmanager,
+# node_exporter; python3-torch for the converter), container (podman,
+# mmdebstrap and runc for the container tests and scripts/build-image.sh;
+# squashfs-tools to check a .sqsh).
+#
+# SCDINO_LIBTORCH_PACKAGES replaces the LibTorch packages of the build group
+# (default: Debian 12's CPU LibTorch 1.13 and Gloo headers); the Debian GPU
+# image (containers/Dockerfile.cuda, trixie) names its CUDA LibTorch there.
 set -euo pipefail
 
+read -r -a libtorch <<<"${SCDINO_LIBTORCH_PACKAGES:-libtorch-dev libgloo-dev}"
 build=(
   build-essential cmake ninja-build ccache pkg-config git python3
-  libtorch-dev libopenblas0-pthread libgloo-dev
+  "${libtorch[@]}" libopenblas0-pthread
   libtiff-dev libopencv-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libssl-dev libyaml-cpp-dev nlohmann-json3-dev
   libhdf5-dev libcli11-dev
 )
-test=(
-  prometheus prometheus-alertmanager prometheus-node-exporter
+unit=(
   libgtest-dev libgmock-dev
-  python3-numpy python3-anndata python3-torch python3-grpcio
+  python3-numpy python3-anndata python3-grpcio
 )
-container=(podman mmdebstrap runc)
+test=(
+  "${unit[@]}"
+  prometheus prometheus-alertmanager prometheus-node-exporter
+  python3-torch
+)
+container=(podman mmdebstrap runc squashfs-tools)
 
 groups=("$@")
 [ ${#groups[@]} -gt 0 ] || groups=(build test container)
@@ -32,9 +43,10 @@ packages=()
 for g in "${groups[@]}"; do
   case $g in
     build) packages+=("${build[@]}") ;;
+    unit) packages+=("${unit[@]}") ;;
     test) packages+=("${test[@]}") ;;
     container) packages+=("${container[@]}") ;;
-    *) echo "scdino: install-deps.sh: unknown group '$g' (expected build, test or container)" >&2; exit 2 ;;
+    *) echo "scdino: install-deps.sh: unknown group '$g' (expected build, unit, test or container)" >&2; exit 2 ;;
   esac
 done
 

@@ -1,5 +1,9 @@
 #include "common/status.h"
 
+#include <cstdio>
+#include <iomanip>
+#include <sstream>
+
 namespace scdino {
 
 const char* StatusCodeName(StatusCode code) {
@@ -21,6 +25,18 @@ const char* StatusCodeName(StatusCode code) {
 std::string Status::ToString() const {
   if (ok()) return "OK";
   return std::string(StatusCodeName(code_)) + ": " + message_;
+}
+
+std::string FormatFixed(double v, int digits) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(digits) << v;
+  return o.str();
+}
+
+std::string FormatNumber(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
 }
 
 }  // namespace scdino

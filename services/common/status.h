@@ -95,4 +95,9 @@ class StatusOr {
   std::optional<T> value_;
 };
 
+/// "%g" of a number: how messages and plot labels show a value.
+std::string FormatNumber(double v);
+/// A number with `digits` digits after the point (CSV and JSON reports).
+std::string FormatFixed(double v, int digits);
+
 }  // namespace scdino

@@ -58,13 +58,13 @@ Status PlotAttentionMaps(const std::string& path, const AttentionFigure& f) {
   for (size_t i = 0; i < f.image.size(); ++i) {
     if (!std::isfinite(f.image[i])) {
       return Status::InvalidArgument("PlotAttentionMaps: image value " + std::to_string(i) + " = " +
-                                     Num(f.image[i]) + " is not finite");
+                                     FormatNumber(f.image[i]) + " is not finite");
     }
   }
   for (size_t i = 0; i < f.maps.size(); ++i) {
     if (!std::isfinite(f.maps[i])) {
       return Status::InvalidArgument("PlotAttentionMaps: maps value " + std::to_string(i) + " (head " +
-                                     std::to_string(i / map_size) + ") = " + Num(f.maps[i]) + " is not finite");
+                                     std::to_string(i / map_size) + ") = " + FormatNumber(f.maps[i]) + " is not finite");
     }
   }
 

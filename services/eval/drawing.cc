@@ -106,12 +106,6 @@ void VerticalText(cv::Mat& img, const std::string& s, int x, int y, int box_heig
 
 // ---------------------------------------------------------------- misc ----
 
-std::string Num(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
-
 Status SavePng(const std::string& path, const cv::Mat& img) {
   std::vector<uchar> png;
   try {

@@ -54,7 +54,6 @@ void Darken(cv::Mat& dst, const cv::Mat& src, cv::Point tl);
 void VerticalText(cv::Mat& img, const std::string& s, int x, int y, int box_height, const Font& f,
                   Align align = Align::kCenter);
 
-std::string Num(double v);
 /// Encodes and writes atomically; errors name the path.
 Status SavePng(const std::string& path, const cv::Mat& img);
 /// InvalidArgument naming `fn` for an empty path.

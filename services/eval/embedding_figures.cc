@@ -28,12 +28,6 @@ using nlohmann::json;
 
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-std::string Fixed(double v, int digits) {
-  std::ostringstream o;
-  o << std::fixed << std::setprecision(digits) << v;
-  return o.str();
-}
-
 // One computed embedding: its name in files and obsm, its coordinates.
 struct View {
   std::string name;   // "pca", "tsne", "umap"
@@ -140,8 +134,8 @@ StatusOr<EmbeddingResult> WriteEmbeddings(const features::FeatureSet& set, const
   auto pca = Pca2(xv, n, d);
   if (!pca.ok()) return pca.status();
   views.push_back({"pca", "PCA of " + of + ", " + name, 2, pca->xy,
-                   "PC1 (" + Fixed(100 * pca->explained_variance_ratio[0], 1) + "% of variance)",
-                   "PC2 (" + Fixed(100 * pca->explained_variance_ratio[1], 1) + "% of variance)"});
+                   "PC1 (" + FormatFixed(100 * pca->explained_variance_ratio[0], 1) + "% of variance)",
+                   "PC2 (" + FormatFixed(100 * pca->explained_variance_ratio[1], 1) + "% of variance)"});
   result.summary["pca"] = {{"seconds", Since(t0)}, {"explained_variance_ratio", pca->explained_variance_ratio}};
 
   // One Euclidean neighbour graph, deep enough for both t-SNE and UMAP.
@@ -235,7 +229,7 @@ StatusOr<EmbeddingResult> WriteEmbeddings(const features::FeatureSet& set, const
     result.summary[v.name]["trustworthiness"] = *t;
     result.summary[v.name]["trustworthiness_k"] = tk;
     result.summary[v.name]["trustworthiness_rows"] = m;
-    if (o.log) *o.log << "scdino-eval: " << v.name << " trustworthiness(" << tk << ") " << Fixed(*t, 4) << "\n";
+    if (o.log) *o.log << "scdino-eval: " << v.name << " trustworthiness(" << tk << ") " << FormatFixed(*t, 4) << "\n";
   }
 
   for (const auto& v : views) {
@@ -243,7 +237,7 @@ StatusOr<EmbeddingResult> WriteEmbeddings(const features::FeatureSet& set, const
     const std::string file = v.name + ".png";
     std::string title = v.title;
     if (result.summary[v.name].contains("trustworthiness")) {
-      title += ", trustworthiness " + Fixed(result.summary[v.name]["trustworthiness"].get<double>(), 3);
+      title += ", trustworthiness " + FormatFixed(result.summary[v.name]["trustworthiness"].get<double>(), 3);
     }
     if (auto s = PlotEmbedding(out_dir + "/" + file, FirstTwo(v), row_labels, set.classes, title, v.x_label, v.y_label);
         !s.ok()) {

@@ -19,12 +19,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string Fixed(double v, int digits = 6) {
-  std::ostringstream o;
-  o << std::fixed << std::setprecision(digits) << v;
-  return o.str();
-}
-
 std::vector<float> ToVector(const torch::Tensor& t) {
   auto c = t.to(torch::kCPU, torch::kFloat32).contiguous();
   return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
@@ -128,12 +122,12 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
   for (const auto& s : result.scores) {
     j["knn"].push_back(ReportJson(s));
     const auto& r = s.report;
-    summary << s.k << ',' << s.k_used << ',' << Fixed(s.top1) << ',' << (s.top5_applies ? Fixed(s.top5) : std::string()) << ','
-            << Fixed(r.balanced_accuracy) << ',' << Fixed(r.macro_precision) << ',' << Fixed(r.macro_recall) << ','
-            << Fixed(r.macro_f1) << ',' << Fixed(r.weighted_f1) << '\n';
+    summary << s.k << ',' << s.k_used << ',' << FormatFixed(s.top1, 6) << ',' << (s.top5_applies ? FormatFixed(s.top5, 6) : std::string()) << ','
+            << FormatFixed(r.balanced_accuracy, 6) << ',' << FormatFixed(r.macro_precision, 6) << ',' << FormatFixed(r.macro_recall, 6) << ','
+            << FormatFixed(r.macro_f1, 6) << ',' << FormatFixed(r.weighted_f1, 6) << '\n';
     for (const auto& c : r.per_class) {
-      per_class << s.k << ",\"" << c.name << "\"," << Fixed(c.precision) << ',' << Fixed(c.recall) << ','
-                << Fixed(c.f1) << ',' << c.support << ',' << c.predicted << '\n';
+      per_class << s.k << ",\"" << c.name << "\"," << FormatFixed(c.precision, 6) << ',' << FormatFixed(c.recall, 6) << ','
+                << FormatFixed(c.f1, 6) << ',' << c.support << ',' << c.predicted << '\n';
     }
   }
   const auto& best = result.scores[result.best];
@@ -159,7 +153,7 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
   const std::string run = set.dir.substr(set.dir.find_last_of('/') + 1);
   if (auto s = PlotConfusionMatrix(o.out_dir + "/confusion_matrix.png", best.report.confusion, set.classes,
                                    "kNN confusion matrix, " + run + ", k=" + std::to_string(best.k) +
-                                       ", top-1 " + Fixed(100 * best.top1, 1) + "%");
+                                       ", top-1 " + FormatFixed(100 * best.top1, 1) + "%");
       !s.ok()) {
     return s;
   }
@@ -289,9 +283,9 @@ std::string CheckpointTableCsv(const std::vector<CheckpointRow>& rows) {
   o << "features,epoch,iteration,k,top1_accuracy,top5_accuracy,balanced_accuracy,macro_f1,weighted_f1\n";
   for (const auto& r : rows) {
     for (const auto& s : r.result.scores) {
-      o << r.name << ',' << r.epoch << ',' << r.iteration << ',' << s.k << ',' << Fixed(s.top1) << ','
-        << (s.top5_applies ? Fixed(s.top5) : std::string()) << ',' << Fixed(s.report.balanced_accuracy) << ',' << Fixed(s.report.macro_f1) << ','
-        << Fixed(s.report.weighted_f1) << '\n';
+      o << r.name << ',' << r.epoch << ',' << r.iteration << ',' << s.k << ',' << FormatFixed(s.top1, 6) << ','
+        << (s.top5_applies ? FormatFixed(s.top5, 6) : std::string()) << ',' << FormatFixed(s.report.balanced_accuracy, 6) << ',' << FormatFixed(s.report.macro_f1, 6) << ','
+        << FormatFixed(s.report.weighted_f1, 6) << '\n';
     }
   }
   return o.str();

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
                     "checkpoint it has written and writes, until it ends");
   cl.app().add_flag("--no-attention", no_attention, "skip the attention maps (they need the checkpoint)");
   if (auto code = cl.Parse(argc, argv)) return *code;
-  const auto& config = cl.config();
+  auto& config = cl.config();
   if (follow && !dirs.empty()) {
     std::cerr << kProgram << ": --follow evaluates the trainer's checkpoints; drop --features\n";
     return kExitBadInput;
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     scdino::run::LaunchInfo single;
     auto device = scdino::run::PickDevice(config, single);
     if (!device.ok()) return Fail(nullptr, kProgram, device.status());
-    std::cerr << kProgram << ": run " << config.run_dir() << ", device " << *device << ", " << n_threads
+    std::cerr << kProgram << ": run " << config.run_dir() << ", device " << device->device << " (" << device->why << "), " << n_threads
               << " CPU threads\n";
     // Temporaries of evaluations that were killed go; a live writer's stay.
     if (auto s = scdino::run::PrepareRunDir(config); !s.ok()) return Fail(nullptr, kProgram, s);
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     auto stop = [p] { return StopSignalReceived() || p->control().Requests().stop; };
 
     scdino::eval::EvaluatorOptions o;
-    o.device = *device;
+    o.device = device->device;
     o.threads = n_threads;
     o.attention = !no_attention;
     o.control = &p->control();
@@ -131,11 +131,11 @@ int main(int argc, char** argv) {
       fo.log = &std::cerr;
       fo.program = kProgram;
       auto s = FollowCheckpoints(fo, [&](const scdino::CheckpointEntry& c) -> scdino::Status {
-        auto backbone = scdino::features::BackboneFor(config, c.path, key, *device);
+        auto backbone = scdino::features::BackboneFor(config, c.path, key, device->device);
         if (!backbone.ok()) return backbone.status();
         scdino::features::ExtractJob job{run->dataset, run->splits, run->prep, std::move(backbone).value(),
                                          run->metadata_json};
-        auto eo = scdino::features::ExtractOptionsFor(config, single, scdino::features::FeaturesName(c.path), *device);
+        auto eo = scdino::features::ExtractOptionsFor(config, single, scdino::features::FeaturesName(c.path), device->device);
         eo.control = &p->control();
         eo.stop_signal = StopSignalReceived;
         eo.log = &std::cerr;

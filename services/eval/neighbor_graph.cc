@@ -12,12 +12,6 @@
 namespace scdino::eval {
 namespace detail {
 
-std::string Num(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
-
 Status CheckRows(const std::string& who, const char* what, const std::vector<float>& x, int64_t n, int64_t d) {
   const std::string w = who + ": ";
   if (n < 2) return Status::InvalidArgument(w + "needs at least 2 points, got n = " + std::to_string(n));
@@ -29,7 +23,7 @@ Status CheckRows(const std::string& who, const char* what, const std::vector<flo
   for (size_t e = 0; e < x.size(); ++e) {
     if (!std::isfinite(x[e])) {
       return Status::InvalidArgument(w + what + "[row " + std::to_string(e / d) + ", column " +
-                                     std::to_string(e % d) + "] = " + Num(x[e]) + " is not finite");
+                                     std::to_string(e % d) + "] = " + FormatNumber(x[e]) + " is not finite");
     }
   }
   return Status::Ok();
@@ -37,13 +31,13 @@ Status CheckRows(const std::string& who, const char* what, const std::vector<flo
 
 // Independent lane sums: float additions may not be reordered by the
 // compiler, so a single accumulator would be one serial dependency chain.
-constexpr int kLanes = 8;
+constexpr int kDistanceLanes = 8;
 
 float SquaredDistanceF(const float* __restrict a, const float* __restrict b, int64_t d) {
-  float s[kLanes] = {};
+  float s[kDistanceLanes] = {};
   int64_t c = 0;
-  for (; c + kLanes <= d; c += kLanes) {
-    for (int l = 0; l < kLanes; ++l) {
+  for (; c + kDistanceLanes <= d; c += kDistanceLanes) {
+    for (int l = 0; l < kDistanceLanes; ++l) {
       const float t = a[c + l] - b[c + l];
       s[l] += t * t;
     }
@@ -194,11 +188,11 @@ Status ValidateNeighborGraph(const NeighborGraph& g, const std::string& who) {
                                        std::to_string(g.n) + ") or is the point itself");
       }
       if (!std::isfinite(dist) || dist < 0) {
-        return Status::InvalidArgument(w + "distance" + at + " = " + detail::Num(dist) +
+        return Status::InvalidArgument(w + "distance" + at + " = " + FormatNumber(dist) +
                                        " is not a finite value >= 0");
       }
       if (r > 0 && dist < g.distances[i * g.k + r - 1]) {
-        return Status::InvalidArgument(w + "distance" + at + " = " + detail::Num(dist) +
+        return Status::InvalidArgument(w + "distance" + at + " = " + FormatNumber(dist) +
                                        " is smaller than its predecessor: rows must be sorted ascending");
       }
     }

@@ -60,9 +60,6 @@ StatusOr<NeighborGraph> ExactKnn(const std::vector<float>& x, int64_t n, int64_t
 
 namespace detail {
 
-/// "%g" of v, for messages.
-std::string Num(double v);
-
 /// InvalidArgument (prefixed by `who`, naming `what`) unless n >= 2, d >= 1,
 /// x.size() == n * d and every value is finite.
 Status CheckRows(const std::string& who, const char* what, const std::vector<float>& x, int64_t n, int64_t d);

@@ -198,8 +198,8 @@ Status PlotEmbedding(const std::string& path, const std::vector<float>& xy, cons
                                      std::to_string(K) + ")");
     }
     if (!std::isfinite(xy[2 * i]) || !std::isfinite(xy[2 * i + 1])) {
-      return Status::InvalidArgument("PlotEmbedding: xy of point " + std::to_string(i) + " = (" + Num(xy[2 * i]) +
-                                     ", " + Num(xy[2 * i + 1]) + ") is not finite");
+      return Status::InvalidArgument("PlotEmbedding: xy of point " + std::to_string(i) + " = (" + FormatNumber(xy[2 * i]) +
+                                     ", " + FormatNumber(xy[2 * i + 1]) + ") is not finite");
     }
   }
 

@@ -302,7 +302,7 @@ StatusOr<SpectralResult> SpectralLayout(const SparseGraph& w, const SpectralOpti
       if (!ok) {
         out.layout.clear();
         out.note = "spectral initialisation did not converge on a component of " + std::to_string(s) +
-                   " points (residual " + detail::Num(residual) + " > tolerance " + detail::Num(o.tolerance) +
+                   " points (residual " + FormatNumber(residual) + " > tolerance " + FormatNumber(o.tolerance) +
                    " after " + std::to_string(o.max_matvecs) + " operator applications)";
         return out;
       }

@@ -15,7 +15,6 @@
 namespace scdino::eval {
 namespace {
 
-using detail::Num;
 
 using detail::JointProbabilities;
 using detail::kChunk;
@@ -284,19 +283,19 @@ Status CheckOptions(const NeighborGraph& g, const BarnesHutTsneOptions& o) {
   auto bad = [](const std::string& what) { return Status::InvalidArgument("BarnesHutTsne: " + what); };
   if (g.n > std::numeric_limits<int32_t>::max()) return bad("n = " + std::to_string(g.n) + " exceeds 2^31 - 1");
   if (!(std::isfinite(o.perplexity) && o.perplexity > 0)) {
-    return bad("perplexity must be a positive number, got " + Num(o.perplexity));
+    return bad("perplexity must be a positive number, got " + FormatNumber(o.perplexity));
   }
   if (o.iterations < 0) return bad("iterations must be >= 0, got " + std::to_string(o.iterations));
   if (!(std::isfinite(o.learning_rate) && o.learning_rate >= 0)) {
-    return bad("learning_rate must be > 0, or 0 for \"auto\", got " + Num(o.learning_rate));
+    return bad("learning_rate must be > 0, or 0 for \"auto\", got " + FormatNumber(o.learning_rate));
   }
   if (!(std::isfinite(o.early_exaggeration) && o.early_exaggeration > 0)) {
-    return bad("early_exaggeration must be a positive number, got " + Num(o.early_exaggeration));
+    return bad("early_exaggeration must be a positive number, got " + FormatNumber(o.early_exaggeration));
   }
   if (o.exaggeration_iterations < 0) {
     return bad("exaggeration_iterations must be >= 0, got " + std::to_string(o.exaggeration_iterations));
   }
-  if (!(o.theta >= 0 && o.theta <= 1)) return bad("theta must be in [0, 1], got " + Num(o.theta));
+  if (!(o.theta >= 0 && o.theta <= 1)) return bad("theta must be in [0, 1], got " + FormatNumber(o.theta));
   if (o.threads < 1) return bad("threads must be >= 1, got " + std::to_string(o.threads));
   if (!o.initial_layout.empty()) return detail::CheckRows("BarnesHutTsne", "initial_layout", o.initial_layout, g.n, 2);
   return Status::Ok();
@@ -312,7 +311,7 @@ StatusOr<BarnesHutTsneResult> BarnesHutTsne(const NeighborGraph& g, const Barnes
   out.neighbors = std::min<int64_t>(n - 1, static_cast<int64_t>(std::floor(3 * out.perplexity + 1)));
   if (g.k < out.neighbors) {
     return Status::InvalidArgument("BarnesHutTsne: the neighbour graph has k = " + std::to_string(g.k) +
-                                   " neighbours per point; perplexity " + Num(out.perplexity) + " needs " +
+                                   " neighbours per point; perplexity " + FormatNumber(out.perplexity) + " needs " +
                                    std::to_string(out.neighbors) + " (min(n - 1, floor(3 * perplexity + 1)))");
   }
   out.learning_rate = o.learning_rate > 0 ? o.learning_rate : std::max(n / o.early_exaggeration / 4, 50.0);

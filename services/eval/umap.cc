@@ -13,9 +13,8 @@
 namespace scdino::eval {
 namespace {
 
-using detail::Num;
 
-constexpr int64_t kChunk = 256;  // points per work chunk
+constexpr int64_t kPointsPerChunk = 256;  // points per work chunk
 
 // Per point: rho, the distance to the nearest neighbour, and sigma, found by
 // bisection so that sum_j exp(-(d_j - rho) / sigma) = log2(n_neighbors);
@@ -60,8 +59,8 @@ SparseGraph FuzzyGraph(const NeighborGraph& g, int64_t kuse, double target, int6
     for (int64_t r = 0; r < kuse; ++r) mean_all += g.distances[i * g.k + r];
   mean_all /= static_cast<double>(n * kuse);
   std::vector<float> w(static_cast<size_t>(n * kuse));
-  pool.Run((n + kChunk - 1) / kChunk, [&](int64_t c) {
-    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) {
+  pool.Run((n + kPointsPerChunk - 1) / kPointsPerChunk, [&](int64_t c) {
+    for (int64_t i = c * kPointsPerChunk; i < std::min(n, (c + 1) * kPointsPerChunk); ++i) {
       SmoothKnnRow(g.distances.data() + i * g.k, kuse, target, mean_all, w.data() + i * kuse);
     }
     return true;
@@ -161,8 +160,8 @@ Status OptimizeLayout(const SparseGraph& w, const UmapResult& out, const UmapOpt
     }
     const float alpha = static_cast<float>(o.learning_rate * (1.0 - double(epoch) / out.epochs));
     std::copy(cur.begin(), cur.end(), snap.begin());
-    pool.Run((n + kChunk - 1) / kChunk, [&](int64_t c) {
-      for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) {
+    pool.Run((n + kPointsPerChunk - 1) / kPointsPerChunk, [&](int64_t c) {
+      for (int64_t i = c * kPointsPerChunk; i < std::min(n, (c + 1) * kPointsPerChunk); ++i) {
         detail::SplitMix64 rng(detail::MixSeed(o.seed, static_cast<uint64_t>(epoch) + 1, static_cast<uint64_t>(i)));
         float* yi = cur.data() + i * dim;
         if (dim == 2) {
@@ -177,8 +176,8 @@ Status OptimizeLayout(const SparseGraph& w, const UmapResult& out, const UmapOpt
     });
     // Point j takes the pulls recorded in its own row, in row order, and
     // clears them for the next epoch.
-    pool.Run((n + kChunk - 1) / kChunk, [&](int64_t c) {
-      for (int64_t j = c * kChunk; j < std::min(n, (c + 1) * kChunk); ++j) {
+    pool.Run((n + kPointsPerChunk - 1) / kPointsPerChunk, [&](int64_t c) {
+      for (int64_t j = c * kPointsPerChunk; j < std::min(n, (c + 1) * kPointsPerChunk); ++j) {
         for (int64_t e = w.offsets[j] * dim; e < w.offsets[j + 1] * dim; e += dim) {
           for (int64_t k = 0; k < dim; ++k) {
             cur[j * dim + k] += pull[e + k];
@@ -197,11 +196,11 @@ Status OptimizeLayout(const SparseGraph& w, const UmapResult& out, const UmapOpt
 
 StatusOr<std::pair<double, double>> FitUmapCurve(double spread, double min_dist) {
   if (!(std::isfinite(spread) && spread > 0)) {
-    return Status::InvalidArgument("FitUmapCurve: spread must be a positive number, got " + Num(spread));
+    return Status::InvalidArgument("FitUmapCurve: spread must be a positive number, got " + FormatNumber(spread));
   }
   if (!(min_dist >= 0 && min_dist <= spread)) {
-    return Status::InvalidArgument("FitUmapCurve: min_dist must be in [0, spread = " + Num(spread) + "], got " +
-                                   Num(min_dist));
+    return Status::InvalidArgument("FitUmapCurve: min_dist must be in [0, spread = " + FormatNumber(spread) + "], got " +
+                                   FormatNumber(min_dist));
   }
   constexpr int kPoints = 300;
   std::vector<double> xs(kPoints), ys(kPoints);
@@ -272,13 +271,13 @@ StatusOr<UmapResult> Umap(const NeighborGraph& g, const UmapOptions& o) {
   }
   if (o.epochs < 0) return Status::InvalidArgument(who + "epochs must be >= 0, got " + std::to_string(o.epochs));
   if (!(std::isfinite(o.learning_rate) && o.learning_rate > 0)) {
-    return Status::InvalidArgument(who + "learning_rate must be a positive number, got " + Num(o.learning_rate));
+    return Status::InvalidArgument(who + "learning_rate must be a positive number, got " + FormatNumber(o.learning_rate));
   }
   if (!(std::isfinite(o.negative_sample_rate) && o.negative_sample_rate >= 0)) {
-    return Status::InvalidArgument(who + "negative_sample_rate must be >= 0, got " + Num(o.negative_sample_rate));
+    return Status::InvalidArgument(who + "negative_sample_rate must be >= 0, got " + FormatNumber(o.negative_sample_rate));
   }
   if (!(std::isfinite(o.repulsion_strength) && o.repulsion_strength >= 0)) {
-    return Status::InvalidArgument(who + "repulsion_strength must be >= 0, got " + Num(o.repulsion_strength));
+    return Status::InvalidArgument(who + "repulsion_strength must be >= 0, got " + FormatNumber(o.repulsion_strength));
   }
   if (o.init != "spectral" && o.init != "random" && o.init != "given") {
     return Status::InvalidArgument(who + "init \"" + o.init + "\" is not supported; expected \"spectral\", "
@@ -286,7 +285,7 @@ StatusOr<UmapResult> Umap(const NeighborGraph& g, const UmapOptions& o) {
   }
   if (!(o.spectral_tolerance > 0) || o.spectral_max_matvecs < 1) {
     return Status::InvalidArgument(who + "spectral_tolerance must be > 0 and spectral_max_matvecs >= 1, got " +
-                                   Num(o.spectral_tolerance) + " and " + std::to_string(o.spectral_max_matvecs));
+                                   FormatNumber(o.spectral_tolerance) + " and " + std::to_string(o.spectral_max_matvecs));
   }
   if (o.init == "given" && o.initial_layout.empty()) {
     return Status::InvalidArgument(who + "init \"given\" needs initial_layout (n x n_components values)");

@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     auto device = scdino::run::PickDevice(config, *launch);
     if (!device.ok()) return Fail(nullptr, kProgram, device.status());
     std::cerr << kProgram << ": run " << config.run_dir() << ", rank " << launch->rank << " of " << launch->world_size
-              << ", device " << *device << ", " << n_threads << " CPU threads\n";
+              << ", device " << device->device << " (" << device->why << "), " << n_threads << " CPU threads\n";
     if (auto s = scdino::run::PrepareRunDir(config); !s.ok()) return Fail(nullptr, kProgram, s);
     // One process meets no one: no store on MASTER_PORT, which Enroot's
     // PyTorch hook sets per job, so a follower beside the trainer's rank 0
@@ -99,12 +99,12 @@ int main(int argc, char** argv) {
     if (!run.ok()) return Fail(p, kProgram, run.status());
 
     auto extract = [&](const std::string& checkpoint) -> scdino::Status {
-      auto backbone = scdino::features::BackboneFor(config, checkpoint, key, *device);
+      auto backbone = scdino::features::BackboneFor(config, checkpoint, key, device->device);
       if (!backbone.ok()) return backbone.status();
       scdino::features::ExtractJob job{run->dataset, run->splits, run->prep, std::move(backbone).value(),
                                        run->metadata_json};
       auto eo = scdino::features::ExtractOptionsFor(config, *launch, scdino::features::FeaturesName(checkpoint),
-                                                    *device);
+                                                    device->device);
       eo.control = launch->rank == 0 ? &p->control() : nullptr;
       eo.coordinator = coordinator->get();
       eo.stop_signal = StopSignalReceived;

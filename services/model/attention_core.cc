@@ -1,5 +1,6 @@
 #include "model/attention_core.h"
 
+#include "common/torch_compat.h"
 #include "model/cpu_gemm.h"
 
 namespace scdino::model {
@@ -92,8 +93,17 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
 }  // namespace
 
 torch::Tensor AttentionCore(const torch::Tensor& qkv, int64_t num_heads, double scale, torch::Tensor* probs) {
+  if (probs == nullptr && qkv.is_cuda() && FusedAttentionAvailable()) return FusedAttention(qkv, num_heads, scale);
   if (probs == nullptr && CpuAttentionApplies(qkv)) return CpuAttention(qkv, num_heads, scale);
   return TensorAttention(qkv, num_heads, scale, probs);
+}
+
+bool FusedAttentionAvailable() { return compat::kHaveScaledDotProductAttention; }
+
+torch::Tensor FusedAttention(const torch::Tensor& qkv, int64_t num_heads, double scale) {
+  const int64_t B = qkv.size(0), N = qkv.size(1), C = qkv.size(2) / 3;
+  auto t = qkv.reshape({B, N, 3, num_heads, C / num_heads}).permute({2, 0, 3, 1, 4});
+  return compat::ScaledDotProductAttention(t[0], t[1], t[2], scale).transpose(1, 2).reshape({B, N, C});
 }
 
 torch::Tensor TensorAttention(const torch::Tensor& qkv, int64_t num_heads, double scale, torch::Tensor* probs) {

@@ -2,7 +2,10 @@
 // qkv projection's output [B, N, 3C] (per token [3, heads, C / heads], as
 // DINO's qkv linear writes it) to the heads merged as [B, N, C].
 //
-// Two implementations of one function. TensorAttention: tensor ops (split
+// Three implementations of one function. FusedAttention: LibTorch 2.x's
+// scaled_dot_product_attention (flash or memory-efficient kernels on sm80+
+// GPUs; no [N, N] probabilities kept for backward), used on CUDA where the
+// LibTorch has it. TensorAttention: tensor ops (split
 // the heads, two batched products, merge), any device and dtype, and the one
 // that can hand out the probabilities. CpuAttention: forward and backward as
 // per-(image, head) BLAS products that read q, k and v straight out of the
@@ -11,8 +14,9 @@
 // bmm without MKL), the softmax scale folded into the products. Used for
 // float32 CPU tensors when the process has a one-thread product
 // (cpu_gemm.h's PairGemm: oneDNN's sgemm, else the Fortran BLAS LibTorch
-// links); tests/model/attention_core_test.cc checks that both give
-// the same values and gradients, bench/attention_bench.cc times them.
+// links); tests/model/attention_core_test.cc checks that all three give
+// the same values and gradients (the fused one on the CPU, in a LibTorch 2.x
+// build: the GPU image's unit tests), bench/attention_bench.cc times them.
 // Stateless; safe to call from one thread at a time per autograd graph.
 #pragma once
 
@@ -23,6 +27,13 @@ namespace scdino::model {
 /// The attention core by the fastest implementation that applies; `probs`,
 /// when given, receives the probabilities [B, heads, N, N].
 torch::Tensor AttentionCore(const torch::Tensor& qkv, int64_t num_heads, double scale, torch::Tensor* probs = nullptr);
+
+/// Whether this LibTorch has the fused attention (2.1 and later).
+bool FusedAttentionAvailable();
+
+/// LibTorch's scaled_dot_product_attention on any device and dtype; needs
+/// FusedAttentionAvailable().
+torch::Tensor FusedAttention(const torch::Tensor& qkv, int64_t num_heads, double scale);
 
 /// The tensor-op implementation (any device and dtype).
 torch::Tensor TensorAttention(const torch::Tensor& qkv, int64_t num_heads, double scale,

@@ -1,35 +1,17 @@
 #include "model/precision.h"
 
 #include <ATen/autocast_mode.h>
-#include <torch/version.h>  // TORCH_VERSION_MAJOR/MINOR below: without it 2.4+ would take the 1.13 path
 
 #include <cmath>
 
+#include "common/torch_compat.h"
+
 namespace scdino::model {
 
-namespace {
-
-// LibTorch 2.4 replaced the per-device autocast setters with ones taking the
-// device type; 1.13 (Debian) has only the old ones.
-#if (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
-bool AutocastEnabled(torch::DeviceType t) { return at::autocast::is_autocast_enabled(t); }
-void SetAutocastEnabled(torch::DeviceType t, bool on) { at::autocast::set_autocast_enabled(t, on); }
-torch::ScalarType AutocastDtype(torch::DeviceType t) { return at::autocast::get_autocast_dtype(t); }
-void SetAutocastDtype(torch::DeviceType t, torch::ScalarType d) { at::autocast::set_autocast_dtype(t, d); }
-#else
-bool AutocastEnabled(torch::DeviceType t) { return t == torch::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled(); }
-void SetAutocastEnabled(torch::DeviceType t, bool on) {
-  t == torch::kCUDA ? at::autocast::set_enabled(on) : at::autocast::set_cpu_enabled(on);
-}
-torch::ScalarType AutocastDtype(torch::DeviceType t) {
-  return t == torch::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
-}
-void SetAutocastDtype(torch::DeviceType t, torch::ScalarType d) {
-  t == torch::kCUDA ? at::autocast::set_autocast_gpu_dtype(d) : at::autocast::set_autocast_cpu_dtype(d);
-}
-#endif
-
-}  // namespace
+using compat::AutocastDtype;
+using compat::AutocastEnabled;
+using compat::SetAutocastDtype;
+using compat::SetAutocastEnabled;
 
 bool AutocastActive(torch::DeviceType type) { return AutocastEnabled(type); }
 

@@ -188,7 +188,7 @@ struct EvaluationConfig {
 
 /// Section `scdino`: what scDINO's file does not say.
 struct RuntimeConfig {
-  std::string device = "cpu";  ///< cpu | cuda
+  std::string device = "cpu";  ///< cpu | cuda | auto (run::PickDevice resolves auto at start)
   /// Mixed precision on CUDA: auto (bf16 when train.hyperparameters.use_fp16,
   /// as scDINO's flag, else fp32) | fp32 | bf16 | fp16 (with dynamic loss
   /// scaling). CPU runs always train in fp32.

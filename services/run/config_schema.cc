@@ -127,7 +127,9 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
       {U + "epochs", Int(&d.umap_epochs, 1), "UMAP layout epochs"},
       {U + "topometry_plots", Bool(&d.umap_topometry_plots), "", {}, "TopOMetry plots are not drawn"},
 
-      {"scdino.device", Str(&r.device, {"cpu", "cuda"}), "cpu, or cuda: the GPU of the local rank (one task per GPU)"},
+      {"scdino.device", Str(&r.device, {"cpu", "cuda", "auto"}),
+       "cpu; cuda: the GPU of the local rank (one task per GPU), an error where none is visible; auto: the GPU "
+       "where one is visible, else the CPU (an image that runs anywhere)"},
       {"scdino.precision", Str(&r.precision, {"auto", "fp32", "bf16", "fp16"}),
        "CUDA autocast; auto: bf16 when use_fp16 (fp16 with loss scaling before compute capability 8.0), else fp32"},
       {"scdino.threads", Int(&r.threads, 0), "intra-op CPU threads; 0: all cores"},

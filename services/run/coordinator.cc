@@ -3,6 +3,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "common/torch_compat.h"
+
 namespace scdino::run {
 
 namespace {
@@ -33,7 +35,7 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
     c->timeout_ = timeout;
     return c;
   }
-  c10d::TCPStoreOptions so;
+  c10d::TCPStoreOptions so = compat::TcpStoreOptions();
   so.port = static_cast<uint16_t>(launch.master_port);
   so.isServer = launch.rank == 0;
   so.numWorkers = static_cast<size_t>(launch.world_size);

@@ -9,10 +9,19 @@
 
 #include "common/env.h"
 #include "common/files.h"
+#include "common/torch_compat.h"
 
 #ifdef SCDINO_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
+#endif
+#ifdef SCDINO_WITH_NCCL
+#include <nccl.h>
+#endif
+#ifdef SCDINO_WITH_CUDNN
+// The one cuDNN call scdino makes itself, declared as cuDNN 9's cudnn.h
+// does (the headers are not always installed beside the library).
+extern "C" size_t cudnnGetVersion(void);
 #endif
 
 namespace scdino::run {
@@ -32,21 +41,83 @@ int ConfigureCpu(int64_t threads) {
   return n;
 }
 
-StatusOr<torch::Device> PickDevice(const RunConfig& config, const LaunchInfo& launch) {
-  if (config.scdino.device != "cuda") return torch::Device(torch::kCPU);
-  if (!torch::cuda::is_available()) {
-    return Status::InvalidArgument(config.source_path + ": scdino.device is cuda, but no CUDA device is available "
-                                   "(or this build's LibTorch has no CUDA)");
+namespace {
+
+#ifdef SCDINO_WITH_CUDA
+std::string GpuName(int64_t index) {
+  return at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(index))->name;
+}
+#endif
+
+}  // namespace
+
+bool CudnnIsStub() {
+#ifdef SCDINO_WITH_CUDNN
+  return cudnnGetVersion() == 0;
+#else
+  return false;
+#endif
+}
+
+std::string DescribeBuild() {
+  std::string d = std::string("LibTorch ") + compat::TorchVersion();
+#ifdef SCDINO_WITH_CUDA
+  d += ", CUDA " + std::to_string(CUDA_VERSION / 1000) + "." + std::to_string(CUDA_VERSION % 1000 / 10) + " compiled in";
+#ifdef SCDINO_WITH_NCCL
+  d += ", NCCL " + std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." + std::to_string(NCCL_PATCH);
+#else
+  d += ", no NCCL";
+#endif
+#ifdef SCDINO_WITH_CUDNN
+  const size_t v = cudnnGetVersion();
+  d += v == 0 ? std::string("\ncuDNN: the image's stand-in (no NVIDIA cuDNN): cannot run on a GPU; docs/containers.md")
+              : "\ncuDNN " + std::to_string(v / 10000) + "." + std::to_string(v % 10000 / 100) + "." +
+                    std::to_string(v % 100);
+#endif
+  const int64_t gpus = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
+  d += "\nGPUs visible: " + std::to_string(gpus);
+  for (int64_t i = 0; i < gpus; ++i) d += (i ? ", " : " (") + GpuName(i) + (i + 1 == gpus ? ")" : "");
+#else
+  d += ", CPU only (built without CUDA)";
+#endif
+  return d;
+}
+
+StatusOr<DeviceDecision> DecideDevice(const RunConfig& config, const LaunchInfo& launch, const DeviceFacts& facts) {
+  const std::string& key = config.scdino.device;
+  const int64_t gpus = facts.visible_gpus;
+  DeviceDecision d;
+  if (key == "cpu") {
+    d.why = "scdino.device cpu" + (gpus > 0 ? ": " + std::to_string(gpus) + " GPU(s) visible, not used" : std::string());
+    return d;
   }
-  const int64_t gpus = static_cast<int64_t>(torch::cuda::device_count());
+  if (key == "auto" && gpus == 0) {
+    d.why = std::string("scdino.device auto: ") + (facts.cuda_build ? "no GPU visible" : "a build without CUDA");
+    return d;
+  }
+  if (gpus == 0) {
+    return Status::InvalidArgument(
+        config.source_path + ": scdino.device is cuda, but " +
+        (facts.cuda_build ? std::string("no GPU is visible to this process (CUDA_VISIBLE_DEVICES, srun --gpus-per-task, "
+                                        "the container's NVIDIA hook); scdino.device: auto would run on the CPU")
+                          : std::string("this build of scdino has no CUDA (a CPU LibTorch); use the GPU image "
+                                        "(scripts/build-image.sh --cuda) or scdino.device: cpu")));
+  }
+  if (facts.cudnn_stub) {
+    return Status::FailedPrecondition(
+        config.source_path + ": scdino.device is " + key + " and " + std::to_string(gpus) +
+        " GPU(s) are visible, but this image carries a stand-in for cuDNN, not NVIDIA's (built with --cudnn stub, "
+        "where NVIDIA's site was unreachable): it would fail in the first cuDNN call. Rebuild the image with "
+        "scripts/build-image.sh --cuda --cudnn download (or --cudnn archive=FILE), or set scdino.device: cpu "
+        "(docs/containers.md)");
+  }
   // A task bound to its own GPU (srun --gpus-per-task=1, which the batch
   // scripts use; --gpu-bind) sees exactly that one: device 0. Otherwise the
   // ranks of a node share its GPUs and rank i takes GPU i.
   if (gpus == 1) {
-#ifdef SCDINO_WITH_CUDA
-    c10::cuda::set_device(0);
-#endif
-    return torch::Device(torch::kCUDA, 0);
+    d.gpu = 0;
+    d.why = "scdino.device " + key + ": the one GPU visible";
+    return d;
   }
   if (launch.local_world_size > gpus || launch.local_rank >= gpus) {
     return Status::InvalidArgument(
@@ -55,13 +126,36 @@ StatusOr<torch::Device> PickDevice(const RunConfig& config, const LaunchInfo& la
         std::to_string(gpus) + " tasks per node (e.g. srun --ntasks-per-node=" + std::to_string(gpus) +
         " --gpus-per-task=1)");
   }
-  const auto index = static_cast<c10::DeviceIndex>(launch.local_rank);
+  d.gpu = launch.local_rank;
+  d.why = "scdino.device " + key + ": GPU " + std::to_string(launch.local_rank) + " of " + std::to_string(gpus) +
+          " (local rank " + std::to_string(launch.local_rank) + ")";
+  return d;
+}
+
+StatusOr<DeviceChoice> PickDevice(RunConfig& config, const LaunchInfo& launch) {
+  DeviceFacts facts;
 #ifdef SCDINO_WITH_CUDA
+  facts.cuda_build = true;
+#endif
+  facts.visible_gpus = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
+  facts.cudnn_stub = CudnnIsStub();
+  auto d = DecideDevice(config, launch, facts);
+  if (!d.ok()) return d.status();
+  DeviceChoice c;
+  c.why = d->why;
+  config.scdino.device = d->gpu < 0 ? "cpu" : "cuda";
+  if (d->gpu < 0) return c;
+#ifdef SCDINO_WITH_CUDA
+  const auto index = static_cast<c10::DeviceIndex>(d->gpu);
   // Before any CUDA work: otherwise every rank's context, NCCL
   // communicator and caching allocator start on GPU 0.
   c10::cuda::set_device(index);
+  c.device = torch::Device(torch::kCUDA, index);
+  c.why += ", " + GpuName(index);
+  return c;
+#else
+  return Status::Internal("a GPU is visible but this build has no CUDA code");
 #endif
-  return torch::Device(torch::kCUDA, index);
 }
 
 bool DeviceSupportsBf16(torch::Device device) {

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
 
 #include "common/status.h"
 #include "run/config.h"
@@ -22,11 +23,46 @@ namespace scdino::run {
 /// count set.
 int ConfigureCpu(int64_t threads);
 
+/// The device a process of the run computes on, and why (for its start-up
+/// line).
+struct DeviceChoice {
+  torch::Device device = torch::kCPU;
+  /// e.g. "scdino.device auto: no GPU visible" or
+  /// "scdino.device cuda: GPU 2 of 4 (local rank 2), NVIDIA A100-SXM4-80GB".
+  std::string why;
+};
+
 /// scdino.device for this process: the CPU, or the GPU of its local rank,
-/// which becomes the current CUDA device. Refuses more ranks on a node than
-/// it has GPUs (rather than sharing one), and CUDA without a CUDA device or
-/// build, naming the config and the counts.
-StatusOr<torch::Device> PickDevice(const RunConfig& config, const LaunchInfo& launch);
+/// which becomes the current CUDA device; `auto` is the GPU when one is
+/// visible, else the CPU, and is replaced in `config` by what it chose.
+/// Refuses, naming the config, the key and the counts: cuda where no GPU is
+/// visible (or the build has no CUDA), more ranks on a node than it has
+/// GPUs (rather than sharing one), and a GPU in an image that carries the
+/// cuDNN stand-in (containers/cuda/local-packages.sh), which would fail in
+/// the first cuDNN call.
+StatusOr<DeviceChoice> PickDevice(RunConfig& config, const LaunchInfo& launch);
+
+/// What PickDevice decides from: the build and what the process sees.
+struct DeviceFacts {
+  bool cuda_build = false;   ///< compiled against a CUDA LibTorch
+  int64_t visible_gpus = 0;  ///< torch::cuda::device_count()
+  bool cudnn_stub = false;   ///< CudnnIsStub()
+};
+struct DeviceDecision {
+  int64_t gpu = -1;  ///< the CUDA device index; -1: the CPU
+  std::string why;
+};
+/// PickDevice's decision alone (no CUDA call), for any facts.
+StatusOr<DeviceDecision> DecideDevice(const RunConfig& config, const LaunchInfo& launch, const DeviceFacts& facts);
+
+/// What this program was built with and what it finds: LibTorch's version,
+/// CUDA (compiled in or not, the GPUs visible), NCCL and cuDNN (NVIDIA's,
+/// with its version, or the image's stand-in), one per line. For --version.
+std::string DescribeBuild();
+
+/// Whether the cuDNN this process loaded is the stand-in of an image built
+/// without NVIDIA's (cudnnGetVersion() is 0). False in builds without CUDA.
+bool CudnnIsStub();
 
 /// Whether `device` computes in bf16 (CUDA compute capability >= 8.0; the
 /// CPU path trains in fp32 whatever this says).

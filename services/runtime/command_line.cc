@@ -7,6 +7,11 @@ namespace scdino::runtime {
 
 CommandLine::CommandLine(const std::string& program, const std::string& description)
     : program_(program), app_(program, description) {
+  // What it was built with (LibTorch, CUDA, NCCL, cuDNN) and the GPUs it
+  // sees: asked only when --version is given.
+  app_->set_version_flag("--version", [program] { return program + " " + SCDINO_VERSION + "\n" + run::DescribeBuild(); },
+                         "print the version, what it was built with (LibTorch, CUDA, NCCL, cuDNN) and the GPUs "
+                         "visible, and exit");
   app_->add_option("--config", config_path_,
                    "the run's YAML config (scDINO's scDINO_full_pipeline.yaml keys plus section scdino; "
                    "docs/config.md)")

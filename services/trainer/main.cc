@@ -52,9 +52,9 @@ int main(int argc, char** argv) {
     if (!launch.ok()) return Fail(nullptr, launch.status());
     auto device = scdino::run::PickDevice(config, *launch);
     if (!device.ok()) return Fail(nullptr, device.status());
-    options.device = *device;
-    options.bf16_supported = scdino::run::DeviceSupportsBf16(*device);
-    std::cerr << "scdino-trainer: device " << *device << ", precision "
+    options.device = device->device;
+    options.bf16_supported = scdino::run::DeviceSupportsBf16(device->device);
+    std::cerr << "scdino-trainer: device " << device->device << " (" << device->why << "), precision "
               << scdino::model::PrecisionName(config.precision(options.bf16_supported)) << "\n";
     if (auto s = scdino::run::PrepareRunDir(config); !s.ok()) return Fail(nullptr, s);
     const auto timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
       dist.bucket_bytes = config.scdino.bucket_mb << 20;
       options.bucket_bytes = dist.bucket_bytes;
       auto c = scdino::training::Collective::Connect((*coordinator)->store(), launch->rank, launch->world_size, dist,
-                                                     *device);
+                                                     device->device);
       if (!c.ok()) return Fail(nullptr, c.status());
       options.collective = *c;
       std::cerr << "scdino-trainer: rank " << launch->rank << " of " << launch->world_size << ", "
@@ -78,9 +78,9 @@ int main(int argc, char** argv) {
     }
     auto plane = ServicePlane::Start(config, *launch, {"trainer", ""});
     if (!plane.ok()) return Fail(nullptr, plane.status());
-    AttachTrainer(**plane, &options, *device);
+    AttachTrainer(**plane, &options, device->device);
     // The statistics of a large data set take minutes: a stop ends them.
-    auto source = scdino::run::MakeSource(config, **coordinator, *device, [raw = plane->get()] {
+    auto source = scdino::run::MakeSource(config, **coordinator, device->device, [raw = plane->get()] {
       return StopSignalReceived() || raw->control().Requests().stop;
     });
     if (!source.ok()) return Fail(plane->get(), source.status());

@@ -74,11 +74,9 @@ std::shared_ptr<Collective> Collective::Create(const c10::intrusive_ptr<c10d::St
 
 void Collective::Shutdown() {
   if (!pg_) return;
-#if defined(SCDINO_WITH_NCCL) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
-  // Since 2.4 NCCL communicators have an explicit shutdown; left to the
-  // destructor they may wait on work of peers that already exited.
+#ifdef SCDINO_WITH_NCCL
   if (device_.is_cuda()) {
-    if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(pg_.get())) nccl->shutdown();
+    if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(pg_.get())) compat::ShutdownNccl(*nccl);
   }
 #endif
   pg_.reset();

@@ -5,12 +5,7 @@
 // ready, so communication overlaps the rest of backward.
 #pragma once
 
-#include <torch/version.h>  // TORCH_VERSION_MAJOR/MINOR below
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
-#if TORCH_VERSION_MAJOR >= 2
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-#endif
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/torch.h>
 
@@ -19,18 +14,11 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/torch_compat.h"
 #include "model/optim.h"
 
 
 namespace scdino::training {
-
-// LibTorch 2.x moved the collectives of Gloo and NCCL onto c10d::Backend;
-// 1.13 has them on c10d::ProcessGroup.
-#if TORCH_VERSION_MAJOR >= 2
-using CollectiveBackend = c10d::Backend;
-#else
-using CollectiveBackend = c10d::ProcessGroup;
-#endif
 
 /// Whether this build can run NCCL process groups (a CUDA LibTorch with
 /// c10d NCCL); Debian's CPU LibTorch cannot.
@@ -79,7 +67,7 @@ class Collective {
 
  private:
   Collective() = default;
-  c10::intrusive_ptr<CollectiveBackend> pg_;
+  c10::intrusive_ptr<compat::CollectiveBackend> pg_;
   torch::Device device_ = torch::kCPU;
   c10::intrusive_ptr<c10d::Store> store_;
   int64_t rank_ = 0, world_size_ = 1;

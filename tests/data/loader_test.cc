@@ -152,7 +152,9 @@ TEST(FileLoader, AFailingReadingThreadBecomesAnErrorOfNext) {
     ASSERT_FALSE(error.empty()) << "the failure was not reported";
     EXPECT_NE(error.find(kind == 0 ? "decoder exploded" : "out of memory"), std::string::npos) << error;
     EXPECT_NE(error.find("batch"), std::string::npos) << error;
-    if (kind == 1) EXPECT_NE(error.find("scdino.cache_max_mb"), std::string::npos) << error;
+    if (kind == 1) {
+      EXPECT_NE(error.find("scdino.cache_max_mb"), std::string::npos) << error;
+    }
   }
 }
 

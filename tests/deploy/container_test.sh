@@ -34,30 +34,65 @@ run_in() {  # run_in ARGS... : a command in the image, $scratch mounted, host ne
 
 case $phase in
 image)
-  # Refused before anything is built, each saying what to do.
-  err=$(bash "$src/scripts/build-image.sh" --sqsh "$work/x.sqsh" 2>&1) && fail "--sqsh without enroot was accepted"
+  # Refused before anything is built, each saying what to do. A machine
+  # without enroot is made by leaving it off PATH (a head node has it).
+  err=$(env PATH="$(path_without enroot)" bash "$src/scripts/build-image.sh" --sqsh "$work/x.sqsh" 2>&1) &&
+    fail "--sqsh without enroot was accepted"
   grep -qF "needs enroot" <<<"$err" && grep -qF "enroot import -o $work/x.sqsh ${engine/docker/dockerd}://localhost/scdino:cpu" <<<"$err" ||
     fail "--sqsh without enroot: $err"
   err=$(bash "$src/scripts/build-image.sh" --prebuilt "$work" 2>&1) && fail "--prebuilt of a non-build directory was accepted"
   grep -qF "$work is not a CMake build directory" <<<"$err" || fail "--prebuilt: $err"
+  err=$(bash "$src/scripts/build-image.sh" --cuda --cudnn bogus 2>&1) && fail "--cudnn bogus was accepted"
+  grep -qF -- "--cudnn bogus: expected stub, download or archive=FILE" <<<"$err" || fail "--cudnn bogus: $err"
+  err=$(bash "$src/scripts/build-image.sh" --cuda --cudnn "archive=$work/none.tar.xz" 2>&1) && fail "a missing cuDNN archive was accepted"
+  grep -qF "no readable cuDNN archive $work/none.tar.xz" <<<"$err" || fail "missing cuDNN archive: $err"
+  err=$(bash "$src/scripts/build-image.sh" --cuda-ngc --cudnn download 2>&1) && fail "--cudnn for the NGC image was accepted"
+  grep -qF -- "--cudnn is for --cuda" <<<"$err" || fail "--cudnn with --cuda-ngc: $err"
   tools=$(mktemp -d)
   for t in dirname sed; do ln -s "$(command -v $t)" "$tools/$t"; done
   err=$(env PATH="$tools" /bin/bash "$src/scripts/build-image.sh" 2>&1) && fail "a build without any engine was accepted"
   rm -rf "$tools"
   grep -qF "install podman" <<<"$err" || fail "no engine: $err"
-  # The GPU image (never built here) configures and installs what the CPU
-  # image does.
-  targets() { grep -oE -- '-DSCDINO_[A-Z_]+=[A-Z]+|cmake --install [^ ]+ --prefix [^ ]+|COPY --from=binaries [^ ]+ [^ ]+' "$1" | sort; }
-  [ "$(targets "$src/containers/Dockerfile")" = "$(targets "$src/containers/Dockerfile.cuda")" ] ||
-    fail "containers/Dockerfile.cuda builds or installs other targets than containers/Dockerfile"
-  echo "ok: build-image.sh refuses --sqsh without enroot, a non-build --prebuilt, no engine; both Dockerfiles build the same targets"
+  # The GPU images (Debian's, built by the gpu-image test; NGC's, not built
+  # here) install what the CPU image does, and insist on CUDA.
+  targets() { grep -oE -- 'cmake --install [^ ]+ --prefix [^ ]+|COPY --from=binaries [^ ]+ [^ ]+|-DSCDINO_BUILD_BENCH=[A-Z]+' "$1" |
+              sed 's/--install [^ ]*/--install BUILD/' | sort; }
+  for f in Dockerfile.cuda Dockerfile.cuda-ngc; do
+    [ "$(targets "$src/containers/Dockerfile")" = "$(targets "$src/containers/$f")" ] ||
+      fail "containers/$f installs other targets than containers/Dockerfile"
+    grep -q -- "-DSCDINO_REQUIRE_CUDA=ON" "$src/containers/$f" || fail "containers/$f does not require CUDA at configure"
+  done
+  echo "ok: build-image.sh refuses --sqsh without enroot, a non-build --prebuilt, a bad --cudnn, no engine; the three Dockerfiles install the same tree"
 
   rm -rf "$bundle"
-  out=$(bash "$src/scripts/build-image.sh" --prebuilt "$build" --tag scdino:test \
-          --oci-bundle "$bundle" --mounts "$scratch" 2>"$work/build.err") ||
+  # --sqsh on a podman-only host: Enroot (here its stand-in, which needs
+  # `docker` in its exit trap as the real one does) and no docker on PATH.
+  enroot_path="$src/tests/support/fake-enroot:$(path_without docker enroot)"
+  out=$(env PATH="$enroot_path" bash "$src/scripts/build-image.sh" --prebuilt "$build" --tag scdino:test \
+          --oci-bundle "$bundle" --mounts "$scratch" --sqsh "$work/scdino.sqsh" 2>"$work/build.err") ||
     { tail -30 "$work/build.err"; fail "scripts/build-image.sh failed"; }
   echo "$out"
   grep -q "^scdino: built $image in [0-9]*s, [0-9]* MB" <<<"$out" || fail "no build time and size line"
+  grep -qE "^scdino: $work/scdino.sqsh: [0-9]+ bytes, inodes [0-9]+; /usr/local/bin: .*scdino-trainer" <<<"$out" ||
+    fail "no checked .sqsh: $out $(tail -5 "$work/build.err")"
+  grep -qF "scdino: $work/scdino.sqsh ready for srun --container-image=$work/scdino.sqsh" <<<"$out" || fail "no ready line: $out"
+  unsquashfs -l "$work/scdino.sqsh" /usr/local/bin/scdino-trainer | grep -q scdino-trainer || fail "the .sqsh lacks the trainer"
+  [ -z "$("$engine" ps -a --format '{{.Names}}' | grep '^enroot\.')" ] || fail "enroot import left a container behind"
+  # The same with a docker client that has no daemon (this machine's).
+  echo '#!/bin/sh
+echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." >&2; exit 1' > "$work/docker"
+  chmod +x "$work/docker"
+  rm -f "$work/scdino.sqsh"
+  env PATH="$work:$enroot_path" bash "$src/scripts/build-image.sh" --prebuilt "$build" --tag scdino:test \
+    --sqsh "$work/scdino.sqsh" >"$work/daemonless.out" 2>&1 || { tail -5 "$work/daemonless.out"; fail "--sqsh with a daemonless docker client"; }
+  rm -f "$work/docker" "$work/scdino.sqsh"
+  # A failing import: a non-zero exit that says what failed, no file, no container.
+  err=$(env PATH="$enroot_path" FAKE_ENROOT_FAIL=1 bash "$src/scripts/build-image.sh" --prebuilt "$build" --tag scdino:test \
+          --sqsh "$work/failed.sqsh" 2>&1) && fail "a failed enroot import exited 0"
+  grep -qF "'enroot import -o $work/failed.sqsh podman://$image' failed (exit 1)" <<<"$err" || fail "failed import: $err"
+  [ ! -e "$work/failed.sqsh" ] || fail "a failed import left $work/failed.sqsh"
+  [ -z "$("$engine" ps -a --format '{{.Names}}' | grep '^enroot\.')" ] || fail "a failed enroot import left a container behind"
+  echo "ok: --sqsh with podman only (Enroot's docker cleanup), with a daemonless docker client, and a failed import"
   # Labels: version, revision, source.
   labels=$("$engine" image inspect --format '{{json .Labels}}' "$image")
   for l in version revision source; do
@@ -70,7 +105,7 @@ image)
     ls -d /usr/include/torch /usr/include/grpc++ /opt/scdino /usr/local/include/* 2>/dev/null;
     find / -xdev \( -name "*_test" -o -name "*.cc" -o -name CMakeCache.txt \) -not -path "/proc/*" 2>/dev/null | head' 2>&1)
   for b in scdino-trainer scdino-features scdino-eval scdinoctl scdino-synth scdino-stats scdino-config \
-           scdino-convert-checkpoint small-data.yaml; do
+           scdino-convert-checkpoint scdino-gpu-check small-data.yaml; do
     grep -qx "$b" <<<"$listing" || fail "the image lacks $b: $listing"
   done
   leftovers=$(grep -vxE 'scdino-[a-z-]+|scdinoctl|[a-z-]+\.yaml|/usr/local/bin:|/usr/local/share/scdino/configs:|' <<<"$listing")

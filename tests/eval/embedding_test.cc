@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "support/test_support.h"
+
 namespace scdino::eval {
 namespace {
 
@@ -99,24 +101,7 @@ TEST(Pca2, HandlesOneFeatureAndConstantData) {
   EXPECT_NEAR(wide->explained_variance_ratio[0] + wide->explained_variance_ratio[1], 1.0, 1e-6);
 }
 
-// Three clusters in 20-D, 60 points each, centres 10 apart on the axes.
-std::vector<float> Clusters(int64_t per, int64_t d, std::vector<int>& label) {
-  std::mt19937_64 rng(3);
-  std::normal_distribution<float> g;
-  std::vector<float> x;
-  for (int c = 0; c < 3; ++c) {
-    for (int64_t i = 0; i < per; ++i) {
-      for (int64_t k = 0; k < d; ++k) x.push_back(g(rng) + (k == c ? 10.0f : 0.0f));
-      label.push_back(c);
-    }
-  }
-  return x;
-}
-
-void ExpectInvalid(const Status& s, const std::string& needle) {
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
-  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message() << " should mention " << needle;
-}
+using scdino::testing::ExpectInvalid;
 
 TEST(Pca2, RejectsBadInputsNamingWhat) {
   ExpectInvalid(Pca2({1, 2}, 1, 2).status(), "n = 1");

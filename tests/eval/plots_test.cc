@@ -33,10 +33,7 @@ size_t DistinctColours(const cv::Mat& img) {
   return seen.size();
 }
 
-void ExpectInvalid(const Status& s, const std::string& needle) {
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
-  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message() << " should mention " << needle;
-}
+using scdino::testing::ExpectInvalid;
 
 const std::vector<std::string> kNames = {"CD4+ T cell", "CD8+ T cell", "B cell", "NK cell", "classical monocyte",
                                          "plasmacytoid dendritic cell"};

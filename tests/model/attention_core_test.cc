@@ -1,9 +1,12 @@
-// The CPU paths of the step against the plain tensor-op formulas they
-// replace: the attention core (CpuAttention vs TensorAttention) and the
+// The fast paths of the step against the plain tensor-op formulas they
+// replace: the attention core (CpuAttention and FusedAttention vs
+// TensorAttention) and the
 // head's weight-normalised last layer (column scaling vs a normalised copy
 // of the weight), values and gradients.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <functional>
 
 #include "model/attention_core.h"
 #include "model/dino_head.h"
@@ -18,22 +21,39 @@ void ExpectClose(const torch::Tensor& got, const torch::Tensor& want, const char
   EXPECT_LE(err, 1e-5 * scale + 1e-7) << what << ": largest difference " << err << " of " << scale;
 }
 
-TEST(AttentionCore, CpuAttentionEqualsTheTensorOpsInValuesAndGradients) {
-  torch::manual_seed(3);
+using Attention = std::function<torch::Tensor(const torch::Tensor& qkv, int64_t heads, double scale)>;
+
+// `fast` against the tensor ops on three shapes: outputs and qkv gradients.
+void ExpectSameAsTheTensorOps(const Attention& fast, torch::ScalarType dtype) {
   for (auto [B, N, C, H] : std::vector<std::array<int64_t, 4>>{{3, 17, 24, 3}, {2, 5, 8, 1}, {4, 37, 64, 4}}) {
-    auto qkv = torch::randn({B, N, 3 * C}).requires_grad_(true);
-    auto grad = torch::randn({B, N, C});
+    auto qkv = torch::randn({B, N, 3 * C}, dtype).requires_grad_(true);
+    auto grad = torch::randn({B, N, C}, dtype);
     const double scale = 1.0 / std::sqrt(static_cast<double>(C / H));
-    ASSERT_TRUE(CpuAttentionApplies(qkv));
-    auto fast = CpuAttention(qkv, H, scale);
-    fast.backward(grad);
+    auto out = fast(qkv, H, scale);
+    out.backward(grad);
     auto fast_grad = qkv.grad().clone();
     qkv.mutable_grad() = torch::Tensor();
     auto plain = TensorAttention(qkv, H, scale);
     plain.backward(grad);
-    ExpectClose(fast, plain, "output");
+    ExpectClose(out, plain, "output");
     ExpectClose(fast_grad, qkv.grad(), "qkv gradient");
   }
+}
+
+TEST(AttentionCore, CpuAttentionEqualsTheTensorOpsInValuesAndGradients) {
+  torch::manual_seed(3);
+  ASSERT_TRUE(CpuAttentionApplies(torch::randn({2, 5, 24})));
+  ExpectSameAsTheTensorOps(CpuAttention, torch::kFloat32);
+}
+
+// LibTorch 2.x's fused attention, which the GPU path takes, against the
+// tensor ops on the CPU (the same kernels' math fallback): values and
+// gradients, float32 and float64. Runs in the GPU image's unit tests
+// (LibTorch 2.6); Debian 12's 1.13 has no fused attention.
+TEST(AttentionCore, FusedAttentionEqualsTheTensorOpsInValuesAndGradients) {
+  if (!FusedAttentionAvailable()) GTEST_SKIP() << "this LibTorch has no scaled_dot_product_attention (before 2.1)";
+  torch::manual_seed(5);
+  for (auto dtype : {torch::kFloat32, torch::kFloat64}) ExpectSameAsTheTensorOps(FusedAttention, dtype);
 }
 
 TEST(AttentionCore, TakesTheTensorOpsWhereTheCpuPathDoesNotApply) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "common/torch_compat.h"
 #include "model/dino.h"
 #include "model/precision.h"
 #include "support/tiny_model.h"
@@ -148,7 +149,7 @@ TEST(Autocast, GuardCastsMatmulsToBf16AndRestoresTheState) {
     AutocastGuard guard(torch::kCPU, Precision::kBf16);
     EXPECT_EQ(torch::matmul(a, a).scalar_type(), torch::kBFloat16);
   }
-  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+  EXPECT_FALSE(compat::AutocastEnabled(torch::kCPU));
   EXPECT_EQ(torch::matmul(a, a).scalar_type(), torch::kFloat);
   {
     AutocastGuard fp32(torch::kCPU, Precision::kFp32);
@@ -185,7 +186,7 @@ TEST(Autocast, Bf16StepKeepsFp32MasterWeightsAndTracksTheFp32Loss) {
     EXPECT_EQ(p.param.grad().scalar_type(), torch::kFloat) << p.name;
   }
   EXPECT_EQ(mixed.loss->center.scalar_type(), torch::kFloat);
-  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+  EXPECT_FALSE(compat::AutocastEnabled(torch::kCPU));
 }
 
 }  // namespace

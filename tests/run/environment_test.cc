@@ -1,7 +1,8 @@
 // run::ConfigureCpu: the thread count LibTorch gets, and freed large tensors
 // reused from the heap instead of fresh mappings (counted as the process's
 // minor page faults: each 4 KiB page of a fresh mapping faults on first
-// touch).
+// touch). run::DecideDevice: the device every value of scdino.device gives
+// for any GPU count, build and cuDNN (the refusals name the config and key).
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <torch/torch.h>
@@ -40,6 +41,88 @@ TEST(ConfigureCpu, FreedLargeTensorsAreReusedWithoutPageFaults) {
   // With glibc's defaults the heap's free top goes back to the kernel at
   // every step's end and 24,544 pages (96 MiB) fault in again each step.
   EXPECT_LT(faults, 1000) << "a step's tensors faulted " << faults << " pages in again";
+}
+
+RunConfig WithDevice(const std::string& device) {
+  RunConfig c;
+  c.source_path = "run.yaml";
+  c.scdino.device = device;
+  return c;
+}
+
+DeviceFacts Facts(bool cuda_build, int64_t gpus, bool stub = false) {
+  DeviceFacts f;
+  f.cuda_build = cuda_build;
+  f.visible_gpus = gpus;
+  f.cudnn_stub = stub;
+  return f;
+}
+
+TEST(DecideDevice, CpuAndAutoWithoutAGpuRunOnTheCpuAndSayWhy) {
+  LaunchInfo one;
+  auto d = DecideDevice(WithDevice("cpu"), one, Facts(true, 0));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->gpu, -1);
+  EXPECT_EQ(d->why, "scdino.device cpu");
+  d = DecideDevice(WithDevice("cpu"), one, Facts(true, 2));
+  EXPECT_EQ(d->gpu, -1);
+  EXPECT_EQ(d->why, "scdino.device cpu: 2 GPU(s) visible, not used");
+  d = DecideDevice(WithDevice("auto"), one, Facts(true, 0));
+  EXPECT_EQ(d->gpu, -1);
+  EXPECT_EQ(d->why, "scdino.device auto: no GPU visible");
+  d = DecideDevice(WithDevice("auto"), one, Facts(false, 0));
+  EXPECT_EQ(d->why, "scdino.device auto: a build without CUDA");
+}
+
+TEST(DecideDevice, CudaWithoutAGpuIsRefusedNamingTheConfigAndKey) {
+  LaunchInfo one;
+  auto d = DecideDevice(WithDevice("cuda"), one, Facts(true, 0));
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(d.status().message().find("run.yaml: scdino.device is cuda, but no GPU is visible"), std::string::npos)
+      << d.status().message();
+  EXPECT_NE(d.status().message().find("scdino.device: auto would run on the CPU"), std::string::npos);
+  d = DecideDevice(WithDevice("cuda"), one, Facts(false, 0));
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("this build of scdino has no CUDA"), std::string::npos) << d.status().message();
+}
+
+// An image built with the cuDNN stand-in refuses a GPU at start, whatever
+// the key, instead of failing in its first cuDNN call; the CPU stays open.
+TEST(DecideDevice, AGpuWithTheCudnnStandInIsRefused) {
+  LaunchInfo one;
+  for (const char* key : {"auto", "cuda"}) {
+    auto d = DecideDevice(WithDevice(key), one, Facts(true, 1, /*stub=*/true));
+    ASSERT_FALSE(d.ok()) << key;
+    EXPECT_EQ(d.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(d.status().message().find("run.yaml: scdino.device is " + std::string(key) + " and 1 GPU(s) are visible, "
+                                        "but this image carries a stand-in for cuDNN"),
+              std::string::npos)
+        << d.status().message();
+    EXPECT_NE(d.status().message().find("--cudnn download"), std::string::npos);
+  }
+  auto cpu = DecideDevice(WithDevice("cpu"), one, Facts(true, 1, /*stub=*/true));
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(cpu->gpu, -1);
+}
+
+TEST(DecideDevice, EachRankTakesItsGpuOrTheOneItIsBoundTo) {
+  LaunchInfo rank2;
+  rank2.local_rank = 2;
+  rank2.local_world_size = 4;
+  auto d = DecideDevice(WithDevice("auto"), rank2, Facts(true, 4));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->gpu, 2);
+  EXPECT_EQ(d->why, "scdino.device auto: GPU 2 of 4 (local rank 2)");
+  // Bound to one GPU (srun --gpus-per-task=1): it is device 0.
+  d = DecideDevice(WithDevice("cuda"), rank2, Facts(true, 1));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->gpu, 0);
+  // More ranks than GPUs on the node: refused with both counts.
+  d = DecideDevice(WithDevice("cuda"), rank2, Facts(true, 2));
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("this node runs 4 ranks but has 2 GPU(s)"), std::string::npos)
+      << d.status().message();
 }
 
 }  // namespace

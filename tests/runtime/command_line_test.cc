@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "common/files.h"
+#include "common/torch_compat.h"
 #include "run/environment.h"
 #include "runtime/exit_codes.h"
 #include "runtime/signals.h"
@@ -79,7 +80,12 @@ TEST(CommandLine, HelpListsEveryFlagWithItsDefaultAndVersionPrintsTheVersion) {
   }
   auto v = ParseWith({"--version"});
   EXPECT_EQ(v.code, kExitCompleted);
-  EXPECT_EQ(v.out, std::string("scdino-x ") + SCDINO_VERSION + "\n");
+  EXPECT_EQ(v.out.rfind(std::string("scdino-x ") + SCDINO_VERSION + "\nLibTorch " + compat::TorchVersion(), 0), 0u) << v.out;
+  // A CPU build says it has no CUDA; a CUDA build says which and how many
+  // GPUs it sees (none here).
+  EXPECT_TRUE(v.out.find("CPU only (built without CUDA)") != std::string::npos ||
+              (v.out.find("compiled in") != std::string::npos && v.out.find("GPUs visible: ") != std::string::npos))
+      << v.out;
 }
 
 TEST(CommandLine, BadCommandLinesNameTheFlagAndValue) {
@@ -125,6 +131,24 @@ TEST(Device, CudaWithoutAGpuNamesTheConfig) {
   EXPECT_NE(d.status().message().find(s.file("gpu.yaml") + ": scdino.device is cuda"), std::string::npos)
       << d.status().message();
   EXPECT_EQ(ExitCodeFor(d.status()), kExitBadInput);
+}
+
+// auto is the GPU when one is visible, else the CPU, and says which; the
+// config then holds what was chosen (precision and the like follow it).
+TEST(Device, AutoRunsOnTheCpuWhereNoGpuIsVisibleAndSaysSo) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is present";
+  ScratchDir s;
+  ASSERT_TRUE(WriteFileAtomic(s.file("auto.yaml"), "meta: {output_dir: \"" + s.path() + "\"}\n"
+                                                   "scdino: {device: auto, data_source: synthetic}\n")
+                  .ok());
+  auto config = run::LoadRunConfig(s.file("auto.yaml"));
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  auto d = run::PickDevice(*config, run::LaunchInfo{});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_TRUE(d->device.is_cpu());
+  EXPECT_EQ(config->scdino.device, "cpu");
+  EXPECT_TRUE(d->why == "scdino.device auto: no GPU visible" || d->why == "scdino.device auto: a build without CUDA")
+      << d->why;
 }
 
 TEST(ExitCodes, BadInputIsTwoEverythingElseOne) {

@@ -16,3 +16,22 @@ ctl="$build/services/ctl/scdinoctl"
 TINY_HYPERPARAMETERS="{arch: vit_tiny, embed_dim: 32, depth: 2, num_heads: 2, patch_size: 8, global_crops_size: 16,
                     local_crops_size: 8, local_crops_number: 2, out_dim: 64, head_hidden_dim: 32,
                     head_bottleneck_dim: 16, warmup_epochs: 1, drop_path_rate: 0.0}"
+
+# path_without TOOL...: a PATH with every command of this one except the
+# named tools (a directory of links to the rest), to test a machine that
+# lacks them whether or not this one has them.
+path_without() {
+  local dir d f skip
+  dir=$(mktemp -d "$work/path-without.XXXXXX")
+  IFS=: read -r -a dirs <<<"$PATH"
+  for d in "${dirs[@]}"; do
+    [ -d "$d" ] || continue
+    for f in "$d"/*; do
+      [ -x "$f" ] && [ ! -d "$f" ] || continue
+      skip=0
+      for t in "$@"; do [ "${f##*/}" = "$t" ] && skip=1; done
+      [ "$skip" = 1 ] || [ -e "$dir/${f##*/}" ] || ln -s "$f" "$dir/${f##*/}"
+    done
+  done
+  echo "$dir"
+}

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <string>
 
+#include "common/status.h"
+
 namespace scdino::testing {
 
 /// ../shared beside the repository (CI has it there), or $SCDINO_SHARED_DIR.
@@ -37,6 +39,12 @@ class ScratchDir {
  private:
   std::filesystem::path path_;
 };
+
+/// `s` is InvalidArgument and its message mentions `needle`.
+inline void ExpectInvalid(const Status& s, const std::string& needle) {
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message() << " should mention " << needle;
+}
 
 /// |a - b| <= atol + rtol * |b| elementwise; on failure reports the worst
 /// element, its values and the tensor's scale.

@@ -1,0 +1,126 @@
+// Every difference between the LibTorch versions scdino builds against, in
+// one place: Debian 12's 1.13 (the host build), Debian 13's 2.6 with CUDA
+// (containers/Dockerfile.cuda) and NVIDIA's NGC 2.x. The rest of the code
+// calls what is here and tests no version itself.
+//
+// What changed, and where it is used:
+// - autocast: 2.4 replaced the per-device setters (set_enabled,
+//   set_cpu_enabled, ...) with ones taking the device type (model/precision).
+// - scaled_dot_product_attention: 2.0 added the fused attention (flash and
+//   memory-efficient kernels on CUDA), 2.1 its `scale` argument
+//   (model/attention_core).
+// - c10d: 2.0 moved the collectives of Gloo and NCCL onto c10d::Backend;
+//   2.4 gave ProcessGroupNCCL an explicit shutdown (training/distributed) and
+//   made TCPStore's libuv server the default (run/coordinator).
+// Stateless; every function is as thread-safe as the LibTorch call it wraps.
+#pragma once
+
+#include <ATen/autocast_mode.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#define SCDINO_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+#if SCDINO_TORCH_AT_LEAST(2, 0)
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#endif
+// c10d's own guard of its NCCL header, which training/ defines in a build
+// against a CUDA LibTorch with NCCL.
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace scdino::compat {
+
+/// "1.13.1", "2.6.0": the LibTorch this program was compiled against.
+inline const char* TorchVersion() { return TORCH_VERSION; }
+
+// ---- autocast --------------------------------------------------------------
+
+inline bool AutocastEnabled(torch::DeviceType t) {
+#if SCDINO_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(t);
+#else
+  return t == torch::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+#endif
+}
+
+inline void SetAutocastEnabled(torch::DeviceType t, bool on) {
+#if SCDINO_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(t, on);
+#else
+  t == torch::kCUDA ? at::autocast::set_enabled(on) : at::autocast::set_cpu_enabled(on);
+#endif
+}
+
+inline torch::ScalarType AutocastDtype(torch::DeviceType t) {
+#if SCDINO_TORCH_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(t);
+#else
+  return t == torch::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
+inline void SetAutocastDtype(torch::DeviceType t, torch::ScalarType d) {
+#if SCDINO_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_dtype(t, d);
+#else
+  t == torch::kCUDA ? at::autocast::set_autocast_gpu_dtype(d) : at::autocast::set_autocast_cpu_dtype(d);
+#endif
+}
+
+// ---- fused attention -------------------------------------------------------
+
+/// Whether this LibTorch has scaled_dot_product_attention with a scale.
+constexpr bool kHaveScaledDotProductAttention = SCDINO_TORCH_AT_LEAST(2, 1);
+
+/// softmax(q k^T * scale) v over [B, heads, N, d] tensors by LibTorch's fused
+/// kernels (flash or memory-efficient attention on sm80+ GPUs, a math
+/// fallback elsewhere). Only where kHaveScaledDotProductAttention.
+inline torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                               double scale) {
+#if SCDINO_TORCH_AT_LEAST(2, 1)
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/false, scale);
+#else
+  (void)q, (void)k, (void)v, (void)scale;
+  TORCH_CHECK(false, "scaled_dot_product_attention needs LibTorch 2.1 or later; this is ", TORCH_VERSION);
+#endif
+}
+
+// ---- c10d ------------------------------------------------------------------
+
+/// TCPStore options for the rendezvous. 2.4 made the libuv server the
+/// default (useLibUV); Debian's LibTorch 2.6 is built without libuv and
+/// refuses it ("use_libuv was requested but PyTorch was build without libuv
+/// support"), so the classic server is asked for, which every version has.
+inline c10d::TCPStoreOptions TcpStoreOptions() {
+  c10d::TCPStoreOptions o;
+#if SCDINO_TORCH_AT_LEAST(2, 2)
+  o.useLibUV = false;
+#endif
+  return o;
+}
+
+/// What a Gloo or NCCL process group is an instance of.
+#if SCDINO_TORCH_AT_LEAST(2, 0)
+using CollectiveBackend = c10d::Backend;
+#else
+using CollectiveBackend = c10d::ProcessGroup;
+#endif
+
+#ifdef USE_C10D_NCCL
+/// Ends an NCCL process group's communicators now (2.4+); before, the
+/// destructor does, and may wait on work of peers that already exited.
+inline void ShutdownNccl(c10d::ProcessGroupNCCL& pg) {
+#if SCDINO_TORCH_AT_LEAST(2, 4)
+  pg.shutdown();
+#else
+  (void)pg;
+#endif
+}
+#endif
+
+}  // namespace scdino::compat

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The GPU image made from Debian packages only (containers/Dockerfile.cuda:
+# Debian 13, LibTorch 2.6 with CUDA 12.4 and NCCL 2.22, the cuDNN stand-in),
+# built with podman and tested on this machine, which has no GPU:
+#   - scripts/build-image.sh --cuda, cold or from the build cache;
+#   - what the image holds: the services linked against the CUDA LibTorch,
+#     no NVIDIA driver library (libcuda.so.1 is the host's, mounted at run
+#     time), the cuDNN stand-in and the label that says so; every binary
+#     starts, and --version shows LibTorch 2.6, CUDA and NCCL compiled in,
+#     the stand-in and no GPU;
+#   - the unit tests (every GoogleTest suite, `ctest -L unit`) compiled
+#     against LibTorch 2.6 and run in the image's compiling stage, except
+#     the AnnData round trips (Debian 13 has no python3-anndata);
+#   - a short CPU training of the README's recipe in the runtime image with
+#     scdino.device auto (no GPU: the CPU, said at start), then cuda (exit 2
+#     naming the key).
+#   bash tests/deploy/gpu_image_test.sh SOURCE_DIR BUILD_DIR [build]
+# `build` only builds the image (scripts/test.sh starts that beside the host
+# build, so that the test itself finds it in the build cache).
+# Lines starting with FAIL: fail the ctest.
+set -uo pipefail
+if [ "${3:-}" = build ]; then
+  exec bash "$1/scripts/build-image.sh" --cuda --tag scdino:cuda-test --build-stage scdino:cuda-test-build
+fi
+source "$(dirname "$0")/../support/lib.sh" gpu-image "$1" "$2"
+source "$src/containers/engine.sh"
+scdino_engine_init || { echo "FAIL: no container engine"; exit 1; }
+engine=$scdino_engine
+image=localhost/scdino:cuda-test
+stage=localhost/scdino:cuda-test-build
+fail() { echo "FAIL: $*"; exit 1; }
+run_in() {  # run_in IMAGE ARGS...: a command in IMAGE, $work mounted, host network
+  local img=$1
+  shift
+  "$engine" run --rm "${scdino_engine_flags[@]}" --network host -v "$work:$work" -w "$work" "$img" "$@"
+}
+
+start=$(date +%s)
+bash "$src/scripts/build-image.sh" --cuda --tag scdino:cuda-test --build-stage scdino:cuda-test-build \
+  >"$work/build.out" 2>"$work/build.err" || { tail -40 "$work/build.err"; fail "build-image.sh --cuda failed"; }
+cat "$work/build.out"
+echo "ok: built $image in $(( $(date +%s) - start )) s"
+
+# What the image holds.
+[ "$("$engine" image inspect --format '{{index .Labels "org.scdino.cudnn"}}' "$image")" = stub ] ||
+  fail "the image's label org.scdino.cudnn does not say stub"
+held=$(run_in "$image" sh -c 'ls /usr/local/bin; find / -xdev -name "libcuda.so*" -not -path "/proc/*" 2>/dev/null;
+  readlink -f /usr/lib/x86_64-linux-gnu/libcudnn.so.9; dpkg-query -W -f="\${Package} \${Version}\n" nvidia-cudnn libtorch-cuda-2.6 libnccl2;
+  cat /usr/local/share/scdino/cuda-architectures.txt; for p in gcc g++ cc nvcc cmake; do command -v $p; done' 2>&1)
+echo "$held"
+for b in scdino-trainer scdino-features scdino-eval scdinoctl scdino-synth scdino-stats scdino-config; do
+  grep -qx "$b" <<<"$held" || fail "the image lacks $b"
+  v=$(run_in "$image" "$b" --version 2>&1) || fail "$b --version failed in the image: $v"
+done
+! grep -q "libcuda.so" <<<"$held" || fail "the image holds an NVIDIA driver library (it must come from the host)"
+grep -q "^nvidia-cudnn 9.0.0.312~cuda12+scdino.stub$" <<<"$held" || fail "the image's cuDNN is not the stand-in"
+grep -q "^libtorch-cuda-2.6 2.6" <<<"$held" && grep -q "^libnccl2 2.22" <<<"$held" || fail "not LibTorch 2.6 CUDA with NCCL 2.22"
+grep -q "sm_90" <<<"$held" || fail "no sm_90 (H100) code in libtorch_cuda.so"
+! grep -qE "^/usr/bin/(gcc|g\+\+|cc|nvcc|cmake)$" <<<"$held" || fail "the runtime image holds a compiler or CMake"
+version=$(run_in "$image" scdino-trainer --version 2>&1)
+echo "$version"
+for want in "LibTorch 2.6" "CUDA 12.4 compiled in" "NCCL 2.22" "cuDNN: the image's stand-in" "GPUs visible: 0"; do
+  grep -qF "$want" <<<"$version" || fail "scdino-trainer --version lacks '$want': $version"
+done
+run_in "$image" scdino-trainer --help >/dev/null 2>&1 || fail "scdino-trainer --help failed in the image"
+echo "ok: image holds the services (LibTorch 2.6 CUDA, NCCL 2.22, cuDNN stand-in labelled), no driver library, no compiler"
+
+# The unit tests against LibTorch 2.6, in the compiling stage.
+shared=${SCDINO_SHARED_DIR:-$src/../shared}
+"$engine" run --rm "${scdino_engine_flags[@]}" --network host -v "$(cd "$shared" && pwd):/opt/scdino/shared:ro" \
+  -e SCDINO_SHARED_DIR=/opt/scdino/shared -e OMP_NUM_THREADS=1 -e OPENBLAS_NUM_THREADS=1 "$stage" \
+  ctest --test-dir /opt/scdino/build -L unit -E "WriteH5ad\.(AnndataReadsBack|ZeroObsRoundTrips|UnicodeRoundTrips)" --output-on-failure --parallel "$(nproc)" --timeout 600 \
+  >"$work/unit.out" 2>&1
+rc=$?
+grep -E "tests passed|tests failed|Total Test time" "$work/unit.out"
+[ "$rc" = 0 ] || { grep -E "\*\*\*Failed|Failed  |Exception|Timeout" "$work/unit.out" | head -30; tail -60 "$work/unit.out"; fail "unit tests failed on LibTorch 2.6"; }
+grep -q "100% tests passed" "$work/unit.out" || fail "no unit test result: $(tail -5 "$work/unit.out")"
+echo "ok: unit tests on LibTorch 2.6 (CUDA build, no GPU)"
+
+# A short CPU training of the recipe in the runtime image.
+run_in "$image" scdino-synth --out "$work/data/example" --classes 4 --per-class 16 --channels 5 --size 50 --seed 7 \
+  --difficulty 0.6 >/dev/null || fail "scdino-synth in the image failed"
+sed -e 's/^  device: cpu/  device: auto/' -e 's/^  epochs: 16/  epochs: 2/' "$src/configs/small-data.yaml" > "$work/auto.yaml"
+grep -q "device: auto" "$work/auto.yaml" || fail "could not set scdino.device: auto"
+run_in "$image" scdino-trainer --config "$work/auto.yaml" --threads 2 >"$work/train.out" 2>&1 ||
+  { tail -20 "$work/train.out"; fail "a CPU training in the GPU image failed"; }
+grep -qF "device cpu (scdino.device auto: no GPU visible)" "$work/train.out" || { tail -20 "$work/train.out"; fail "the trainer did not say it runs on the CPU for want of a GPU"; }
+[ -s "$work/runs/example/checkpoint.safetensors" ] && [ "$(wc -l < "$work/runs/example/log.jsonl")" = 2 ] ||
+  fail "no 2 epochs trained in the GPU image"
+echo "ok: scdino.device auto trains on the CPU in the GPU image"
+sed 's/^  device: auto/  device: cuda/' "$work/auto.yaml" > "$work/cuda.yaml"
+out=$(run_in "$image" scdino-trainer --config "$work/cuda.yaml" 2>&1); rc=$?
+[ "$rc" = 2 ] || fail "scdino.device cuda without a GPU exited $rc, expected 2: $out"
+grep -qF "$work/cuda.yaml: scdino.device is cuda, but no GPU is visible" <<<"$out" || fail "no clear error for cuda without a GPU: $out"
+echo "ok: scdino.device cuda without a GPU: exit 2 naming the key"
