@@ -64,5 +64,11 @@ fi
 echo "scdino: installing ${#missing[@]} Debian packages: ${missing[*]}" >&2
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
 export DEBIAN_FRONTEND=noninteractive
+# A package run cut short (a killed apt, a lost machine) leaves dpkg
+# "interrupted", and every apt-get install then refuses: finish it first.
+if [ -n "$($SUDO dpkg --audit 2>/dev/null)" ]; then
+  echo "scdino: dpkg was interrupted by an earlier package run; finishing it (dpkg --configure -a)" >&2
+  $SUDO dpkg --configure -a >/dev/null
+fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
