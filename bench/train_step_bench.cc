@@ -12,6 +12,9 @@
 //     [--global 224] [--local 96] [--local-crops 8] [--batch 8]
 //     [--out-dim 65536] [--depth 0] [--steps 3] [--warmup 1] [--threads 0]
 //     [--device cpu|cuda] [--flops-per-cycle 32] [--profile TRACE.json]
+//     [--cpu-gemm 1]
+// --cpu-gemm 0 sends every product to LibTorch's own ops (scdino.cpu_gemm:
+// false); the JSON line names what served them (cpu_products).
 // --profile writes LibTorch's per-operator trace of the timed steps (Chrome
 // trace format; bench/profile_summary.py sums it per operator).
 #include <chrono>
@@ -25,6 +28,7 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 
 #include "bench/bench_flags.h"
+#include "model/cpu_gemm.h"
 #include "model/dino.h"
 #include "model/vit.h"
 #include "run/environment.h"
@@ -93,10 +97,12 @@ int main(int argc, char** argv) {
                                {{"arch", "vit_small"}, {"patch", "16"}, {"channels", "5"}, {"global", "224"},
                                 {"local", "96"}, {"local-crops", "8"}, {"batch", "8"}, {"out-dim", "65536"},
                                 {"depth", "0"}, {"steps", "3"}, {"warmup", "1"}, {"threads", "0"}, {"device", "cpu"},
-                                {"flops-per-cycle", "32"}, {"profile", ""}});
+                                {"flops-per-cycle", "32"}, {"profile", ""}, {"cpu-gemm", "1"}});
   auto num = [&](const char* k) { return a.num(k); };
-  const int threads = scdino::run::ConfigureCpu(num("threads"));
+  // --cpu-gemm 0: every product on LibTorch's own ops (scdino.cpu_gemm: false).
+  const int threads = scdino::run::ConfigureCpu(num("threads"), num("cpu-gemm") != 0);
   torch::Device device = a.str("device") == "cuda" ? torch::kCUDA : torch::kCPU;
+  if (device.is_cpu()) scdino::run::KeepFreedMemoryForCpuTraining();
 
   scdino::model::DinoOptions o;
   o.vit = scdino::model::VitOptions::Preset(a.str("arch"));
@@ -143,6 +149,7 @@ int main(int argc, char** argv) {
                       {"out_dim", o.out_dim},
                       {"device", a.str("device")},
                       {"threads", threads},
+                      {"cpu_products", scdino::model::CpuGemmDescription()},
                       {"steps", num("steps")},
                       {"step_s", secs / static_cast<double>(num("steps"))},
                       {"images_per_s", static_cast<double>(B * num("steps")) / secs},

@@ -2,11 +2,12 @@
 # Installs the Debian packages scdino builds, tests and packages with.
 # Idempotent: when every package is already installed it does nothing.
 #
-#   bash scripts/install-deps.sh            # everything (scripts/setup.sh)
-#   bash scripts/install-deps.sh build      # only what compiling needs (containers/Dockerfile)
+#   bash scripts/install-deps.sh            # everything (scripts/test.sh)
+#   bash scripts/install-deps.sh build      # only what compiling needs (scripts/setup.sh, the Dockerfiles)
 #
-# Groups: build (compilers and -dev packages), unit (what the C++ test suites
-# run: GoogleTest, Python with numpy, anndata and grpcio as real peers), test
+# Groups: build (compilers and -dev packages, GoogleTest's among them: the
+# configure step declares the suites), unit (what the C++ test suites run
+# beside themselves: Python with numpy, anndata and grpcio as real peers), test
 # (unit, plus the servers the other tests start: Prometheus, Alertmanager,
 # node_exporter; python3-torch for the converter), container (podman,
 # mmdebstrap and runc for the container tests and scripts/build-image.sh;
@@ -20,14 +21,13 @@ set -euo pipefail
 read -r -a libtorch <<<"${SCDINO_LIBTORCH_PACKAGES:-libtorch-dev libgloo-dev}"
 build=(
   build-essential cmake ninja-build ccache pkg-config git python3
-  "${libtorch[@]}" libopenblas0-pthread
+  "${libtorch[@]}" libopenblas0-pthread libopenblas-dev libdnnl-dev
   libtiff-dev libopencv-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libssl-dev libyaml-cpp-dev nlohmann-json3-dev
-  libhdf5-dev libcli11-dev
+  libhdf5-dev libcli11-dev libgtest-dev libgmock-dev
 )
 unit=(
-  libgtest-dev libgmock-dev
   python3-numpy python3-anndata python3-grpcio
 )
 test=(

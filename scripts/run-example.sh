@@ -11,7 +11,10 @@
 # they made already).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ "${SCDINO_SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh
+# Only the programs below are built (the test suites and benchmarks are
+# scripts/test.sh's).
+[ "${SCDINO_SKIP_SETUP:-0}" = 1 ] ||
+  bash scripts/setup.sh scdino-synth scdino-stats scdino-trainer scdino-features scdino-eval
 build_dir=${BUILD_DIR:-build}
 config=${1:-configs/small-data.yaml}
 key() { awk -v k="$1" '$1 == k":" {v=$2; gsub(/"/, "", v); print v; exit}' "$config"; }

@@ -6,7 +6,7 @@
 
 #include "data/multicrop.h"
 #include "data/sampler.h"
-#include "data/source.h"
+#include "data/batch_source.h"
 
 namespace scdino::data {
 

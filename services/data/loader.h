@@ -18,7 +18,7 @@
 #include "data/dataset.h"
 #include "data/multicrop.h"
 #include "data/sampler.h"
-#include "data/source.h"
+#include "data/batch_source.h"
 
 namespace scdino::data {
 

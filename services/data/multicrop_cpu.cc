@@ -1,5 +1,4 @@
 // The fused CPU path of the multi-crop augmentation (see multicrop.h).
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <array>
@@ -150,27 +149,28 @@ torch::Tensor CropBatchFusedCpu(const torch::Tensor& images, const std::vector<C
     shift[c] = static_cast<float>(-o.mean[c] / o.std[c]);
   }
   const float threshold = static_cast<float>(o.solarize_threshold);
-  at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> z;
-    for (int64_t b = begin; b < end; ++b) {
-      const CropParams& p = params[b];
-      const int64_t top = static_cast<int64_t>(p.top), left = static_cast<int64_t>(p.left);
-      const int64_t ch = static_cast<int64_t>(p.height), cw = static_cast<int64_t>(p.width);
-      TORCH_CHECK(top >= 0 && left >= 0 && top + ch <= (sizes.empty() ? H : sizes[b][0]) &&
-                      left + cw <= (sizes.empty() ? W : sizes[b][1]),
-                  "crop box outside the image");
-      const std::vector<double> blur = p.blur_sigma > 0 ? GaussianKernel(p.blur_sigma, o.blur_kernel) : std::vector<double>{};
-      const auto wy = Weights(S, ch, p.vflip, blur);
-      const auto wx = Weights(S, cw, p.hflip, blur);
-      z.resize(static_cast<size_t>(ch * S));
-      for (int64_t c = 0; c < C; ++c) {
-        const float* plane = src_all + ((b * C + c) * H + top) * W + left;
-        const float f = p.brightness.empty() ? 1.0f : static_cast<float>(p.brightness[c]);
-        ComputePlane(plane, W, ch, S, wx, wy, z.data(), f, p.solarize, threshold, scale[c], shift[c],
-                     dst_all + (b * C + c) * S * S);
-      }
+  // One image after the other on the calling thread (a loader thread: the
+  // step has LibTorch's threads). An at::parallel_for here was serial all
+  // along (common/parallel.h says why).
+  std::vector<float> z;
+  for (int64_t b = 0; b < B; ++b) {
+    const CropParams& p = params[b];
+    const int64_t top = static_cast<int64_t>(p.top), left = static_cast<int64_t>(p.left);
+    const int64_t ch = static_cast<int64_t>(p.height), cw = static_cast<int64_t>(p.width);
+    TORCH_CHECK(top >= 0 && left >= 0 && top + ch <= (sizes.empty() ? H : sizes[b][0]) &&
+                    left + cw <= (sizes.empty() ? W : sizes[b][1]),
+                "crop box outside the image");
+    const std::vector<double> blur = p.blur_sigma > 0 ? GaussianKernel(p.blur_sigma, o.blur_kernel) : std::vector<double>{};
+    const auto wy = Weights(S, ch, p.vflip, blur);
+    const auto wx = Weights(S, cw, p.hflip, blur);
+    z.resize(static_cast<size_t>(ch * S));
+    for (int64_t c = 0; c < C; ++c) {
+      const float* plane = src_all + ((b * C + c) * H + top) * W + left;
+      const float f = p.brightness.empty() ? 1.0f : static_cast<float>(p.brightness[c]);
+      ComputePlane(plane, W, ch, S, wx, wy, z.data(), f, p.solarize, threshold, scale[c], shift[c],
+                   dst_all + (b * C + c) * S * S);
     }
-  });
+  }
   return out;
 }
 

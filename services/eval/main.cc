@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "eval/checkpoint_evaluator.h"
+#include "eval/eval_wiring.h"
 #include "features/feature_job.h"
 #include "features/feature_set.h"
 #include "run/coordinator.h"
@@ -97,15 +98,8 @@ int main(int argc, char** argv) {
     o.device = device->device;
     o.threads = n_threads;
     o.attention = !no_attention;
-    o.control = &p->control();
+    AttachEvaluator(*p, &o);
     o.stop_signal = StopSignalReceived;
-    o.on_progress = [p](int64_t done, int64_t total) { p->ReportProgress(done, total); };
-    o.on_evaluated = [p](const scdino::eval::CheckpointRow& row) {
-      for (const auto& s : row.result.scores) {
-        p->ReportKnn(row.name, row.epoch, s.k, s.top1, s.report.balanced_accuracy);
-      }
-      p->CheckpointEvaluated();
-    };
     o.log = &std::cerr;
     o.out = &std::cout;
     scdino::eval::CheckpointEvaluator evaluator(config, o);

@@ -76,7 +76,13 @@ StatusOr<Backbone> BackboneFor(const run::RunConfig& config, const std::string& 
   if (checkpoint.empty()) {
     return RandomBackbone(config.dino_options().vit, static_cast<uint64_t>(config.meta.seed), device);
   }
-  return LoadBackbone(checkpoint, key, device);
+  auto backbone = LoadBackbone(checkpoint, key, device);
+  if (!backbone.ok()) return backbone;
+  if (auto s = config.CheckChannelCount(backbone->vit->options().in_chans(), checkpoint + " (its " + key + ")");
+      !s.ok()) {
+    return s;
+  }
+  return backbone;
 }
 
 ExtractOptions ExtractOptionsFor(const run::RunConfig& config, const run::LaunchInfo& launch, const std::string& name,

@@ -12,9 +12,9 @@
 // qkv projection's output and write into the merged [B, N, C] layout: no
 // head split or merge copies, no per-matrix select loop (LibTorch 1.13's CPU
 // bmm without MKL), the softmax scale folded into the products. Used for
-// float32 CPU tensors when the process has a one-thread product
-// (cpu_gemm.h's PairGemm: oneDNN's sgemm, else the Fortran BLAS LibTorch
-// links); tests/model/attention_core_test.cc checks that all three give
+// float32 CPU tensors when the build has a calling-thread product
+// (cpu_gemm.h's PairGemm: oneDNN's sgemm on LibTorch's OpenMP threads, and
+// scdino.cpu_gemm on); tests/model/attention_core_test.cc checks that all three give
 // the same values and gradients (the fused one on the CPU, in a LibTorch 2.x
 // build: the GPU image's unit tests), bench/attention_bench.cc times them.
 // Stateless; safe to call from one thread at a time per autograd graph.

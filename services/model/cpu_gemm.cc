@@ -1,94 +1,147 @@
 #include "model/cpu_gemm.h"
 
-#include <dlfcn.h>
+#include <atomic>
 
+#include <ATen/Config.h>
 #include <ATen/Parallel.h>
+
+#include "common/parallel.h"
+
+#ifdef SCDINO_GEMM_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
+#ifdef SCDINO_GEMM_OPENBLAS
+#include <cblas.h>
+#endif
 
 namespace scdino::model {
 
 namespace {
 
-// oneDNN's C entry (row-major; dnnl_dim_t is int64_t; returns a status).
-using DnnlSgemm = int (*)(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
-                          float, float*, int64_t);
-// The Fortran BLAS entry (column-major).
-using Sgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
-                       const int*, const float*, const int*, const float*, float*, const int*);
-using SetThreads = void (*)(int);
-using GetInt = int (*)();
+std::atomic<bool> g_enabled{true};
+std::atomic<int> g_blas_threads{0};  // 0: OpenBLAS's own default
 
-template <typename T>
-T Lookup(const char* name) {
-  return reinterpret_cast<T>(::dlsym(RTLD_DEFAULT, name));
+#ifdef SCDINO_GEMM_ONEDNN
+// oneDNN runs a product called inside a parallel region on the calling
+// thread when its runtime is OpenMP, the runtime LibTorch's parallel_for
+// uses in an AT_PARALLEL_OPENMP build: only then may products run side by
+// side, one per LibTorch thread.
+bool OneDnnSharesLibTorchThreads() {
+  static const bool shared = AT_PARALLEL_OPENMP && dnnl_version()->cpu_runtime == DNNL_RUNTIME_OMP;
+  return shared;
 }
 
-struct Libraries {
-  DnnlSgemm dnnl_sgemm = Lookup<DnnlSgemm>("dnnl_sgemm");
-  Sgemm sgemm = Lookup<Sgemm>("sgemm_");
-  SetThreads set_threads = Lookup<SetThreads>("openblas_set_num_threads");
-  GetInt get_threads = Lookup<GetInt>("openblas_get_num_threads");
-  // 0 sequential, 1 its own pthreads pool, 2 OpenMP. The OpenMP build runs
-  // a product called inside a parallel region on the calling thread by
-  // itself, and there openblas_set_num_threads would set OpenMP's thread
-  // count, LibTorch's too.
-  GetInt get_parallel = Lookup<GetInt>("openblas_get_parallel");
-  bool own_pool() const {
-    return set_threads != nullptr && get_threads != nullptr && get_parallel != nullptr && get_parallel() == 1;
-  }
-};
-
-const Libraries& Libs() {
-  static const Libraries libs;
-  return libs;
+void CheckDnnl(dnnl_status_t status, const char* what, int64_t M, int64_t N, int64_t K) {
+  TORCH_CHECK(status == dnnl_success, what, ": oneDNN's dnnl_sgemm failed with status ", static_cast<int>(status),
+              " (M ", M, ", N ", N, ", K ", K, ")");
 }
+#endif
 
 }  // namespace
 
-bool HasCpuGemm() { return Libs().dnnl_sgemm != nullptr; }
+CpuGemmLibraries LinkedCpuGemm() {
+  CpuGemmLibraries l;
+#ifdef SCDINO_GEMM_ONEDNN
+  l.onednn = true;
+#endif
+#ifdef SCDINO_GEMM_OPENBLAS
+  l.openblas = true;
+#endif
+  return l;
+}
 
-bool HasPairGemm() { return Libs().dnnl_sgemm != nullptr || Libs().sgemm != nullptr; }
+void ConfigureCpuGemm(int threads, bool enabled) {
+  g_enabled = enabled;
+#ifdef SCDINO_GEMM_OPENBLAS
+  if (threads > 0) {
+    openblas_set_num_threads(threads);
+    g_blas_threads = threads;
+  }
+#else
+  (void)threads;
+#endif
+}
+
+bool CpuGemmEnabled() { return g_enabled; }
+
+bool HasCpuGemm() {
+#if defined(SCDINO_GEMM_ONEDNN) || defined(SCDINO_GEMM_OPENBLAS)
+  return g_enabled;
+#else
+  return false;
+#endif
+}
+
+bool HasPairGemm() {
+#ifdef SCDINO_GEMM_ONEDNN
+  return g_enabled && OneDnnSharesLibTorchThreads();
+#else
+  return false;
+#endif
+}
 
 std::string CpuGemmDescription() {
-  const Libraries& l = Libs();
-  std::string d = l.dnnl_sgemm != nullptr ? "oneDNN sgemm" : "tensor ops";
-  if (l.sgemm == nullptr) return d + "; no Fortran BLAS";
-  if (l.get_parallel == nullptr) return d + "; BLAS sgemm_";
+  std::string d;
+#ifdef SCDINO_GEMM_ONEDNN
+  const dnnl_version_t* v = dnnl_version();
+  d = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
+      " sgemm (" + (OneDnnSharesLibTorchThreads() ? "OpenMP, shared with LibTorch: per-head products too"
+                                                  : "not LibTorch's threading: whole products only") +
+      ")";
+#endif
+#ifdef SCDINO_GEMM_OPENBLAS
   static const char* kThreading[] = {"sequential", "pthreads", "OpenMP"};
-  const int p = l.get_parallel();
-  return d + "; OpenBLAS (" + (p >= 0 && p <= 2 ? kThreading[p] : "unknown threading") + ")";
+  const int p = openblas_get_parallel();
+  const int t = g_blas_threads;
+  std::string version = OPENBLAS_VERSION;  // " OpenBLAS 0.3.21 "
+  version.erase(0, version.find_first_not_of(' '));
+  version.erase(version.find_last_not_of(' ') + 1);
+  d += (d.empty() ? "" : "; ") + version + " (" +
+       (p >= 0 && p <= 2 ? kThreading[p] : "unknown threading") + ", " +
+       (t > 0 ? std::to_string(t) + (t == 1 ? " thread" : " threads") : std::string("its default threads")) + ")";
+#endif
+  if (!g_enabled) return "LibTorch's own ops (scdino.cpu_gemm off" + (d.empty() ? "" : "; linked: " + d) + ")";
+  if (d.empty()) return "LibTorch's own ops (no CPU matrix library linked: SCDINO_CPU_GEMM)";
+  return d;
 }
 
 void CpuGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  TORCH_CHECK(HasCpuGemm(), "CpuGemm needs oneDNN's dnnl_sgemm in the process");
+  TORCH_CHECK(HasCpuGemm(), "CpuGemm: no CPU matrix library is linked and on (", CpuGemmDescription(), ")");
+#ifdef SCDINO_GEMM_ONEDNN
   // oneDNN takes its thread count from OpenMP's, which LibTorch sets per
   // calling thread on its first parallel call.
   at::internal::lazy_init_num_threads();
-  const int status = Libs().dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta,
-                                       C, ldc);
-  TORCH_CHECK(status == 0, "dnnl_sgemm failed with status ", status, " (M ", M, ", N ", N, ", K ", K, ")");
+  CheckDnnl(dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc),
+            "CpuGemm", M, N, K);
+#elif defined(SCDINO_GEMM_OPENBLAS)
+  // OpenBLAS reports bad arguments through xerbla and returns; Mm and the
+  // callers pass shapes checked against the tensors.
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
+              static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
+#else
+  (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb,
+      (void)beta, (void)C, (void)ldc;
+#endif
 }
 
 void PairGemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
               int ldb, float beta, float* C, int ldc) {
-  const Libraries& l = Libs();
-  if (l.dnnl_sgemm != nullptr) {
-    // Inside a parallel region oneDNN runs the product on the calling thread.
-    l.dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-  // Row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T.
-  l.sgemm(trans_b ? "T" : "N", trans_a ? "T" : "N", &N, &M, &K, &alpha, B, &ldb, A, &lda, &beta, C, &ldc);
+  TORCH_CHECK(HasPairGemm(), "PairGemm: no calling-thread product is linked and on (", CpuGemmDescription(), ")");
+#ifdef SCDINO_GEMM_ONEDNN
+  CheckDnnl(dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc),
+            "PairGemm", M, N, K);
+#else
+  (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb,
+      (void)beta, (void)C, (void)ldc;
+#endif
 }
 
 void ForEachInParallel(int64_t n, const std::function<void(int64_t)>& fn) {
-  const Libraries& l = Libs();
-  const int blas_threads = l.own_pool() ? l.get_threads() : 1;
-  if (blas_threads > 1) l.set_threads(1);
-  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+  ParallelFor(0, n, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) fn(i);
   });
-  if (blas_threads > 1) l.set_threads(blas_threads);
 }
 
 bool CpuGemmApplies(const torch::Tensor& a, const torch::Tensor& b) {
@@ -110,5 +163,8 @@ torch::Tensor Mm(const torch::Tensor& a, bool trans_a, const torch::Tensor& b, b
           c.data_ptr<float>(), N);
   return c;
 }
+
+ScopedCpuGemm::ScopedCpuGemm(bool enabled) : was_(g_enabled.exchange(enabled)) {}
+ScopedCpuGemm::~ScopedCpuGemm() { g_enabled = was_; }
 
 }  // namespace scdino::model

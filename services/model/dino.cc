@@ -22,8 +22,8 @@ MultiCropWrapper MakeNetwork(const DinoOptions& o, double drop_path) {
 Dino::Dino(const DinoOptions& options, torch::Device device) : options_(options), device_(device) {
   student = MakeNetwork(options_, options_.vit.drop_path_rate());
   teacher = MakeNetwork(options_, 0.0);
-  student->to(device_);
-  teacher->to(device_);
+  student->to(device_, options_.master_dtype);
+  teacher->to(device_, options_.master_dtype);
   for (auto& p : teacher->parameters()) p.set_requires_grad(false);
   {
     TensorMap w;
@@ -40,7 +40,7 @@ Dino::Dino(const DinoOptions& options, torch::Device device) : options_(options)
                       .student_temp(options_.student_temp)
                       .center_momentum(options_.center_momentum)
                       .centering(options_.centering));
-  loss->to(device_);
+  loss->to(device_, options_.master_dtype);
   auto groups = ParamGroups(*student);
   for (const auto& g : groups) student_params_.insert(student_params_.end(), g.begin(), g.end());
   optimizer = std::make_unique<AdamW>(std::move(groups), options_.adamw);
@@ -63,7 +63,7 @@ StepOutput Dino::Step(const StepInput& in, const StepHooks& hooks) {
     targets = loss->teacher_targets(out.teacher.head, in.epoch, hooks.sum_over_ranks);
     l = loss->cross_entropy(out.student.head, targets);
   }
-  out.loss = l.detach().to(torch::kFloat);
+  out.loss = l.detach().to(options_.master_dtype);
   torch::Tensor total = l;
   if (options_.koleo_loss_weight > 0) {
     // On each global view's student CLS features, as DINOv2.

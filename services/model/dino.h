@@ -49,6 +49,10 @@ struct DinoOptions {
   /// Autocast dtype of forward and loss; parameters, gradients and optimizer
   /// state stay fp32. CPU autocast supports bf16 only.
   Precision precision = Precision::kFp32;
+  /// The dtype of parameters, gradients, optimizer state and the center:
+  /// float32 for training; float64 only to tell rounding from bugs (the
+  /// parity test runs the step in both; the CPU fast paths are float32's).
+  torch::Dtype master_dtype = torch::kFloat32;
   /// Dynamic loss scaling (what fp16 needs; independent of precision so
   /// that it can be checked on its own).
   bool loss_scaling = false;

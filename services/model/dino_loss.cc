@@ -25,7 +25,7 @@ torch::Tensor DinoLossImpl::teacher_targets(const torch::Tensor& teacher_out, in
                                             const SumOverRanks& sum_over_ranks) const {
   torch::NoGradGuard guard;
   const double temp = teacher_temp(epoch);
-  const auto t = teacher_out.detach().to(torch::kFloat);
+  const auto t = teacher_out.detach().to(center.scalar_type());
   if (o_.centering() == TeacherCentering::kCenter) return torch::softmax((t - center) / temp, -1);
   // Sinkhorn-Knopp over the global batch: Q [K, rows], scaled in turn so
   // that every prototype (row of Q) holds the same mass over the global
@@ -64,8 +64,9 @@ torch::Tensor DinoLossImpl::cross_entropy(const torch::Tensor& student_out, cons
 
 torch::Tensor DinoLossImpl::batch_sum(const torch::Tensor& teacher_out) const {
   torch::NoGradGuard guard;
-  // fp32 even when the teacher ran under autocast: the center is fp32.
-  return torch::sum(teacher_out.detach(), 0, /*keepdim=*/true, torch::kFloat);
+  // In the center's dtype (fp32, or fp64 for the parity test) even when the
+  // teacher ran under autocast.
+  return torch::sum(teacher_out.detach(), 0, /*keepdim=*/true, center.scalar_type());
 }
 
 void DinoLossImpl::update_center(const torch::Tensor& mean) {

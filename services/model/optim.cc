@@ -1,5 +1,7 @@
 #include "model/optim.h"
 
+#include "common/parallel.h"
+
 #include <ATen/Parallel.h>
 
 #include <cmath>
@@ -32,7 +34,7 @@ void AdamWCpu(const torch::Tensor& param, const torch::Tensor& grad, const torch
   const float* g = grad.data_ptr<float>();
   float* ma = m.data_ptr<float>();
   float* va = v.data_ptr<float>();
-  at::parallel_for(0, param.numel(), kGrain, [&](int64_t begin, int64_t end) {
+  ParallelFor(0, param.numel(), kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float gi = g[i];
       const float mi = ma[i] * k.beta1 + gi * k.one_minus_beta1;
@@ -196,7 +198,7 @@ void UpdateTeacher(const torch::nn::Module& student, torch::nn::Module& teacher,
       float* tp_data = t->data_ptr<float>();
       const float* sp = s.value().data_ptr<float>();
       const float keep = static_cast<float>(m), take = static_cast<float>(1.0 - m);
-      at::parallel_for(0, t->numel(), kGrain, [&](int64_t begin, int64_t end) {
+      ParallelFor(0, t->numel(), kGrain, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) tp_data[i] = tp_data[i] * keep + sp[i] * take;
       });
     } else {

@@ -113,6 +113,17 @@ const std::vector<int64_t>& RunConfig::channels() const {
   return meta.selected_channel_combination_per_run.at(static_cast<size_t>(scdino.channel_combination));
 }
 
+Status RunConfig::CheckChannelCount(int64_t got, const std::string& what) const {
+  const auto& sel = channels();
+  if (got == static_cast<int64_t>(sel.size())) return Status::Ok();
+  std::string list;
+  for (size_t i = 0; i < sel.size(); ++i) list += (i ? "," : "") + std::to_string(sel[i]);
+  return Status::InvalidArgument(what + " has " + std::to_string(got) + " input channel(s), but " + source_path +
+                                 " selects " + std::to_string(sel.size()) + ": [" + list +
+                                 "] (meta.selected_channel_combination_per_run[" +
+                                 std::to_string(scdino.channel_combination) + "], scdino.channel_combination)");
+}
+
 model::DinoOptions RunConfig::dino_options(bool bf16_supported) const {
   const auto& h = train.hyperparameters;
   model::DinoOptions o;

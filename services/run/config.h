@@ -194,6 +194,9 @@ struct RuntimeConfig {
   /// scaling). CPU runs always train in fp32.
   std::string precision = "auto";
   int64_t threads = 0;         ///< intra-op threads; 0: all cores
+  /// float32 CPU matrix products on the libraries the build linked
+  /// (SCDINO_CPU_GEMM: oneDNN, OpenBLAS); false: LibTorch's own ops.
+  bool cpu_gemm = true;
   /// folder: meta.dataset_dir in class folders (labels at
   /// meta.folder_depth_for_labels); csv: index_csv; synthetic: generated in
   /// memory.
@@ -264,6 +267,10 @@ struct RunConfig {
   std::string eval_dir(const std::string& name) const;
   /// The channels this run trains on, in order.
   const std::vector<int64_t>& channels() const;
+  /// The one check that `what` (a data source, a checkpoint's model) has as
+  /// many input channels as the config selects; the error names both counts,
+  /// the config and the key that selects them.
+  Status CheckChannelCount(int64_t got, const std::string& what) const;
   /// The model; `bf16_supported`: whether the training GPU has bf16
   /// arithmetic (compute capability >= 8.0), which decides precision auto.
   model::DinoOptions dino_options(bool bf16_supported = true) const;

@@ -133,6 +133,9 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
       {"scdino.precision", Str(&r.precision, {"auto", "fp32", "bf16", "fp16"}),
        "CUDA autocast; auto: bf16 when use_fp16 (fp16 with loss scaling before compute capability 8.0), else fp32"},
       {"scdino.threads", Int(&r.threads, 0), "intra-op CPU threads; 0: all cores"},
+      {"scdino.cpu_gemm", Bool(&r.cpu_gemm),
+       "float32 CPU matrix products on the libraries the build linked (oneDNN, OpenBLAS: the start-up line "
+       "and --version name them); false: LibTorch's own ops (docs/performance.md)"},
       {"scdino.data_source", Str(&r.data_source, {"folder", "csv", "synthetic"}),
        "folder: meta.dataset_dir in class folders; csv: index_csv; synthetic: generated in memory"},
       {"scdino.index_csv", Str(&r.index_csv), "for the csv data source: rows path,label"},

@@ -1,6 +1,5 @@
 #include "run/environment.h"
 
-#include <dlfcn.h>
 #include <malloc.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include "common/env.h"
 #include "common/files.h"
 #include "common/torch_compat.h"
+#include "model/cpu_gemm.h"
 
 #ifdef SCDINO_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -26,19 +26,18 @@ extern "C" size_t cudnnGetVersion(void);
 
 namespace scdino::run {
 
-int ConfigureCpu(int64_t threads) {
-  // Large blocks from the heap instead of fresh mappings (32 MiB is the most
-  // glibc accepts; larger ones stay mappings), and the heap's free top kept
-  // rather than returned to the kernel.
+int ConfigureCpu(int64_t threads, bool cpu_gemm) {
+  const int n =
+      threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  torch::set_num_threads(n);
+  model::ConfigureCpuGemm(n, cpu_gemm);
+  return n;
+}
+
+std::string KeepFreedMemoryForCpuTraining() {
   ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
   ::mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
-  int n = threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  torch::set_num_threads(n);
-  // Matrix products run on the BLAS library's own thread pool, which
-  // set_num_threads does not reach; OpenBLAS exposes a setter.
-  using SetThreads = void (*)(int);
-  if (auto* set_blas = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set_blas(n);
-  return n;
+  return "freed memory kept for reuse (CPU training: mmap threshold 32 MiB, no heap trimming)";
 }
 
 namespace {
@@ -80,7 +79,7 @@ std::string DescribeBuild() {
 #else
   d += ", CPU only (built without CUDA)";
 #endif
-  return d;
+  return d + "\nCPU matrix products: " + model::CpuGemmDescription();
 }
 
 StatusOr<DeviceDecision> DecideDevice(const RunConfig& config, const LaunchInfo& launch, const DeviceFacts& facts) {

@@ -14,14 +14,20 @@
 
 namespace scdino::run {
 
-/// Sets LibTorch's intra-op threads and OpenBLAS's threads (when it is the
-/// BLAS in use) to `threads` (0: all cores), and keeps freed memory in the
-/// process for reuse (glibc's mmap threshold at its 32 MiB maximum, no
-/// trimming of the heap): every training step allocates and frees the same
-/// large tensors, and memory handed back to the kernel costs a page fault
-/// per 4 KiB when touched again (docs/performance.md). Returns the thread
-/// count set.
-int ConfigureCpu(int64_t threads);
+/// Once at a process's start, before any work: sets LibTorch's intra-op
+/// threads to `threads` (0: all cores), sizes a linked OpenBLAS's pool to
+/// the same count and turns scdino's CPU matrix products on or off
+/// (scdino.cpu_gemm; model::ConfigureCpuGemm). Returns the thread count set.
+int ConfigureCpu(int64_t threads, bool cpu_gemm = true);
+
+/// For CPU training only: keeps freed memory in the process for reuse
+/// (glibc's mmap threshold at its 32 MiB maximum, no trimming of the heap).
+/// Every training step allocates and frees the same large tensors, and
+/// memory handed back to the kernel costs a page fault per 4 KiB when
+/// touched again (docs/performance.md). The price: the process's peak heap
+/// is never returned, so feature extraction, evaluation and GPU runs, which
+/// gain nothing from it, leave glibc's defaults. Returns the log phrase.
+std::string KeepFreedMemoryForCpuTraining();
 
 /// The device a process of the run computes on, and why (for its start-up
 /// line).

@@ -10,7 +10,7 @@
 
 #include "common/status.h"
 #include "data/dataset.h"
-#include "data/source.h"
+#include "data/batch_source.h"
 #include "data/stats.h"
 #include "run/config.h"
 #include "run/coordinator.h"

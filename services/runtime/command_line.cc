@@ -36,7 +36,7 @@ std::optional<int> CommandLine::Parse(int argc, const char* const* argv, std::os
 }
 
 int CommandLine::ConfigureCpu() const {
-  return run::ConfigureCpu(threads_ >= 0 ? threads_ : config_.scdino.threads);
+  return run::ConfigureCpu(threads_ >= 0 ? threads_ : config_.scdino.threads, config_.scdino.cpu_gemm);
 }
 
 }  // namespace scdino::runtime

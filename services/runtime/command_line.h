@@ -32,7 +32,8 @@ class CommandLine {
   const std::string& config_path() const { return config_path_; }
   run::RunConfig& config() { return config_; }
   const run::RunConfig& config() const { return config_; }
-  /// run::ConfigureCpu with --threads, else scdino.threads (0: all cores).
+  /// run::ConfigureCpu with --threads, else scdino.threads (0: all cores),
+  /// and scdino.cpu_gemm.
   /// Returns the thread count.
   int ConfigureCpu() const;
 

@@ -18,7 +18,6 @@
 #include "control/endpoint.h"
 #include "control/server.h"
 #include "control/token.h"
-#include "metrics/eval_metrics.h"
 #include "metrics/exporter.h"
 #include "metrics/progress_metrics.h"
 #include "metrics/status_metrics.h"
@@ -58,7 +57,6 @@ struct ServicePlane::Parts {
   int64_t linger_seconds = 0;
 #ifdef SCDINO_WITH_SERVICES
   std::unique_ptr<metrics::Exporter> exporter;
-  std::unique_ptr<metrics::EvalMetrics> eval;
   std::unique_ptr<metrics::ProgressMetrics> progress;
   std::unique_ptr<metrics::StatusMetrics> status;
   std::unique_ptr<control::ControlServer> server;
@@ -225,25 +223,6 @@ void ServicePlane::Finish(RunState final_state, const std::string& error) {
               << " s for the last scrape (scdino.metrics.linger_seconds)\n";
     std::this_thread::sleep_for(std::chrono::seconds(parts_->linger_seconds));
   }
-#endif
-}
-
-void ServicePlane::ReportKnn(const std::string& checkpoint, int64_t epoch, int64_t k, double top1,
-                             double balanced_accuracy) {
-#ifdef SCDINO_WITH_SERVICES
-  if (!parts_ || !parts_->exporter) return;
-  if (!parts_->eval) parts_->eval = std::make_unique<metrics::EvalMetrics>(parts_->exporter->registry());
-  parts_->eval->ReportKnn(checkpoint, epoch, k, top1, balanced_accuracy);
-#else
-  (void)checkpoint, (void)epoch, (void)k, (void)top1, (void)balanced_accuracy;
-#endif
-}
-
-void ServicePlane::CheckpointEvaluated() {
-#ifdef SCDINO_WITH_SERVICES
-  if (!parts_ || !parts_->exporter) return;
-  if (!parts_->eval) parts_->eval = std::make_unique<metrics::EvalMetrics>(parts_->exporter->registry());
-  parts_->eval->CheckpointEvaluated();
 #endif
 }
 

@@ -42,10 +42,6 @@ class ServicePlane {
   prometheus::Registry* registry();
   /// A batch service's progress: the control status and the progress metrics.
   void ReportProgress(int64_t done, int64_t total);
-  /// scdino-eval's result for one k of one checkpoint (metrics only).
-  void ReportKnn(const std::string& checkpoint, int64_t epoch, int64_t k, double top1, double balanced_accuracy);
-  /// After all k of a checkpoint.
-  void CheckpointEvaluated();
   /// Marks the final state, lets open watchers see it, stops serving,
   /// replaces the endpoint file by the end record (control/endpoint.h; a
   /// crash leaves the endpoint file, naming a dead pid), then keeps the

@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
     std::cerr << "scdino-stats: " << config_path << ": scdino.data_source is synthetic; statistics need image files\n";
     return kExitBadInput;
   }
-  scdino::run::ConfigureCpu(config->scdino.threads);
+  scdino::run::ConfigureCpu(config->scdino.threads, config->scdino.cpu_gemm);
   if (!out.empty()) config->scdino.stats_file = out;
   const std::string path = config->stats_path();
   std::remove(path.c_str());  // computed afresh: that is what the tool is for

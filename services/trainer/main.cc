@@ -55,7 +55,9 @@ int main(int argc, char** argv) {
     options.device = device->device;
     options.bf16_supported = scdino::run::DeviceSupportsBf16(device->device);
     std::cerr << "scdino-trainer: device " << device->device << " (" << device->why << "), precision "
-              << scdino::model::PrecisionName(config.precision(options.bf16_supported)) << "\n";
+              << scdino::model::PrecisionName(config.precision(options.bf16_supported));
+    if (device->device.is_cpu()) std::cerr << ", " << scdino::run::KeepFreedMemoryForCpuTraining();
+    std::cerr << "\n";
     if (auto s = scdino::run::PrepareRunDir(config); !s.ok()) return Fail(nullptr, s);
     const auto timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
     auto coordinator = scdino::run::Coordinator::Connect(*launch, timeout);
@@ -84,11 +86,7 @@ int main(int argc, char** argv) {
       return StopSignalReceived() || raw->control().Requests().stop;
     });
     if (!source.ok()) return Fail(plane->get(), source.status());
-    if ((*source)->channels() != static_cast<int64_t>(config.channels().size())) {
-      return Fail(plane->get(), scdino::Status::InvalidArgument(
-                                    "the data gives " + std::to_string((*source)->channels()) +
-                                    " channels, the config selects " + std::to_string(config.channels().size())));
-    }
+    if (auto s = config.CheckChannelCount((*source)->channels(), "the data"); !s.ok()) return Fail(plane->get(), s);
     scdino::training::Trainer trainer(std::move(config), std::move(source).value(), options);
     // Declared after the trainer: signals stop reaching it before it goes,
     // also when an exception unwinds this scope.

@@ -1,7 +1,7 @@
 #include "trainer/trainer_wiring.h"
 
 #ifdef SCDINO_WITH_SERVICES
-#include "metrics/trainer_metrics.h"
+#include "trainer/trainer_metrics.h"
 #endif
 
 namespace scdino::runtime {

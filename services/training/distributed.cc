@@ -67,8 +67,16 @@ std::shared_ptr<Collective> Collective::Create(const c10::intrusive_ptr<c10d::St
       opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     }
   }
-  c->pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank), static_cast<int>(world_size),
-                                                       opts);
+  try {
+    c->pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank), static_cast<int>(world_size),
+                                                         opts);
+  } catch (const std::exception& e) {
+    ThrowIfError(Status::Unavailable("rank " + std::to_string(rank) + " of " + std::to_string(world_size) +
+                                     ": the process group did not form within " +
+                                     std::to_string(options.timeout.count()) +
+                                     " ms (scdino.distributed_timeout_s): a rank never came or cannot be reached: " +
+                                     e.what()));
+  }
   return c;
 }
 

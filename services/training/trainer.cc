@@ -30,8 +30,7 @@ Trainer::Trainer(run::RunConfig config, std::unique_ptr<data::MultiCropSource> s
       reporter_(options_.control) {
   torch::manual_seed(static_cast<uint64_t>(config_.meta.seed));
   dino_ = std::make_unique<model::Dino>(config_.dino_options(options_.bf16_supported), device_);
-  TORCH_CHECK(source_->channels() == dino_->options().vit.in_chans(), "the data source gives ", source_->channels(),
-              " channels, the model expects ", dino_->options().vit.in_chans());
+  ThrowIfError(config_.CheckChannelCount(source_->channels(), "the data source"));
   if (auto c = options_.collective) {
     reducer_ = std::make_unique<GradientAllReducer>(c, dino_->trainable(), options_.bucket_bytes);
     coordinator_->set_sum([c](std::vector<double>& v) {

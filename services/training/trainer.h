@@ -17,7 +17,7 @@
 
 #include "common/run_control.h"
 #include "common/status.h"
-#include "data/source.h"
+#include "data/batch_source.h"
 #include "model/dino.h"
 #include "model/schedules.h"
 #include "run/config.h"

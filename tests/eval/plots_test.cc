@@ -1,12 +1,15 @@
 // The figures are checked as files a reader would open: a decodable PNG of a
-// plausible size with real colour content, the same bytes for the same
-// inputs, clear errors for malformed inputs, and no damage to an existing
-// file when writing fails. How they look is reviewed by eye (docs examples).
+// plausible size, the same bytes for the same inputs, clear errors for
+// malformed inputs, no damage to an existing file when writing fails, and
+// what a reader sees in them: every confusion cell filled with the shade of
+// its row fraction, every class of an embedding in its own colour where its
+// points are, with a legend swatch per class in order.
 #include "eval/plots.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <opencv2/imgcodecs.hpp>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "common/files.h"
+#include "eval/drawing.h"
 #include "support/fault_env.h"
 #include "support/test_support.h"
 
@@ -33,7 +37,28 @@ size_t DistinctColours(const cv::Mat& img) {
   return seen.size();
 }
 
+using drawing::Blues;
+using drawing::ClassColour;
+using drawing::Luma;
 using scdino::testing::ExpectInvalid;
+
+cv::Vec3b Bgr(const cv::Scalar& c) {
+  return {cv::saturate_cast<uchar>(c[0]), cv::saturate_cast<uchar>(c[1]), cv::saturate_cast<uchar>(c[2])};
+}
+
+// The pixels of exactly this colour.
+std::vector<cv::Point> PixelsOf(const cv::Mat& img, const cv::Vec3b& colour) {
+  std::vector<cv::Point> at;
+  for (int y = 0; y < img.rows; ++y)
+    for (int x = 0; x < img.cols; ++x)
+      if (img.at<cv::Vec3b>(y, x) == colour) at.push_back({x, y});
+  return at;
+}
+
+double Median(std::vector<int> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
 
 const std::vector<std::string> kNames = {"CD4+ T cell", "CD8+ T cell", "B cell", "NK cell", "classical monocyte",
                                          "plasmacytoid dendritic cell"};
@@ -60,6 +85,30 @@ TEST(PlotConfusionMatrix, WritesAReadablePng) {
   const std::string again = dir.file("again.png");
   ASSERT_TRUE(PlotConfusionMatrix(again, Confusion(6), kNames, "kNN on CLS features").ok());
   EXPECT_EQ(*ReadFile(path), *ReadFile(again));
+}
+
+// Each cell is filled with the Blues shade of its fraction of the row: that
+// exact colour covers at least most of a cell (26 px at the least; the
+// colour bar gives any one shade only a thin line), darker for a larger
+// fraction.
+TEST(PlotConfusionMatrix, CellShadesFollowTheRowFractions) {
+  testing::ScratchDir dir;
+  const std::vector<std::vector<int64_t>> m = {{90, 10, 0}, {30, 60, 10}, {5, 25, 70}};
+  const std::string path = dir.file("confusion.png");
+  ASSERT_TRUE(PlotConfusionMatrix(path, m, {"a", "b", "c"}, "shades").ok());
+  cv::Mat img = cv::imread(path, cv::IMREAD_COLOR);
+  ASSERT_FALSE(img.empty());
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      const double frac = m[i][j] / 100.0;
+      const size_t area = PixelsOf(img, Bgr(Blues(frac))).size();
+      EXPECT_GE(area, 400u) << "cell [" << i << "][" << j << "] (fraction " << frac << ") is not filled with its shade";
+    }
+  }
+  EXPECT_LT(Luma(Blues(0.9)), Luma(Blues(0.3)));
+  EXPECT_LT(Luma(Blues(0.3)), Luma(Blues(0.0)));
+  // A shade no cell has (fraction 0.5) appears only in the colour bar.
+  EXPECT_LT(PixelsOf(img, Bgr(Blues(0.5))).size(), 100u);
 }
 
 TEST(PlotConfusionMatrix, ScalesFromOneToManyClasses) {
@@ -96,16 +145,23 @@ TEST(PlotConfusionMatrix, RejectsBadSizesNamingTheField) {
   EXPECT_FALSE(std::filesystem::exists(path));
 }
 
+// n points of classes 0..3 in turn, class c scattered (radius 3) around
+// (dx c, dy c).
+void FourClusters(int n, float dx, float dy, std::vector<float>& xy, std::vector<int64_t>& labels) {
+  for (int i = 0; i < n; ++i) {
+    const int c = i % 4;
+    xy.push_back(static_cast<float>(dx * c + std::sin(i * 1.7) * 3));
+    xy.push_back(static_cast<float>(dy * c + std::cos(i * 2.3) * 3));
+    labels.push_back(c);
+  }
+}
+
 TEST(PlotEmbedding, WritesAReadablePng) {
   testing::ScratchDir dir;
   std::vector<float> xy;
   std::vector<int64_t> labels;
-  for (int i = 0; i < 300; ++i) {
-    const int c = i % 4;
-    xy.push_back(static_cast<float>(10 * c + std::sin(i * 1.7) * 3));
-    xy.push_back(static_cast<float>(-5 * c + std::cos(i * 2.3) * 3));
-    labels.push_back(i % 31 == 0 ? -1 : c);
-  }
+  FourClusters(300, 10, -5, xy, labels);
+  for (size_t i = 0; i < labels.size(); i += 31) labels[i] = -1;  // some unlabelled
   const std::vector<std::string> names(kNames.begin(), kNames.begin() + 4);
   const std::string path = dir.file("tsne.png");
   Status s = PlotEmbedding(path, xy, labels, names, "t-SNE", "t-SNE 1", "t-SNE 2");
@@ -131,6 +187,46 @@ TEST(PlotEmbedding, WritesAReadablePng) {
   for (int i = 0; i < 300; ++i) many_labels.push_back(i % 40);
   s = PlotEmbedding(dir.file("many.png"), xy, many_labels, many, "", "", "");
   EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// Four classes in clusters along a diagonal (class c at x = 20c, y = -20c):
+// each class's colour sits where its cluster is (the median of its pixels
+// moves right and down with c), and the legend on the right has one swatch
+// per class, in class order, in one column beside the plot.
+TEST(PlotEmbedding, EachClassInItsColourWhereItsPointsAreWithALegend) {
+  testing::ScratchDir dir;
+  std::vector<float> xy;
+  std::vector<int64_t> labels;
+  FourClusters(400, 20, -20, xy, labels);
+  const std::vector<std::string> names(kNames.begin(), kNames.begin() + 4);
+  const std::string path = dir.file("umap.png");
+  ASSERT_TRUE(PlotEmbedding(path, xy, labels, names, "UMAP", "UMAP 1", "UMAP 2").ok());
+  cv::Mat img = cv::imread(path, cv::IMREAD_COLOR);
+  ASSERT_FALSE(img.empty());
+  std::vector<double> median_x, median_y;
+  std::vector<int> swatch_x, swatch_y;
+  for (int c = 0; c < 4; ++c) {
+    const auto px = PixelsOf(img, Bgr(ClassColour(c)));
+    ASSERT_GT(px.size(), 300u) << "class " << c << "'s colour is (nearly) absent";
+    std::vector<int> xs, ys;
+    for (const auto& p : px) xs.push_back(p.x), ys.push_back(p.y);
+    median_x.push_back(Median(xs));
+    median_y.push_back(Median(ys));
+    // The legend swatch: the rightmost pixels of the colour.
+    const int right = *std::max_element(xs.begin(), xs.end());
+    std::vector<int> swatch_rows;
+    for (const auto& p : px)
+      if (p.x >= right - 4) swatch_rows.push_back(p.y);
+    swatch_x.push_back(right);
+    swatch_y.push_back(static_cast<int>(Median(swatch_rows)));
+    EXPECT_GT(right, median_x.back() + 60) << "class " << c << " has no legend swatch right of its points";
+  }
+  for (int c = 1; c < 4; ++c) {
+    EXPECT_GT(median_x[c], median_x[c - 1] + 20) << "class " << c;
+    EXPECT_GT(median_y[c], median_y[c - 1] + 20) << "class " << c;
+    EXPECT_NEAR(swatch_x[c], swatch_x[0], 2) << "legend swatches in one column";
+    EXPECT_GT(swatch_y[c], swatch_y[c - 1]) << "legend in class order";
+  }
 }
 
 TEST(PlotEmbedding, RejectsBadInputsNamingTheField) {

@@ -2,20 +2,15 @@
 // socket client as Prometheus would.
 #include "metrics/exporter.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <regex>
 
 #include "common/files.h"
 #include "metrics/eval_metrics.h"
 #include "metrics/status_metrics.h"
-#include "metrics/trainer_metrics.h"
+#include "support/scrape.h"
 #include "support/test_support.h"
 
 namespace scdino::metrics {
@@ -23,32 +18,8 @@ namespace {
 
 using scdino::testing::ScratchDir;
 
-std::string Scrape(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return "";
-  }
-  const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  (void)!::write(fd, req.data(), req.size());
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return out;
-}
-
-double Value(const std::string& text, const std::string& series) {
-  std::smatch m;
-  const std::regex re("\n" + std::regex_replace(series, std::regex(R"([{}\[\]().+*?^$|\\])"), R"(\$&)") +
-                      " ([-+0-9.eE]+)");
-  if (!std::regex_search(text, m, re)) return -1;
-  return std::stod(m[1]);
-}
+using scdino::testing::Scrape;
+using scdino::testing::Value;
 
 TEST(Exporter, ServesItsMetricsAndWritesItsTargetFile) {
   ScratchDir dir;
@@ -84,41 +55,6 @@ TEST(Exporter, ServesItsMetricsAndWritesItsTargetFile) {
     EXPECT_GT(Value(text, "scdino_trainer_resident_memory_bytes"), 1e6) << text;
   }
   EXPECT_FALSE(std::filesystem::exists(sd_path)) << "the target file outlived the exporter";
-}
-
-TEST(TrainerMetrics, StepsAndCheckpointsMoveTheSeries) {
-  ExporterOptions o;
-  o.listen_address = "127.0.0.1";
-  auto e = Exporter::Start(o);
-  ASSERT_TRUE(e.ok()) << e.status().ToString();
-  TrainerMetrics m((*e)->registry(), torch::kCPU);
-  training::StepReport r;
-  r.iteration = 1;
-  r.epoch = 0;
-  r.images = 30;
-  r.skipped_images = 2;
-  r.loss = 8.5;
-  r.lr = 1e-3;
-  r.step_seconds = 0.5;
-  m.OnStep(r);
-  r.finite = false;
-  r.images = 32;
-  r.skipped_images = 0;
-  m.OnStep(r);
-  training::CheckpointReport c;
-  c.seconds = 0.2;
-  c.unix_ms = 1700000000000;
-  m.OnCheckpoint(c);
-  const std::string text = Scrape((*e)->port());
-  EXPECT_EQ(Value(text, "scdino_trainer_iterations_total"), 2.0);
-  EXPECT_EQ(Value(text, "scdino_trainer_images_total"), 62.0);
-  EXPECT_EQ(Value(text, "scdino_trainer_skipped_images_total"), 2.0);
-  EXPECT_EQ(Value(text, "scdino_trainer_nonfinite_steps_total"), 1.0);
-  EXPECT_EQ(Value(text, "scdino_trainer_loss"), 8.5);  // a non-finite step does not overwrite it
-  EXPECT_EQ(Value(text, "scdino_trainer_step_duration_seconds_count"), 2.0);
-  EXPECT_EQ(Value(text, "scdino_trainer_checkpoint_duration_seconds_count"), 1.0);
-  EXPECT_EQ(Value(text, "scdino_trainer_last_checkpoint_timestamp_seconds"), 1.7e9);
-  EXPECT_EQ(text.find("gpu_memory"), std::string::npos) << "CPU runs have no GPU memory series";
 }
 
 // The state gauge: one series per state, 1 for the current one, so that an

@@ -102,6 +102,16 @@ TEST(RunConfig, AcceptsScdinoPipelineFileAsItIs) {
   EXPECT_EQ(o.out_dim, 65536);
 }
 
+TEST(RunConfig, ChannelCountIsCheckedAgainstTheSelection) {
+  auto c = ParseRunConfig(kScdinoStyle, "pipeline.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->CheckChannelCount(5, "the data").ok());
+  const Status s = c->CheckChannelCount(3, "ckpt.safetensors (its teacher)");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "ckpt.safetensors (its teacher) has 3 input channel(s), but pipeline.yaml selects 5: "
+                         "[0,1,2,3,4] (meta.selected_channel_combination_per_run[0], scdino.channel_combination)");
+}
+
 TEST(RunConfig, DefaultsAreScdinos) {
   auto c = ParseRunConfig("meta: {dataset_dir: /data}\ntrain_scDINO: {}\n", "min.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();

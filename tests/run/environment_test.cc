@@ -1,12 +1,15 @@
-// run::ConfigureCpu: the thread count LibTorch gets, and freed large tensors
-// reused from the heap instead of fresh mappings (counted as the process's
-// minor page faults: each 4 KiB page of a fresh mapping faults on first
-// touch). run::DecideDevice: the device every value of scdino.device gives
+// run::ConfigureCpu: the thread count LibTorch gets and the product switch,
+// with the allocator left alone; KeepFreedMemoryForCpuTraining: freed large
+// tensors reused from the heap instead of fresh mappings (counted as the
+// process's minor page faults: each 4 KiB page of a fresh mapping faults on
+// first touch). run::DecideDevice: the device every value of scdino.device gives
 // for any GPU count, build and cuDNN (the refusals name the config and key).
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <torch/torch.h>
 
+#include "model/cpu_gemm.h"
 #include "run/environment.h"
 
 namespace scdino::run {
@@ -26,20 +29,39 @@ void OneStepOfLargeTensors() {
   for (int i = 0; i < 10; ++i) held.push_back(torch::empty({6 << 20}).fill_(1.0f));
 }
 
-TEST(ConfigureCpu, SetsLibTorchThreads) {
-  EXPECT_EQ(ConfigureCpu(2), 2);
+TEST(ConfigureCpu, SetsLibTorchThreadsAndTheProductSwitch) {
+  EXPECT_EQ(ConfigureCpu(2, false), 2);
   EXPECT_EQ(torch::get_num_threads(), 2);
-  EXPECT_GE(ConfigureCpu(0), 1);
+  EXPECT_FALSE(model::CpuGemmEnabled());
+  EXPECT_FALSE(model::HasCpuGemm());
+  EXPECT_NE(model::CpuGemmDescription().find("LibTorch's own ops"), std::string::npos) << model::CpuGemmDescription();
+  EXPECT_GE(ConfigureCpu(0, true), 1);
+  EXPECT_TRUE(model::CpuGemmEnabled());
 }
 
-TEST(ConfigureCpu, FreedLargeTensorsAreReusedWithoutPageFaults) {
+// Bytes in blocks glibc has mapped on their own (above its mmap threshold).
+size_t MappedBytes() { return ::mallinfo2().hblkhd; }
+
+// Each test runs in its own process (gtest_discover_tests): here glibc's
+// defaults, which ConfigureCpu leaves alone (features, eval and GPU runs
+// keep them): a large block is a mapping of its own, given back when freed.
+TEST(ConfigureCpu, LeavesTheAllocatorAsItIs) {
   ConfigureCpu(1);
+  auto t = torch::empty({6 << 20}).fill_(1.0f);  // 24 MiB
+  EXPECT_GE(MappedBytes(), size_t{24} << 20) << "the 24 MiB block came from the heap: something tuned the allocator";
+}
+
+TEST(KeepFreedMemoryForCpuTraining, FreedLargeTensorsAreReusedWithoutPageFaults) {
+  ConfigureCpu(1);
+  EXPECT_NE(KeepFreedMemoryForCpuTraining().find("CPU training"), std::string::npos);
+  {
+    auto t = torch::empty({6 << 20}).fill_(1.0f);
+    EXPECT_LT(MappedBytes(), size_t{24} << 20) << "a 24 MiB block is still a mapping of its own";
+  }
   for (int warm_up = 0; warm_up < 6; ++warm_up) OneStepOfLargeTensors();
   const int64_t before = MinorFaults();
   OneStepOfLargeTensors();
   const int64_t faults = MinorFaults() - before;
-  // With glibc's defaults the heap's free top goes back to the kernel at
-  // every step's end and 24,544 pages (96 MiB) fault in again each step.
   EXPECT_LT(faults, 1000) << "a step's tensors faulted " << faults << " pages in again";
 }
 

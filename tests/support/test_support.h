@@ -67,4 +67,14 @@ inline ::testing::AssertionResult AllClose(const torch::Tensor& a_in, const torc
                                        << ", max |diff| " << (a - b).abs().max().item<double>() << ")";
 }
 
+/// The largest difference is within 1e-5 of the largest |want| (float32
+/// products summed in another order: the fast paths against LibTorch's ops).
+inline void ExpectCloseToScale(const torch::Tensor& got, const torch::Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  if (want.numel() == 0) return;
+  const double err = (got - want).abs().max().item<double>();
+  const double scale = want.abs().max().item<double>();
+  EXPECT_LE(err, 1e-5 * scale + 1e-7) << what << ": largest difference " << err << " of " << scale;
+}
+
 }  // namespace scdino::testing

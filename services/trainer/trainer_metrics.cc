@@ -1,4 +1,4 @@
-#include "metrics/trainer_metrics.h"
+#include "trainer/trainer_metrics.h"
 
 #include "training/device_memory.h"
 

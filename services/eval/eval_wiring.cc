@@ -1,0 +1,25 @@
+#include "eval/eval_wiring.h"
+
+#ifdef SCDINO_WITH_SERVICES
+#include "metrics/eval_metrics.h"
+#endif
+
+namespace scdino::runtime {
+
+void AttachEvaluator(ServicePlane& plane, eval::EvaluatorOptions* options) {
+  options->control = &plane.control();
+  ServicePlane* p = &plane;
+  options->on_progress = [p](int64_t done, int64_t total) { p->ReportProgress(done, total); };
+#ifdef SCDINO_WITH_SERVICES
+  if (auto* registry = plane.registry()) {
+    // Lives as long as the process: the registry holds its families.
+    auto* m = new metrics::EvalMetrics(*registry);
+    options->on_evaluated = [m](const eval::CheckpointRow& row) {
+      for (const auto& s : row.result.scores) m->ReportKnn(row.name, row.epoch, s.k, s.top1, s.report.balanced_accuracy);
+      m->CheckpointEvaluated();
+    };
+  }
+#endif
+}
+
+}  // namespace scdino::runtime

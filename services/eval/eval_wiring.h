@@ -1,0 +1,17 @@
+// scdino-eval's side of its service plane: the evaluation metrics (kNN
+// accuracies per checkpoint and k) fed from the evaluator's results, and
+// its progress and control channel. Only scdino-eval includes this, as only
+// scdino-trainer includes trainer/trainer_wiring.h: the plane itself knows
+// no service's results. Called once by the main thread before evaluating.
+#pragma once
+
+#include "eval/checkpoint_evaluator.h"
+#include "runtime/service_plane.h"
+
+namespace scdino::runtime {
+
+/// Lets the control API steer the evaluator and the metrics follow it. The
+/// plane must outlive the evaluator.
+void AttachEvaluator(ServicePlane& plane, eval::EvaluatorOptions* options);
+
+}  // namespace scdino::runtime

@@ -1,0 +1,51 @@
+// The trainer's metric set, scraped from a real exporter.
+#include "trainer/trainer_metrics.h"
+
+#include <gtest/gtest.h>
+
+#include "metrics/exporter.h"
+#include "support/scrape.h"
+
+namespace scdino::metrics {
+namespace {
+
+using scdino::testing::Scrape;
+using scdino::testing::Value;
+
+TEST(TrainerMetrics, StepsAndCheckpointsMoveTheSeries) {
+  ExporterOptions o;
+  o.listen_address = "127.0.0.1";
+  auto e = Exporter::Start(o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  TrainerMetrics m((*e)->registry(), torch::kCPU);
+  training::StepReport r;
+  r.iteration = 1;
+  r.epoch = 0;
+  r.images = 30;
+  r.skipped_images = 2;
+  r.loss = 8.5;
+  r.lr = 1e-3;
+  r.step_seconds = 0.5;
+  m.OnStep(r);
+  r.finite = false;
+  r.images = 32;
+  r.skipped_images = 0;
+  m.OnStep(r);
+  training::CheckpointReport c;
+  c.seconds = 0.2;
+  c.unix_ms = 1700000000000;
+  m.OnCheckpoint(c);
+  const std::string text = Scrape((*e)->port());
+  EXPECT_EQ(Value(text, "scdino_trainer_iterations_total"), 2.0);
+  EXPECT_EQ(Value(text, "scdino_trainer_images_total"), 62.0);
+  EXPECT_EQ(Value(text, "scdino_trainer_skipped_images_total"), 2.0);
+  EXPECT_EQ(Value(text, "scdino_trainer_nonfinite_steps_total"), 1.0);
+  EXPECT_EQ(Value(text, "scdino_trainer_loss"), 8.5);  // a non-finite step does not overwrite it
+  EXPECT_EQ(Value(text, "scdino_trainer_step_duration_seconds_count"), 2.0);
+  EXPECT_EQ(Value(text, "scdino_trainer_checkpoint_duration_seconds_count"), 1.0);
+  EXPECT_EQ(Value(text, "scdino_trainer_last_checkpoint_timestamp_seconds"), 1.7e9);
+  EXPECT_EQ(text.find("gpu_memory"), std::string::npos) << "CPU runs have no GPU memory series";
+}
+
+}  // namespace
+}  // namespace scdino::metrics
