@@ -65,11 +65,8 @@ void ConfigureCpuGemm(int threads, bool enabled) {
 bool CpuGemmEnabled() { return g_enabled; }
 
 bool HasCpuGemm() {
-#if defined(SCDINO_GEMM_ONEDNN) || defined(SCDINO_GEMM_OPENBLAS)
-  return g_enabled;
-#else
-  return false;
-#endif
+  const CpuGemmLibraries l = LinkedCpuGemm();
+  return g_enabled && (l.onednn || l.openblas);
 }
 
 bool HasPairGemm() {
