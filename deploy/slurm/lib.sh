@@ -62,14 +62,15 @@ scdino_step() {
 # a job-wide SIGTERM also reaches srun, which then kills its tasks at once
 # (srun's own handling of SIGTERM), so they had no time to checkpoint; the
 # job resumes from the last checkpoint, exactly as it would have continued
-# from there (scdino.checkpoint_every_minutes bounds what is redone). 0 (done)
-# and 4 (stopped through the control API) are never requeued. Any other code
+# from there (scdino.checkpoint_every_minutes bounds what is redone). 0 (done),
+# 2 (bad input), 4 (stopped through the control API) and 5 (training diverged:
+# it would diverge again) are never requeued, signal or not. Any other code
 # ends the job with it; 0 returns.
 scdino_requeue_or_exit() {
   local rc=$1 max=${SCDINO_MAX_REQUEUES:-20} restarts=${SLURM_RESTART_COUNT:-0} why
   if [ "$rc" -eq 75 ]; then
     why="checkpoint written after a signal${scdino_signal:+ ($scdino_signal)}"
-  elif [ -n "$scdino_signal" ] && [ "$rc" -ne 0 ] && [ "$rc" -ne 4 ]; then
+  elif [ -n "$scdino_signal" ] && ! case $rc in 0|2|4|5) true ;; *) false ;; esac; then
     why="the step ended with code $rc after a signal ($scdino_signal) reached the whole job; resuming from the last checkpoint"
   else
     [ "$rc" -eq 0 ] || exit "$rc"
@@ -85,42 +86,58 @@ scdino_requeue_or_exit() {
   exit 0
 }
 
-# scdino_config_path CONFIG KEY: the value of a path key (output_dir,
-# dataset_dir) of a scDINO-layout config, absolute (relative paths are
-# relative to the working directory, as the services read them).
-scdino_config_path() {
-  local v
-  # Block (`  key: value`) and flow (`meta: {key: "value", ...}`) style.
-  v=$(grep -oE "(^|[{,[:space:]])$2:[[:space:]]*(\"[^\"]*\"|'[^']*'|[^,}#[:space:]]+)" "$1" | head -1 |
-      sed -E "s/^.*$2:[[:space:]]*//; s/^[\"']//; s/[\"']\$//")
-  [ -n "$v" ] || return 0
-  case $v in /*) echo "$v" ;; *) echo "$PWD/$v" ;; esac
+# scdino_config_paths CONFIG IMAGE_ARGS...: every path the config makes a
+# service read or write, as `scdino-config paths` lists them
+# (ACCESS<TAB>ABSOLUTE_PATH<TAB>KEY): the config is parsed by the project's
+# own parser, never by grep. The tool is SCDINO_CONFIG_TOOL, else
+# scdino-config on PATH or beside SCDINO_BIN's build tree, else the image's
+# own (one task, IMAGE_ARGS: the srun flags that run it in the container).
+scdino_config_paths() {
+  local config=$1 tool=${SCDINO_CONFIG_TOOL:-}
+  shift
+  if [ -z "$tool" ]; then
+    if command -v scdino-config >/dev/null 2>&1; then
+      tool=scdino-config
+    elif [ -x "${SCDINO_BIN:-build/services/trainer}/../tools/scdino-config" ]; then
+      tool="${SCDINO_BIN:-build/services/trainer}/../tools/scdino-config"
+    fi
+  fi
+  if [ -n "$tool" ]; then
+    "$tool" paths "$config"
+  else
+    srun --ntasks=1 --nodes=1 --kill-on-bad-exit=1 "$@" scdino-config paths "$config"
+  fi
 }
 
 # scdino_container_args CONFIG [NAME]: fills the array container_args with the srun
-# flags that run a step in SCDINO_CONTAINER, and checks what they name:
+# flags that run a step in SCDINO_CONTAINER, and checks what they name. The
+# paths come from scdino_config_paths: the config's folder, the data set or
+# index CSV, token and TLS files (read-only), the output directory, the
+# Prometheus file_sd directory and a statistics file's folder (read-write).
 #  - an OCI bundle directory (config.json + rootfs/): Slurm's own
 #    --container (oci.conf, runc); its mounts are in the bundle's
-#    config.json, and the config, data set and run directory must lie in
-#    them. Slurm 22.05 runs one task per node this way.
+#    config.json, and every path must lie in them. Slurm 22.05 runs one task
+#    per node this way.
 #  - otherwise a Pyxis/Enroot image (a .sqsh file or a registry reference):
-#    --container-image, --container-mounts covering the working directory, the
-#    config's directory, the data set and the run directory (each mounted at
-#    the same path) plus SCDINO_CONTAINER_MOUNTS (SRC[:DST[:FLAGS]],...),
-#    --container-workdir, --no-container-mount-home and, given NAME,
-#    --container-name=NAME: the sequential steps of one job then share one
-#    unpacked container (not for concurrent steps: they would race to
-#    create it). Pyxis keeps named containers after the job unless its
-#    container_scope is job (docs/containers.md).
-# Returns 2 with a message naming the path on a missing image, an unreadable
-# mount or a config outside the mounts.
+#    --container-image; --container-mounts with the working directory and
+#    every read-only path mounted `:ro`, the read-write ones writable (each at
+#    the same path, parents before what lies inside them), plus
+#    SCDINO_CONTAINER_MOUNTS (SRC[:DST[:FLAGS]],...); --container-workdir,
+#    --no-container-mount-home and, given NAME, --container-name=NAME: the
+#    sequential steps of one job then share one unpacked container (not for
+#    concurrent steps: they would race to create it). Pyxis keeps named
+#    containers after the job unless its container_scope is job
+#    (docs/containers.md).
+# Returns 2 with a message naming the path or key on a bad config, a missing
+# image, a path to read that is missing or unreadable, one to write that
+# cannot be created or written, or a path outside a bundle's mounts.
 scdino_container_args() {
-  local config=$1 name=${2:-} image=${SCDINO_CONTAINER:?} cfg_dir data run m src mounts=() seen=" " p
+  local config=$1 name=${2:-} image=${SCDINO_CONTAINER:?} cfg_dir m src mounts=() access path key listed
   container_args=()
   [ -r "$config" ] || { echo "scdino: config $config is not readable" >&2; return 2; }
   cfg_dir=$(cd "$(dirname "$config")" && pwd)
-  data=$(scdino_config_path "$config" dataset_dir)
-  run=$(scdino_config_path "$config" output_dir)
+  config="$cfg_dir/$(basename "$config")"
+  local probe=()
   if [ -d "$image" ]; then
     [ -f "$image/config.json" ] && [ -d "$image/rootfs" ] || {
       echo "scdino: SCDINO_CONTAINER=$image is a directory but not an OCI bundle (config.json and rootfs/);" \
@@ -132,50 +149,78 @@ scdino_container_args() {
            "per node, this job has $per_node; use Pyxis (--container-image) or --ntasks-per-node=1" >&2
       return 2
     fi
-    # Every path the step reads or writes must be inside a bind mount of
-    # the bundle (mounted at the same path).
-    local binds
+    probe=(--container="$image")
+  else
+    # Pyxis takes an image that starts with / or . for a file, anything else
+    # for a registry reference (Enroot pulls it). A relative file name that
+    # exists here is meant as a file: it is made absolute.
+    case $image in
+      /*|.*) ;;
+      *) [ -f "$image" ] && image="./$image" ;;
+    esac
+    case $image in
+      /*|.*)
+        [ -f "$image" ] || { echo "scdino: SCDINO_CONTAINER=$image: no such image file (an Enroot .sqsh made by scripts/build-image.sh --sqsh)" >&2; return 2; }
+        [ -r "$image" ] || { echo "scdino: SCDINO_CONTAINER=$image is not readable" >&2; return 2; }
+        image="$(cd "$(dirname "$image")" && pwd)/$(basename "$image")" ;;
+    esac
+    probe=(--container-image="$image" --container-mounts="$cfg_dir:$cfg_dir:ro,$PWD:$PWD:ro"
+           --container-workdir="$PWD" --no-container-mount-home)
+  fi
+  listed=$(scdino_config_paths "$config" "${probe[@]}") || {
+    echo "scdino: $config: scdino-config paths failed (see above); fix the config before submitting" >&2; return 2; }
+  listed=$(printf 'ro\t%s\tthe working directory\n%s\n' "$PWD" "$listed")
+  # Check each path: read-only ones must be readable, read-write ones are
+  # created and must be writable.
+  while IFS=$'\t' read -r access path key; do
+    [ -n "$path" ] || continue
+    if [ "$access" = rw ]; then
+      mkdir -p "$path" 2>/dev/null && [ -w "$path" ] || {
+        echo "scdino: $path ($key) cannot be created or written" >&2; return 2; }
+    elif [ -d "$path" ]; then
+      [ -r "$path" ] && [ -x "$path" ] || { echo "scdino: $path ($key) is not a readable directory" >&2; return 2; }
+    else
+      [ -r "$path" ] || { echo "scdino: $path ($key) does not exist or is not readable" >&2; return 2; }
+    fi
+  done <<<"$listed"
+  if [ -d "$image" ]; then
+    # Every path must be inside a bind mount of the bundle (at the same path).
+    local binds b inside
     binds=$(grep -o '"destination": "[^"]*", "type": "bind"' "$image/config.json" | sed 's/"destination": "\([^"]*\)".*/\1/')
-    for p in "$cfg_dir/$(basename "$config")" "$data" "$run"; do
-      [ -n "$p" ] || continue
-      local inside=0 b
+    while IFS=$'\t' read -r access path key; do
+      [ -n "$path" ] && [ "$key" != "the working directory" ] || continue
+      inside=0
       for b in $binds; do
         case $b in /etc/*) continue ;; esac
-        case "$p/" in "$b"/*) inside=1 ;; esac
+        case "$path/" in "$b"/*) inside=1 ;; esac
       done
       [ "$inside" = 1 ] || {
-        echo "scdino: $p is outside the mounts of the OCI bundle $image (${binds//$'\n'/ });" \
+        echo "scdino: $path ($key) is outside the mounts of the OCI bundle $image (${binds//$'\n'/ });" \
              "make the bundle with scripts/build-image.sh --oci-bundle $image --mounts <a directory holding it>" >&2
         return 2; }
-    done
+    done <<<"$listed"
     container_args=(--container="$image")
     return 0
   fi
-  # Pyxis takes an image that starts with / or . for a file, anything else
-  # for a registry reference (Enroot pulls it). A relative file name that
-  # exists here is meant as a file: it is made absolute.
-  case $image in
-    /*|.*) ;;
-    *) [ -f "$image" ] && image="./$image" ;;
-  esac
-  case $image in
-    /*|.*)
-      [ -f "$image" ] || { echo "scdino: SCDINO_CONTAINER=$image: no such image file (an Enroot .sqsh made by scripts/build-image.sh --sqsh)" >&2; return 2; }
-      [ -r "$image" ] || { echo "scdino: SCDINO_CONTAINER=$image is not readable" >&2; return 2; }
-      image="$(cd "$(dirname "$image")" && pwd)/$(basename "$image")" ;;
-  esac
-  [ -z "$run" ] || mkdir -p "$run" || { echo "scdino: cannot create the run directory $run" >&2; return 2; }
-  for src in "$PWD" "$cfg_dir" "$data" "$run"; do
-    [ -n "$src" ] || continue
-    [ -d "$src" ] && [ -r "$src" ] && [ -x "$src" ] || {
-      echo "scdino: $src (working directory, config directory, data set or run directory) is not a readable directory to mount into the container" >&2
-      return 2; }
-    # A directory inside one already mounted needs no mount of its own.
-    local inside=0 s
-    for s in $seen; do case "$src/" in "$s"/*) inside=1 ;; esac; done
-    [ "$inside" = 1 ] && continue
-    seen+="$src "
-    mounts+=("$src:$src")
+  # One mount per path, parents first (a writable output directory inside a
+  # read-only working directory is mounted over it); a path inside one
+  # already mounted with the same access needs no mount of its own; the
+  # same path asked read-only and read-write is mounted read-write.
+  local chosen=() c c_access c_path skip
+  while IFS=$'\t' read -r access path; do
+    skip=0
+    for c in "${chosen[@]}"; do
+      c_access=${c%%$'\t'*}; c_path=${c#*$'\t'}
+      if [ "$c_path" = "$path" ] || { [ "$c_access" = "$access" ] && case "$path/" in "$c_path"/*) true ;; *) false ;; esac; }; then
+        skip=1
+      fi
+    done
+    [ "$skip" = 1 ] || chosen+=("$access"$'\t'"$path")
+  done < <(printf '%s\n' "$listed" | awk -F'\t' 'NF >= 2 {print length($2) "\t" ($1 == "rw" ? 0 : 1) "\t" $1 "\t" $2}' |
+           sort -t$'\t' -k1,1n -k2,2n | cut -f3,4)
+  for c in "${chosen[@]}"; do
+    c_access=${c%%$'\t'*}; c_path=${c#*$'\t'}
+    if [ "$c_access" = ro ]; then mounts+=("$c_path:$c_path:ro"); else mounts+=("$c_path:$c_path"); fi
   done
   IFS=, read -r -a extra <<<"${SCDINO_CONTAINER_MOUNTS:-}"
   for m in "${extra[@]}"; do

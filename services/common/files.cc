@@ -1,12 +1,14 @@
 #include "common/files.h"
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <random>
 
 namespace scdino {
 
@@ -69,6 +71,103 @@ StatusOr<std::string> ReadOwnFile(const std::string& path, const std::string& wh
 }
 
 Status MakeDirs(const std::string& path) { return Env::Default()->CreateDirs(path); }
+
+namespace {
+
+std::string UserName(uid_t uid) {
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  char buf[1024];
+  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found != nullptr) {
+    return std::string(found->pw_name) + " (uid " + std::to_string(uid) + ")";
+  }
+  return "uid " + std::to_string(uid);
+}
+
+std::string Octal(unsigned mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%o", mode & 07777);
+  return text;
+}
+
+std::string Trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+Status CheckOwnPath(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int e = errno;
+    if (e == ENOENT) return Status::NotFound(path + ": no such file or directory (" + what + ")");
+    return Status::FailedPrecondition(path + ": cannot check " + what + ": " + std::strerror(e));
+  }
+  const uid_t me = ::geteuid();
+  if (st.st_uid != me) {
+    return Status::FailedPrecondition(path + ": " + what + " belongs to " + UserName(st.st_uid) + ", not to you (" +
+                                      UserName(me) + "); refusing it: another user could have put it there. Use " +
+                                      "a " + (S_ISDIR(st.st_mode) ? "directory" : "file") + " of your own");
+  }
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    return Status::FailedPrecondition(path + ": " + what + " can be written by " +
+                                      ((st.st_mode & S_IWOTH) ? "every user" : "its group") + " (mode " +
+                                      Octal(st.st_mode) + "); refusing it: run chmod go-w " + path);
+  }
+  return Status::Ok();
+}
+
+Status MakeOwnDir(const std::string& path, int mode, const std::string& what) {
+  const bool existed = Env::Default()->IsDirectory(path);
+  if (!existed) {
+    if (auto s = MakeDirs(path); !s.ok()) return s;
+    if (::chmod(path.c_str(), static_cast<mode_t>(mode)) != 0) {
+      return Status::IOError(path + ": cannot set mode " + Octal(static_cast<unsigned>(mode)) + " on " + what + ": " +
+                             std::strerror(errno));
+    }
+  }
+  return CheckOwnPath(path, what);
+}
+
+std::string NewSecret() {
+  std::random_device rd;  // /dev/urandom (or the CPU's generator) on Linux
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 32; ++i) {
+    const auto b = static_cast<unsigned char>(rd());
+    out += hex[b >> 4];
+    out += hex[b & 15];
+  }
+  return out;
+}
+
+StatusOr<std::string> LoadOrCreateSecret(const std::string& path, const std::string& what) {
+  Env* env = Env::Default();
+  auto read = [&]() -> StatusOr<std::string> {
+    auto text = ReadOwnFile(path, what, Exposure::kPrivate, 4096);
+    if (!text.ok()) return text.status();
+    std::string secret = Trimmed(*text);
+    if (secret.size() < 16) return Status::InvalidArgument(path + ": " + what + " is shorter than 16 characters");
+    return secret;
+  };
+  if (env->FileExists(path)) return read();
+  const std::string line = NewSecret() + "\n";
+  // Linked into place: link fails if another process created the file
+  // meanwhile, and then both use that one.
+  const std::string tmp = TempPathFor(path);
+  auto f = env->NewExclusiveFile(tmp, 0600);
+  if (!f.ok()) return Status::IOError(path + ": cannot create " + what + ": " + f.status().message());
+  Status s = (*f)->Append(line);
+  if (s.ok()) s = (*f)->Sync();
+  if (s.ok()) s = (*f)->Close();
+  if (s.ok()) s = env->LinkFile(tmp, path);
+  (void)env->RemoveFile(tmp);
+  if (!s.ok() && s.code() != StatusCode::kAlreadyExists) {
+    return Status::IOError(path + ": cannot create " + what + ": " + s.message());
+  }
+  return read();
+}
 
 bool FileExists(const std::string& path) { return Env::Default()->FileExists(path); }
 

@@ -40,6 +40,30 @@ StatusOr<std::string> ReadOwnFile(const std::string& path, const std::string& wh
 /// Creates a directory and its parents (like mkdir -p).
 Status MakeDirs(const std::string& path);
 
+/// What a run trusts without a ReadOwnFile of its own (its run directory, a
+/// checkpoint it resumes from, the channel statistics it normalises with)
+/// must be the caller's and writable by no one else: on a shared file
+/// system another user who could write it could plant weights or
+/// statistics. FailedPrecondition names the path, `what`, its owner and mode
+/// and the fix; NotFound when it does not exist. Follows symbolic links (a
+/// run directory on scratch reached through a link is fine; the target is
+/// what is checked).
+Status CheckOwnPath(const std::string& path, const std::string& what);
+
+/// MakeDirs, then `mode` (e.g. 0750) on the directory when this call created
+/// it, then CheckOwnPath: a run directory that already exists keeps its mode
+/// when that mode is safe and is refused otherwise.
+Status MakeOwnDir(const std::string& path, int mode, const std::string& what);
+
+/// 64 random hex digits (256 bits from the system's generator).
+std::string NewSecret();
+
+/// The content of a private secret file (mode 0600, ReadOwnFile's checks),
+/// created when missing with 64 random hex digits: exclusively under a
+/// temporary name, then linked into place, so processes that start together
+/// (the ranks of a job on a shared file system) agree on one secret.
+StatusOr<std::string> LoadOrCreateSecret(const std::string& path, const std::string& what);
+
 bool FileExists(const std::string& path);
 
 }  // namespace scdino

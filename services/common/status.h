@@ -20,6 +20,9 @@ enum class StatusCode {
   kUnavailable,
   kAborted,
   kInternal,
+  /// Training went wrong in a way that running it again would repeat (a
+  /// non-finite loss, a collapse with on_collapse: stop): never a requeue.
+  kDiverged,
 };
 
 /// The outcome of an operation: ok, or a code plus a message that names the
@@ -38,6 +41,7 @@ class Status {
   static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
   static Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+  static Status Diverged(std::string m) { return {StatusCode::kDiverged, std::move(m)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

@@ -1,5 +1,12 @@
 #include "control/endpoint.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
 #include <nlohmann/json.hpp>
 
 #include "common/env.h"
@@ -9,8 +16,57 @@
 namespace scdino::control {
 
 std::string Endpoint::ProofMessage() const {
-  return "scdino-endpoint-v1\n" + service + "\n" + host + "\n" + std::to_string(port) + "\n" + std::to_string(pid) +
-         "\n" + std::to_string(start_unix_ms) + "\n" + (tls ? "tls" : "plaintext") + "\n" + run_dir;
+  return "scdino-endpoint-v2\n" + service + "\n" + host + "\n" + std::to_string(port) + "\n" + std::to_string(pid) +
+         "\n" + std::to_string(start_unix_ms) + "\n" + (tls ? "tls" : "plaintext") + "\n" + tls_cert + "\n" +
+         tls_fingerprint + "\n" + tls_name + "\n" + pid_namespace + "\n" + process_start + "\n" + run_dir;
+}
+
+namespace {
+
+std::string Link(const std::string& path) {
+  char buf[256];
+  const ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+// Field 22 of /proc/<pid>/stat (the process's start time in clock ticks
+// after boot); the command name in field 2 may hold spaces and parentheses,
+// so fields are counted from its closing parenthesis.
+std::string StartTicks(const std::string& stat_path) {
+  std::ifstream in(stat_path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return "";
+  std::istringstream rest(text.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 22) return field;
+  }
+  return "";
+}
+
+}  // namespace
+
+void RecordThisProcess(Endpoint* e) {
+  e->pid_namespace = Link("/proc/self/ns/pid");
+  e->process_start = StartTicks("/proc/self/stat");
+}
+
+ProcessState EndpointProcessState(const Endpoint& e, const std::string& this_host) {
+  if (e.pid <= 0 || e.host != this_host || e.pid_namespace.empty() || e.pid_namespace != Link("/proc/self/ns/pid")) {
+    return ProcessState::kUnknown;
+  }
+  const std::string proc = "/proc/" + std::to_string(e.pid);
+  if (!std::filesystem::exists(proc)) return ProcessState::kGone;
+  const std::string start = StartTicks(proc + "/stat");
+  if (!e.process_start.empty() && !start.empty() && start != e.process_start) return ProcessState::kGone;
+  return ProcessState::kRunning;
+}
+
+std::string StaleEndpointMessage(const Endpoint& e, const std::string& path) {
+  return path + ": stale endpoint file: the " + e.service + " process " + std::to_string(e.pid) + " on " + e.host +
+         " that wrote it has ended without removing it (killed, or out of memory?); nothing was sent to " +
+         e.target() + ". The next start of the " + e.service + " replaces it";
 }
 
 std::string EndpointPath(const std::string& run_dir, const std::string& service) {
@@ -28,6 +84,11 @@ Status WriteEndpoint(const std::string& run_dir, Endpoint e, const std::string& 
                       {"slurm_step_id", e.slurm_step_id},
                       {"start_unix_ms", e.start_unix_ms},
                       {"tls", e.tls},
+                      {"tls_cert", e.tls_cert},
+                      {"tls_fingerprint", e.tls_fingerprint},
+                      {"tls_name", e.tls_name},
+                      {"pid_namespace", e.pid_namespace},
+                      {"process_start", e.process_start},
                       {"run_dir", e.run_dir},
                       {"proof", e.proof}};
   return WriteFileAtomic(EndpointPath(run_dir, e.service), j.dump(2) + "\n");
@@ -53,6 +114,11 @@ StatusOr<Endpoint> ReadEndpoint(const std::string& run_dir, const std::string& s
     e.slurm_step_id = j.value("slurm_step_id", "");
     e.start_unix_ms = j.value("start_unix_ms", int64_t{0});
     e.tls = j.value("tls", false);
+    e.tls_cert = j.value("tls_cert", "");
+    e.tls_fingerprint = j.value("tls_fingerprint", "");
+    e.tls_name = j.value("tls_name", "");
+    e.pid_namespace = j.value("pid_namespace", "");
+    e.process_start = j.value("process_start", "");
     e.run_dir = j.value("run_dir", "");
     e.proof = j.value("proof", "");
     if (e.port <= 0 || e.port > 65535) return Status::DataLoss(path + ": port " + std::to_string(e.port) + " is not a TCP port");

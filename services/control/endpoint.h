@@ -21,6 +21,14 @@ struct Endpoint {
   std::string slurm_job_id, slurm_step_id;  ///< empty outside Slurm
   int64_t start_unix_ms = 0;
   bool tls = false;
+  /// With TLS: the server's certificate, its fingerprint ("sha256:...") and
+  /// the name it is issued to; a client trusts that certificate alone.
+  std::string tls_cert, tls_fingerprint, tls_name;
+  /// Which process wrote the file: its pid namespace (/proc/self/ns/pid) and
+  /// start time in clock ticks after boot (/proc/self/stat), so a client on
+  /// the same host can tell a live server from a dead one whose pid was
+  /// reused (EndpointProcessState).
+  std::string pid_namespace, process_start;
   std::string run_dir;  ///< absolute
   std::string proof;    ///< TokenProof(token, ProofMessage())
   std::string target() const { return host + ":" + std::to_string(port); }
@@ -29,6 +37,19 @@ struct Endpoint {
 };
 
 std::string EndpointPath(const std::string& run_dir, const std::string& service);
+
+/// This process's pid namespace and start time, as an Endpoint records them.
+void RecordThisProcess(Endpoint* e);
+
+enum class ProcessState { kRunning, kGone, kUnknown };
+/// Whether the process that wrote `e` still runs, as far as this process
+/// can tell: kGone when it ran on this host (`this_host`) in this pid
+/// namespace and its pid is free or taken by a process started later;
+/// kUnknown from another host or namespace (the pinned certificate still
+/// keeps the token from whoever listens there now).
+ProcessState EndpointProcessState(const Endpoint& e, const std::string& this_host);
+/// The message a client gives for a gone process's endpoint file.
+std::string StaleEndpointMessage(const Endpoint& e, const std::string& path);
 /// Writes the file with its proof computed from `token` (mode 0644: others
 /// may read where the server is, never the token).
 Status WriteEndpoint(const std::string& run_dir, Endpoint e, const std::string& token);

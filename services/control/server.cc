@@ -3,11 +3,13 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <iostream>
 #include <mutex>
+#include <tuple>
 
 #include "common/files.h"
 #include "control/token.h"
@@ -30,6 +32,7 @@ grpc::Status ToGrpcStatus(const Status& s) {
     case StatusCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
     case StatusCode::kAborted: code = grpc::StatusCode::ABORTED; break;
     case StatusCode::kInternal: code = grpc::StatusCode::INTERNAL; break;
+    case StatusCode::kDiverged: code = grpc::StatusCode::ABORTED; break;
   }
   return grpc::Status(code, s.message());
 }
@@ -103,7 +106,12 @@ class ControlServer::Impl {
     if (it != md.end()) {
       const std::string value(it->second.data(), it->second.size());
       const std::string prefix = "Bearer ";
-      if (value.rfind(prefix, 0) == 0 && TokensEqual(value.substr(prefix.size()), o_.token)) return grpc::Status::OK;
+      if (value.rfind(prefix, 0) == 0) {
+        const std::string presented = value.substr(prefix.size());
+        if (TokensEqual(presented, Token()) || (ReloadToken() && TokensEqual(presented, Token()))) {
+          return grpc::Status::OK;
+        }
+      }
       why = "wrong token";
     }
     refused_->fetch_add(1);
@@ -112,6 +120,30 @@ class ControlServer::Impl {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "missing or wrong token: send 'authorization: Bearer <token>' with the content of the run's "
                         "control.token");
+  }
+
+  std::string Token() {
+    std::lock_guard<std::mutex> lock(token_mu_);
+    return token_;
+  }
+
+  // Reads the token file again when it changed since it was last read
+  // (another inode, size or modification time: an atomic replacement);
+  // true when the token changed.
+  bool ReloadToken() {
+    if (o_.token_file.empty()) return false;
+    struct stat st {};
+    if (::stat(o_.token_file.c_str(), &st) != 0) return false;
+    std::lock_guard<std::mutex> lock(token_mu_);
+    const auto stamp = std::make_tuple(st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+    if (stamp == token_stamp_) return false;
+    token_stamp_ = stamp;
+    auto fresh = ReadToken(o_.token_file);
+    if (!fresh.ok() || *fresh == token_) return false;
+    token_ = *fresh;
+    Log("scdino-" + o_.service + ": control: the run's token was replaced (" + o_.token_file +
+        "); the previous one is refused from now on");
+    return true;
   }
 
   void Fill(const RunStatus& s, v1::Status* out) const {
@@ -257,6 +289,9 @@ class ControlServer::Impl {
   };
 
   ServerOptions o_;
+  std::mutex token_mu_;
+  std::string token_ = o_.token;
+  std::tuple<ino_t, off_t, time_t, long> token_stamp_{};
   RunControl* control_;
   std::shared_ptr<std::atomic<int64_t>> refused_;
   std::atomic<bool> shutting_down_{false};

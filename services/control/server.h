@@ -27,6 +27,10 @@ struct ServerOptions {
   std::string listen_address = "0.0.0.0:0";
   /// The token every call must present (required).
   std::string token;
+  /// Where it lives: a call with another token makes the server read the
+  /// file again if it changed (scdinoctl rotate-token); the old token is
+  /// refused from then on. Empty: the token never changes.
+  std::string token_file;
   /// PEM files; both set: TLS, both empty: plaintext.
   std::string tls_cert_file, tls_key_file;
   /// trainer | features | eval.

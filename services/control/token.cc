@@ -4,9 +4,7 @@
 #include <openssl/hmac.h>
 
 #include <algorithm>
-#include <random>
 
-#include "common/env.h"
 #include "common/files.h"
 
 namespace scdino::control {
@@ -39,27 +37,7 @@ StatusOr<std::string> ReadToken(const std::string& path) {
 }
 
 StatusOr<std::string> LoadOrCreateToken(const std::string& path) {
-  Env* env = Env::Default();
-  if (env->FileExists(path)) return ReadToken(path);
-  unsigned char raw[32];
-  std::random_device rd;  // /dev/urandom (or the CPU's generator) on Linux
-  for (auto& b : raw) b = static_cast<unsigned char>(rd());
-  const std::string line = Hex(raw, sizeof raw) + "\n";
-  // Written under a private exclusive name, then linked into place: link
-  // fails if another process created the token meanwhile, and then both use
-  // that one.
-  const std::string tmp = TempPathFor(path);
-  auto f = env->NewExclusiveFile(tmp, 0600);
-  if (!f.ok()) return Status::IOError(path + ": cannot create the control token: " + f.status().message());
-  Status s = (*f)->Append(line);
-  if (s.ok()) s = (*f)->Sync();
-  if (s.ok()) s = (*f)->Close();
-  if (s.ok()) s = env->LinkFile(tmp, path);
-  (void)env->RemoveFile(tmp);
-  if (!s.ok() && s.code() != StatusCode::kAlreadyExists) {
-    return Status::IOError(path + ": cannot create the control token: " + s.message());
-  }
-  return ReadToken(path);
+  return LoadOrCreateSecret(path, "the control token");
 }
 
 bool TokensEqual(const std::string& a, const std::string& b) {

@@ -142,7 +142,7 @@ void PrintLine(const v1::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string run_dir, service = "trainer", target, token_file, tls_ca;
+  std::string run_dir, service = "trainer", target, token_file, tls_ca, tls_name;
   bool json = false, tls = false;
   double timeout = -1;
   int64_t interval_ms = 0;
@@ -161,7 +161,10 @@ int main(int argc, char** argv) {
                   "the run's control token (with --target; with --run-dir when it is not <run_dir>/control.token)")
       ->type_name("FILE");
   app->add_flag("--tls", tls, "use TLS (with --target)");
-  app->add_option("--tls-ca", tls_ca, "PEM roots to trust for TLS")->type_name("FILE");
+  app->add_option("--tls-ca", tls_ca, "PEM roots to trust for TLS (with --target: the run's tls_cert)")->type_name("FILE");
+  app->add_option("--tls-name", tls_name,
+                  "the name the server's certificate is issued to (with --target: the endpoint file's tls_name)")
+      ->type_name("NAME");
   app->add_flag("--json", json, "JSON instead of tables (one object per line for watch)");
   app->add_option("--timeout", timeout, "seconds to wait for an answer")
       ->check(CLI::NonNegativeNumber)
@@ -175,11 +178,29 @@ int main(int argc, char** argv) {
   app->add_subcommand("stop", "finish the step, write a checkpoint, exit");
   app->add_subcommand("checkpoint", "write a checkpoint now and print its path (trainer)");
   app->add_subcommand("checkpoints", "list the run's checkpoints (trainer)");
+  app->add_subcommand("rotate-token",
+                      "replace the run's token by a new one (with --run-dir); the running services take it at the next "
+                      "call, and the old token is refused from then on");
   if (auto code = app.Parse(argc, argv)) return *code == 0 ? kOk : kBadArguments;
   const std::string command = app->get_subcommands().front()->get_name();
   if (run_dir.empty() == target.empty()) {
     std::cerr << "scdinoctl: give either --run-dir DIR or --target HOST:PORT (with --token-file)\n";
     return kBadArguments;
+  }
+  if (command == "rotate-token") {
+    if (run_dir.empty()) {
+      std::cerr << "scdinoctl: rotate-token needs --run-dir DIR\n";
+      return kBadArguments;
+    }
+    auto services = scdino::control::RotateToken(run_dir, token_file);
+    if (!services.ok()) {
+      std::cerr << "scdinoctl: " << services.status().message() << "\n";
+      return services.status().code() == scdino::StatusCode::kNotFound ? kNotFound : kFailed;
+    }
+    std::cout << "rotate-token: new token in " << (token_file.empty() ? run_dir + "/control.token" : token_file);
+    for (const auto& name : *services) std::cout << (&name == &services->front() ? "; endpoint of " : ", ") << name;
+    std::cout << (services->empty() ? "; no service of the run is running" : " signed with it") << "\n";
+    return kOk;
   }
   scdino::control::ClientTarget t;
   if (!run_dir.empty()) {
@@ -189,6 +210,7 @@ int main(int argc, char** argv) {
       return r.status().code() == scdino::StatusCode::kNotFound ? kNotFound : kFailed;
     }
     t = *r;
+    if (!t.plaintext_warning.empty()) std::cerr << "scdinoctl: warning: " << t.plaintext_warning << "\n";
   } else {
     if (token_file.empty()) {
       std::cerr << "scdinoctl: --target needs --token-file (the run's control.token)\n";
@@ -202,6 +224,7 @@ int main(int argc, char** argv) {
     t.target = target;
     t.token = *token;
     t.tls = tls;
+    t.tls_name = tls_name;
   }
   t.tls_ca_file = tls_ca;
   auto channel = scdino::control::OpenChannel(t);

@@ -1,5 +1,7 @@
 #include "data/dataset.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -25,34 +27,58 @@ Dataset Finish(Dataset d, const std::map<std::string, std::string>& labels_by_pa
   return d;
 }
 
+// A folder or entry that cannot be read (permission denied, an I/O error):
+// named with the system's reason and who is asking, never "no images".
+Status Unreadable(const std::string& path, const std::string& what, const std::error_code& ec) {
+  return Status::FailedPrecondition(path + ": cannot read " + what + ": " + ec.message() + " (running as uid " +
+                                    std::to_string(::geteuid()) + "); check its permissions");
+}
+
 }  // namespace
 
 StatusOr<Dataset> IndexFolder(const std::string& root, const IndexOptions& o) {
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) return Status::NotFound("data set folder " + root + " does not exist or is not a folder");
+  // Every file-system call here takes an error_code: the throwing overloads
+  // would end the process on a permission error instead of naming it.
+  const bool is_dir = fs::is_directory(root, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) return Unreadable(root, "the data set folder", ec);
+  if (!is_dir) return Status::NotFound("data set folder " + root + " does not exist or is not a folder");
   Dataset d;
   d.root = root;
   std::map<std::string, std::string> labels;
   std::set<std::string> dirs_with_images;
   std::vector<std::string> leaf_dirs;
-  for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::follow_directory_symlink, ec);
-       it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (ec) return Status::IOError("cannot list " + root + ": " + ec.message());
+  fs::recursive_directory_iterator it(root, fs::directory_options::follow_directory_symlink, ec);
+  if (ec) return Unreadable(root, "the data set folder", ec);
+  // The folder the next increment enters, to name it when it cannot be read.
+  std::string entering;
+  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) return Unreadable(entering.empty() ? root : entering, "a folder of the data set", ec);
     const fs::path p = it->path();
     const std::string name = p.filename().string();
+    std::error_code type_ec;
+    const bool dir = it->is_directory(type_ec);
+    if (type_ec) return Unreadable(p.string(), "an entry of the data set", type_ec);
+    entering = dir ? p.string() : "";
     if (!name.empty() && name[0] == '.') {
-      if (it->is_directory()) it.disable_recursion_pending();
+      if (dir) it.disable_recursion_pending();
+      entering.clear();
       continue;
     }
-    if (it->is_directory()) {
+    if (dir) {
       bool has_subdir = false;
-      for (const auto& e : fs::directory_iterator(p, ec)) {
-        if (e.is_directory() && e.path().filename().string()[0] != '.') has_subdir = true;
+      fs::directory_iterator sub(p, ec);
+      if (ec) return Unreadable(p.string(), "a folder of the data set", ec);
+      for (; sub != fs::directory_iterator(); sub.increment(ec)) {
+        if (ec) return Unreadable(p.string(), "a folder of the data set", ec);
+        std::error_code sub_ec;
+        if (sub->is_directory(sub_ec) && sub->path().filename().string()[0] != '.') has_subdir = true;
       }
       if (!has_subdir) leaf_dirs.push_back(p.string());
       continue;
     }
-    if (!it->is_regular_file()) continue;
+    std::error_code file_ec;
+    if (!it->is_regular_file(file_ec)) continue;
     if (!IsImageFile(p.string())) {
       const std::string why = p.string() + ": not an image file (expected .tif, .tiff, .png, .jpg or .jpeg)";
       if (o.on_bad_image == BadImagePolicy::kFail) {

@@ -86,10 +86,13 @@ int main(int argc, char** argv) {
     // One process meets no one: no store on MASTER_PORT, which Enroot's
     // PyTorch hook sets per job, so a follower beside the trainer's rank 0
     // on the same node would otherwise try to bind the trainer's port.
-    auto coordinator =
-        launch->world_size <= 1
-            ? scdino::StatusOr<std::shared_ptr<scdino::run::Coordinator>>(scdino::run::Coordinator::Single())
-            : scdino::run::Coordinator::Connect(*launch, std::chrono::seconds(config.scdino.distributed_timeout_s));
+    scdino::StatusOr<std::shared_ptr<scdino::run::Coordinator>> coordinator = scdino::run::Coordinator::Single();
+    if (launch->world_size > 1) {
+      auto secret = scdino::run::RendezvousSecret(config);
+      if (!secret.ok()) return Fail(nullptr, kProgram, secret.status());
+      coordinator =
+          scdino::run::Coordinator::Connect(*launch, std::chrono::seconds(config.scdino.distributed_timeout_s), *secret);
+    }
     if (!coordinator.ok()) return Fail(nullptr, kProgram, coordinator.status());
     auto plane = ServicePlane::Start(config, *launch, {"features", "images"});
     if (!plane.ok()) return Fail(nullptr, kProgram, plane.status());

@@ -38,8 +38,12 @@ Status CrossCheck(const RunConfig& c) {
     }
   }
   if (c.scdino.control.tls_cert_file.empty() != c.scdino.control.tls_key_file.empty()) {
-    return bad("scdino.control: tls_cert_file and tls_key_file go together (both set: TLS; both empty: plaintext), "
+    return bad("scdino.control: tls_cert_file and tls_key_file go together (both set: your certificate; both empty: one made per start), "
                "got only " + std::string(c.scdino.control.tls_cert_file.empty() ? "tls_key_file" : "tls_cert_file"));
+  }
+  if (c.scdino.control.plaintext && !c.scdino.control.tls_cert_file.empty()) {
+    return bad("scdino.control.plaintext: true contradicts tls_cert_file " + c.scdino.control.tls_cert_file +
+               "; keep one of them");
   }
   if (c.scdino.control.listen.find(':') == std::string::npos) {
     return bad("scdino.control.listen: expected host:port (port 0: any free port), got '" + c.scdino.control.listen +

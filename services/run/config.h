@@ -133,8 +133,11 @@ struct ControlConfig {
   std::string listen = "0.0.0.0:0";
   /// The token file; empty: <run_dir>/control.token, created on first start.
   std::string token_file;
-  /// PEM certificate and key; both set: TLS.
+  /// PEM certificate and key of your own; both empty: the service makes a
+  /// key and a self-signed certificate for each start (docs/control.md).
   std::string tls_cert_file, tls_key_file;
+  /// Serve without TLS: the token travels in clear (a warning at start).
+  bool plaintext = false;
 };
 
 /// Section `scdino.metrics`: the Prometheus endpoint of every process.
@@ -235,6 +238,9 @@ struct RuntimeConfig {
   /// fraction_for_mean_std_calc of the images and written there. Empty:
   /// <run_dir>/channel_stats.json.
   std::string stats_file;
+  /// Mode of a run directory the service creates: 0750 (the group may read
+  /// results) or 0700 (no one else).
+  std::string run_dir_mode = "0750";
   data::SyntheticOptions synthetic;  ///< for data_source: synthetic
   AugmentationConfig augmentation;
   /// Which entry of selected_channel_combination_per_run this run trains.

@@ -145,7 +145,7 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
       {"scdino.log_every", Int(&r.log_every, 1),
        "iterations between progress lines on stderr and health reports (status, metrics)"},
       {"scdino.on_collapse", Str(&r.on_collapse, {"warn", "stop"}),
-       "a collapse verdict (docs/training.md) is reported, or also stops the run after a checkpoint (exit 1)"},
+       "a collapse verdict (docs/training.md) is reported, or also stops the run after a checkpoint (exit 5)"},
       {"scdino.teacher_centering", Str(&r.teacher_centering, {"center", "sinkhorn_knopp"}),
        "the teacher's targets: DINO's centred, sharpened outputs (center_momentum), or DINOv2's Sinkhorn-Knopp "
        "equipartition over the global batch (docs/training.md)"},
@@ -160,6 +160,9 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
       {"scdino.checkpoint_every_minutes", Real(&r.checkpoint_every_minutes, 0, kIn),
        "also write the resume checkpoint every this many minutes (a crash loses minutes, not an epoch); 0: off"},
       {"scdino.keep_checkpoints", Int(&r.keep_checkpoints, 0), "numbered checkpoints kept, oldest removed first; 0: all"},
+      {"scdino.run_dir_mode", Str(&r.run_dir_mode, {"0750", "0700"}),
+       "mode of a run directory the service creates (the group may read results, or no one else); an existing one "
+       "that others can write, or that is not yours, is refused"},
       {"scdino.stats_file", Str(&r.stats_file), "channel statistics file, read when it is for this data set; \"\": <run_dir>/channel_stats.json"},
       {A + "hflip_p", Real(&a.hflip_p, 0, kIn, 1, kIn), "horizontal flip probability of every crop"},
       {A + "vflip_p", Real(&a.vflip_p, 0, kIn, 1, kIn), "vertical flip probability of every crop"},
@@ -176,8 +179,12 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
       {"scdino.control.listen", Str(&r.control.listen),
        "host:port of the control API; 0.0.0.0: every interface of the node (port 0: a free one)"},
       {"scdino.control.token_file", Str(&r.control.token_file), "the run's token; \"\": <run_dir>/control.token"},
-      {"scdino.control.tls_cert_file", Str(&r.control.tls_cert_file), "PEM certificate; with tls_key_file: TLS"},
-      {"scdino.control.tls_key_file", Str(&r.control.tls_key_file), "PEM key"},
+      {"scdino.control.tls_cert_file", Str(&r.control.tls_cert_file),
+       "your own PEM certificate (with tls_key_file); \"\": a key and self-signed certificate made at each start, "
+       "which scdinoctl pins (docs/control.md)"},
+      {"scdino.control.tls_key_file", Str(&r.control.tls_key_file), "the PEM key of tls_cert_file"},
+      {"scdino.control.plaintext", Bool(&r.control.plaintext),
+       "serve the control API without TLS: the token travels in clear (a warning at start)"},
       {"scdino.metrics.enabled", Bool(&r.metrics.enabled), "every process exports Prometheus metrics"},
       {"scdino.metrics.listen", Str(&r.metrics.listen), "IPv4 address of the metrics endpoint; 0.0.0.0: every interface"},
       {"scdino.metrics.port", Int(&r.metrics.port, 0, 65535), "metrics port; 0: a free one, else port + local rank"},

@@ -3,6 +3,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <iostream>
+
 #include "common/torch_compat.h"
 
 namespace scdino::run {
@@ -29,11 +31,18 @@ std::shared_ptr<Coordinator> Coordinator::OverStore(c10::intrusive_ptr<c10d::Sto
 }
 
 StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& launch,
-                                                            std::chrono::milliseconds timeout) {
+                                                            std::chrono::milliseconds timeout,
+                                                            const std::string& secret) {
   if (launch.world_size <= 1 && launch.source != "torchrun") {
     auto c = Single();
     c->timeout_ = timeout;
     return c;
+  }
+  if (secret.size() < 16) {
+    return Status::InvalidArgument("rendezvous: the job's secret is missing or shorter than 16 characters");
+  }
+  if (const std::string w = EphemeralPortWarning(launch.master_port); !w.empty() && launch.rank == 0) {
+    std::cerr << "scdino: warning: " << w << "\n";
   }
   c10d::TCPStoreOptions so = compat::TcpStoreOptions();
   so.port = static_cast<uint16_t>(launch.master_port);
@@ -42,7 +51,8 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
   so.timeout = timeout;
   try {
     auto store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
-    return OverStore(store, launch.rank, launch.world_size, timeout);
+    auto job = c10::make_intrusive<c10d::PrefixStore>("scdino-job-" + secret, store);
+    return OverStore(job, launch.rank, launch.world_size, timeout);
   } catch (const std::exception& e) {
     return Status::Unavailable("rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world_size) +
                                ": rendezvous at " + launch.master_addr + ":" + std::to_string(launch.master_port) +

@@ -47,8 +47,13 @@ class Coordinator {
   static std::shared_ptr<Coordinator> Single();
   /// Rendezvous at launch.master_addr:master_port (rank 0 serves the store);
   /// Unavailable names the address and the timeout when it fails. World
-  /// size 1 needs no store.
-  static StatusOr<std::shared_ptr<Coordinator>> Connect(const LaunchInfo& launch, std::chrono::milliseconds timeout);
+  /// size 1 needs no store. Every key of the job (ours and the process
+  /// group's) lives under a prefix made of `secret` (RendezvousSecret): the
+  /// store has no authentication, and c10d's store protocol cannot list
+  /// keys, so a process outside the job that connects to the port can
+  /// neither read, write nor wait on a key the job uses.
+  static StatusOr<std::shared_ptr<Coordinator>> Connect(const LaunchInfo& launch, std::chrono::milliseconds timeout,
+                                                        const std::string& secret);
   /// Over an existing store (tests run ranks as threads on a HashStore).
   static std::shared_ptr<Coordinator> OverStore(c10::intrusive_ptr<c10d::Store> store, int64_t rank,
                                                 int64_t world_size, std::chrono::milliseconds timeout);

@@ -169,10 +169,15 @@ bool DeviceSupportsBf16(torch::Device device) {
 }
 
 Status PrepareRunDir(const RunConfig& config) {
-  if (auto s = MakeDirs(config.run_dir()); !s.ok()) return s;
+  const int mode = config.scdino.run_dir_mode == "0700" ? 0700 : 0750;
+  if (auto s = MakeOwnDir(config.run_dir(), mode, "the run directory"); !s.ok()) return s;
   CleanStaleTemporaries(config.run_dir(), /*recursive=*/true);
   CleanStaleTemporaries(config.file_sd_dir(), /*recursive=*/false);
   return Status::Ok();
+}
+
+StatusOr<std::string> RendezvousSecret(const RunConfig& config) {
+  return LoadOrCreateSecret(config.run_dir() + "/rendezvous.secret", "the run's rendezvous secret");
 }
 
 }  // namespace scdino::run

@@ -74,8 +74,14 @@ bool CudnnIsStub();
 /// CPU path trains in fp32 whatever this says).
 bool DeviceSupportsBf16(torch::Device device);
 
-/// Creates the run directory and removes the temporaries killed writers
-/// left in it and in the file_sd directory.
+/// Creates the run directory (mode scdino.run_dir_mode) or checks the one
+/// that exists (yours, writable by no one else: CheckOwnPath), and removes
+/// the temporaries killed writers left in it and in the file_sd directory.
 Status PrepareRunDir(const RunConfig& config);
+
+/// The secret that binds a job's rendezvous keys (Coordinator::Connect):
+/// <run_dir>/rendezvous.secret, 0600, created by whichever rank comes first
+/// (LoadOrCreateSecret), so only the user's own processes know it.
+StatusOr<std::string> RendezvousSecret(const RunConfig& config);
 
 }  // namespace scdino::run

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <fstream>
 #include <tuple>
 
 namespace scdino::run {
@@ -39,9 +40,18 @@ std::vector<std::string> SplitTop(const std::string& s) {
 }  // namespace
 
 int64_t PortForJob(int64_t job_id, int64_t step_id) {
-  // A step of the same job moves by 7919 (prime to 20000), so the first
+  // A step of the same job moves by 7919 (prime to 12000), so the first
   // steps of a job never share a port.
-  return 20000 + (job_id + 7919 * step_id) % 20000;
+  return 20000 + (job_id + 7919 * step_id) % 12000;
+}
+
+std::string EphemeralPortWarning(int64_t port, const std::string& range_file) {
+  std::ifstream in(range_file);
+  int64_t low = 0, high = 0;
+  if (!(in >> low >> high) || port < low || port > high) return "";
+  return "rendezvous port " + std::to_string(port) + " lies in this node's ephemeral port range " +
+         std::to_string(low) + "-" + std::to_string(high) + " (" + range_file +
+         "): an outgoing connection may already hold it; set MASTER_PORT below " + std::to_string(low);
 }
 
 StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& list) {

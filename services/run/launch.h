@@ -34,10 +34,18 @@ struct LaunchInfo {
 /// Errors name the variable.
 StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>& getenv);
 
-/// The port of a Slurm job step's rendezvous, in [20000, 40000): every task
-/// of a step agrees on it, and steps running side by side (a trainer and an
-/// evaluator following it in one job) or jobs sharing a node rarely collide.
+/// The port of a Slurm job step's rendezvous, in [20000, 32000): every task
+/// of a step agrees on it, steps running side by side (a trainer and an
+/// evaluator following it in one job) or jobs sharing a node rarely collide,
+/// and it lies below Linux's default ephemeral range (32768-60999), from
+/// which outgoing connections take their local ports: one of those could
+/// otherwise hold the port when rank 0 binds it.
 int64_t PortForJob(int64_t job_id, int64_t step_id = 0);
+
+/// "" when `port` is outside this node's ephemeral port range (read from
+/// `range_file`), else a warning naming the port, the range and the fix.
+std::string EphemeralPortWarning(int64_t port,
+                                 const std::string& range_file = "/proc/sys/net/ipv4/ip_local_port_range");
 
 /// Expands Slurm's tasks-per-node notation ("2(x3),1" -> 2, 2, 2, 1).
 StatusOr<std::vector<int64_t>> ExpandTasksPerNode(const std::string& list);

@@ -83,6 +83,7 @@ StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& c, const data::
   StatusOr<data::ChannelStats> result = Status::Internal("statistics not computed");
   Status shared = coordinator.RankZeroFirst("channel-statistics", [&]() -> Status {
     if (FileExists(path)) {
+      if (auto own = CheckOwnPath(path, "the channel statistics file"); !own.ok()) return own;
       auto s = data::ReadStats(path);
       const std::string why = s.ok() ? Mismatch(*s, prep, fingerprint) : s.status().message();
       if (why.empty()) {
@@ -100,6 +101,7 @@ StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& c, const data::
   });
   if (!shared.ok()) return shared;
   if (coordinator.is_rank_zero()) return result;
+  if (auto own = CheckOwnPath(path, "the channel statistics file"); !own.ok()) return own;
   auto s = data::ReadStats(path);
   if (!s.ok()) return s.status();
   if (auto why = Mismatch(*s, prep, fingerprint); !why.empty()) return Status::FailedPrecondition(path + ": " + why);

@@ -12,12 +12,16 @@ inline constexpr int kExitFailed = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitStopped = 3;       ///< --stop-after-iterations
 inline constexpr int kExitStoppedByApi = 4;  ///< scdinoctl stop: progress saved; do not requeue
+/// Training diverged (a non-finite loss, a collapse with on_collapse: stop):
+/// running it again would diverge again, so never requeued, even when a
+/// signal came at the same time.
+inline constexpr int kExitDiverged = 5;
 inline constexpr int kExitPreempted = 75;    ///< a signal: progress saved; requeue
 
 /// kExitBadInput for what the user can fix in the input (a bad config,
 /// data set, image, checkpoint or channel selection: InvalidArgument,
 /// NotFound, DataLoss, FailedPrecondition, AlreadyExists), else kExitFailed
-/// (disk, network, a dead peer, a non-finite loss, an internal error).
+/// (disk, network, a dead peer, an internal error); kExitDiverged for Diverged.
 inline int ExitCodeFor(const Status& s) {
   switch (s.code()) {
     case StatusCode::kOk: return kExitCompleted;
@@ -26,6 +30,7 @@ inline int ExitCodeFor(const Status& s) {
     case StatusCode::kDataLoss:
     case StatusCode::kFailedPrecondition:
     case StatusCode::kAlreadyExists: return kExitBadInput;
+    case StatusCode::kDiverged: return kExitDiverged;
     default: return kExitFailed;
   }
 }

@@ -17,6 +17,7 @@
 #ifdef SCDINO_WITH_SERVICES
 #include "control/endpoint.h"
 #include "control/server.h"
+#include "control/tls.h"
 #include "control/token.h"
 #include "metrics/exporter.h"
 #include "metrics/progress_metrics.h"
@@ -117,11 +118,33 @@ StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const run::RunConfig
     if (auto s = MakeDirs(p.run_dir); !s.ok()) return s;
     auto token = control::LoadOrCreateToken(config.token_path());
     if (!token.ok()) return token.status();
+    // The endpoint file of a start of this service that was killed: gone
+    // now, so nobody acts on it while this start is setting up.
+    if (auto old = control::ReadEndpoint(p.run_dir, options.service);
+        old.ok() && control::EndpointProcessState(*old, host) == control::ProcessState::kGone) {
+      control::RemoveEndpoint(p.run_dir, options.service);
+      std::cerr << tool << ": removed the stale endpoint file of process " << old->pid
+                << ", which ended without removing it\n";
+    }
+    control::TlsIdentity tls;
+    if (config.scdino.control.plaintext) {
+      std::cerr << tool << ": warning: the control API serves without TLS (scdino.control.plaintext: true): the "
+                << "token travels in clear and anyone on the network path can read and reuse it\n";
+    } else {
+      auto id = config.scdino.control.tls_cert_file.empty()
+                    ? control::MakeSelfSignedIdentity(p.run_dir + "/tls", options.service,
+                                                      options.service + ".scdino.invalid", host)
+                    : control::DescribeIdentity(config.scdino.control.tls_cert_file,
+                                                config.scdino.control.tls_key_file);
+      if (!id.ok()) return id.status();
+      tls = *id;
+    }
     control::ServerOptions so;
     so.listen_address = config.scdino.control.listen;
     so.token = *token;
-    so.tls_cert_file = config.scdino.control.tls_cert_file;
-    so.tls_key_file = config.scdino.control.tls_key_file;
+    so.token_file = config.token_path();
+    so.tls_cert_file = tls.cert_file;
+    so.tls_key_file = tls.key_file;
     so.service = options.service;
     so.run_id = config.meta.name_of_run;
     so.run_dir = p.run_dir;
@@ -148,12 +171,19 @@ StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const run::RunConfig
     ep.slurm_step_id = so.slurm_step_id;
     ep.start_unix_ms = so.start_unix_ms;
     ep.tls = p.server->tls();
+    if (ep.tls) {
+      ep.tls_cert = std::filesystem::absolute(tls.cert_file).string();
+      ep.tls_fingerprint = tls.fingerprint;
+      ep.tls_name = tls.name;
+    }
+    control::RecordThisProcess(&ep);
     ep.run_dir = p.run_dir;
     // A new life: the end record of the last one no longer holds.
     control::RemoveEnded(p.run_dir, options.service);
     if (auto s = control::WriteEndpoint(p.run_dir, ep, *token); !s.ok()) return s;
-    std::cerr << tool << ": control API on " << ep.target() << " (endpoint "
-              << control::EndpointPath(p.run_dir, options.service) << ")\n";
+    std::cerr << tool << ": control API on " << ep.target()
+              << (ep.tls ? " (TLS, certificate " + ep.tls_fingerprint + ")" : " (plaintext)") << ", endpoint "
+              << control::EndpointPath(p.run_dir, options.service) << "\n";
   }
 #else
   (void)launch;

@@ -41,6 +41,10 @@ void InstallStopSignals(const char* program, const char* doing) {
   g_doing.store(doing);
   struct sigaction sa {};
   sa.sa_handler = OnStopSignal;
+  // A read, write or wait interrupted by the signal resumes instead of
+  // failing with EINTR in code that does not retry (a library's, a
+  // stream's); the loops see the flag at their next boundary.
+  sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGTERM, SIGUSR1, SIGINT}) sigaction(sig, &sa, nullptr);
 }

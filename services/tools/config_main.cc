@@ -1,8 +1,12 @@
-// scdino-config: the configuration's schema, for people and for the docs:
-// `check FILE` validates a config as the services will (every error and
-// ignored key named), `doc` prints the key reference of docs/config.md.
+// scdino-config: the configuration's schema, for people, scripts and the
+// docs: `check FILE` validates a config as the services will (every error
+// and ignored key named), `paths FILE` lists every path the config makes a
+// service read or write (deploy/slurm/lib.sh mounts exactly these into the
+// container), `doc` prints the key reference of docs/config.md.
+#include <filesystem>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "common/cli.h"
 #include "run/config.h"
@@ -15,6 +19,10 @@ int main(int argc, char** argv) {
   std::string file;
   auto* check = app->add_subcommand("check", "validate a config file as every scdino service does");
   check->add_option("FILE", file, "the YAML config")->required();
+  auto* paths = app->add_subcommand("paths",
+                                    "list the paths a service of this config reads (ro) or writes (rw), one per "
+                                    "line: ACCESS<TAB>ABSOLUTE_PATH<TAB>KEY");
+  paths->add_option("FILE", file, "the YAML config")->required();
   app->add_subcommand("doc", "print the Markdown key reference of docs/config.md");
   if (auto code = app.Parse(argc, argv)) return *code;
   if (app->got_subcommand("doc")) {
@@ -25,6 +33,26 @@ int main(int argc, char** argv) {
   if (!c.ok()) {
     std::cerr << "scdino-config: " << c.status().message() << "\n";
     return scdino::runtime::ExitCodeFor(c.status());
+  }
+  if (app->got_subcommand("paths")) {
+    // Relative paths are relative to the working directory, as the
+    // services read them. A file that a service may create (the statistics
+    // file) is listed by its folder.
+    namespace fs = std::filesystem;
+    auto line = [](const char* access, const std::string& path, const std::string& key) {
+      if (!path.empty()) std::cout << access << "\t" << fs::absolute(path).lexically_normal().string() << "\t" << key << "\n";
+    };
+    const auto& k = c->scdino;
+    line("ro", fs::path(file).parent_path().empty() ? "." : fs::path(file).parent_path().string(), "the config's folder");
+    if (k.data_source == "folder") line("ro", c->meta.dataset_dir, "meta.dataset_dir");
+    if (k.data_source == "csv") line("ro", fs::path(k.index_csv).parent_path().string(), "scdino.index_csv");
+    if (!k.stats_file.empty()) line("rw", fs::path(k.stats_file).parent_path().string(), "scdino.stats_file");
+    line("ro", k.control.token_file, "scdino.control.token_file");
+    line("ro", k.control.tls_cert_file, "scdino.control.tls_cert_file");
+    line("ro", k.control.tls_key_file, "scdino.control.tls_key_file");
+    line("rw", c->meta.output_dir, "meta.output_dir");
+    line("rw", c->file_sd_dir(), "scdino.metrics.file_sd_dir");
+    return 0;
   }
   for (const auto& w : c->warnings) std::cerr << "scdino-config: " << file << ": " << w << "\n";
   std::cout << file << ": valid; run directory " << c->run_dir() << ", channels";

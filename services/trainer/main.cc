@@ -60,7 +60,9 @@ int main(int argc, char** argv) {
     std::cerr << "\n";
     if (auto s = scdino::run::PrepareRunDir(config); !s.ok()) return Fail(nullptr, s);
     const auto timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
-    auto coordinator = scdino::run::Coordinator::Connect(*launch, timeout);
+    auto secret = scdino::run::RendezvousSecret(config);
+    if (!secret.ok()) return Fail(nullptr, secret.status());
+    auto coordinator = scdino::run::Coordinator::Connect(*launch, timeout, *secret);
     if (!coordinator.ok()) return Fail(nullptr, coordinator.status());
     options.coordinator = *coordinator;
     // A process group for several processes, or for one when torchrun-style

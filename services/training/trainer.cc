@@ -62,6 +62,7 @@ StatusOr<TrainResult> Trainer::Run() {
 StatusOr<int64_t> Trainer::Resume() {
   const std::string& latest = checkpointer_->latest();
   if (!options_.resume || !FileExists(latest)) return int64_t{0};
+  if (auto s = CheckOwnPath(latest, "the checkpoint to resume from"); !s.ok()) return s;
   auto info = LoadCheckpoint(latest, *dino_);
   if (!info.ok()) return info.status();
   if (info->has_run_shape) {
@@ -137,7 +138,7 @@ StatusOr<StepReport> Trainer::Step(int64_t it) {
   }
   auto out = dino_->Step(in, hooks);
   if (!out.finite && config_.scdino.on_nonfinite_loss == "stop") {
-    return Status::Aborted("loss is " + std::to_string(out.loss.item<double>()) + " at iteration " +
+    return Status::Diverged("loss is " + std::to_string(out.loss.item<double>()) + " at iteration " +
                            std::to_string(it) + " (epoch " + std::to_string(epoch) +
                            "); stopping (scdino.on_nonfinite_loss: skip would skip such steps). The last "
                            "checkpoint is " +
@@ -184,7 +185,7 @@ Status Trainer::EndOfInterval(int64_t it, const StepReport& last) {
                                std::to_string(last.epoch) + "): " + model::DescribeCollapse(verdict, h.health) +
                                " over the last " + std::to_string(h.steps) + " iterations";
       if (config_.scdino.on_collapse == "stop") {
-        stop = Status::FailedPrecondition("training collapsed, " + what +
+        stop = Status::Diverged("training collapsed, " + what +
                                           "; stopping (scdino.on_collapse: stop). docs/training.md says what to "
                                           "change; the last checkpoint is kept");
       } else if (options_.progress && coordinator_->is_rank_zero()) {

@@ -5,6 +5,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -12,10 +13,12 @@
 #include <thread>
 
 #include "common/run_control.h"
+#include "common/files.h"
 #include "common/safetensors.h"
 #include "control/client.h"
 #include "control/endpoint.h"
 #include "control/server.h"
+#include "control/tls.h"
 #include "control/token.h"
 #include "scdino/v1/control.grpc.pb.h"
 #include "support/test_support.h"
@@ -497,6 +500,161 @@ TEST(ControlServer, RefusedCallsAreLoggedAtABoundedRate) {
   ASSERT_EQ(lines.size(), 5u);
   EXPECT_NE(lines[3].find("17 more refused calls were not logged"), std::string::npos) << lines[3];
   EXPECT_NE(lines[4].find("refused GetStatus"), std::string::npos) << lines[4];
+}
+
+
+// Each start makes its own key (0600) and self-signed certificate; the
+// endpoint's fingerprint is that of the certificate file.
+TEST(Tls, ARunsIdentityIsPrivateAndItsFingerprintIsTheCertificates) {
+  ScratchDir dir;
+  auto id = MakeSelfSignedIdentity(dir.file("tls"), "trainer", "trainer.scdino.invalid", "node7");
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  struct stat st {};
+  ASSERT_EQ(::stat(id->key_file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(::stat(dir.file("tls").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  auto pem = ReadFile(id->cert_file);
+  ASSERT_TRUE(pem.ok());
+  EXPECT_EQ(*CertificateFingerprint(*pem, "c"), id->fingerprint);
+  EXPECT_EQ(id->fingerprint.size(), 7u + 64u);
+  auto described = DescribeIdentity(id->cert_file, id->key_file);
+  ASSERT_TRUE(described.ok()) << described.status().ToString();
+  EXPECT_EQ(described->name, "trainer.scdino.invalid");
+  EXPECT_EQ(described->fingerprint, id->fingerprint);
+  auto again = MakeSelfSignedIdentity(dir.file("tls"), "trainer", "trainer.scdino.invalid", "node7");
+  EXPECT_NE(again->fingerprint, id->fingerprint) << "a new start, a new key";
+  EXPECT_FALSE(CertificateFingerprint("not a certificate", "x.crt").ok());
+}
+
+// A client pins the run's certificate: a server that cannot prove it holds
+// the run's key (another key, or no TLS at all: whoever took the port after
+// the run died) fails the handshake, and no call, hence no token, reaches it.
+TEST(Tls, OnlyTheServerHoldingTheRunsKeyGetsACall) {
+  ScratchDir dir;
+  auto run = MakeSelfSignedIdentity(dir.file("run"), "trainer", "trainer.scdino.invalid", "node7");
+  auto other = MakeSelfSignedIdentity(dir.file("other"), "trainer", "trainer.scdino.invalid", "node7");
+  ASSERT_TRUE(run.ok() && other.ok());
+  const std::string token = "0123456789abcdef0123456789abcdef";
+  auto call = [&](int port) {
+    ClientTarget t;
+    t.target = "127.0.0.1:" + std::to_string(port);
+    t.token = token;
+    t.tls = true;
+    t.tls_root_pem = *ReadFile(run->cert_file);
+    t.tls_name = run->name;
+    auto channel = OpenChannel(t);
+    auto stub = v1::Control::NewStub(*channel);
+    grpc::ClientContext ctx;
+    AddToken(&ctx, t.token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+    v1::Status out;
+    return stub->GetStatus(&ctx, v1::GetStatusRequest(), &out);
+  };
+  for (bool impostor_tls : {true, false}) {
+    RunControl control;
+    std::atomic<int> calls{0};
+    ServerOptions o;
+    o.listen_address = "127.0.0.1:0";
+    o.token = "impostor-does-not-know-the-token";  // every call it gets is counted
+    o.on_unauthenticated = [&] { ++calls; };
+    o.log = [](const std::string&) {};
+    if (impostor_tls) {
+      o.tls_cert_file = other->cert_file;
+      o.tls_key_file = other->key_file;
+    }
+    auto impostor = ControlServer::Start(o, &control);
+    ASSERT_TRUE(impostor.ok());
+    const grpc::Status st = call((*impostor)->port());
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+    EXPECT_EQ(calls.load(), 0) << (impostor_tls ? "a server with another key" : "a plaintext server") << " got a call";
+  }
+  RunControl control;
+  ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.token = token;
+  o.tls_cert_file = run->cert_file;
+  o.tls_key_file = run->key_file;
+  auto real = ControlServer::Start(o, &control);
+  ASSERT_TRUE(real.ok());
+  const grpc::Status st = call((*real)->port());
+  EXPECT_TRUE(st.ok()) << st.error_message();
+}
+
+// After a SIGKILL the endpoint file stays, with a valid proof. On the host
+// and in the pid namespace where it was written, a client sees that its
+// process is gone (its pid free, or reused by a later process) and sends
+// nothing anywhere.
+TEST(Endpoint, AStaleEndpointOfAGoneProcessIsNamedAndNothingIsSent) {
+  ScratchDir dir;
+  auto token = LoadOrCreateToken(dir.file("control.token"));
+  ASSERT_TRUE(token.ok());
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  Endpoint e = SampleEndpoint(dir.path());
+  e.host = host;
+  RecordThisProcess(&e);
+  ASSERT_FALSE(e.pid_namespace.empty());
+  ASSERT_FALSE(e.process_start.empty());
+  e.pid = ::getpid();
+  EXPECT_EQ(EndpointProcessState(e, host), ProcessState::kRunning);
+  EXPECT_EQ(EndpointProcessState(e, "another-node"), ProcessState::kUnknown);
+  Endpoint reused = e;
+  reused.process_start = "1";  // this pid, but a process that started at boot
+  EXPECT_EQ(EndpointProcessState(reused, host), ProcessState::kGone);
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  e.pid = child;
+  EXPECT_EQ(EndpointProcessState(e, host), ProcessState::kGone);
+  ASSERT_TRUE(WriteEndpoint(dir.path(), e, *token).ok());
+  auto r = ResolveRun(dir.path(), "trainer");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("stale endpoint file: the trainer process " + std::to_string(child)),
+            std::string::npos)
+      << r.status().message();
+}
+
+// scdinoctl rotate-token: a new token, the running server takes it at the
+// next call that presents it, the old one is refused from then on, and the
+// endpoint file is signed with the new one.
+TEST(Token, RotationReplacesTheTokenOfARunningServer) {
+  ScratchDir dir;
+  auto old = LoadOrCreateToken(dir.file("control.token"));
+  ASSERT_TRUE(old.ok());
+  RunControl control;
+  ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.token = *old;
+  o.token_file = dir.file("control.token");
+  o.log = [](const std::string&) {};
+  auto server = ControlServer::Start(o, &control);
+  ASSERT_TRUE(server.ok());
+  Endpoint e = SampleEndpoint(dir.path());
+  e.port = (*server)->port();
+  ASSERT_TRUE(WriteEndpoint(dir.path(), e, *old).ok());
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials());
+  auto stub = v1::Control::NewStub(channel);
+  auto status_with = [&](const std::string& token) {
+    grpc::ClientContext ctx;
+    AddToken(&ctx, token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::Status out;
+    return stub->GetStatus(&ctx, v1::GetStatusRequest(), &out).error_code();
+  };
+  EXPECT_EQ(status_with(*old), grpc::StatusCode::OK);
+  auto rotated = RotateToken(dir.path());
+  ASSERT_TRUE(rotated.ok()) << rotated.status().ToString();
+  EXPECT_EQ(*rotated, std::vector<std::string>{"trainer"});
+  auto fresh = ReadToken(dir.file("control.token"));
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_NE(*fresh, *old);
+  EXPECT_EQ(status_with(*fresh), grpc::StatusCode::OK);
+  EXPECT_EQ(status_with(*old), grpc::StatusCode::UNAUTHENTICATED);
+  auto r = ResolveRun(dir.path(), "trainer");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->token, *fresh);
 }
 
 }  // namespace

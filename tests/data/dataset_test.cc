@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "data/image_io.h"
+#include "support/other_user.h"
 #include "support/test_support.h"
 
 namespace scdino::data {
@@ -74,6 +77,30 @@ TEST(IndexFolder, BadInputFailsOrIsSkipped) {
   EXPECT_EQ(s->entries.size(), 1u);
   EXPECT_EQ(s->skipped.size(), 2u);
   EXPECT_EQ(IndexFolder(d.file("nowhere")).status().code(), StatusCode::kNotFound);
+}
+
+// A data set folder, or a class folder inside it, that the user cannot read
+// is named with the system's reason (exit 2), never "no images found", and
+// never ends the process through a throwing file-system call.
+TEST(IndexFolder, UnreadableFoldersAreNamedWithTheReason) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  scdino::testing::ScratchDir d;
+  Image(d.file("root/a/1.tif"));
+  Image(d.file("root/b/2.tif"));
+  auto index_as_other_user = [](const std::string& root) {
+    scdino::testing::BecomeOtherUserIfRoot();
+    auto ds = IndexFolder(root);
+    std::fprintf(stderr, "%s\n", ds.ok() ? "indexed" : ds.status().ToString().c_str());
+    std::exit(!ds.ok() && ds.status().code() == StatusCode::kFailedPrecondition ? 0 : 1);
+  };
+  fs::permissions(d.file("root"), fs::perms::owner_all);  // 0700: nobody else may list it
+  EXPECT_EXIT(index_as_other_user(d.file("root")), ::testing::ExitedWithCode(0),
+              "root: cannot read the data set folder: Permission denied \\(running as uid [0-9]+\\)");
+  fs::permissions(d.file("root"), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                      fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(d.file("root/b"), fs::perms::owner_all);
+  EXPECT_EXIT(index_as_other_user(d.file("root")), ::testing::ExitedWithCode(0),
+              "root/b: cannot read a folder of the data set: Permission denied");
 }
 
 TEST(IndexCsv, PathsAndLabels) {

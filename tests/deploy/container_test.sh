@@ -259,21 +259,42 @@ PY
   args() {  # args CONFIG NAME ENV... : container_args one per line, or the error
     local config=$1 name=$2
     shift 2
-    (cd "$work" && env "$@" bash -c 'source "$0"; scdino_container_args "$1" "$2" && printf "%s\n" "${container_args[@]}"' \
+    (cd "$work" && env SCDINO_CONFIG_TOOL="$build/services/tools/scdino-config" "$@" \
+       bash -c 'source "$0"; scdino_container_args "$1" "$2" && printf "%s\n" "${container_args[@]}"' \
       "$src/deploy/slurm/lib.sh" "$config" "$name" 2>&1)
   }
-  # A data set outside the working directory gets a mount of its own; the
-  # run directory inside it does not; a relative image path becomes absolute.
+  # Least privilege: the working directory (and the config in it) and a data
+  # set outside it are mounted read-only, the output directory inside the
+  # working directory read-write over it, the file_sd directory inside the
+  # output directory needs no mount of its own, and a token file the config
+  # names is mounted read-only; a relative image path becomes absolute.
   touch "$work/image.sqsh"
   data="$scratch/container-slurm-data"
-  mkdir -p "$data"
-  sed "s|dataset_dir: \"$work/cells\"|dataset_dir: \"$data\"|" "$work/run.yaml" > "$work/pyxis.yaml"
+  mkdir -p "$data" "$scratch/container-slurm-keys"
+  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$scratch/container-slurm-keys/token"
+  chmod 600 "$scratch/container-slurm-keys/token"
+  sed -e "s|dataset_dir: \"$work/cells\"|dataset_dir: \"$data\"|" -e "s|output_dir: \"$work\"|output_dir: \"$work/pyxis-out\"|" \
+      -e "s|^scdino: {threads: 1}|scdino: {threads: 1, control: {token_file: \"$scratch/container-slurm-keys/token\"}}|" \
+      "$work/run.yaml" > "$work/pyxis.yaml"
   flags=$(args pyxis.yaml scdino-7 SCDINO_CONTAINER=image.sqsh SCDINO_CONTAINER_MOUNTS=/tmp:/scratch) ||
     fail "Pyxis flags: $flags"
-  for want in "--container-image=$work/image.sqsh" "--container-mounts=$work:$work,$data:$data,/tmp:/scratch" \
-              "--container-workdir=$work" "--container-name=scdino-7" "--no-container-mount-home"; do
+  for want in "--container-image=$work/image.sqsh" "--container-workdir=$work" "--container-name=scdino-7" \
+              "--no-container-mount-home"; do
     grep -qxF -- "$want" <<<"$flags" || fail "Pyxis flags lack $want: $flags"
   done
+  mounts=$(sed -n 's/^--container-mounts=//p' <<<"$flags" | tr , '\n')
+  want_mounts=$(printf '%s\n' "$work:$work:ro" "$data:$data:ro" "$scratch/container-slurm-keys/token:$scratch/container-slurm-keys/token:ro" \
+                "$work/pyxis-out:$work/pyxis-out" "/tmp:/scratch")
+  [ "$(sort <<<"$mounts")" = "$(sort <<<"$want_mounts")" ] || fail "Pyxis mounts: got
+$mounts
+expected
+$want_mounts"
+  [ "$(head -1 <<<"$mounts")" = "$work:$work:ro" ] || fail "the working directory must be mounted before the output directory inside it: $mounts"
+  # A key of the wrong type is refused by the project's own parser before
+  # any srun.
+  sed "s|^scdino: {threads: 1}|scdino: {threads: one}|" "$work/run.yaml" > "$work/badkey.yaml"
+  err=$(args badkey.yaml "" SCDINO_CONTAINER=image.sqsh) && fail "a config with a bad key was accepted"
+  grep -qF "scdino.threads" <<<"$err" || fail "bad key: $err"
   # A registry reference (no / or . in front, no such file) goes to Enroot as it is.
   flags=$(args "$work/run.yaml" "" SCDINO_CONTAINER="nvcr.io#nvidia/pytorch") || fail "a registry reference was refused: $flags"
   grep -qxF -- "--container-image=nvcr.io#nvidia/pytorch" <<<"$flags" || fail "registry reference: $flags"
@@ -287,16 +308,17 @@ PY
   tmp=$(mktemp -d /tmp/scdino-container-test.XXXXXX)
   chmod 755 "$tmp"; mkdir -p "$tmp/data" "$tmp/secret"; chmod 700 "$tmp/secret"; chmod 777 "$tmp"
   cp "$src/deploy/slurm/lib.sh" "$tmp/"
-  printf 'meta: {output_dir: "%s/runs", dataset_dir: "%s/data"}\n' "$tmp" "$tmp" > "$tmp/run.yaml"
+  printf 'meta: {output_dir: "%s/runs", dataset_dir: "%s/data"}\ntrain_scDINO: {}\n' "$tmp" "$tmp" > "$tmp/run.yaml"
   touch "$tmp/image.sqsh"; chmod 644 "$tmp/lib.sh" "$tmp/run.yaml" "$tmp/image.sqsh"
-  err=$(cd "$tmp" && runuser -u nobody -- env SCDINO_CONTAINER="$tmp/image.sqsh" SCDINO_CONTAINER_MOUNTS="$tmp/secret:/s" \
+  err=$(cd "$tmp" && runuser -u nobody -- env SCDINO_CONFIG_TOOL="$build/services/tools/scdino-config" \
+        SCDINO_CONTAINER="$tmp/image.sqsh" SCDINO_CONTAINER_MOUNTS="$tmp/secret:/s" \
         bash -c 'source "$0"; scdino_container_args "$1"' "$tmp/lib.sh" "$tmp/run.yaml" 2>&1) &&
     fail "an unreadable mount was accepted"
   rm -rf "$tmp"
   grep -qF "secret, which does not exist or is not readable" <<<"$err" || fail "unreadable mount: $err"
   sed "s|dataset_dir: \"$work/cells\"|dataset_dir: \"/srv/elsewhere\"|" "$work/run.yaml" > "$work/outside.yaml"
   err=$(args "$work/outside.yaml" "" SCDINO_CONTAINER="$bundle") && fail "a data set outside the bundle's mounts was accepted"
-  grep -qF "/srv/elsewhere is outside the mounts of the OCI bundle" <<<"$err" || fail "outside the mounts: $err"
+  grep -qF "/srv/elsewhere (meta.dataset_dir) is outside the mounts of the OCI bundle" <<<"$err" || fail "outside the mounts: $err"
   err=$(args "$work/run.yaml" "" SCDINO_CONTAINER="$bundle" SLURM_NTASKS_PER_NODE=2) && fail "two tasks per node on a bundle were accepted"
   grep -q "one task per node" <<<"$err" || fail "two tasks on a bundle: $err"
   err=$(args "$work/run.yaml" "" SCDINO_CONTAINER="$bundle" SLURM_TASKS_PER_NODE="1,2(x3)") && fail "2 tasks on some nodes of a bundle job were accepted"

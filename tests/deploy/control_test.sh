@@ -64,6 +64,12 @@ done
 [ -f "$run/endpoints/trainer.json" ] || fail "no endpoint file"
 [ "$(stat -c %a "$run/control.token")" = 600 ] || fail "control.token is not mode 600"
 target=$(field "$(cat "$run"/endpoints/trainer.json)" 's["host"]+":"+str(s["port"])')
+# TLS by default: the endpoint names the run's certificate (private, 0600).
+cert=$(field "$(cat "$run"/endpoints/trainer.json)" 's["tls"] and s["tls_cert"]')
+tls_name=$(field "$(cat "$run"/endpoints/trainer.json)" 's["tls_name"]')
+[ -f "$cert" ] && [ "$(stat -c %a "$cert")" = 600 ] && [ "$(stat -c %a "$run/tls/trainer.key")" = 600 ] ||
+  fail "the endpoint names no private TLS certificate: $(cat "$run"/endpoints/trainer.json)"
+tls=(--tls --tls-ca "$cert" --tls-name "$tls_name")
 metrics_url="http://$(field "$(cat "$work"/targets/*.json)" 's[0]["targets"][0]')/metrics"
 echo "ok: endpoint $target, metrics $metrics_url"
 
@@ -111,18 +117,50 @@ echo "ok: checkpoint $path"
 # Wrong token: refused (exit 4), counted, logged without the token.
 printf 'not-the-token-of-this-run\n' > "$work/wrong.token"
 chmod 600 "$work/wrong.token"
-"$ctl" status --target "$target" --token-file "$work/wrong.token" 2>"$work/wrong.err"
+"$ctl" status --target "$target" --token-file "$work/wrong.token" "${tls[@]}" 2>"$work/wrong.err"
 rc=$?
 [ "$rc" = 4 ] || fail "a wrong token gave exit code $rc, expected 4"
 grep -q "refused GetStatus" "$work/trainer.err" || fail "the refused call was not logged"
 ! grep -qF "$(cat "$run/control.token")" "$work/trainer.err" || fail "the token appears in the log"
 ! grep -qF "not-the-token" "$work/trainer.err" || fail "the presented token appears in the log"
 [ "$(scrape scdino_trainer_control_unauthenticated_requests_total)" = 1 ] || fail "refused call not counted"
-"$ctl" status --target "$target" --token-file "$work/none.token" 2>/dev/null
+"$ctl" status --target "$target" --token-file "$work/none.token" "${tls[@]}" 2>/dev/null
 [ $? = 5 ] || fail "a missing token file should give exit code 5"
 "$ctl" status --target 127.0.0.1:1 --token-file "$run/control.token" --timeout 2 2>/dev/null
 [ $? = 3 ] || fail "an unreachable target should give exit code 3"
 echo "ok: wrong token refused and counted; exit codes 3, 4, 5"
+
+# Python's grpcio over TLS with the run's certificate: the three lines of
+# docs/control.md, then a wrong token (UNAUTHENTICATED).
+$py - "$run" <<'PY' || fail "Python's grpcio could not call the API over TLS with the run's certificate"
+import json, sys
+import grpc
+run = sys.argv[1]
+ep = json.load(open(run + "/endpoints/trainer.json"))
+creds = grpc.ssl_channel_credentials(open(ep["tls_cert"], "rb").read())
+channel = grpc.secure_channel(f'{ep["host"]}:{ep["port"]}', creds, options=[("grpc.ssl_target_name_override", ep["tls_name"])])
+metadata = [("authorization", "Bearer " + open(run + "/control.token").read().strip())]
+get = channel.unary_unary("/scdino.v1.Control/GetStatus", request_serializer=lambda m: m, response_deserializer=lambda b: b)
+reply = get(b"", metadata=metadata, timeout=10)
+assert len(reply) > 10, reply
+try:
+    get(b"", metadata=[("authorization", "Bearer wrong-token-wrong-token")], timeout=10)
+    sys.exit("a wrong token was accepted")
+except grpc.RpcError as e:
+    assert e.code() == grpc.StatusCode.UNAUTHENTICATED, e.code()
+print(f"ok: Python's grpcio over TLS pinned to {ep['tls_fingerprint'][:19]}...: GetStatus {len(reply)} bytes")
+PY
+
+# Token rotation: a new private token, the running trainer takes it, the
+# old one is refused from then on.
+cp "$run/control.token" "$work/old.token"
+"$ctl" rotate-token --run-dir "$run" | grep -q "endpoint of trainer signed with it" || fail "rotate-token did not re-sign the endpoint"
+! cmp -s "$run/control.token" "$work/old.token" && [ "$(stat -c %a "$run/control.token")" = 600 ] ||
+  fail "rotate-token did not write a new private token"
+status >/dev/null || fail "status with the rotated token failed"
+"$ctl" status --target "$target" --token-file "$work/old.token" "${tls[@]}" 2>/dev/null
+[ $? = 4 ] || fail "the old token still works after rotate-token"
+echo "ok: rotate-token: the new token works, the old one is refused"
 
 # A real Prometheus with monitoring/'s config, pointed at this test's
 # target directory and scraping every second.

@@ -175,6 +175,61 @@ PY
 grep -q "3 shards written" "$work/rank1.err" || { tail -3 "$work/rank1.err"; fail "rank 1 did not write 3 of the 6 shards"; }
 echo "ok: two ranks, 6 shards of up to 100 images, the same features and index as one process"
 
+# 5a. A checkpoint trained on 5 channels with a config that selects 3:
+# a clear error naming both counts and the checkpoint, exit 2 (bad input).
+sed -e 's|\["01234"\]|["012"]|' -e 's|name_of_run: [^,}]*|name_of_run: three|' "$work/example.yaml" > "$work/three.yaml"
+"$features" --config "$work/three.yaml" --checkpoint "$run/checkpoint.safetensors" --threads 1 >/dev/null 2>"$work/three.err"
+rc=$?
+[ "$rc" = 2 ] || { tail -3 "$work/three.err"; fail "a channel-count mismatch exited $rc, expected 2"; }
+grep -qF "checkpoint.safetensors (its teacher) has 5 input channel(s)" "$work/three.err" && grep -qF "selects 3: [0,1,2]" "$work/three.err" ||
+  { cat "$work/three.err"; fail "the channel mismatch does not name the checkpoint and both counts"; }
+echo "ok: a 5-channel checkpoint with 3 selected channels: exit 2, $(grep -o 'has 5 input.*' "$work/three.err" | head -c 120)"
+
+# 5b. The rendezvous store has no authentication: a process of another user
+# that connects to its port while two ranks extract features writes a stop
+# request and a rank-0 outcome under the keys the ranks used to read
+# ("scdino/requests", "scdino/rank0/..."). The job's keys lie under its
+# secret (<run_dir>/rendezvous.secret): both ranks finish every shard.
+port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+sed -e "s|resize_length: 48 |resize_length: 96 |" -e "s|^  cache_images: true|  cache_images: true\n  features: {shard_size: 32}|" \
+  "$work/example.yaml" > "$work/foreign.yaml"
+rm -rf "$run/features/random_init"
+for r in 1 0; do
+  RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$features" --config "$work/foreign.yaml" \
+    --random-init --threads 1 >/dev/null 2>"$work/foreign$r.err" &
+  eval "foreign${r}_pid=$!"
+done
+$py - "$port" > "$work/foreign.out" 2>&1 <<'PY' &
+import datetime, sys, time
+import torch.distributed as dist
+port, writes, deadline = int(sys.argv[1]), 0, time.time() + 120
+while time.time() < deadline:
+    try:
+        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=1),
+                              wait_for_workers=False)
+        while True:
+            store.set("scdino/requests", "-s")
+            store.set("scdino/rank0/channel-statistics", "error:planted by another process")
+            store.set("requests", "-s")
+            writes += 1
+            time.sleep(0.05)
+    except Exception:
+        if writes:
+            break
+        time.sleep(0.05)
+print("writes", writes)
+PY
+foreign_pid=$!
+wait "$foreign1_pid" || { tail -5 "$work/foreign1.err"; fail "rank 1 failed beside a foreign writer to its store"; }
+wait "$foreign0_pid" || { tail -5 "$work/foreign0.err"; fail "rank 0 failed beside a foreign writer to its store"; }
+wait "$foreign_pid"
+grep -qE "writes [1-9]" "$work/foreign.out" || { cat "$work/foreign.out"; fail "the foreign process never wrote to the job's store"; }
+grep -q "8 shards written" "$work/foreign1.err" || { tail -3 "$work/foreign1.err"; fail "rank 1 did not write its 8 of the 16 shards"; }
+$py -c "import numpy as np, sys; assert np.load(sys.argv[1]).shape[0] == 512" "$run/features/random_init/features.npy" ||
+  fail "the features of the job beside the foreign writer do not have 512 rows"
+[ "$(stat -c %a "$run/rendezvous.secret")" = 600 ] || fail "the rendezvous secret is not private"
+echo "ok: a foreign process wrote stop requests and rank-0 outcomes to the store $(cut -d' ' -f2 "$work/foreign.out") times; both ranks finished all 16 shards"
+
 # 6. Stopped through the control API mid-run (exit 4, complete shards kept,
 # progress metrics exported), then resumed: the rerun skips those shards.
 sed -e "s|resize_length: 48 |resize_length: 96 |" -e "s|^  cache_images: true|  cache_images: true\n  features: {shard_size: 64}\n  metrics: {listen: 127.0.0.1, file_sd_dir: \"$work/targets\"}|" \

@@ -55,7 +55,7 @@ checked "$work/slurm/runs/example" "$out"
 echo "ok: sbatch -n 2 deploy/slurm/train.sbatch configs/small-data.yaml: $stop iterations on 2 Gloo ranks"
 
 # 2. torchrun-style variables: two processes on loopback.
-port=$((21000 + $$ % 20000))
+port=$((21000 + $$ % 11000))
 pids=()
 for r in 0 1; do
   (cd "$work/torchrun" && RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \

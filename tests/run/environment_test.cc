@@ -4,13 +4,23 @@
 // process's minor page faults: each 4 KiB page of a fresh mapping faults on
 // first touch). run::DecideDevice: the device every value of scdino.device gives
 // for any GPU count, build and cuDNN (the refusals name the config and key).
+// PrepareRunDir and CheckOwnPath: what a run on a shared file system
+// refuses to trust; RendezvousSecret.
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "common/files.h"
 #include "model/cpu_gemm.h"
 #include "run/environment.h"
+#include "support/other_user.h"
+#include "support/test_support.h"
 
 namespace scdino::run {
 namespace {
@@ -145,6 +155,91 @@ TEST(DecideDevice, EachRankTakesItsGpuOrTheOneItIsBoundTo) {
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("this node runs 4 ranks but has 2 GPU(s)"), std::string::npos)
       << d.status().message();
+}
+
+RunConfig RunIn(const std::string& out_dir, const std::string& extra = "") {
+  auto c = ParseRunConfig("meta: {dataset_dir: /d, output_dir: \"" + out_dir + "\", name_of_run: r}\ntrain_scDINO: {}\n" +
+                              extra,
+                          "run.yaml");
+  if (!c.ok()) throw std::runtime_error(c.status().ToString());
+  return *c;
+}
+
+unsigned ModeOf(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? st.st_mode & 07777 : 0;
+}
+
+// A run directory the service creates is 0750 (0700 by the config); one
+// that others can write is refused at start, naming the path, its mode and
+// the fix, before anything is read from it or written to it.
+TEST(PrepareRunDir, CreatesItPrivateAndRefusesOneOthersCanWrite) {
+  scdino::testing::ScratchDir d;
+  ASSERT_TRUE(PrepareRunDir(RunIn(d.file("a"))).ok());
+  EXPECT_EQ(ModeOf(d.file("a/r")), 0750u);
+  ASSERT_TRUE(PrepareRunDir(RunIn(d.file("b"), "scdino: {run_dir_mode: \"0700\"}\n")).ok());
+  EXPECT_EQ(ModeOf(d.file("b/r")), 0700u);
+  ::chmod(d.file("a/r").c_str(), 0775);
+  const Status s = PrepareRunDir(RunIn(d.file("a")));
+  ASSERT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find(d.file("a/r") + ": the run directory can be written by its group (mode 775)"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("chmod go-w"), std::string::npos) << s.message();
+  ::chmod(d.file("a/r").c_str(), 0755);  // existing and safe: kept as it is
+  ASSERT_TRUE(PrepareRunDir(RunIn(d.file("a"))).ok());
+  EXPECT_EQ(ModeOf(d.file("a/r")), 0755u);
+}
+
+// Another user's run directory is refused: as root, one given to `nobody`;
+// as `nobody` (a child process that drops root), one that root owns.
+TEST(PrepareRunDir, RefusesARunDirectoryOfAnotherUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a directory of another user (CI runs as root)";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  scdino::testing::ScratchDir d;
+  std::filesystem::create_directories(d.file("x/r"));
+  ::chmod(d.file("x").c_str(), 0777);  // the other user may create inside it
+  if (scdino::testing::GiveToOtherUser(d.file("x/r"))) {
+    const Status s = PrepareRunDir(RunIn(d.file("x")));
+    ASSERT_EQ(s.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(s.message().find("the run directory belongs to nobody (uid 65534), not to you (root (uid 0))"),
+              std::string::npos)
+        << s.message();
+    ASSERT_EQ(::chown(d.file("x/r").c_str(), 0, 0), 0);
+  }
+  EXPECT_EXIT(
+      {
+        scdino::testing::BecomeOtherUserIfRoot();
+        const Status s = PrepareRunDir(RunIn(d.file("x")));
+        std::fprintf(stderr, "%s\n", s.ToString().c_str());
+        std::exit(s.code() == StatusCode::kFailedPrecondition ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "the run directory belongs to root \\(uid 0\\), not to you");
+}
+
+// What a resume trusts: a file of the user's, writable by no one else.
+TEST(CheckOwnPath, RefusesFilesOthersOwnOrCanWrite) {
+  scdino::testing::ScratchDir d;
+  ASSERT_TRUE(WriteFileAtomic(d.file("checkpoint.safetensors"), "weights").ok());
+  EXPECT_TRUE(CheckOwnPath(d.file("checkpoint.safetensors"), "the checkpoint").ok());
+  ::chmod(d.file("checkpoint.safetensors").c_str(), 0666);
+  const Status w = CheckOwnPath(d.file("checkpoint.safetensors"), "the checkpoint");
+  EXPECT_NE(w.message().find("the checkpoint can be written by every user (mode 666)"), std::string::npos)
+      << w.message();
+  EXPECT_EQ(CheckOwnPath(d.file("none"), "the checkpoint").code(), StatusCode::kNotFound);
+}
+
+// Every rank of a job agrees on one rendezvous secret, private to the user.
+TEST(RendezvousSecret, IsCreatedOncePrivateAndSharedByTheRanks) {
+  scdino::testing::ScratchDir d;
+  const RunConfig c = RunIn(d.path());
+  ASSERT_TRUE(PrepareRunDir(c).ok());
+  auto a = RendezvousSecret(c);
+  auto b = RendezvousSecret(c);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
+  EXPECT_EQ(*a, *b);
+  EXPECT_EQ(a->size(), 64u);
+  EXPECT_EQ(ModeOf(c.run_dir() + "/rendezvous.secret"), 0600u);
 }
 
 }  // namespace

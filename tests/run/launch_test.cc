@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
+
+#include "support/test_support.h"
 
 namespace scdino::run {
 namespace {
@@ -54,8 +57,28 @@ TEST(Launch, FromSlurm) {
   EXPECT_EQ(l->local_rank, 1);
   EXPECT_EQ(l->master_addr, "gpu-st-3");
   EXPECT_EQ(l->master_port, PortForJob(123456));
-  EXPECT_EQ(l->master_port, 20000 + 123456 % 20000);
+  EXPECT_EQ(l->master_port, 20000 + 123456 % 12000);
   EXPECT_EQ(l->local_world_size, 2) << "local rank 1: at least 2 ranks on this node";
+}
+
+// Derived ports stay below the default ephemeral range (32768-60999), where
+// an outgoing connection could hold them; a port inside the node's range is
+// named with the range and the fix.
+TEST(Launch, RendezvousPortsStayOutOfTheEphemeralRange) {
+  for (int64_t job = 0; job < 30000; job += 7) {
+    for (int64_t step = 0; step < 3; ++step) {
+      const int64_t p = PortForJob(job, step);
+      ASSERT_TRUE(p >= 20000 && p < 32768) << "job " << job << " step " << step << ": port " << p;
+    }
+  }
+  scdino::testing::ScratchDir d;
+  std::ofstream(d.file("range")) << "32768\t60999\n";
+  EXPECT_EQ(EphemeralPortWarning(29500, d.file("range")), "");
+  const std::string w = EphemeralPortWarning(40000, d.file("range"));
+  EXPECT_NE(w.find("rendezvous port 40000 lies in this node's ephemeral port range 32768-60999"), std::string::npos)
+      << w;
+  EXPECT_NE(w.find("set MASTER_PORT below 32768"), std::string::npos) << w;
+  EXPECT_EQ(EphemeralPortWarning(40000, d.file("no-such-file")), "");
 }
 
 // Two steps of one job (a trainer and an evaluator following it) meet at

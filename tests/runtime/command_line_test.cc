@@ -9,12 +9,14 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <sstream>
 
 #include "common/files.h"
 #include "common/torch_compat.h"
 #include "run/environment.h"
 #include "runtime/exit_codes.h"
+#include "runtime/service_plane.h"
 #include "runtime/signals.h"
 #include "support/test_support.h"
 
@@ -159,6 +161,35 @@ TEST(ExitCodes, BadInputIsTwoEverythingElseOne) {
   EXPECT_EQ(ExitCodeFor(Status::IOError("x")), kExitFailed);
   EXPECT_EQ(ExitCodeFor(Status::Unavailable("x")), kExitFailed);
   EXPECT_EQ(ExitCodeFor(Status::Aborted("x")), kExitFailed);
+  EXPECT_EQ(ExitCodeFor(Status::Diverged("x")), kExitDiverged);
+}
+
+// A run that diverges while a signal arrives (a job-wide TERM, the time
+// limit's USR1) must not leave with the preemption code: the batch script
+// would requeue it and it would diverge again. A stop that is a stop still
+// does. In a child process: the signal state is the process's.
+TEST(ExitCodes, ADivergedRunMeetingASignalIsNeverAPreemption) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto signalled_then_fail = [](const Status& s) {
+    InstallStopSignals("scdino-x", "finishing the step");
+    (void)::raise(SIGTERM);
+    std::exit(Fail(nullptr, "scdino-x", s));
+  };
+  EXPECT_EXIT(signalled_then_fail(Status::Diverged("loss is nan at iteration 7")),
+              ::testing::ExitedWithCode(kExitDiverged), "scdino-x: loss is nan at iteration 7");
+  EXPECT_EXIT(signalled_then_fail(Status::Aborted("stopped; 3 shards written")),
+              ::testing::ExitedWithCode(kExitPreempted), "stopped; 3 shards written");
+}
+
+// Interrupted system calls resume (SA_RESTART): a read in a library that
+// does not retry on EINTR is not failed by the signal.
+TEST(StopSignals, AreInstalledWithSaRestart) {
+  InstallStopSignals("scdino-x", "finishing the batch");
+  for (int sig : {SIGTERM, SIGUSR1, SIGINT}) {
+    struct sigaction now {};
+    ASSERT_EQ(::sigaction(sig, nullptr, &now), 0);
+    EXPECT_TRUE(now.sa_flags & SA_RESTART) << "signal " << sig;
+  }
 }
 
 // The registration is cleared when its scope ends, also by an exception, so

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +21,7 @@
 
 #include "common/files.h"
 #include "common/safetensors.h"
+#include "support/other_user.h"
 #include "support/test_support.h"
 #include "data/image_io.h"
 #include "data/synthetic.h"
@@ -205,7 +207,7 @@ TEST(Trainer, ACollapseIsReportedOrStopsTheRunNamingTheIterationAndTheSignal) {
 
   auto stopped = RunOnce(Uniform(TinyConfig(dir.path(), "stop"), "stop"));
   ASSERT_FALSE(stopped.ok());
-  EXPECT_EQ(stopped.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(stopped.status().code(), StatusCode::kDiverged);
   const std::string msg = stopped.status().message();
   EXPECT_NE(msg.find("uniform_collapse at iteration 5 (epoch 1)"), std::string::npos) << msg;
   EXPECT_NE(msg.find("student-teacher KL"), std::string::npos) << msg;
@@ -355,7 +357,7 @@ TEST(Trainer, NonFiniteLossStopsNamingTheIterationOrIsSkipped) {
   yaml.replace(yaml.find("warmup_epochs: 1"), 16, "warmup_epochs: 0");
   auto stop = RunOnce(yaml);
   ASSERT_FALSE(stop.ok());
-  EXPECT_EQ(stop.status().code(), StatusCode::kAborted);
+  EXPECT_EQ(stop.status().code(), StatusCode::kDiverged);
   EXPECT_NE(stop.status().message().find("at iteration 1 (epoch 0)"), std::string::npos) << stop.status().message();
   std::filesystem::remove_all(dir.path() + "/nan");
   const std::string key = "  data_source: synthetic";
@@ -581,6 +583,41 @@ TEST(Trainer, ResumeChecksTheRunShape) {
   EXPECT_EQ(longer->iteration, 16);
 }
 
+// In a group-writable project directory another user could leave weights
+// where a resume looks for them: a checkpoint that is not the user's is
+// refused, naming its owner. As root with a checkpoint given to `nobody`,
+// and as `nobody` (a child that drops root) with one that root owns.
+TEST(Trainer, ResumeRefusesACheckpointOfAnotherUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a file of another user (CI runs as root)";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  ScratchDir dir;
+  const std::string yaml = TinyConfig(dir.path(), "owner");
+  ASSERT_TRUE(RunOnce(yaml).ok());
+  const std::string ckpt = dir.path() + "/owner/checkpoint.safetensors";
+  ASSERT_TRUE(scdino::testing::GiveToOtherUser(ckpt));
+  auto planted = RunOnce(yaml);
+  ASSERT_FALSE(planted.ok());
+  EXPECT_EQ(planted.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(planted.status().message().find(ckpt + ": the checkpoint to resume from belongs to nobody (uid 65534), "
+                                            "not to you (root (uid 0))"),
+            std::string::npos)
+      << planted.status().message();
+  // The run directory becomes nobody's, the checkpoint root's.
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path())) {
+    ASSERT_TRUE(scdino::testing::GiveToOtherUser(e.path().string()));
+  }
+  ASSERT_TRUE(scdino::testing::GiveToOtherUser(dir.path()));
+  ASSERT_EQ(::chown(ckpt.c_str(), 0, 0), 0);
+  EXPECT_EXIT(
+      {
+        scdino::testing::BecomeOtherUserIfRoot();
+        auto r = RunOnce(yaml);
+        std::fprintf(stderr, "%s\n", r.ok() ? "resumed" : r.status().ToString().c_str());
+        std::exit(!r.ok() && r.status().code() == StatusCode::kFailedPrecondition ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "the checkpoint to resume from belongs to root \\(uid 0\\), not to you");
+}
+
 // The binary as a user runs it: exit codes and messages.
 // Starts the trainer with `args`, this process's environment plus `env`
 // (NAME=value, replacing a variable of that name), stdout and stderr both
@@ -719,7 +756,7 @@ void ExpectTwoProcessesMatchOne(const std::string& centering) {
     return dir.file(name + ".yaml");
   };
   const std::string one = config("one", 4), two = config("two", 2);
-  const std::string port = std::to_string(21000 + getpid() % 20000);
+  const std::string port = std::to_string(21000 + getpid() % 11000);
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r) {
     pids.push_back(Spawn({"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r),
@@ -762,7 +799,7 @@ TEST(TrainerBinary, ARankThatDiesStopsTheOthersWithinTheTimeout) {
   y.replace(y.find("epochs: 3"), 9, "epochs: 200");
   y.replace(y.find("  threads: 1"), 12, "  threads: 1\n  distributed_timeout_s: 10");
   std::ofstream(dir.file("dies.yaml")) << y;
-  const std::string port = std::to_string(21000 + (getpid() + 7) % 20000);
+  const std::string port = std::to_string(21000 + (getpid() + 7) % 11000);
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r) {
     pids.push_back(Spawn({"RANK=" + std::to_string(r), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port},
