@@ -109,6 +109,23 @@ scdino_config_paths() {
   fi
 }
 
+# scdino_check_paths LISTED: each line ACCESS<TAB>PATH<TAB>KEY; read-only
+# paths must be readable, read-write ones are created and must be writable.
+scdino_check_paths() {
+  local access path key
+  while IFS=$'\t' read -r access path key; do
+    [ -n "$path" ] || continue
+    if [ "$access" = rw ]; then
+      mkdir -p "$path" 2>/dev/null && [ -w "$path" ] || {
+        echo "scdino: $path ($key) cannot be created or written" >&2; return 2; }
+    elif [ -d "$path" ]; then
+      [ -r "$path" ] && [ -x "$path" ] || { echo "scdino: $path ($key) is not a readable directory" >&2; return 2; }
+    else
+      [ -r "$path" ] || { echo "scdino: $path ($key) does not exist or is not readable" >&2; return 2; }
+    fi
+  done <<<"$1"
+}
+
 # scdino_container_args CONFIG [NAME]: fills the array container_args with the srun
 # flags that run a step in SCDINO_CONTAINER, and checks what they name. The
 # paths come from scdino_config_paths: the config's folder, the data set or
@@ -170,19 +187,6 @@ scdino_container_args() {
   listed=$(scdino_config_paths "$config" "${probe[@]}") || {
     echo "scdino: $config: scdino-config paths failed (see above); fix the config before submitting" >&2; return 2; }
   listed=$(printf 'ro\t%s\tthe working directory\n%s\n' "$PWD" "$listed")
-  # Check each path: read-only ones must be readable, read-write ones are
-  # created and must be writable.
-  while IFS=$'\t' read -r access path key; do
-    [ -n "$path" ] || continue
-    if [ "$access" = rw ]; then
-      mkdir -p "$path" 2>/dev/null && [ -w "$path" ] || {
-        echo "scdino: $path ($key) cannot be created or written" >&2; return 2; }
-    elif [ -d "$path" ]; then
-      [ -r "$path" ] && [ -x "$path" ] || { echo "scdino: $path ($key) is not a readable directory" >&2; return 2; }
-    else
-      [ -r "$path" ] || { echo "scdino: $path ($key) does not exist or is not readable" >&2; return 2; }
-    fi
-  done <<<"$listed"
   if [ -d "$image" ]; then
     # Every path must be inside a bind mount of the bundle (at the same path).
     local binds b inside
@@ -199,9 +203,11 @@ scdino_container_args() {
              "make the bundle with scripts/build-image.sh --oci-bundle $image --mounts <a directory holding it>" >&2
         return 2; }
     done <<<"$listed"
+    scdino_check_paths "$listed" || return 2
     container_args=(--container="$image")
     return 0
   fi
+  scdino_check_paths "$listed" || return 2
   # One mount per path, parents first (a writable output directory inside a
   # read-only working directory is mounted over it); a path inside one
   # already mounted with the same access needs no mount of its own; the
