@@ -5,11 +5,13 @@ Variables are resolved in order from the data (label_values through the
 series API), with --var NAME=VALUE preferred when the data has that value and
 "All" (the variable's allValue) where the variable offers it. Range panels
 are asked over [--start, now], instant ones at now. Every query must return
-at least one series; one that returns none prints
-"FAIL: <dashboard> / <panel> / <refId>: ...". With --cpu, a query whose scdino
+at least one series; one that returns none is asked again (as a dashboard
+refreshes) for --patience seconds, then prints
+"FAIL: <dashboard> / <panel> / <refId>: ..." and the samples Prometheus
+holds for its metrics. With --cpu, a query whose scdino
 metrics are all "CUDA only" in docs/metrics.md may return none.
 
-    query_panels.py --prometheus URL --source DIR --start UNIX_TIME [--var NAME=VALUE]... [--cpu]
+    query_panels.py --prometheus URL --source DIR --start UNIX_TIME [--var NAME=VALUE]... [--cpu] [--patience S]
 """
 import argparse
 import glob
@@ -28,6 +30,7 @@ ap.add_argument("--source", required=True)
 ap.add_argument("--start", type=float, required=True)
 ap.add_argument("--var", action="append", default=[])
 ap.add_argument("--cpu", action="store_true")
+ap.add_argument("--patience", type=float, default=20)
 args = ap.parse_args()
 wanted = dict(v.split("=", 1) for v in args.var)
 now = time.time()
@@ -53,7 +56,7 @@ def substitute(text, values):
     return re.sub(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)", one, text)
 
 
-failures, skipped, panels = [], [], 0
+failures, skipped, pending, panels = [], [], [], 0
 for path in sorted(glob.glob(os.path.join(args.source, "monitoring", "grafana", "dashboards", "*.json"))):
     name = os.path.basename(path)
     with open(path, encoding="utf-8") as f:
@@ -82,25 +85,62 @@ for path in sorted(glob.glob(os.path.join(args.source, "monitoring", "grafana", 
             continue
         panels += 1
         for t in p["targets"]:
-            where = f"{name} / {p['title']} / {t['refId']}"
-            expr = substitute(t["expr"], values)
-            if t.get("instant"):
-                data, error = api("query", query=expr, time=now)
-            else:
-                data, error = api("query_range", query=expr, start=args.start, end=now, step=2)
-            if error:
-                failures.append(f"FAIL: {where}: {error}: {expr}")
-            elif not data["result"]:
-                metrics = set(re.findall(r"scdino_\w+", t["expr"]))
-                if args.cpu and metrics and metrics <= cuda_only:
-                    skipped.append(where)
-                else:
-                    failures.append(f"FAIL: {where}: no series: {expr}")
+            pending.append((f"{name} / {p['title']} / {t['refId']}", substitute(t["expr"], values), t))
+
+
+def ask(expr, target):
+    """The query as Grafana sends it now: (series, error)."""
+    end = time.time()
+    if target.get("instant"):
+        data, error = api("query", query=expr, time=end)
+    else:
+        data, error = api("query_range", query=expr, start=args.start, end=end, step=2)
+    return (data or {}).get("result", []), error
+
+
+def samples(expr):
+    """What Prometheus holds for the scdino metrics of a query: a line each."""
+    lines = []
+    for metric in sorted(set(re.findall(r"scdino_\w+", expr))):
+        data, _ = api("query", query=f"{metric}[60s]", time=time.time())
+        for r in data["result"] if data else []:
+            ts = [float(v[0]) for v in r["values"]]
+            gaps = sorted({round(b - a, 1) for a, b in zip(ts, ts[1:])})
+            lines.append(f"  {metric}{{service={r['metric'].get('service')}, instance={r['metric'].get('instance')}}}: "
+                         f"{len(ts)} samples in the last 60 s, gaps {gaps}")
+        if not data or not data["result"]:
+            lines.append(f"  {metric}: no samples in the last 60 s")
+    return lines
+
+
+# A panel refreshes: a query that has no series yet (a target that joined a
+# few scrapes ago, whose rate needs two samples in its window) is asked again
+# for up to --patience seconds before it fails; the samples Prometheus holds
+# for its metrics are printed with the failure.
+waiting = []
+for where, expr, target in pending:
+    result, error = ask(expr, target)
+    if error:
+        failures.append(f"FAIL: {where}: {error}: {expr}")
+    elif not result:
+        metrics = set(re.findall(r"scdino_\w+", target["expr"]))
+        if args.cpu and metrics and metrics <= cuda_only:
+            skipped.append(where)
+        else:
+            waiting.append((where, expr, target))
+deadline = time.time() + args.patience
+while waiting and time.time() < deadline:
+    time.sleep(2)
+    waiting = [w for w in waiting if not ask(w[1], w[2])[0]]
+for where, expr, _ in waiting:
+    failures.append(f"FAIL: {where}: no series after {args.patience:g} s: {expr}")
+    failures.extend(samples(expr))
 
 for line in failures:
     print(line)
 for where in skipped:
     print(f"skip: {where}: CUDA only, the trainer ran on the CPU")
-print(f"{'FAILED' if failures else 'ok'}: {panels} panels queried, {len(failures)} queries without series or "
+print(f"{'FAILED' if failures else 'ok'}: {panels} panels queried, "
+      f"{sum(line.startswith('FAIL:') for line in failures)} queries without series or "
       f"failing, {len(skipped)} CUDA-only queries skipped")
 sys.exit(1 if failures else 0)
