@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/files.h"
+#include "eval/attention_maps.h"
 
 namespace scdino::eval {
 
@@ -90,13 +91,23 @@ Status CheckpointEvaluator::Evaluate(const features::FeatureSet& set) {
                 << (!backbone.ok() ? backbone.status() : prep.status()).message() << "\n";
       }
     } else {
-      if (down.resize_attention_image) prep->resize = down.attention_image_size;
-      std::vector<std::string> channel_names;
+      const auto side = ChooseAttentionSide(down.resize_attention_image ? down.attention_image_size : 0, prep->resize,
+                                            backbone->vit->options().patch_size(),
+                                            backbone->vit->options().num_heads(),
+                                            config_.scdino.evaluation.attention_max_tokens);
+      if (!side.warning.empty() && o_.log) *o_.log << "scdino-eval: warning: " << side.warning << "\n";
+      prep->resize = side.side;
+      AttentionMapOptions ao;
+      ao.per_class = down.attention_images_per_class;
       for (auto c : prep->image.channels) {
         auto it = config_.meta.channel_dict.find(c);
-        channel_names.push_back(it == config_.meta.channel_dict.end() ? "channel " + std::to_string(c) : it->second);
+        ao.channel_names.push_back(it == config_.meta.channel_dict.end() ? "channel " + std::to_string(c)
+                                                                         : it->second);
       }
-      auto maps = WriteAttentionMaps(set, *backbone, *prep, channel_names, down.attention_images_per_class, eo.out_dir);
+      ao.should_stop = [this] {
+        return (o_.stop_signal && o_.stop_signal()) || (o_.control && o_.control->Requests().stop);
+      };
+      auto maps = WriteAttentionMaps(set, *backbone, *prep, eo.out_dir, ao);
       if (!maps.ok()) return maps.status();
       r->files.insert(r->files.end(), maps->begin(), maps->end());
     }

@@ -19,11 +19,6 @@ using nlohmann::json;
 
 namespace {
 
-std::vector<float> ToVector(const torch::Tensor& t) {
-  auto c = t.to(torch::kCPU, torch::kFloat32).contiguous();
-  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
-}
-
 json ReportJson(const KnnScore& s) {
   const auto& r = s.report;
   json per_class = json::array();
@@ -214,68 +209,6 @@ StatusOr<features::FeaturePrep> PrepOf(const features::FeatureSet& set) {
   } catch (const json::exception& e) {
     return Status::DataLoss(where + ": preprocessing entries missing or malformed: " + e.what());
   }
-}
-
-StatusOr<std::vector<std::string>> WriteAttentionMaps(const features::FeatureSet& set, features::Backbone& backbone,
-                                                      const features::FeaturePrep& prep,
-                                                      const std::vector<std::string>& channel_names,
-                                                      int64_t per_class, const std::string& out_dir) {
-  std::vector<std::string> written;
-  if (per_class <= 0) return written;
-  if (auto s = MakeDirs(out_dir + "/attention"); !s.ok()) return s;
-  torch::NoGradGuard no_grad;
-  const int64_t patch = backbone.vit->options().patch_size();
-  auto device = backbone.vit->parameters().front().device();
-  for (size_t c = 0; c < set.classes.size(); ++c) {
-    // Test images first (the model never saw their labels either way), by path.
-    std::vector<const features::IndexRow*> picks;
-    for (auto split : {data::Split::kTest, data::Split::kTrain}) {
-      for (const auto& r : set.rows) {
-        if (static_cast<int64_t>(picks.size()) < per_class && r.class_index == static_cast<int64_t>(c) &&
-            r.split == split) {
-          picks.push_back(&r);
-        }
-      }
-    }
-    for (size_t i = 0; i < picks.size(); ++i) {
-      auto img = data::LoadImage(picks[i]->path, prep.image);
-      if (!img.ok()) return img.status();
-      features::FeaturePrep shown = prep;
-      shown.mean.clear();
-      shown.std.clear();
-      auto display = features::PrepareForModel(*img, shown);  // resized, in [0, 1]
-      auto input = features::PrepareForModel(*img, prep).unsqueeze(0).to(device);
-      const int64_t gh = input.size(2) / patch, gw = input.size(3) / patch;
-      if (gh * patch != input.size(2) || gw * patch != input.size(3)) {
-        return Status::InvalidArgument(picks[i]->path + ": attention needs an input size that is a multiple of the "
-                                       "patch size " + std::to_string(patch) + ", got " +
-                                       std::to_string(input.size(2)) + "x" + std::to_string(input.size(3)) +
-                                       " (set downstream_analyses.attention_visualisation.image_size)");
-      }
-      auto attn = backbone.vit->last_self_attention(input);  // [1, heads, T, T]
-      auto cls = attn[0].select(1, 0).slice(1, 1).to(torch::kCPU, torch::kFloat32).contiguous();  // [heads, gh*gw]
-      AttentionFigure f;
-      f.title = set.classes[c] + " - " + std::filesystem::path(picks[i]->path).filename().string() +
-                " - last block CLS attention";
-      f.channels = display.size(0);
-      f.height = display.size(1);
-      f.width = display.size(2);
-      f.image = ToVector(display.clamp(0, 1));
-      f.channel_names = channel_names;
-      f.heads = cls.size(0);
-      f.grid_h = gh;
-      f.grid_w = gw;
-      f.maps = ToVector(cls);
-      std::string safe = set.classes[c];
-      for (char& ch : safe) {
-        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_') ch = '_';
-      }
-      const std::string name = "attention/" + safe + "_" + std::to_string(i) + ".png";
-      if (auto s = PlotAttentionMaps(out_dir + "/" + name, f); !s.ok()) return s;
-      written.push_back(name);
-    }
-  }
-  return written;
 }
 
 std::string CheckpointTableCsv(const std::vector<CheckpointRow>& rows) {

@@ -2,7 +2,7 @@
 // rows against the train rows for every k, the classification metrics of
 // each, and the results as JSON and CSV; the confusion matrix and the 2-D
 // embeddings (PCA, t-SNE, UMAP; eval/embedding_figures.h) of the test rows;
-// attention maps of the backbone for a few images per class. docs/eval.md
+// attention maps of the backbone (eval/attention_maps.h). docs/eval.md
 // lists every file.
 #pragma once
 
@@ -65,14 +65,6 @@ struct EvalResult {
 
 /// kNN, metrics, results files, confusion matrix and embedding plots.
 StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOptions& options);
-
-/// Last-block CLS attention maps of `per_class` images of each class (the
-/// first test images by path): attention/<class>_<n>.png. `prep` is the
-/// features' preprocessing with the attention image size.
-StatusOr<std::vector<std::string>> WriteAttentionMaps(const features::FeatureSet& set, features::Backbone& backbone,
-                                                      const features::FeaturePrep& prep,
-                                                      const std::vector<std::string>& channel_names,
-                                                      int64_t per_class, const std::string& out_dir);
 
 /// The backbone and preprocessing recorded in a features directory's
 /// metadata.json (random_init: re-created from its seed).

@@ -154,10 +154,15 @@ torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& x) {
   return norm_(t).select(1, 0);
 }
 
-torch::Tensor VisionTransformerImpl::last_self_attention(const torch::Tensor& x) {
+torch::Tensor VisionTransformerImpl::last_self_attention(const torch::Tensor& x,
+                                                         const std::function<bool()>& should_stop) {
   auto t = prepare_tokens(x);
   const size_t n = blocks_->size();
-  for (size_t i = 0; i + 1 < n; ++i) t = blocks_[i]->as<Block>()->forward(t);
+  for (size_t i = 0; i + 1 < n; ++i) {
+    if (should_stop && should_stop()) return {};
+    t = blocks_[i]->as<Block>()->forward(t);
+  }
+  if (should_stop && should_stop()) return {};
   return blocks_[n - 1]->as<Block>()->attention_probs(t);
 }
 

@@ -5,6 +5,8 @@
 // A module is not thread-safe: one thread trains or runs it at a time.
 #pragma once
 
+#include <functional>
+
 #include <torch/torch.h>
 
 #include <string>
@@ -83,7 +85,9 @@ class VisionTransformerImpl : public torch::nn::Module {
   /// CLS token after the final norm: [B, C, H, W] -> [B, embed_dim].
   torch::Tensor forward(const torch::Tensor& x);
   /// Last block's self-attention probabilities [B, heads, tokens, tokens].
-  torch::Tensor last_self_attention(const torch::Tensor& x);
+  /// `should_stop` is asked before each block: true there returns an
+  /// undefined tensor (a map over many tokens takes minutes per image).
+  torch::Tensor last_self_attention(const torch::Tensor& x, const std::function<bool()>& should_stop = nullptr);
   /// Position embedding for a w x h input, bicubically interpolated from the
   /// grid built for img_size exactly as the reference (with its +0.1 offset).
   torch::Tensor interpolate_pos_encoding(int64_t npatch, int64_t w, int64_t h);

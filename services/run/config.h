@@ -100,7 +100,8 @@ struct DownstreamConfig {
   int64_t resize_length = 224;
   int64_t attention_images_per_class = 1;
   bool resize_attention_image = true;
-  int64_t attention_image_size = 480;
+  /// 0: the side the features were extracted at.
+  int64_t attention_image_size = 0;
   std::vector<int64_t> knn_n_neighbors{10, 20, 100, 200};
   double knn_temperature = 0.07;
   int64_t umap_n_neighbors = 30;
@@ -177,6 +178,9 @@ struct EvaluationConfig {
   /// Memory for one chunk of the query x train similarity matrix; queries
   /// are processed in chunks that fit.
   int64_t knn_memory_mb = 512;
+  /// Patches an attention map may have: its cost grows with their square
+  /// (eval/attention_maps.h); a larger image_size is drawn smaller.
+  int64_t attention_max_tokens = 4096;
   /// Test rows the embeddings show: 0, all of them; else a seeded
   /// class-stratified subsample of at most this many.
   int64_t embedding_points = 0;
