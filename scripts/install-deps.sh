@@ -9,7 +9,8 @@
 # configure step declares the suites), unit (what the C++ test suites run
 # beside themselves: Python with numpy, anndata and grpcio as real peers), test
 # (unit, plus the servers the other tests start: Prometheus, Alertmanager,
-# node_exporter; python3-torch for the converter), container (podman,
+# node_exporter; python3-torch for the converter, python3-sklearn the
+# reference of the linear probe and k-means), container (podman,
 # mmdebstrap and runc for the container tests and scripts/build-image.sh;
 # squashfs-tools to check a .sqsh).
 #
@@ -33,7 +34,7 @@ unit=(
 test=(
   "${unit[@]}"
   prometheus prometheus-alertmanager prometheus-node-exporter
-  python3-torch
+  python3-torch python3-sklearn
 )
 container=(podman mmdebstrap runc squashfs-tools)
 

@@ -27,6 +27,16 @@ void PrintTable(std::ostream& out, const std::string& name, const EvalResult& r,
         << Fixed3(s.report.balanced_accuracy) << std::setw(10) << Fixed3(s.report.macro_f1)
         << (s.k_used != s.k ? "  (k capped at " + std::to_string(s.k_used) + ")" : "") << "\n";
   }
+  if (r.linear.done) {
+    out << "linear probe: top-1 " << Fixed3(r.linear.top1) << ", balanced " << Fixed3(r.linear.report.balanced_accuracy)
+        << ", macro-F1 " << Fixed3(r.linear.report.macro_f1) << " (C " << r.linear.c << ")\n";
+  } else {
+    out << "linear probe: skipped (" << r.linear.skipped << ")\n";
+  }
+  if (r.clustering.done) {
+    out << "k-means (k " << r.clustering.k << "): ARI " << Fixed3(r.clustering.ari) << ", NMI "
+        << Fixed3(r.clustering.nmi) << "\n";
+  }
   out << "results in " << out_dir << "/:";
   bool attention = false;
   for (const auto& f : r.files) {
@@ -67,6 +77,9 @@ EvalOptions CheckpointEvaluator::OptionsFor(const std::string& name) const {
   eo.embeddings.trustworthiness_points = ev.trustworthiness_points;
   eo.embeddings.threads = o_.threads;
   eo.seed = static_cast<uint64_t>(config_.meta.seed);
+  eo.linear_probe = ev.linear_probe;
+  eo.kmeans = ev.kmeans;
+  eo.kmeans_restarts = ev.kmeans_restarts;
   eo.control = o_.control;
   eo.stop_signal = o_.stop_signal;
   eo.on_progress = o_.on_progress;
@@ -127,6 +140,9 @@ StatusOr<std::string> CheckpointEvaluator::WriteTable() const {
   const std::string path = config_.run_dir() + "/eval/knn_per_checkpoint.csv";
   if (auto s = MakeDirs(config_.run_dir() + "/eval"); !s.ok()) return s;
   if (auto s = WriteFileAtomic(path, CheckpointTableCsv(rows_)); !s.ok()) return s;
+  if (auto s = WriteFileAtomic(config_.run_dir() + "/eval/probes_per_checkpoint.csv", ProbeTableCsv(rows_)); !s.ok()) {
+    return s;
+  }
   return path;
 }
 

@@ -50,7 +50,8 @@ std::vector<float> FirstTwo(const View& v) {
 }
 
 Status WriteCoordinates(const features::FeatureSet& set, const std::vector<int64_t>& rows, const torch::Tensor& x,
-                        const std::vector<View>& views, const json& summary, const std::string& out_dir) {
+                        const std::vector<View>& views, const json& summary, const std::vector<int64_t>& kmeans,
+                        const std::string& out_dir) {
   std::ostringstream csv;
   csv << "index,path,class_name";
   for (const auto& v : views) {
@@ -62,7 +63,7 @@ Status WriteCoordinates(const features::FeatureSet& set, const std::vector<int64
   a.n_vars = x.size(1);
   a.X.assign(x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
   features::ObsColumn path{"path", {}, {}, false}, cls{"class_name", {}, {}, true}, idx{"class_index", {}, {}, false},
-      split{"split", {}, {}, true};
+      split{"split", {}, {}, true}, cluster{"kmeans", {}, {}, true};
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& r = set.rows[static_cast<size_t>(rows[i])];
     csv << rows[i] << ",\"" << r.path << "\",\"" << r.class_name << '"';
@@ -75,8 +76,13 @@ Status WriteCoordinates(const features::FeatureSet& set, const std::vector<int64
     cls.strings.push_back(r.class_name);
     idx.ints.push_back(r.class_index);
     split.strings.push_back(data::SplitName(r.split));
+    if (!kmeans.empty()) {
+      const int64_t k = kmeans[static_cast<size_t>(rows[i])];
+      cluster.strings.push_back(k < 0 ? "none" : std::to_string(k));
+    }
   }
   a.obs = {path, cls, idx, split};
+  if (!kmeans.empty()) a.obs.push_back(cluster);
   for (int64_t i = 0; i < a.n_vars; ++i) a.var_names.push_back("cls_" + std::to_string(i));
   for (const auto& v : views) a.obsm.push_back({"X_" + v.name, v.cols, v.xy});
   a.uns_strings = {{"scdino_embeddings", summary.dump()}, {"features", set.dir}};
@@ -245,7 +251,7 @@ StatusOr<EmbeddingResult> WriteEmbeddings(const features::FeatureSet& set, const
     }
     result.files.push_back(file);
   }
-  if (auto s = WriteCoordinates(set, rows, x, views, result.summary, out_dir); !s.ok()) return s;
+  if (auto s = WriteCoordinates(set, rows, x, views, result.summary, o.kmeans, out_dir); !s.ok()) return s;
   result.files.push_back("embeddings.csv");
   result.files.push_back("embeddings.h5ad");
   return result;

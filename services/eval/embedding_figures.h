@@ -43,6 +43,9 @@ struct EmbeddingOptions {
   int64_t knn_memory_bytes = int64_t{512} << 20;
   int threads = 1;
   uint64_t seed = 0;
+  /// k-means cluster of each feature-set row (-1: none), written as
+  /// obs['kmeans'] of the .h5ad; empty: no such column.
+  std::vector<int64_t> kmeans;
   /// True once the service should stop: the current step ends with Aborted.
   std::function<bool()> should_stop;
   std::ostream* log = nullptr;

@@ -16,6 +16,12 @@ void AttachEvaluator(ServicePlane& plane, eval::EvaluatorOptions* options) {
     auto* m = new metrics::EvalMetrics(*registry);
     options->on_evaluated = [m](const eval::CheckpointRow& row) {
       for (const auto& s : row.result.scores) m->ReportKnn(row.name, row.epoch, s.k, s.top1, s.report.balanced_accuracy);
+      if (row.result.linear.done) {
+        m->ReportLinearProbe(row.name, row.epoch, row.result.linear.top1, row.result.linear.report.balanced_accuracy);
+      }
+      if (row.result.clustering.done) {
+        m->ReportClustering(row.name, row.epoch, row.result.clustering.ari, row.result.clustering.nmi);
+      }
       m->CheckpointEvaluated();
     };
   }

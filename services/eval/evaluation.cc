@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <iomanip>
+#include <set>
 #include <sstream>
 
 #include "common/files.h"
 #include "data/dataset.h"
+#include "eval/clustering.h"
 #include "eval/knn.h"
+#include "eval/linear_probe.h"
 #include "eval/plots.h"
 #include "model/shape.h"
 
@@ -41,6 +44,43 @@ json ReportJson(const KnnScore& s) {
           {"weighted_f1", r.weighted_f1},
           {"per_class", per_class},
           {"confusion_matrix", r.confusion}};
+}
+
+json LinearJson(const LinearProbeScore& l) {
+  if (!l.done) return {{"skipped", l.skipped}};
+  KnnScore as_knn;
+  as_knn.top1 = l.top1;
+  as_knn.top5_applies = false;
+  as_knn.report = l.report;
+  json j = ReportJson(as_knn);
+  j.erase("k");
+  j.erase("k_used");
+  j.erase("top5_accuracy");
+  j["C"] = l.c;
+  j["C_grid"] = l.grid;
+  j["validation_accuracy"] = l.validation;
+  j["n_validation"] = l.n_validation;
+  j["lbfgs_iterations"] = l.iterations;
+  return j;
+}
+
+json ClusteringJson(const ClusteringScore& c) {
+  if (!c.done) return {{"skipped", c.skipped}};
+  return {{"method", "kmeans"}, {"k", c.k}, {"adjusted_rand_index", c.ari},
+          {"normalized_mutual_information", c.nmi}, {"inertia", c.inertia}};
+}
+
+std::string ConfusionCsv(const std::vector<std::vector<int64_t>>& m, const std::vector<std::string>& classes) {
+  std::ostringstream confusion;
+  confusion << "true\\predicted";
+  for (const auto& c : classes) confusion << ",\"" << c << "\"";
+  confusion << '\n';
+  for (size_t t = 0; t < classes.size(); ++t) {
+    confusion << '"' << classes[t] << '"';
+    for (auto v : m[t]) confusion << ',' << v;
+    confusion << '\n';
+  }
+  return confusion.str();
 }
 
 }  // namespace
@@ -102,6 +142,61 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
     if (result.scores.back().top1 > result.scores[result.best].top1) result.best = i;
   }
 
+  auto should_stop = [&] {
+    return o.control ? o.control->HoldWhilePaused(o.stop_signal) : (o.stop_signal && o.stop_signal());
+  };
+  // The linear probe on the same split, and k-means of the test rows.
+  if (!o.linear_probe) {
+    result.linear.skipped = "scdino.evaluation.linear_probe is false";
+  } else {
+    LinearProbeOptions lo;
+    lo.c_grid = o.linear_probe_c;
+    lo.seed = o.seed;
+    lo.should_stop = should_stop;
+    auto lp = LinearProbe(set.features.index_select(0, train_idx), labels.index_select(0, train_idx),
+                          set.features.index_select(0, test_idx), classes, lo);
+    if (lp.ok()) {
+      auto report = Evaluate(y_true, lp->predicted, set.classes);
+      if (!report.ok()) return report.status();
+      result.linear = {true, "", lp->c, lp->grid, lp->validation, lp->n_validation, lp->iterations,
+                       report->accuracy, *report};
+    } else if (lp.status().code() == StatusCode::kAborted) {
+      return result;
+    } else if (lp.status().code() == StatusCode::kFailedPrecondition) {
+      result.linear.skipped = lp.status().message();
+    } else {
+      return lp.status();
+    }
+  }
+  if (result.linear.done) {
+    if (o.log) *o.log << "scdino-eval: linear probe top-1 " << FormatFixed(result.linear.top1, 3) << " (C "
+                      << result.linear.c << " of " << result.linear.grid.size() << " on " << result.linear.n_validation
+                      << " validation rows)\n";
+  } else if (o.log) {
+    *o.log << "scdino-eval: linear probe skipped: " << result.linear.skipped << "\n";
+  }
+  std::set<int64_t> test_classes(y_true.begin(), y_true.end());
+  if (!o.kmeans) {
+    result.clustering.skipped = "scdino.evaluation.kmeans is false";
+  } else if (test_classes.size() < 2) {
+    result.clustering.skipped = "the test rows have " + std::to_string(test_classes.size()) +
+                                " class: cluster scores need at least two";
+  } else {
+    KMeansOptions ko2;
+    ko2.restarts = o.kmeans_restarts;
+    ko2.seed = o.seed;
+    ko2.should_stop = should_stop;
+    const auto k = static_cast<int64_t>(test_classes.size());
+    auto km = KMeans(set.features.index_select(0, test_idx), k, ko2);
+    if (!km.ok() && km.status().code() == StatusCode::kAborted) return result;
+    if (!km.ok()) return km.status();
+    result.clustering = {true, "", k, AdjustedRandIndex(y_true, km->assignment),
+                         NormalizedMutualInformation(y_true, km->assignment), km->inertia, km->assignment};
+    if (o.log) *o.log << "scdino-eval: k-means (k " << k << ") of the test rows: ARI "
+                      << FormatFixed(result.clustering.ari, 3) << ", NMI " << FormatFixed(result.clustering.nmi, 3)
+                      << "\n";
+  }
+
   // Results: JSON with everything, CSV summaries.
   json j = {{"features", set.dir},
             {"metadata", json::parse(set.metadata_json, nullptr, false)},
@@ -111,6 +206,8 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
             {"classes", set.classes},
             {"best_k", result.scores[result.best].k},
             {"knn", json::array()}};
+  j["linear_probe"] = LinearJson(result.linear);
+  j["clustering"] = ClusteringJson(result.clustering);
   std::ostringstream summary, per_class;
   summary << "k,k_used,top1_accuracy,top5_accuracy,balanced_accuracy,macro_precision,macro_recall,macro_f1,weighted_f1\n";
   per_class << "k,class,precision,recall,f1,support,predicted\n";
@@ -126,22 +223,21 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
     }
   }
   const auto& best = result.scores[result.best];
-  std::ostringstream confusion;
-  confusion << "true\\predicted";
-  for (const auto& c : set.classes) confusion << ",\"" << c << "\"";
-  confusion << '\n';
-  for (size_t t = 0; t < set.classes.size(); ++t) {
-    confusion << '"' << set.classes[t] << '"';
-    for (auto v : best.report.confusion[t]) confusion << ',' << v;
-    confusion << '\n';
-  }
   for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
            {"knn_results.json", j.dump(2) + "\n"},
            {"knn_results.csv", summary.str()},
            {"per_class.csv", per_class.str()},
-           {"confusion_matrix.csv", confusion.str()}}) {
+           {"confusion_matrix.csv", ConfusionCsv(best.report.confusion, set.classes)}}) {
     if (auto s = WriteFileAtomic(o.out_dir + "/" + name, text); !s.ok()) return s;
     result.files.push_back(name);
+  }
+  if (result.linear.done) {
+    if (auto s = WriteFileAtomic(o.out_dir + "/linear_probe_confusion_matrix.csv",
+                                 ConfusionCsv(result.linear.report.confusion, set.classes));
+        !s.ok()) {
+      return s;
+    }
+    result.files.push_back("linear_probe_confusion_matrix.csv");
   }
 
   // Figures.
@@ -153,13 +249,27 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
     return s;
   }
   result.files.push_back("confusion_matrix.png");
+  if (result.linear.done) {
+    if (auto s = PlotConfusionMatrix(o.out_dir + "/linear_probe_confusion_matrix.png", result.linear.report.confusion,
+                                     set.classes, "linear probe confusion matrix, " + run + ", C=" +
+                                         FormatFixed(result.linear.c, result.linear.c < 1 ? 2 : 0) + ", top-1 " +
+                                         FormatFixed(100 * result.linear.top1, 1) + "%");
+        !s.ok()) {
+      return s;
+    }
+    result.files.push_back("linear_probe_confusion_matrix.png");
+  }
   EmbeddingOptions eo = o.embeddings;
   eo.seed = o.seed;
   eo.knn_memory_bytes = o.knn_memory_bytes;
   eo.log = o.log;
-  eo.should_stop = [&] {
-    return o.control ? o.control->HoldWhilePaused(o.stop_signal) : (o.stop_signal && o.stop_signal());
-  };
+  eo.should_stop = should_stop;
+  if (result.clustering.done) {
+    eo.kmeans.assign(set.rows.size(), -1);
+    for (size_t i = 0; i < test_rows.size(); ++i) {
+      eo.kmeans[static_cast<size_t>(test_rows[i])] = result.clustering.assignment[i];
+    }
+  }
   auto views = WriteEmbeddings(set, test_rows, eo, o.out_dir);
   if (!views.ok()) {
     if (views.status().code() == StatusCode::kAborted) return result;  // stopped: what is written stays
@@ -220,6 +330,31 @@ std::string CheckpointTableCsv(const std::vector<CheckpointRow>& rows) {
         << (s.top5_applies ? FormatFixed(s.top5, 6) : std::string()) << ',' << FormatFixed(s.report.balanced_accuracy, 6) << ',' << FormatFixed(s.report.macro_f1, 6) << ','
         << FormatFixed(s.report.weighted_f1, 6) << '\n';
     }
+  }
+  return o.str();
+}
+
+std::string ProbeTableCsv(const std::vector<CheckpointRow>& rows) {
+  std::ostringstream o;
+  o << "features,epoch,iteration,linear_top1_accuracy,linear_balanced_accuracy,linear_macro_f1,linear_C,"
+       "kmeans_k,kmeans_adjusted_rand_index,kmeans_nmi\n";
+  for (const auto& r : rows) {
+    const auto& l = r.result.linear;
+    const auto& c = r.result.clustering;
+    o << r.name << ',' << r.epoch << ',' << r.iteration << ',';
+    if (l.done) {
+      o << FormatFixed(l.top1, 6) << ',' << FormatFixed(l.report.balanced_accuracy, 6) << ','
+        << FormatFixed(l.report.macro_f1, 6) << ',' << l.c;
+    } else {
+      o << ",,,";
+    }
+    o << ',';
+    if (c.done) {
+      o << c.k << ',' << FormatFixed(c.ari, 6) << ',' << FormatFixed(c.nmi, 6);
+    } else {
+      o << ",,";
+    }
+    o << '\n';
   }
   return o.str();
 }

@@ -36,6 +36,10 @@ struct EvalOptions {
   /// taken from these options).
   EmbeddingOptions embeddings;
   uint64_t seed = 0;
+  bool linear_probe = true;   ///< scdino.evaluation.linear_probe
+  std::vector<double> linear_probe_c{0.01, 0.1, 1, 10, 100, 1000};
+  bool kmeans = true;         ///< scdino.evaluation.kmeans
+  int64_t kmeans_restarts = 10;
   /// Rank 0's control channel (pause, resume, stop between query chunks).
   RunControl* control = nullptr;
   std::function<bool()> stop_signal;
@@ -54,6 +58,26 @@ struct KnnScore {
   ClassificationReport report;
 };
 
+/// The linear probe's scores on the test rows (eval/linear_probe.h).
+struct LinearProbeScore {
+  bool done = false;
+  std::string skipped;  ///< why not, when not done
+  double c = 0;
+  std::vector<double> grid, validation;
+  int64_t n_validation = 0, iterations = 0;
+  double top1 = 0;
+  ClassificationReport report;
+};
+
+/// k-means of the test rows against their classes (eval/clustering.h).
+struct ClusteringScore {
+  bool done = false;
+  std::string skipped;
+  int64_t k = 0;
+  double ari = 0, nmi = 0, inertia = 0;
+  std::vector<int64_t> assignment;  ///< per test row, in feature-set order
+};
+
 struct EvalResult {
   bool completed = false;  ///< false: stopped through the control API or a signal
   int64_t n_train = 0, n_test = 0;
@@ -61,6 +85,8 @@ struct EvalResult {
   size_t best = 0;               ///< index of the k with the best top-1 accuracy
   std::vector<std::string> files;  ///< written, relative to out_dir
   nlohmann::json embeddings;       ///< EmbeddingResult::summary
+  LinearProbeScore linear;
+  ClusteringScore clustering;
 };
 
 /// kNN, metrics, results files, confusion matrix and embedding plots.
@@ -79,5 +105,8 @@ struct CheckpointRow {
   EvalResult result;
 };
 std::string CheckpointTableCsv(const std::vector<CheckpointRow>& rows);
+/// One row per features directory: the linear probe (top-1, balanced
+/// accuracy, macro F1, C) and k-means (ARI, NMI); empty fields where skipped.
+std::string ProbeTableCsv(const std::vector<CheckpointRow>& rows);
 
 }  // namespace scdino::eval

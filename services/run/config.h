@@ -184,6 +184,11 @@ struct EvaluationConfig {
   /// Test rows the embeddings show: 0, all of them; else a seeded
   /// class-stratified subsample of at most this many.
   int64_t embedding_points = 0;
+  /// Linear probe on the kNN's split (eval/linear_probe.h).
+  bool linear_probe = true;
+  /// k-means of the test rows, ARI and NMI against the classes, obs['kmeans'].
+  bool kmeans = true;
+  int64_t kmeans_restarts = 10;
   bool tsne = true;  ///< Barnes-Hut t-SNE (tsne.png, X_tsne)
   double tsne_perplexity = 30.0;
   int64_t tsne_iterations = 1000;
