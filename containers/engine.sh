@@ -37,6 +37,34 @@ scdino_engine_init() {
   fi
 }
 
+# scdino_engine_storage: the directory the engine keeps its images in.
+scdino_engine_storage() {
+  if [ "$scdino_engine" = podman ]; then
+    "$scdino_engine" info --format '{{.Store.GraphRoot}}' 2>/dev/null
+  else
+    "$scdino_engine" info --format '{{.DockerRootDir}}' 2>/dev/null
+  fi
+}
+
+# scdino_free_gb DIR: whole GB free on DIR's file system (empty if unknown).
+scdino_free_gb() {
+  [ -n "$1" ] && [ -d "$1" ] || return 0
+  df -Pk "$1" 2>/dev/null | awk 'NR == 2 { print int($4 / 1048576) }'
+}
+
+# scdino_prune_build_leftovers: removes the untagged images that earlier
+# builds left when a tag moved to a newer build (`image prune`: dangling
+# images only; tagged images and the build cache of their stages stay).
+# Each GPU image build leaves ~10 GB of them.
+scdino_prune_build_leftovers() {
+  local storage before after
+  storage=$(scdino_engine_storage)
+  before=$(scdino_free_gb "$storage")
+  "$scdino_engine" image prune -f >/dev/null 2>&1 || return 0
+  after=$(scdino_free_gb "$storage")
+  echo "scdino: removed untagged images of earlier builds: ${before:-?} -> ${after:-?} GB free in ${storage:-the image storage}"
+}
+
 # scdino_image_exists IMAGE
 scdino_image_exists() {
   "$scdino_engine" image inspect "$1" >/dev/null 2>&1

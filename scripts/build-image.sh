@@ -127,7 +127,7 @@ if [ -n "$prebuilt" ]; then
     { echo "scdino: --prebuilt needs a Debian 12 host (the image's base); this is ${PRETTY_NAME:-unknown}" >&2; exit 2; }
   stage=$(mktemp -d /tmp/scdino-image.XXXXXX)
   cmake --install "$prebuilt" --prefix "$stage/opt/scdino" >/dev/null
-  strip --strip-unneeded "$stage"/opt/scdino/bin/scdino-{trainer,features,eval,synth,stats,config} "$stage/opt/scdino/bin/scdinoctl"
+  strip --strip-unneeded "$stage"/opt/scdino/bin/scdino-{trainer,features,eval,synth,stats,config,export} "$stage/opt/scdino/bin/scdinoctl"
   containers/runtime-packages.sh "$stage/opt/scdino" > "$stage/opt/scdino/share/scdino/runtime-packages.txt"
   args+=(--build-context "binaries=$stage")
 fi
@@ -185,8 +185,21 @@ $env
 JSON
 }
 
+# A cold build needs room for its stages: the GPU image's compiling stage
+# alone is ~10 GB (CUDA toolkit, LibTorch 2.6, the build tree).
+case $image in cpu) need_gb=6 ;; *) need_gb=25 ;; esac
+storage=$(scdino_engine_storage)
+free_gb=$(scdino_free_gb "$storage")
+if [ -n "$free_gb" ] && [ "$free_gb" -lt "$need_gb" ]; then
+  echo "scdino: warning: $free_gb GB free in $storage; a cold build of $tag needs about $need_gb GB" \
+       "(less where its stages are in the build cache). Untagged images of earlier builds: '$scdino_engine image prune'" >&2
+fi
 start=$(date +%s)
-"$scdino_engine" "${args[@]}" . >&2
+if ! "$scdino_engine" "${args[@]}" . >&2; then
+  free_gb=$(scdino_free_gb "$storage")
+  echo "scdino: building $tag from $dockerfile failed${free_gb:+ ($free_gb GB free in $storage; a cold build needs about $need_gb GB)}" >&2
+  exit 1
+fi
 seconds=$(( $(date +%s) - start ))
 size=$("$scdino_engine" image inspect --format '{{.Size}}' "$tag")
 echo "scdino: built $tag in ${seconds}s, $(( size / 1000000 )) MB ($scdino_engine, $dockerfile${prebuilt:+, binaries from $prebuilt}${cudnn_dir:+, cuDNN from $cudnn_file})"

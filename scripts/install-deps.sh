@@ -5,50 +5,35 @@
 #   bash scripts/install-deps.sh            # everything (scripts/test.sh)
 #   bash scripts/install-deps.sh build      # only what compiling needs (scripts/setup.sh, the Dockerfiles)
 #
-# Groups: build (compilers and -dev packages, GoogleTest's among them: the
-# configure step declares the suites), unit (what the C++ test suites run
-# beside themselves: Python with numpy, anndata and grpcio as real peers), test
-# (unit, plus the servers the other tests start: Prometheus, Alertmanager,
-# node_exporter; python3-torch for the converter, python3-sklearn the
-# reference of the linear probe and k-means), container (podman,
-# mmdebstrap and runc for the container tests and scripts/build-image.sh;
-# squashfs-tools to check a .sqsh).
+# Groups (one list each in scripts/packages/GROUP.txt): build (compilers and
+# -dev packages), unit (what the C++ test suites run beside themselves), test
+# (unit, plus what the other tests use), container (podman and friends).
 #
-# SCDINO_LIBTORCH_PACKAGES replaces the LibTorch packages of the build group
+# SCDINO_LIBTORCH_PACKAGES are the LibTorch packages of the build group
 # (default: Debian 12's CPU LibTorch 1.13 and Gloo headers); the Debian GPU
 # image (containers/Dockerfile.cuda, trixie) names its CUDA LibTorch there.
 set -euo pipefail
+lists="$(cd "$(dirname "$0")" && pwd)/packages"
 
-read -r -a libtorch <<<"${SCDINO_LIBTORCH_PACKAGES:-libtorch-dev libgloo-dev}"
-build=(
-  build-essential cmake ninja-build ccache pkg-config git python3
-  "${libtorch[@]}" libopenblas0-pthread libopenblas-dev libdnnl-dev
-  libtiff-dev libopencv-dev
-  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  prometheus-cpp-dev libssl-dev libyaml-cpp-dev nlohmann-json3-dev
-  libhdf5-dev libcli11-dev libgtest-dev libgmock-dev
-)
-unit=(
-  python3-numpy python3-anndata python3-grpcio
-)
-test=(
-  "${unit[@]}"
-  prometheus prometheus-alertmanager prometheus-node-exporter
-  python3-torch python3-sklearn
-)
-container=(podman mmdebstrap runc squashfs-tools)
+# list GROUP: the packages of scripts/packages/GROUP.txt (# starts a comment).
+list() {
+  sed 's/#.*//' "$lists/$1.txt" | tr -s ' \t' '\n' | sed '/^$/d'
+}
 
 groups=("$@")
 [ ${#groups[@]} -gt 0 ] || groups=(build test container)
 packages=()
 for g in "${groups[@]}"; do
   case $g in
-    build) packages+=("${build[@]}") ;;
-    unit) packages+=("${unit[@]}") ;;
-    test) packages+=("${test[@]}") ;;
-    container) packages+=("${container[@]}") ;;
+    build)
+      read -r -a libtorch <<<"${SCDINO_LIBTORCH_PACKAGES:-libtorch-dev libgloo-dev}"
+      packages+=("${libtorch[@]}") ;;
+    unit|container) ;;
+    test) packages+=($(list unit)) ;;
     *) echo "scdino: install-deps.sh: unknown group '$g' (expected build, unit, test or container)" >&2; exit 2 ;;
   esac
+  [ -r "$lists/$g.txt" ] || { echo "scdino: install-deps.sh: no package list $lists/$g.txt" >&2; exit 2; }
+  packages+=($(list "$g"))
 done
 
 missing=()

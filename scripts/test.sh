@@ -12,6 +12,11 @@ build_dir=${BUILD_DIR:-build}
 bash scripts/install-deps.sh
 exclude=()
 image_pid=""
+# Each run tags new test images; what the previous run's tags pointed at is
+# left untagged (~10 GB for the GPU image): remove it before building again.
+# shellcheck source=../containers/engine.sh
+source containers/engine.sh
+scdino_engine_init && scdino_prune_build_leftovers
 if [ "${SCDINO_SKIP_GPU_IMAGE:-0}" = 1 ]; then
   exclude=(-LE gpu-image)
 else
