@@ -39,3 +39,6 @@ echo "  features/<checkpoint>/     CLS features (features.npy, index.csv, metada
 echo "  eval/<checkpoint>/         kNN results (knn_results.json/.csv, per_class.csv, confusion_matrix.csv)"
 echo "                             and plots (confusion_matrix.png, pca.png, tsne.png, umap.png, attention/*.png)"
 echo "  eval/knn_per_checkpoint.csv  kNN accuracy of every checkpoint and of the random-init baseline"
+echo "  eval/probes_per_checkpoint.csv  linear probe and k-means (ARI, NMI) of every checkpoint"
+echo "  eval/report.html           the report: curves over checkpoints, UMAP by class and cluster, confusion"
+echo "                             matrices, attention maps, training health (open it in a browser)"

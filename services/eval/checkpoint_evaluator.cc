@@ -6,6 +6,7 @@
 
 #include "common/files.h"
 #include "eval/attention_maps.h"
+#include "eval/report.h"
 
 namespace scdino::eval {
 
@@ -144,6 +145,10 @@ StatusOr<std::string> CheckpointEvaluator::WriteTable() const {
     return s;
   }
   return path;
+}
+
+StatusOr<std::string> CheckpointEvaluator::WriteReport() const {
+  return WriteRunReport({config_.meta.name_of_run, config_.run_dir()});
 }
 
 }  // namespace scdino::eval

@@ -1,7 +1,8 @@
 // scdino-eval's work for one feature set after another, as the run's config
 // says: kNN, metrics, embeddings (RunEvaluation), attention maps, the kNN
 // table on stdout, and the per-checkpoint table
-// (eval/knn_per_checkpoint.csv) that grows with every set. The same for a
+// (eval/knn_per_checkpoint.csv) that grows with every set, and the run's
+// report (eval/report.html). The same for a
 // list of feature directories and for scdino-eval --follow, which hands it
 // each new checkpoint's features while the trainer runs.
 #pragma once
@@ -47,6 +48,8 @@ class CheckpointEvaluator {
   /// Writes the rows to <run_dir>/eval/knn_per_checkpoint.csv (atomically)
   /// and returns its path.
   StatusOr<std::string> WriteTable() const;
+  /// Rewrites <run_dir>/eval/report.html (eval/report.h) and returns its path.
+  StatusOr<std::string> WriteReport() const;
 
  private:
   const run::RunConfig& config_;

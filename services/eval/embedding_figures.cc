@@ -251,6 +251,27 @@ StatusOr<EmbeddingResult> WriteEmbeddings(const features::FeatureSet& set, const
     }
     result.files.push_back(file);
   }
+  if (!o.kmeans.empty() && !views.empty()) {
+    // The last view (UMAP when drawn) again, coloured by k-means cluster:
+    // beside the class colours it shows which classes the clusters merge.
+    const View& v = views.back();
+    std::vector<int64_t> clusters;
+    int64_t k = 0;
+    for (auto r : rows) {
+      clusters.push_back(o.kmeans[static_cast<size_t>(r)]);
+      k = std::max(k, clusters.back() + 1);
+    }
+    std::vector<std::string> names;
+    for (int64_t c = 0; c < k; ++c) names.push_back("cluster " + std::to_string(c));
+    const std::string file = v.name + "_kmeans.png";
+    if (auto s = PlotEmbedding(out_dir + "/" + file, FirstTwo(v), clusters, names,
+                               v.title + ", coloured by k-means cluster (k " + std::to_string(k) + ")", v.x_label,
+                               v.y_label);
+        !s.ok()) {
+      return s;
+    }
+    result.files.push_back(file);
+  }
   if (auto s = WriteCoordinates(set, rows, x, views, result.summary, o.kmeans, out_dir); !s.ok()) return s;
   result.files.push_back("embeddings.csv");
   result.files.push_back("embeddings.h5ad");

@@ -1,6 +1,6 @@
 // The 2-D embeddings of an evaluation: PCA, Barnes-Hut t-SNE and UMAP of the
 // test rows of a features directory, each measured by its trustworthiness,
-// drawn (pca.png, tsne.png, umap.png) and written as coordinates
+// drawn (pca.png, tsne.png, umap.png, umap_kmeans.png) and written as coordinates
 // (embeddings.csv, and embeddings.h5ad whose obsm holds X_pca, X_tsne and
 // X_umap, so scanpy plots them as they are). One neighbour graph (LibTorch,
 // blocked) serves both t-SNE and UMAP. Every long loop polls the stop
@@ -44,7 +44,8 @@ struct EmbeddingOptions {
   int threads = 1;
   uint64_t seed = 0;
   /// k-means cluster of each feature-set row (-1: none), written as
-  /// obs['kmeans'] of the .h5ad; empty: no such column.
+  /// obs['kmeans'] of the .h5ad and drawn as <view>_kmeans.png (the last
+  /// view, UMAP when drawn, coloured by cluster); empty: neither.
   std::vector<int64_t> kmeans;
   /// True once the service should stop: the current step ends with Aborted.
   std::function<bool()> should_stop;

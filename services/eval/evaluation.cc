@@ -145,7 +145,9 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
   auto should_stop = [&] {
     return o.control ? o.control->HoldWhilePaused(o.stop_signal) : (o.stop_signal && o.stop_signal());
   };
-  // The linear probe on the same split, and k-means of the test rows.
+  // The linear probe on the same split, and k-means of the test rows. A
+  // stop during either still writes the kNN results below, then ends.
+  bool stopped = false;
   if (!o.linear_probe) {
     result.linear.skipped = "scdino.evaluation.linear_probe is false";
   } else {
@@ -161,7 +163,8 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
       result.linear = {true, "", lp->c, lp->grid, lp->validation, lp->n_validation, lp->iterations,
                        report->accuracy, *report};
     } else if (lp.status().code() == StatusCode::kAborted) {
-      return result;
+      stopped = true;
+      result.linear.skipped = "stopped before the linear probe ended";
     } else if (lp.status().code() == StatusCode::kFailedPrecondition) {
       result.linear.skipped = lp.status().message();
     } else {
@@ -176,7 +179,9 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
     *o.log << "scdino-eval: linear probe skipped: " << result.linear.skipped << "\n";
   }
   std::set<int64_t> test_classes(y_true.begin(), y_true.end());
-  if (!o.kmeans) {
+  if (stopped) {
+    result.clustering.skipped = "stopped before k-means";
+  } else if (!o.kmeans) {
     result.clustering.skipped = "scdino.evaluation.kmeans is false";
   } else if (test_classes.size() < 2) {
     result.clustering.skipped = "the test rows have " + std::to_string(test_classes.size()) +
@@ -188,13 +193,18 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
     ko2.should_stop = should_stop;
     const auto k = static_cast<int64_t>(test_classes.size());
     auto km = KMeans(set.features.index_select(0, test_idx), k, ko2);
-    if (!km.ok() && km.status().code() == StatusCode::kAborted) return result;
-    if (!km.ok()) return km.status();
-    result.clustering = {true, "", k, AdjustedRandIndex(y_true, km->assignment),
-                         NormalizedMutualInformation(y_true, km->assignment), km->inertia, km->assignment};
-    if (o.log) *o.log << "scdino-eval: k-means (k " << k << ") of the test rows: ARI "
-                      << FormatFixed(result.clustering.ari, 3) << ", NMI " << FormatFixed(result.clustering.nmi, 3)
-                      << "\n";
+    if (!km.ok() && km.status().code() == StatusCode::kAborted) {
+      stopped = true;
+      result.clustering.skipped = "stopped before k-means ended";
+    } else if (!km.ok()) {
+      return km.status();
+    } else {
+      result.clustering = {true, "", k, AdjustedRandIndex(y_true, km->assignment),
+                           NormalizedMutualInformation(y_true, km->assignment), km->inertia, km->assignment};
+      if (o.log) *o.log << "scdino-eval: k-means (k " << k << ") of the test rows: ARI "
+                        << FormatFixed(result.clustering.ari, 3) << ", NMI " << FormatFixed(result.clustering.nmi, 3)
+                        << "\n";
+    }
   }
 
   // Results: JSON with everything, CSV summaries.
@@ -259,6 +269,7 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
     }
     result.files.push_back("linear_probe_confusion_matrix.png");
   }
+  if (stopped) return result;  // the kNN results are written; not completed
   EmbeddingOptions eo = o.embeddings;
   eo.seed = o.seed;
   eo.knn_memory_bytes = o.knn_memory_bytes;

@@ -109,6 +109,12 @@ int main(int argc, char** argv) {
       std::cout << "\nkNN accuracy per checkpoint: " << *path << "\n";
       return scdino::Status::Ok();
     };
+    auto write_report = [&]() -> scdino::Status {
+      auto path = evaluator.WriteReport();
+      if (!path.ok()) return path.status();
+      std::cout << "report: " << *path << "\n";
+      return scdino::Status::Ok();
+    };
 
     for (const auto& set : sets) {
       if (auto s = evaluator.Evaluate(set); !s.ok()) return Fail(p, kProgram, s);
@@ -139,11 +145,15 @@ int main(int argc, char** argv) {
         auto set = scdino::features::ReadFeatureSet(eo.out_dir);
         if (!set.ok()) return set.status();
         if (auto st = evaluator.Evaluate(*set); !st.ok()) return st;
-        return write_table();
+        if (auto st = write_table(); !st.ok()) return st;
+        return write_report();
       });
       if (!s.ok()) return Fail(p, kProgram, s);
-    } else if (evaluator.rows().size() > 1) {
-      if (auto s = write_table(); !s.ok()) return Fail(p, kProgram, s);
+    } else {
+      if (evaluator.rows().size() > 1) {
+        if (auto s = write_table(); !s.ok()) return Fail(p, kProgram, s);
+      }
+      if (auto s = write_report(); !s.ok()) return Fail(p, kProgram, s);
     }
     p->Finish(scdino::RunState::kCompleted);
     return kExitCompleted;

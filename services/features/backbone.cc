@@ -27,6 +27,15 @@ StatusOr<Backbone> LoadBackbone(const std::string& path, const std::string& key,
     keys.insert(name.substr(0, name.find('.')));
     if (name.rfind(prefix, 0) == 0) weights[name.substr(prefix.size())] = t;
   }
+  if (weights.empty() && meta.count("format") && meta.at("format") == "scdino-backbone-1") {
+    // A backbone written by scdino-export: DINO's names, no prefix.
+    const std::string held = meta.count("checkpoint_key") ? meta.at("checkpoint_key") : "teacher";
+    if (held != key) {
+      return Status::InvalidArgument(path + ": holds the " + held + " backbone (written by scdino-export), not the " +
+                                     key + "; set downstream_analyses.compute_cls_features.checkpoint_key: " + held);
+    }
+    weights = file->tensors;
+  }
   if (weights.empty()) {
     std::string held;
     for (const auto& k : keys) held += (held.empty() ? "" : ", ") + k;

@@ -26,7 +26,9 @@ struct Backbone {
 };
 
 /// Reads "<key>.backbone.*" from an scdino checkpoint or converted weights
-/// file. Errors name the file and, for a wrong key, the keys it holds.
+/// file, or the backbone of a .safetensors written by scdino-export
+/// (features/export.h). Errors name the file and, for a wrong key, the keys
+/// it holds.
 StatusOr<Backbone> LoadBackbone(const std::string& path, const std::string& key, torch::Device device);
 
 /// DINO's initialisation of `o`, seeded.

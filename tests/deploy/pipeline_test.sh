@@ -44,6 +44,49 @@ done
 [ ! -d "$run/features/checkpoint/shards" ] || fail "the shards were left behind after assembly"
 echo "ok: main job wrote checkpoints, features, kNN results and plots"
 
+# 1b. The report a person reads (eval/report.html), as headless Chromium
+# renders it: a screenshot, every figure loaded (the page's own count of
+# broken images is 0), the curves with their random-init baseline, the
+# table, the latest checkpoint's UMAP by class and by cluster, confusion
+# matrices and attention maps, the training's health. Then the same page
+# with one figure gone must say so: the check can fail.
+chromium=$(command -v chromium-headless-shell || command -v chromium || true)
+[ -n "$chromium" ] || fail "no headless Chromium (Debian: chromium-headless-shell; scripts/install-deps.sh installs it)"
+render() {  # render HTML PNG DOM: a screenshot and the DOM after the page's load event
+  "$chromium" --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,3400 \
+    --screenshot="$2" "file://$1" >/dev/null 2>&1 || return 1
+  "$chromium" --headless --no-sandbox --disable-gpu --virtual-time-budget=10000 --dump-dom "file://$1" >"$3" 2>/dev/null
+}
+[ -s "$run/eval/report.html" ] || fail "the main job wrote no eval/report.html"
+render "$run/eval/report.html" "$work/report.png" "$work/report.dom" || fail "Chromium could not render eval/report.html"
+$py - "$work/report.png" "$work/report.dom" <<'PY' || fail "eval/report.html is incomplete (above)"
+import re, sys
+import numpy as np
+from PIL import Image
+png, dom = Image.open(sys.argv[1]).convert("L"), open(sys.argv[2]).read()
+body = re.search(r"<body ([^>]*)>", dom).group(1)
+images, broken = (int(re.search(k + r'="(\d+)"', body).group(1)) for k in ("data-images", "data-broken-images"))
+print(f"report.html: {images} figures, {broken} broken, {dom.count('<svg')} charts, screenshot {png.size[0]}x{png.size[1]}")
+assert broken == 0 and images >= 8, body
+for want in ("Over checkpoints", "kNN top-1 (best k)", "linear probe top-1", "kNN, random init", "k-means ARI",
+             "/umap.png", "/umap_kmeans.png", "/confusion_matrix.png", "/linear_probe_confusion_matrix.png",
+             "/attention/class_", "Training health",
+             "<td>random_init</td>", "<td>checkpoint0015</td>"):
+    assert want in dom, "missing: " + want
+assert dom.count("<svg") >= 6, "fewer than 6 charts"
+pixels = np.asarray(png, dtype=np.float64)
+inked = (pixels < 200).mean(axis=1)  # dark pixels per row
+assert pixels.std() > 20 and (inked > 0.01).sum() > 1000, "the screenshot is (nearly) blank"
+PY
+gone=$(grep -o 'src="[^"]*/umap_kmeans.png"' "$work/report.dom" | head -1 | sed 's/^src="//; s/"$//')
+mkdir -p "$work/report-copy"
+cp -r "$run/eval/." "$work/report-copy/"
+rm "$work/report-copy/$gone"
+render "$work/report-copy/report.html" "$work/report-copy.png" "$work/report-copy.dom" || fail "Chromium could not render the copy"
+grep -q 'data-broken-images="1"' "$work/report-copy.dom" && grep -qF "1 figure(s) could not be loaded: $gone" "$work/report-copy.dom" ||
+  fail "a report with a missing figure does not say so: $(grep -o '<body[^>]*>' "$work/report-copy.dom")"
+echo "ok: eval/report.html in headless Chromium: every figure loaded, curves with the random-init baseline, table, health; a missing figure is named"
+
 # 2. The learning checks: every epoch's log line carries the health signals
 # and, from the second epoch, the verdict healthy; the loss ends below its
 # start and below ln(out_dim); the trained teacher beats a random ViT of the

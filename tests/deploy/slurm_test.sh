@@ -270,6 +270,20 @@ for r in rows:
     assert abs(metric[key] - float(r["top1_accuracy"])) < 1e-6, (key, metric[key], r["top1_accuracy"])
 evaluated = [l for l in open(scrape) if l.startswith("scdino_eval_checkpoints_evaluated_total")]
 assert evaluated and float(evaluated[0].split()[-1]) == 5, evaluated
-print(f"{len(numbered)} checkpoints evaluated once each; CSV and metrics agree on {len(rows)} rows")
+# The linear probe and k-means of each, in the table, the metrics and the report.
+probes = list(csv.DictReader(open(run + "/eval/probes_per_checkpoint.csv")))
+assert [p["features"] for p in probes] == numbered, probes
+for p in probes:
+    assert p["linear_top1_accuracy"] and p["kmeans_adjusted_rand_index"], p
+    for name, column in (("scdino_eval_linear_probe_top1_ratio", "linear_top1_accuracy"),
+                         ("scdino_eval_kmeans_adjusted_rand_index_ratio", "kmeans_adjusted_rand_index")):
+        got = [float(l.split()[-1]) for l in open(scrape)
+               if l.startswith(name + "{") and f'checkpoint="{p["features"]}"' in l]
+        assert len(got) == 1 and abs(got[0] - float(p[column])) < 1e-5, (name, p["features"], got, p[column])
+report = open(run + "/eval/report.html").read()
+for n in numbered:
+    assert f"<td>{n}</td>" in report, ("the report lacks", n)
+print(f"{len(numbered)} checkpoints evaluated once each; CSV and metrics agree on {len(rows)} rows; "
+      f"linear probe and k-means of each in probes_per_checkpoint.csv, the metrics and report.html")
 PY
-echo "ok: train-and-evaluate.sbatch: every checkpoint evaluated once by the follower, CSV = metrics, both exit 0"
+echo "ok: train-and-evaluate.sbatch: every checkpoint evaluated once by the follower (kNN, linear probe, k-means, report), CSV = metrics, both exit 0"

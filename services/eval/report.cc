@@ -1,0 +1,409 @@
+#include "eval/report.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "common/files.h"
+#include "eval/drawing.h"
+
+namespace scdino::eval {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string Percent(double v) { return FormatFixed(100 * v, 1) + "%"; }
+
+// One evaluated features directory, as its knn_results.json says.
+struct Entry {
+  std::string name;
+  std::string error;  ///< why its results could not be read; empty when read
+  bool baseline = false;  ///< the random-init features
+  bool complete = false;  ///< the embeddings were written (not stopped)
+  int64_t epoch = -1, iteration = -1, n_train = 0, n_test = 0, best_k = 0;
+  double knn_top1 = 0, knn_balanced = 0;
+  bool linear = false, clustering = false;
+  double linear_top1 = 0, linear_balanced = 0, linear_c = 0, ari = 0, nmi = 0;
+  std::string linear_skipped, clustering_skipped;
+};
+
+double Number(const json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
+}
+
+std::string Text(const json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+}
+
+Entry ReadEntry(const fs::path& dir) {
+  Entry e;
+  e.name = dir.filename().string();
+  const std::string path = (dir / "knn_results.json").string();
+  auto text = ReadFile(path);
+  if (!text.ok()) {
+    e.error = text.status().message();
+    return e;
+  }
+  const json j = json::parse(*text, nullptr, false);
+  if (!j.is_object() || !j.contains("knn") || !j["knn"].is_array() || j["knn"].empty()) {
+    e.error = path + ": not the results of scdino-eval (no 'knn' list)";
+    return e;
+  }
+  const json ckpt = j.contains("metadata") && j["metadata"].is_object() ? j["metadata"].value("checkpoint", json())
+                                                                         : json();
+  e.baseline = e.name == "random_init" || Text(ckpt, "key") == "random";
+  if (ckpt.is_object() && ckpt.contains("epoch") && ckpt["epoch"].is_number_integer()) e.epoch = ckpt["epoch"];
+  if (ckpt.is_object() && ckpt.contains("iteration") && ckpt["iteration"].is_number_integer()) {
+    e.iteration = ckpt["iteration"];
+  }
+  e.complete = j.contains("embeddings");
+  e.n_train = static_cast<int64_t>(Number(j, "n_train"));
+  e.n_test = static_cast<int64_t>(Number(j, "n_test"));
+  e.best_k = static_cast<int64_t>(Number(j, "best_k"));
+  for (const auto& k : j["knn"]) {
+    if (static_cast<int64_t>(Number(k, "k")) == e.best_k) {
+      e.knn_top1 = Number(k, "top1_accuracy");
+      e.knn_balanced = Number(k, "balanced_accuracy");
+    }
+  }
+  const json lp = j.value("linear_probe", json());
+  e.linear = lp.is_object() && lp.contains("top1_accuracy");
+  e.linear_top1 = Number(lp, "top1_accuracy");
+  e.linear_balanced = Number(lp, "balanced_accuracy");
+  e.linear_c = Number(lp, "C");
+  e.linear_skipped = Text(lp, "skipped");
+  const json cl = j.value("clustering", json());
+  e.clustering = cl.is_object() && cl.contains("adjusted_rand_index");
+  e.ari = Number(cl, "adjusted_rand_index");
+  e.nmi = Number(cl, "normalized_mutual_information");
+  e.clustering_skipped = Text(cl, "skipped");
+  return e;
+}
+
+// The random-init baseline first, then by iteration (unknown last), then name.
+std::vector<Entry> ReadEntries(const std::string& eval_dir) {
+  std::vector<Entry> entries;
+  std::error_code ec;
+  for (fs::directory_iterator it(eval_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code dir_ec;
+    if (it->is_directory(dir_ec) && fs::exists(it->path() / "knn_results.json", dir_ec)) {
+      entries.push_back(ReadEntry(it->path()));
+    }
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    auto key = [](const Entry& e) {
+      return std::make_tuple(!e.baseline, e.iteration < 0, e.iteration, e.name);
+    };
+    return key(a) < key(b);
+  });
+  return entries;
+}
+
+// The training log's last record of each epoch (a resumed run repeats some).
+std::map<int64_t, json> ReadTrainingLog(const std::string& path) {
+  std::map<int64_t, json> epochs;
+  auto text = ReadFile(path);
+  if (!text.ok()) return epochs;
+  std::istringstream lines(*text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const json j = json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("epoch") && j["epoch"].is_number_integer()) epochs[j["epoch"].get<int64_t>()] = j;
+  }
+  return epochs;
+}
+
+struct Series {
+  std::string name, colour;
+  std::vector<std::pair<double, double>> points;
+  bool dashed = false;
+};
+
+// A line chart as inline SVG: framed axes with round ticks, a legend below.
+std::string Chart(const std::string& title, const std::string& x_label, const std::vector<Series>& series,
+                  std::optional<std::pair<double, double>> y_range) {
+  double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
+  for (const auto& s : series) {
+    for (const auto& [x, y] : s.points) {
+      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+    }
+  }
+  if (x0 > x1) return "";
+  if (y_range) y0 = std::min(y0, y_range->first), y1 = std::max(y1, y_range->second);
+  if (x1 - x0 < 1e-12) x0 -= 0.5, x1 += 0.5;
+  if (y1 - y0 < 1e-12) y0 -= 0.5, y1 += 0.5;
+  const double W = 560, H = 300, left = 56, right = 16, top = 34, bottom = 44;
+  auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * (W - left - right); };
+  auto py = [&](double y) { return H - bottom - (y - y0) / (y1 - y0) * (H - top - bottom); };
+  std::ostringstream o;
+  o << "<figure class=\"chart\"><svg viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\"" << H
+    << "\" role=\"img\" aria-label=\"" << Escape(title) << "\">"
+    << "<text x=\"" << W / 2 << "\" y=\"20\" text-anchor=\"middle\" class=\"title\">" << Escape(title) << "</text>"
+    << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << W - left - right << "\" height=\""
+    << H - top - bottom << "\" class=\"frame\"/>";
+  const auto xt = drawing::NiceTicks(x0, x1, 3), yt = drawing::NiceTicks(y0, y1, 4);
+  const double xs = xt.size() > 1 ? xt[1] - xt[0] : 1, ys = yt.size() > 1 ? yt[1] - yt[0] : 1;
+  for (double t : yt) {
+    o << "<line x1=\"" << left << "\" x2=\"" << W - right << "\" y1=\"" << py(t) << "\" y2=\"" << py(t)
+      << "\" class=\"grid\"/><text x=\"" << left - 6 << "\" y=\"" << py(t) + 4 << "\" text-anchor=\"end\">"
+      << drawing::TickLabel(t, ys) << "</text>";
+  }
+  for (double t : xt) {
+    o << "<text x=\"" << px(t) << "\" y=\"" << H - bottom + 16 << "\" text-anchor=\"middle\">"
+      << drawing::TickLabel(t, xs) << "</text>";
+  }
+  o << "<text x=\"" << (left + W - right) / 2 << "\" y=\"" << H - 8 << "\" text-anchor=\"middle\">"
+    << Escape(x_label) << "</text>";
+  for (const auto& s : series) {
+    if (s.points.empty()) continue;
+    o << "<polyline fill=\"none\" stroke=\"" << s.colour << "\" stroke-width=\"2\""
+      << (s.dashed ? " stroke-dasharray=\"6 4\"" : "") << " points=\"";
+    for (const auto& [x, y] : s.points) o << px(x) << "," << py(y) << " ";
+    o << "\"/>";
+    if (!s.dashed) {
+      for (const auto& [x, y] : s.points) {
+        o << "<circle cx=\"" << px(x) << "\" cy=\"" << py(y) << "\" r=\"3\" fill=\"" << s.colour << "\"/>";
+      }
+    }
+  }
+  o << "</svg><figcaption>";
+  for (const auto& s : series) {
+    if (s.points.empty()) continue;
+    o << "<span class=\"key\"><span class=\"swatch" << (s.dashed ? " dashed" : "") << "\" style=\"border-color:"
+      << s.colour << "\"></span>" << Escape(s.name) << "</span> ";
+  }
+  o << "</figcaption></figure>\n";
+  return o.str();
+}
+
+// The x of a checkpoint: its epoch (what the training log counts in).
+double XOf(const Entry& e) { return static_cast<double>(e.epoch); }
+
+// A dashed line at `value` across the checkpoints' epochs.
+Series Baseline(const std::string& name, const std::string& colour, double value, const std::vector<Entry>& trained) {
+  Series s{name, colour, {}, true};
+  if (trained.empty()) return s;
+  double lo = 1e300, hi = -1e300;
+  for (const auto& e : trained) lo = std::min(lo, XOf(e)), hi = std::max(hi, XOf(e));
+  s.points = {{lo, value}, {hi, value}};
+  return s;
+}
+
+std::string Figure(const std::string& src, const std::string& caption) {
+  return "<figure><img src=\"" + Escape(src) + "\" alt=\"" + Escape(caption) + "\" loading=\"eager\"><figcaption>" +
+         Escape(caption) + "</figcaption></figure>\n";
+}
+
+constexpr const char* kStyle = R"(body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1180px;color:#222;padding:0 16px}
+h1{font-size:1.6em}h2{margin-top:1.6em;border-bottom:1px solid #ccc;padding-bottom:4px}
+table{border-collapse:collapse;font-size:.92em}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
+th:first-child,td:first-child{text-align:left}tr.baseline{background:#f4f4f4;font-style:italic}
+.charts,.figures{display:flex;flex-wrap:wrap;gap:16px}figure{margin:0}figure img{max-width:560px;border:1px solid #ddd}
+svg text{font-size:12px;fill:#333}svg .title{font-size:14px;font-weight:600}svg .frame{fill:none;stroke:#999}
+svg .grid{stroke:#eee}.key{margin-right:14px;white-space:nowrap}
+.swatch{display:inline-block;width:22px;border-top:3px solid;vertical-align:middle;margin-right:5px}
+.swatch.dashed{border-top-style:dashed}.note{color:#555}#broken{color:#b00;font-weight:600}
+)";
+
+constexpr const char* kBrokenImageScript = R"(<script>
+window.addEventListener('load', function () {
+  var broken = [];
+  for (var i = 0; i < document.images.length; i++) {
+    var img = document.images[i];
+    if (!img.complete || img.naturalWidth === 0) broken.push(img.getAttribute('src'));
+  }
+  document.body.setAttribute('data-images', String(document.images.length));
+  document.body.setAttribute('data-broken-images', String(broken.length));
+  if (broken.length) {
+    var p = document.getElementById('broken');
+    p.textContent = broken.length + ' figure(s) could not be loaded: ' + broken.join(', ');
+    p.hidden = false;
+  }
+});
+</script>
+)";
+
+}  // namespace
+
+std::string RunReportHtml(const ReportOptions& options) {
+  const std::string eval_dir = options.run_dir + "/eval";
+  const auto entries = ReadEntries(eval_dir);
+  const auto log = ReadTrainingLog(options.run_dir + "/log.jsonl");
+  // The curves: complete evaluations of trained checkpoints, one per
+  // iteration (the final checkpoint repeats the last numbered one).
+  std::vector<Entry> trained;
+  const Entry* baseline = nullptr;
+  for (const auto& e : entries) {
+    if (!e.error.empty()) continue;
+    if (e.baseline) {
+      if (!baseline || e.complete) baseline = &e;
+    } else if (e.epoch >= 0 && e.complete && (trained.empty() || trained.back().iteration != e.iteration)) {
+      trained.push_back(e);
+    }
+  }
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>scdino evaluation: "
+    << Escape(options.run_name) << "</title><style>" << kStyle << "</style></head>\n<body data-images=\"0\" "
+    << "data-broken-images=\"unknown\">\n<h1>scdino evaluation: " << Escape(options.run_name) << "</h1>\n"
+    << "<p class=\"note\">Run directory <code>" << Escape(options.run_dir) << "</code>; scdino " << SCDINO_VERSION
+    << ". Written by scdino-eval after each evaluated checkpoint from the files under <code>eval/</code> and the "
+       "training log (docs/eval.md).</p>\n<p id=\"broken\" hidden></p>\n";
+  if (entries.empty()) {
+    o << "<p>No evaluated features yet: run scdino-features, then scdino-eval.</p>\n";
+  }
+
+  // Curves over checkpoints, the random-init features as the baseline.
+  if (!trained.empty()) {
+    o << "<h2>Over checkpoints</h2>\n<div class=\"charts\">\n";
+    Series knn{"kNN top-1 (best k)", "#1f77b4", {}}, linear{"linear probe top-1", "#d62728", {}};
+    Series ari{"k-means ARI", "#2ca02c", {}}, nmi{"k-means NMI", "#9467bd", {}};
+    for (const auto& e : trained) {
+      knn.points.emplace_back(XOf(e), e.knn_top1);
+      if (e.linear) linear.points.emplace_back(XOf(e), e.linear_top1);
+      if (e.clustering) ari.points.emplace_back(XOf(e), e.ari), nmi.points.emplace_back(XOf(e), e.nmi);
+    }
+    std::vector<Series> accuracy{knn, linear}, clusters{ari, nmi};
+    if (baseline) {
+      accuracy.push_back(Baseline("kNN, random init", "#1f77b4", baseline->knn_top1, trained));
+      if (baseline->linear) accuracy.push_back(Baseline("linear, random init", "#d62728", baseline->linear_top1, trained));
+      if (baseline->clustering) {
+        clusters.push_back(Baseline("ARI, random init", "#2ca02c", baseline->ari, trained));
+        clusters.push_back(Baseline("NMI, random init", "#9467bd", baseline->nmi, trained));
+      }
+    }
+    o << Chart("Accuracy on the test cells", "epoch", accuracy, std::make_pair(0.0, 1.0));
+    if (!ari.points.empty()) o << Chart("Clusters against the classes", "epoch", clusters, std::make_pair(0.0, 1.0));
+    o << "</div>\n";
+    if (!baseline) {
+      o << "<p class=\"note\">No random-init baseline: <code>scdino-features --random-init</code> then scdino-eval "
+           "draws it.</p>\n";
+    }
+  }
+
+  // One row per evaluated features directory.
+  if (!entries.empty()) {
+    o << "<h2>Every evaluated checkpoint</h2>\n<table><tr><th>features</th><th>epoch</th><th>iteration</th>"
+         "<th>test cells</th><th>kNN top-1</th><th>kNN balanced</th><th>best k</th><th>linear top-1</th>"
+         "<th>linear balanced</th><th>C</th><th>ARI</th><th>NMI</th><th>state</th></tr>\n";
+    for (const auto& e : entries) {
+      if (!e.error.empty()) {
+        o << "<tr><td>" << Escape(e.name) << "</td><td colspan=\"12\">" << Escape(e.error) << "</td></tr>\n";
+        continue;
+      }
+      auto opt = [](bool done, double v, const std::string& why) {
+        return done ? Percent(v) : "<span title=\"" + Escape(why) + "\">-</span>";
+      };
+      o << "<tr" << (e.baseline ? " class=\"baseline\"" : "") << "><td>" << Escape(e.name) << "</td><td>"
+        << (e.epoch >= 0 ? std::to_string(e.epoch) : "") << "</td><td>"
+        << (e.iteration >= 0 ? std::to_string(e.iteration) : "") << "</td><td>" << e.n_test << "</td><td>"
+        << Percent(e.knn_top1) << "</td><td>" << Percent(e.knn_balanced) << "</td><td>" << e.best_k << "</td><td>"
+        << opt(e.linear, e.linear_top1, e.linear_skipped) << "</td><td>"
+        << opt(e.linear, e.linear_balanced, e.linear_skipped) << "</td><td>"
+        << (e.linear ? FormatFixed(e.linear_c, e.linear_c < 1 ? 2 : 0) : "") << "</td><td>"
+        << (e.clustering ? FormatFixed(e.ari, 3) : "-") << "</td><td>" << (e.clustering ? FormatFixed(e.nmi, 3) : "-")
+        << "</td><td>" << (e.complete ? "complete" : "stopped") << "</td></tr>\n";
+    }
+    o << "</table>\n";
+  }
+
+  // The latest checkpoint's figures: the last complete evaluation, else the last.
+  const Entry* latest = nullptr;
+  for (const auto& e : entries) {
+    if (e.error.empty() && !e.baseline && (!latest || e.complete || !latest->complete)) latest = &e;
+  }
+  if (!latest && baseline) latest = baseline;
+  if (latest) {
+    const fs::path dir = fs::path(eval_dir) / latest->name;
+    o << "<h2>" << Escape(latest->name) << (latest->epoch >= 0 ? ", epoch " + std::to_string(latest->epoch) : "")
+      << "</h2>\n<div class=\"figures\">\n";
+    std::error_code ec;
+    const std::vector<std::pair<std::string, std::string>> figures = {
+        {"umap.png", "UMAP of the test cells, by class"},
+        {"umap_kmeans.png", "the same UMAP, by k-means cluster"},
+        {"tsne_kmeans.png", "t-SNE, by k-means cluster"},
+        {"pca_kmeans.png", "PCA, by k-means cluster"},
+        {"confusion_matrix.png", "kNN confusion matrix"},
+        {"linear_probe_confusion_matrix.png", "linear-probe confusion matrix"}};
+    int shown = 0;
+    for (const auto& [file, caption] : figures) {
+      if (fs::exists(dir / file, ec)) o << Figure(latest->name + "/" + file, caption), ++shown;
+    }
+    std::vector<std::string> attention;
+    for (fs::directory_iterator it(dir / "attention", ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->path().extension() == ".png") attention.push_back(it->path().filename().string());
+    }
+    std::sort(attention.begin(), attention.end());
+    for (size_t i = 0; i < attention.size() && i < 4; ++i) {
+      o << Figure(latest->name + "/attention/" + attention[i], "attention, " + attention[i]), ++shown;
+    }
+    o << "</div>\n";
+    if (shown == 0) o << "<p class=\"note\">No figures in " << Escape(dir.string()) << " (the evaluation was stopped).</p>\n";
+  }
+
+  // DINO's health signals, per epoch.
+  if (!log.empty()) {
+    Series loss{"DINO loss", "#1f77b4", {}}, ratio{"teacher entropy ratio", "#ff7f0e", {}};
+    Series cls{"CLS std", "#2ca02c", {}}, kl{"student-teacher KL", "#8c564b", {}};
+    std::vector<std::string> verdicts;
+    for (const auto& [epoch, j] : log) {
+      const double x = static_cast<double>(epoch);
+      if (j.contains("loss") && j["loss"].is_number()) loss.points.emplace_back(x, j["loss"].get<double>());
+      if (j.contains("teacher_entropy_ratio") && j["teacher_entropy_ratio"].is_number()) {
+        ratio.points.emplace_back(x, j["teacher_entropy_ratio"].get<double>());
+      }
+      if (j.contains("backbone_cls_std") && j["backbone_cls_std"].is_number()) {
+        cls.points.emplace_back(x, j["backbone_cls_std"].get<double>());
+      }
+      if (j.contains("student_teacher_kl") && j["student_teacher_kl"].is_number()) {
+        kl.points.emplace_back(x, j["student_teacher_kl"].get<double>());
+      }
+      const std::string verdict = Text(j, "collapse");
+      if (!verdict.empty() && verdict != "healthy") verdicts.push_back("epoch " + std::to_string(epoch) + ": " + verdict);
+    }
+    o << "<h2>Training health</h2>\n<p class=\"note\">From <code>log.jsonl</code>, " << log.size()
+      << " epochs (docs/training.md explains each signal). "
+      << (verdicts.empty() ? std::string("No epoch was judged collapsed.")
+                           : "Judged collapsed: " + Escape([&] {
+                               std::string s;
+                               for (const auto& v : verdicts) s += (s.empty() ? "" : "; ") + v;
+                               return s;
+                             }()) + ".")
+      << "</p>\n<div class=\"charts\">\n"
+      << Chart("Loss", "epoch", {loss}, std::nullopt)
+      << Chart("Teacher entropy / ln(out_dim) (near 1: the teacher says nothing)", "epoch", {ratio}, std::make_pair(0.0, 1.0))
+      << Chart("Std of the normalised CLS (near 0: every cell alike)", "epoch", {cls}, std::nullopt)
+      << Chart("Student-teacher KL", "epoch", {kl}, std::nullopt) << "</div>\n";
+  }
+  o << kBrokenImageScript << "</body></html>\n";
+  return o.str();
+}
+
+StatusOr<std::string> WriteRunReport(const ReportOptions& options) {
+  const std::string path = options.run_dir + "/eval/report.html";
+  if (auto s = MakeDirs(options.run_dir + "/eval"); !s.ok()) return s;
+  if (auto s = WriteFileAtomic(path, RunReportHtml(options)); !s.ok()) return s;
+  return path;
+}
+
+}  // namespace scdino::eval

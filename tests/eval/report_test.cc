@@ -1,0 +1,90 @@
+// The run's report is a function of the evaluation files: the baseline
+// dashed, the latest complete checkpoint's figures (only those present),
+// damaged results named, the training's verdicts, names escaped.
+#include "eval/report.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/files.h"
+#include "support/test_support.h"
+
+namespace scdino::eval {
+namespace {
+
+using nlohmann::json;
+using scdino::testing::ScratchDir;
+
+// knn_results.json as scdino-eval writes it (the fields the report reads).
+void Results(const std::string& dir, const std::string& key, int64_t epoch, int64_t iteration, double top1,
+             bool complete) {
+  json j = {{"best_k", 10},
+            {"n_train", 80},
+            {"n_test", 20},
+            {"metadata", {{"checkpoint", {{"key", key}, {"epoch", epoch}, {"iteration", iteration}}}}},
+            {"knn", {{{"k", 10}, {"top1_accuracy", top1}, {"balanced_accuracy", top1 - 0.05}}}},
+            {"linear_probe", {{"top1_accuracy", top1 + 0.1}, {"balanced_accuracy", top1}, {"C", 10}}},
+            {"clustering", {{"adjusted_rand_index", top1 / 2}, {"normalized_mutual_information", top1 / 3}}}};
+  if (complete) j["embeddings"] = json::object();
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  ASSERT_TRUE(WriteFileAtomic(dir + "/knn_results.json", j.dump()).ok());
+}
+
+TEST(RunReport, BaselineLatestCompleteFiguresAndHealth) {
+  ScratchDir s;
+  const std::string eval = s.file("run/eval");
+  Results(eval + "/random_init", "random", -1, -1, 0.25, true);
+  Results(eval + "/checkpoint0001", "teacher", 1, 10, 0.5, true);
+  Results(eval + "/checkpoint0002", "teacher", 2, 20, 0.75, true);
+  Results(eval + "/stopped<b>", "teacher", 3, 30, 0.8, false);  // stopped: no embeddings
+  ASSERT_TRUE(MakeDirs(eval + "/damaged").ok());
+  ASSERT_TRUE(WriteFileAtomic(eval + "/damaged/knn_results.json", "{\"knn\": ").ok());
+  ASSERT_TRUE(WriteFileAtomic(eval + "/checkpoint0002/umap.png", "png").ok());
+  ASSERT_TRUE(MakeDirs(eval + "/checkpoint0002/attention").ok());
+  ASSERT_TRUE(WriteFileAtomic(eval + "/checkpoint0002/attention/class_0_0.png", "png").ok());
+  ASSERT_TRUE(WriteFileAtomic(s.file("run/log.jsonl"),
+                              "{\"epoch\":0,\"loss\":5.5,\"teacher_entropy_ratio\":0.9}\n"
+                              "{\"epoch\":1,\"loss\":5.0,\"teacher_entropy_ratio\":0.99,\"collapse\":\"uniform_collapse\"}\n")
+                  .ok());
+  const std::string html = RunReportHtml({"my run", s.file("run")});
+
+  // The curves: two complete checkpoints, the random init dashed.
+  EXPECT_NE(html.find("Accuracy on the test cells"), std::string::npos);
+  EXPECT_NE(html.find("kNN, random init"), std::string::npos);
+  EXPECT_NE(html.find("stroke-dasharray"), std::string::npos);
+  // Table rows: the baseline first, then by iteration; damaged results named.
+  const auto at = [&](const std::string& s) { return html.find(s); };
+  ASSERT_NE(at("<td>random_init</td>"), std::string::npos);
+  EXPECT_LT(at("<td>random_init</td>"), at("<td>checkpoint0001</td>"));
+  EXPECT_LT(at("<td>checkpoint0001</td>"), at("<td>checkpoint0002</td>"));
+  EXPECT_NE(at("<td>stopped&lt;b&gt;</td>"), std::string::npos) << "names are escaped";
+  EXPECT_EQ(at("<td>stopped<b></td>"), std::string::npos);
+  EXPECT_NE(at("damaged/knn_results.json: not the results of scdino-eval"), std::string::npos);
+  EXPECT_NE(at("<td>75.0%</td>"), std::string::npos);
+  EXPECT_NE(at("<td>stopped</td>"), std::string::npos);
+  // The figures of the latest complete checkpoint, only those that exist.
+  EXPECT_NE(at("<h2>checkpoint0002, epoch 2</h2>"), std::string::npos);
+  EXPECT_NE(at("src=\"checkpoint0002/umap.png\""), std::string::npos);
+  EXPECT_NE(at("src=\"checkpoint0002/attention/class_0_0.png\""), std::string::npos);
+  EXPECT_EQ(at("confusion_matrix.png"), std::string::npos);
+  // Health: the verdicts of the log.
+  EXPECT_NE(at("Judged collapsed: epoch 1: uniform_collapse."), std::string::npos);
+  EXPECT_NE(at("<title>scdino evaluation: my run</title>"), std::string::npos);
+
+  auto path = WriteRunReport({"my run", s.file("run")});
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  EXPECT_EQ(*path, eval + "/report.html");
+  EXPECT_EQ(*ReadFile(*path), html);
+}
+
+TEST(RunReport, NothingEvaluatedYetSaysWhatToRun) {
+  ScratchDir s;
+  const std::string html = RunReportHtml({"empty", s.file("none")});
+  EXPECT_NE(html.find("No evaluated features yet: run scdino-features, then scdino-eval."), std::string::npos);
+  EXPECT_EQ(html.find("<svg"), std::string::npos);
+  EXPECT_EQ(html.find("Training health"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace scdino::eval
