@@ -52,17 +52,44 @@ scdino_free_gb() {
   df -Pk "$1" 2>/dev/null | awk 'NR == 2 { print int($4 / 1048576) }'
 }
 
-# scdino_prune_build_leftovers: removes the untagged images that earlier
-# builds left when a tag moved to a newer build (`image prune`: dangling
-# images only; tagged images and the build cache of their stages stay).
-# Each GPU image build leaves ~10 GB of them.
+# scdino_prune_build_leftovers: removes what earlier builds left behind:
+# untagged images (a tag moved to a newer build) and, with podman, the
+# working containers of killed builds and the cached stages that no tagged
+# image descends from any more (a Dockerfile step or its inputs changed
+# since). Run it when no build is running (scripts/test.sh does, first). Tagged images and the stages they are
+# built on stay, so an unchanged build still comes from the cache. Each GPU
+# image build leaves ~10 GB of such stages, and committing its ~10 GB
+# toolchain layer needs about twice that free.
 scdino_prune_build_leftovers() {
-  local storage before after
+  local storage before after id keep=" " removed=0
   storage=$(scdino_engine_storage)
   before=$(scdino_free_gb "$storage")
   "$scdino_engine" image prune -f >/dev/null 2>&1 || return 0
+  if [ "$scdino_engine" = podman ]; then
+    # The working containers of builds that were killed hold their stages
+    # (and a half-written layer) in the storage.
+    local working
+    working=$(podman ps -a --external --format '{{.ID}} {{.Names}}' 2>/dev/null |
+              awk '$2 ~ /-working-container(-[0-9]+)?$/ {print $1}')
+    [ -z "$working" ] || podman rm -f $working >/dev/null 2>&1 || true
+    for id in $(podman images -q --no-trunc --filter dangling=false 2>/dev/null); do
+      id=${id#sha256:}
+      while [ -n "$id" ] && [[ "$keep" != *" $id "* ]]; do
+        keep+="$id "
+        id=$(podman image inspect --format '{{.Parent}}' "$id" 2>/dev/null || true)
+        id=${id#sha256:}
+      done
+    done
+    # Newest first: a stale stage's children go before it.
+    for id in $(podman images -a -q --no-trunc 2>/dev/null); do
+      id=${id#sha256:}
+      [[ "$keep" == *" $id "* ]] && continue
+      podman rmi "$id" >/dev/null 2>&1 && removed=$((removed + 1))
+    done
+  fi
   after=$(scdino_free_gb "$storage")
-  echo "scdino: removed untagged images of earlier builds: ${before:-?} -> ${after:-?} GB free in ${storage:-the image storage}"
+  echo "scdino: removed the leftovers of earlier image builds ($removed stale stages): ${before:-?} -> ${after:-?} GB free" \
+       "in ${storage:-the image storage}"
 }
 
 # scdino_image_exists IMAGE
