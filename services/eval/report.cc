@@ -45,7 +45,7 @@ struct Entry {
   double knn_top1 = 0, knn_balanced = 0;
   bool linear = false, clustering = false;
   double linear_top1 = 0, linear_balanced = 0, linear_c = 0, ari = 0, nmi = 0;
-  std::string linear_skipped, clustering_skipped;
+  std::string linear_skipped;
 };
 
 double Number(const json& j, const char* key) {
@@ -97,7 +97,6 @@ Entry ReadEntry(const fs::path& dir) {
   e.clustering = cl.is_object() && cl.contains("adjusted_rand_index");
   e.ari = Number(cl, "adjusted_rand_index");
   e.nmi = Number(cl, "normalized_mutual_information");
-  e.clustering_skipped = Text(cl, "skipped");
   return e;
 }
 
@@ -365,30 +364,21 @@ std::string RunReportHtml(const ReportOptions& options) {
   if (!log.empty()) {
     Series loss{"DINO loss", "#1f77b4", {}}, ratio{"teacher entropy ratio", "#ff7f0e", {}};
     Series cls{"CLS std", "#2ca02c", {}}, kl{"student-teacher KL", "#8c564b", {}};
-    std::vector<std::string> verdicts;
+    const std::pair<const char*, Series*> signals[] = {
+        {"loss", &loss}, {"teacher_entropy_ratio", &ratio}, {"backbone_cls_std", &cls}, {"student_teacher_kl", &kl}};
+    std::string collapsed;  // "epoch E: verdict; ..."
     for (const auto& [epoch, j] : log) {
-      const double x = static_cast<double>(epoch);
-      if (j.contains("loss") && j["loss"].is_number()) loss.points.emplace_back(x, j["loss"].get<double>());
-      if (j.contains("teacher_entropy_ratio") && j["teacher_entropy_ratio"].is_number()) {
-        ratio.points.emplace_back(x, j["teacher_entropy_ratio"].get<double>());
-      }
-      if (j.contains("backbone_cls_std") && j["backbone_cls_std"].is_number()) {
-        cls.points.emplace_back(x, j["backbone_cls_std"].get<double>());
-      }
-      if (j.contains("student_teacher_kl") && j["student_teacher_kl"].is_number()) {
-        kl.points.emplace_back(x, j["student_teacher_kl"].get<double>());
+      for (const auto& [key, series] : signals) {
+        if (j.contains(key) && j[key].is_number()) series->points.emplace_back(epoch, j[key].get<double>());
       }
       const std::string verdict = Text(j, "collapse");
-      if (!verdict.empty() && verdict != "healthy") verdicts.push_back("epoch " + std::to_string(epoch) + ": " + verdict);
+      if (!verdict.empty() && verdict != "healthy") {
+        collapsed += (collapsed.empty() ? "" : "; ") + ("epoch " + std::to_string(epoch) + ": " + verdict);
+      }
     }
     o << "<h2>Training health</h2>\n<p class=\"note\">From <code>log.jsonl</code>, " << log.size()
       << " epochs (docs/training.md explains each signal). "
-      << (verdicts.empty() ? std::string("No epoch was judged collapsed.")
-                           : "Judged collapsed: " + Escape([&] {
-                               std::string s;
-                               for (const auto& v : verdicts) s += (s.empty() ? "" : "; ") + v;
-                               return s;
-                             }()) + ".")
+      << (collapsed.empty() ? std::string("No epoch was judged collapsed.") : "Judged collapsed: " + Escape(collapsed) + ".")
       << "</p>\n<div class=\"charts\">\n"
       << Chart("Loss", "epoch", {loss}, std::nullopt)
       << Chart("Teacher entropy / ln(out_dim) (near 1: the teacher says nothing)", "epoch", {ratio}, std::make_pair(0.0, 1.0))
