@@ -104,6 +104,22 @@ inline c10d::TCPStoreOptions TcpStoreOptions() {
   return o;
 }
 
+/// Whether a TCPStore server takes over a socket the caller bound
+/// (TCPStoreOptions::masterListenFd, LibTorch 2.2 on), so the rendezvous
+/// can listen on one address; LibTorch 1.13's listens on every interface.
+inline constexpr bool kStoreTakesListeningSocket = SCDINO_TORCH_AT_LEAST(2, 2);
+
+/// Hands `fd`, bound and listening on the store's port, to the server.
+/// Only where kStoreTakesListeningSocket.
+inline void SetStoreListeningSocket(c10d::TCPStoreOptions& o, int fd) {
+#if SCDINO_TORCH_AT_LEAST(2, 2)
+  o.masterListenFd = fd;
+#else
+  (void)o, (void)fd;
+  TORCH_CHECK(false, "TCPStoreOptions::masterListenFd needs LibTorch 2.2 or later; this is ", TORCH_VERSION);
+#endif
+}
+
 /// What a Gloo or NCCL process group is an instance of.
 #if SCDINO_TORCH_AT_LEAST(2, 0)
 using CollectiveBackend = c10d::Backend;

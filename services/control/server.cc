@@ -108,9 +108,11 @@ class ControlServer::Impl {
       const std::string prefix = "Bearer ";
       if (value.rfind(prefix, 0) == 0) {
         const std::string presented = value.substr(prefix.size());
-        if (TokensEqual(presented, Token()) || (ReloadToken() && TokensEqual(presented, Token()))) {
-          return grpc::Status::OK;
-        }
+        // The file is looked at on every call (one stat): after a rotation
+        // the previous token is refused at once, even by a caller who never
+        // learnt the new one.
+        ReloadToken();
+        if (TokensEqual(presented, Token())) return grpc::Status::OK;
       }
       why = "wrong token";
     }
@@ -128,22 +130,20 @@ class ControlServer::Impl {
   }
 
   // Reads the token file again when it changed since it was last read
-  // (another inode, size or modification time: an atomic replacement);
-  // true when the token changed.
-  bool ReloadToken() {
-    if (o_.token_file.empty()) return false;
+  // (another inode, size or modification time: an atomic replacement).
+  void ReloadToken() {
+    if (o_.token_file.empty()) return;
     struct stat st {};
-    if (::stat(o_.token_file.c_str(), &st) != 0) return false;
+    if (::stat(o_.token_file.c_str(), &st) != 0) return;
     std::lock_guard<std::mutex> lock(token_mu_);
     const auto stamp = std::make_tuple(st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-    if (stamp == token_stamp_) return false;
+    if (stamp == token_stamp_) return;
     token_stamp_ = stamp;
     auto fresh = ReadToken(o_.token_file);
-    if (!fresh.ok() || *fresh == token_) return false;
+    if (!fresh.ok() || *fresh == token_) return;
     token_ = *fresh;
     Log("scdino-" + o_.service + ": control: the run's token was replaced (" + o_.token_file +
         "); the previous one is refused from now on");
-    return true;
   }
 
   void Fill(const RunStatus& s, v1::Status* out) const {

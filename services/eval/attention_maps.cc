@@ -64,6 +64,7 @@ StatusOr<std::vector<std::string>> WriteAttentionMaps(const features::FeatureSet
     return Status::Aborted("stopped while drawing attention maps (" + std::to_string(written.size()) +
                            " written to " + out_dir + "/attention)");
   };
+  bool warned = false;
   for (size_t c = 0; c < set.classes.size(); ++c) {
     // Test images first (the model never saw their labels either way), by path.
     std::vector<const features::IndexRow*> picks;
@@ -79,11 +80,22 @@ StatusOr<std::vector<std::string>> WriteAttentionMaps(const features::FeatureSet
       if (options.should_stop && options.should_stop()) return stopped();
       auto img = data::LoadImage(picks[i]->path, prep.image);
       if (!img.ok()) return img.status();
-      features::FeaturePrep shown = prep;
+      features::FeaturePrep used = prep;
+      auto input = features::PrepareForModel(*img, used).unsqueeze(0);
+      if (prep.resize <= 0 && (input.size(2) / patch) * (input.size(3) / patch) > options.max_tokens) {
+        // Unresized features: this image's own size sets the tokens.
+        const auto side = ChooseAttentionSide(std::max(input.size(2), input.size(3)), 0, patch,
+                                              backbone.vit->options().num_heads(), options.max_tokens);
+        if (!warned && options.warn) options.warn(picks[i]->path + ": " + side.warning);
+        warned = true;
+        used.resize = side.side;
+        input = features::PrepareForModel(*img, used).unsqueeze(0);
+      }
+      input = input.to(device);
+      features::FeaturePrep shown = used;
       shown.mean.clear();
       shown.std.clear();
       auto display = features::PrepareForModel(*img, shown);  // resized, in [0, 1]
-      auto input = features::PrepareForModel(*img, prep).unsqueeze(0).to(device);
       const int64_t gh = input.size(2) / patch, gw = input.size(3) / patch;
       if (gh * patch != input.size(2) || gw * patch != input.size(3)) {
         return Status::InvalidArgument(picks[i]->path + ": attention needs an input size that is a multiple of the "

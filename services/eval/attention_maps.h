@@ -37,6 +37,12 @@ AttentionSide ChooseAttentionSide(int64_t requested, int64_t input_side, int64_t
 struct AttentionMapOptions {
   int64_t per_class = 1;
   std::vector<std::string> channel_names;
+  /// Images drawn at their own size (`prep.resize` 0) with more patches
+  /// than this are drawn smaller, as ChooseAttentionSide says
+  /// (scdino.evaluation.attention_max_tokens).
+  int64_t max_tokens = 4096;
+  /// Told once, when an image is drawn smaller than its own size.
+  std::function<void(const std::string&)> warn;
   /// Asked between images and between blocks: true ends with Aborted.
   std::function<bool()> should_stop;
 };

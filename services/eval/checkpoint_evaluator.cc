@@ -113,6 +113,10 @@ Status CheckpointEvaluator::Evaluate(const features::FeatureSet& set) {
       prep->resize = side.side;
       AttentionMapOptions ao;
       ao.per_class = down.attention_images_per_class;
+      ao.max_tokens = config_.scdino.evaluation.attention_max_tokens;
+      ao.warn = [this](const std::string& w) {
+        if (o_.log) *o_.log << "scdino-eval: warning: " << w << "\n";
+      };
       for (auto c : prep->image.channels) {
         auto it = config_.meta.channel_dict.find(c);
         ao.channel_names.push_back(it == config_.meta.channel_dict.end() ? "channel " + std::to_string(c)

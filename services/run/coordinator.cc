@@ -3,6 +3,14 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 
 #include "common/torch_compat.h"
@@ -15,6 +23,49 @@ std::vector<uint8_t> Bytes(const std::string& s) { return {s.begin(), s.end()}; 
 std::string Text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
 }  // namespace
+
+StatusOr<ListeningSocket> ListenOn(const std::string& host, int64_t port) {
+  const std::string where = host + ":" + std::to_string(port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0) {
+    return Status::Unavailable("rendezvous: cannot resolve " + host + " (the address the other ranks connect to): " +
+                               ::gai_strerror(rc));
+  }
+  std::string why = "no address";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
+      ListeningSocket l;
+      l.fd = fd;
+      char text[INET6_ADDRSTRLEN] = {};
+      if (a->ai_family == AF_INET) {
+        const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+        l.loopback = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+        ::inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
+      } else {
+        const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+        l.loopback = IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+        ::inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
+      }
+      l.address = text;
+      ::freeaddrinfo(found);
+      return l;
+    }
+    why = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return Status::Unavailable("rendezvous: cannot listen on " + where + ": " + why);
+}
 
 std::shared_ptr<Coordinator> Coordinator::Single() { return std::shared_ptr<Coordinator>(new Coordinator()); }
 
@@ -49,6 +100,23 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
   so.isServer = launch.rank == 0;
   so.numWorkers = static_cast<size_t>(launch.world_size);
   so.timeout = timeout;
+  if (so.isServer && compat::kStoreTakesListeningSocket) {
+    auto l = ListenOn(launch.master_addr, launch.master_port);
+    if (!l.ok()) return l.status();
+    if (l->loopback && launch.local_world_size < launch.world_size) {
+      // The other nodes know this node by another address than its own
+      // name gives here (a Debian /etc/hosts maps it to 127.0.1.1).
+      ::close(l->fd);
+      std::cerr << "scdino: warning: rendezvous: " << launch.master_addr << " is " << l->address
+                << " (loopback) on this node, but the job's ranks span several nodes: the store listens on every "
+                   "interface; set MASTER_ADDR to this node's cluster address to listen there alone\n";
+    } else {
+      compat::SetStoreListeningSocket(so, l->fd);  // the store owns it from here on
+    }
+  } else if (so.isServer) {
+    std::cerr << "scdino: rendezvous: LibTorch " << TORCH_VERSION << "'s store listens on every interface (port "
+              << launch.master_port << "); the job's keys are under its secret\n";
+  }
   try {
     auto store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
     auto job = c10::make_intrusive<c10d::PrefixStore>("scdino-job-" + secret, store);

@@ -41,6 +41,18 @@ constexpr int kAgreementSize = 5;
 std::vector<double> AgreementToVector(const Agreement& a);
 Agreement AgreementFromSums(const std::vector<double>& sums);
 
+/// A socket bound to the address `host` resolves to (the first that binds)
+/// at `port`, listening: rank 0's store then listens where the other ranks
+/// connect, not on every interface. `loopback` says whether that address
+/// is a loopback one. Unavailable names the host, the port and the
+/// system's reason.
+struct ListeningSocket {
+  int fd = -1;
+  bool loopback = false;
+  std::string address;  ///< numeric, as bound
+};
+StatusOr<ListeningSocket> ListenOn(const std::string& host, int64_t port);
+
 class Coordinator {
  public:
   /// A process alone: nothing to meet; RankZeroFirst just runs the work.
@@ -51,7 +63,11 @@ class Coordinator {
   /// group's) lives under a prefix made of `secret` (RendezvousSecret): the
   /// store has no authentication, and c10d's store protocol cannot list
   /// keys, so a process outside the job that connects to the port can
-  /// neither read, write nor wait on a key the job uses.
+  /// neither read, write nor wait on a key the job uses. Where LibTorch
+  /// lets rank 0 hand the store a socket (2.2 on), the store listens on the
+  /// address of launch.master_addr alone (ListenOn); a name that resolves
+  /// to loopback on rank 0's node in a job over several nodes, and LibTorch
+  /// 1.13, listen on every interface (rank 0 says which).
   static StatusOr<std::shared_ptr<Coordinator>> Connect(const LaunchInfo& launch, std::chrono::milliseconds timeout,
                                                         const std::string& secret);
   /// Over an existing store (tests run ranks as threads on a HashStore).

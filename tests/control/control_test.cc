@@ -647,6 +647,9 @@ TEST(Token, RotationReplacesTheTokenOfARunningServer) {
   auto rotated = RotateToken(dir.path());
   ASSERT_TRUE(rotated.ok()) << rotated.status().ToString();
   EXPECT_EQ(*rotated, std::vector<std::string>{"trainer"});
+  // The old token is refused from the moment of the rotation, before any
+  // caller has presented the new one.
+  EXPECT_EQ(status_with(*old), grpc::StatusCode::UNAUTHENTICATED);
   auto fresh = ReadToken(dir.file("control.token"));
   ASSERT_TRUE(fresh.ok());
   EXPECT_NE(*fresh, *old);

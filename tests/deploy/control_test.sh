@@ -210,3 +210,35 @@ assert int(json.loads(b[8:8 + n])["__metadata__"]["iteration"]) > 0
 PY
 grep -q "stopped after iteration" "$work/trainer.err" || fail "no stop message"
 echo "ok: stop -> checkpoint, exit 4, endpoint and target removed"
+
+# A start after a SIGKILL: the killed process's endpoint file is stale;
+# scdinoctl names it and sends nothing (exit 5), and the next start of the
+# service removes it before it writes its own.
+wait_endpoint() {  # pid: the endpoint file of that process
+  for _ in $(seq 1 150); do
+    [ -f "$run/endpoints/trainer.json" ] && [ "$(field "$(cat "$run"/endpoints/trainer.json)" 's["pid"]')" = "$1" ] && return 0
+    sleep 0.2
+  done
+  fail "no endpoint file of process $1"
+}
+"$build/services/trainer/scdino-trainer" --config "$work/ctl.yaml" >"$work/trainer.out" 2>"$work/trainer.err" &
+trainer_pid=$!
+wait_endpoint "$trainer_pid"
+killed=$trainer_pid
+kill -9 "$killed"
+wait "$killed" 2>/dev/null
+trainer_pid=
+[ -f "$run/endpoints/trainer.json" ] || fail "SIGKILL left no endpoint file to test with"
+"$ctl" status --run-dir "$run" >"$work/out" 2>&1 && rc=0 || rc=$?
+[ "$rc" = 5 ] && grep -q "stale endpoint file: the trainer process $killed" "$work/out" ||
+  fail "the stale endpoint of process $killed was not refused as such ($rc): $(cat "$work/out")"
+"$build/services/trainer/scdino-trainer" --config "$work/ctl.yaml" >"$work/trainer.out" 2>"$work/trainer.err" &
+trainer_pid=$!
+wait_endpoint "$trainer_pid"
+grep -q "removed the stale endpoint file of process $killed, which ended without removing it" "$work/trainer.err" ||
+  fail "the next start did not remove the stale endpoint file of process $killed"
+"$ctl" status --run-dir "$run" >/dev/null || fail "scdinoctl cannot reach the new start"
+"$ctl" stop --run-dir "$run" >/dev/null || fail "stop failed"
+wait "$trainer_pid"
+trainer_pid=
+echo "ok: a killed start's endpoint is refused as stale (exit 5) and removed by the next start"

@@ -45,13 +45,13 @@ struct TinySet {
   features::FeaturePrep prep;
 };
 
-TinySet TwoClasses(const std::string& dir) {
+TinySet TwoClasses(const std::string& dir, int64_t side = 16) {
   TinySet t;
   t.set.dir = dir;
   t.set.classes = {"a", "b"};
   for (int c = 0; c < 2; ++c) {
     const std::string path = dir + "/" + t.set.classes[c] + ".tif";
-    auto img = torch::randint(0, 255, {16, 16, 2}, torch::TensorOptions().dtype(torch::kUInt8));
+    auto img = torch::randint(0, 255, {side, side, 2}, torch::TensorOptions().dtype(torch::kUInt8));
     EXPECT_TRUE(data::WriteTiff(path, img).ok());
     t.set.rows.push_back({path, t.set.classes[c], c, data::Split::kTest});
   }
@@ -79,6 +79,32 @@ TEST(AttentionMaps, DrawnAtTheChosenSideOnePngPerImage) {
   ASSERT_TRUE(written.ok()) << written.status().ToString();
   EXPECT_EQ(*written, (std::vector<std::string>{"attention/a_0.png", "attention/b_0.png"}));
   for (const auto& f : *written) EXPECT_GT(std::filesystem::file_size(dir + "/out/" + f), 0u) << f;
+}
+
+// Features extracted without resizing: each image's own size sets the
+// tokens, and one over the budget is drawn smaller, told once.
+TEST(AttentionMaps, UnresizedImagesOverTheBudgetAreDrawnSmallerAndSaySo) {
+  scdino::testing::ScratchDir scratch;
+  const std::string dir = scratch.path();
+  auto t = TwoClasses(dir, 64);  // 256 patches of 4 px
+  auto backbone = PatchFour(2);
+  t.prep.resize = ChooseAttentionSide(0, 0, 4, 2, 64).side;
+  ASSERT_EQ(t.prep.resize, 0);
+  AttentionMapOptions o;
+  o.max_tokens = 64;
+  std::vector<std::string> warnings;
+  o.warn = [&](const std::string& w) { warnings.push_back(w); };
+  auto written = WriteAttentionMaps(t.set, backbone, t.prep, dir + "/out", o);
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  EXPECT_EQ(written->size(), 2u);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find(dir + "/a.tif: attention maps at 64 px with patch 4 are 257 tokens"), std::string::npos)
+      << warnings[0];
+  EXPECT_NE(warnings[0].find("drawing them at 32 px (65 tokens"), std::string::npos) << warnings[0];
+  o.max_tokens = 4096;  // within the budget: drawn as they are, nothing said
+  warnings.clear();
+  ASSERT_TRUE(WriteAttentionMaps(t.set, backbone, t.prep, dir + "/out2", o).ok());
+  EXPECT_TRUE(warnings.empty());
 }
 
 // Without a check between blocks, one image at 480 px and patch 4 takes the

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <sstream>
 
 #include "common/files.h"
 #include "support/test_support.h"
@@ -79,6 +80,36 @@ TEST(RunEvaluation, WithoutAStopEveryPartIsDone) {
   for (const char* f : {"umap.png", "umap_kmeans.png", "linear_probe_confusion_matrix.png", "embeddings.h5ad"}) {
     EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/" + f)) << f;
   }
+}
+
+// Features of one class: the kNN is written, the linear probe and k-means
+// are skipped with the reason (in the log and knn_results.json), no crash.
+TEST(RunEvaluation, OneClassSkipsTheProbeAndClustersSayingWhy) {
+  ScratchDir s;
+  auto set = ThreeClasses(s.file("features/checkpoint"));
+  set.classes = {"a"};
+  for (auto& r : set.rows) {
+    r.class_name = "a";
+    r.class_index = 0;
+  }
+  EvalOptions o;
+  o.out_dir = s.file("eval/checkpoint");
+  o.ks = {5};
+  o.embeddings.tsne = false;
+  std::ostringstream log;
+  o.log = &log;
+  auto r = RunEvaluation(set, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->completed);
+  ASSERT_EQ(r->scores.size(), 1u);
+  EXPECT_FALSE(r->linear.done);
+  EXPECT_NE(r->linear.skipped.find("class"), std::string::npos) << r->linear.skipped;
+  EXPECT_NE(log.str().find("scdino-eval: linear probe skipped: " + r->linear.skipped), std::string::npos) << log.str();
+  EXPECT_FALSE(r->clustering.done);
+  EXPECT_EQ(r->clustering.skipped, "the test rows have 1 class: cluster scores need at least two");
+  const auto j = nlohmann::json::parse(*ReadFile(o.out_dir + "/knn_results.json"));
+  EXPECT_EQ(j["linear_probe"]["skipped"], r->linear.skipped);
+  EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/knn_results.csv"));
 }
 
 }  // namespace

@@ -6,9 +6,16 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <mutex>
 #include <thread>
+
+#include "common/torch_compat.h"
 
 namespace scdino::run {
 namespace {
@@ -107,6 +114,92 @@ TEST(Coordinator, AgreementSetsAFlagWhenAnyRankDoes) {
     EXPECT_FALSE(g.stop_by_api);
     EXPECT_FALSE(g.pause);
   }
+}
+
+// A port no one listens on now.
+int64_t FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), len), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Whether a TCP connection to `ip`:`port` is accepted.
+bool Accepts(const char* ip, int64_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, ip, &a.sin_addr);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Two ranks meet over a real TCPStore at 127.0.0.1 and agree through it.
+// Where LibTorch lets rank 0 bind the store's socket (2.2 on), the store
+// listens on that address alone: another address of the same host
+// (127.0.0.2) is refused. LibTorch 1.13's store listens on every one.
+// A job over several nodes whose master name is loopback on rank 0's node
+// listens everywhere, or the other nodes could never reach it.
+TEST(Coordinator, RankZerosStoreListensOnTheAddressTheOtherRanksUse) {
+  for (const bool spans_nodes : {false, true}) {
+    SCOPED_TRACE(spans_nodes ? "ranks on two nodes" : "ranks on one node");
+    LaunchInfo launch;
+    launch.world_size = 2;
+    launch.local_world_size = spans_nodes ? 1 : 2;
+    launch.master_addr = "127.0.0.1";
+    launch.master_port = FreePort();
+    launch.source = "slurm";
+    std::vector<std::shared_ptr<Coordinator>> ranks(2);
+    std::vector<Status> connected(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        LaunchInfo mine = launch;
+        mine.rank = r;
+        auto c = Coordinator::Connect(mine, std::chrono::seconds(20), std::string(64, 'a'));
+        connected[r] = c.status();
+        if (c.ok()) ranks[r] = *c;
+      });
+    }
+    for (auto& t : threads) t.join();
+    ASSERT_TRUE(connected[0].ok() && connected[1].ok()) << connected[0].ToString() << connected[1].ToString();
+    EXPECT_TRUE(Accepts("127.0.0.1", launch.master_port));
+    const bool everywhere = spans_nodes || !compat::kStoreTakesListeningSocket;
+    EXPECT_EQ(Accepts("127.0.0.2", launch.master_port), everywhere) << "LibTorch " << compat::TorchVersion();
+    std::thread zero([&] { EXPECT_TRUE(ranks[0]->RankZeroFirst("stats", [] { return Status::Ok(); }).ok()); });
+    EXPECT_TRUE(ranks[1]->RankZeroFirst("stats", [] { return Status::Ok(); }).ok());
+    zero.join();
+    ranks[1].reset();
+    ranks[0].reset();
+  }
+}
+
+TEST(ListenOn, NamesTheHostItCannotResolveAndSaysWhatIsLoopback) {
+  auto bad = ListenOn("no-such-host.invalid", FreePort());
+  ASSERT_EQ(bad.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(bad.status().message().find("cannot resolve no-such-host.invalid"), std::string::npos)
+      << bad.status().message();
+  auto l = ListenOn("127.0.0.1", FreePort());
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_TRUE(l->loopback);
+  EXPECT_EQ(l->address, "127.0.0.1");
+  auto taken = ListenOn("127.0.0.1", [&] {
+    sockaddr_in a{};
+    socklen_t len = sizeof(a);
+    ::getsockname(l->fd, reinterpret_cast<sockaddr*>(&a), &len);
+    return static_cast<int64_t>(ntohs(a.sin_port));
+  }());
+  ASSERT_EQ(taken.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(taken.status().message().find("cannot listen on 127.0.0.1:"), std::string::npos)
+      << taken.status().message();
+  ::close(l->fd);
 }
 
 }  // namespace

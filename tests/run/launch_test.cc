@@ -12,11 +12,14 @@ namespace {
 
 using Env = std::map<std::string, std::string>;
 
-StatusOr<LaunchInfo> From(const Env& env) {
-  return LaunchFromEnv([&](const char* k) -> const char* {
-    auto it = env.find(k);
-    return it == env.end() ? nullptr : it->second.c_str();
-  });
+// With Linux's default ephemeral range, whatever this machine's is.
+StatusOr<LaunchInfo> From(const Env& env, const std::string& port_range_file = "/nonexistent/port_range") {
+  return LaunchFromEnv(
+      [&](const char* k) -> const char* {
+        auto it = env.find(k);
+        return it == env.end() ? nullptr : it->second.c_str();
+      },
+      port_range_file);
 }
 
 TEST(Hostlist, ExpandsSlurmNotation) {
@@ -74,6 +77,24 @@ TEST(Launch, RendezvousPortsStayOutOfTheEphemeralRange) {
   scdino::testing::ScratchDir d;
   std::ofstream(d.file("range")) << "32768\t60999\n";
   EXPECT_EQ(EphemeralPortWarning(29500, d.file("range")), "");
+  // A node whose range starts lower (or leaves no room below it) gets a
+  // port outside it all the same, read from the node's own file.
+  for (auto [low, high] : {std::pair<int64_t, int64_t>{10000, 60999}, {15000, 65000}, {1024, 50000}, {2000, 65535}}) {
+    std::ofstream(d.file("other")) << low << "\t" << high << "\n";
+    const PortRange r = EphemeralPortRange(d.file("other"));
+    ASSERT_EQ(r.low, low);
+    ASSERT_EQ(r.high, high);
+    for (int64_t job = 0; job < 30000; job += 13) {
+      const int64_t p = PortForJob(job, job % 3, r);
+      ASSERT_TRUE(p >= 1024 && p <= 65535 && (p < low || p > high))
+          << "range " << low << "-" << high << ", job " << job << ": port " << p;
+      ASSERT_EQ(EphemeralPortWarning(p, d.file("other")), "");
+    }
+    auto l = From({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "4242"}}, d.file("other"));
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    EXPECT_TRUE(l->master_port < low || l->master_port > high) << l->master_port;
+  }
+  EXPECT_EQ(EphemeralPortRange(d.file("no-such-file")).low, 32768);
   const std::string w = EphemeralPortWarning(40000, d.file("range"));
   EXPECT_NE(w.find("rendezvous port 40000 lies in this node's ephemeral port range 32768-60999"), std::string::npos)
       << w;
