@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "data/sampler.h"
+
 namespace scdino::data {
 
 /// One batch of multi-crop views for a DINO step.
@@ -31,9 +33,15 @@ class MultiCropSource {
   virtual int64_t batches_per_epoch() const = 0;
   /// Images per batch on this rank.
   virtual int64_t batch_size() const = 0;
-  /// Positions the source at batch `first_batch` of `epoch` (0 for a fresh
-  /// epoch, more on resume).
-  virtual void StartEpoch(int64_t epoch, int64_t first_batch) = 0;
+  /// Images the epochs are drawn from.
+  virtual int64_t dataset_size() const = 0;
+  /// Positions the source at `start` of `epoch` (batch 0 for a fresh
+  /// epoch, more on resume; a position of its own on a resume with another
+  /// global batch).
+  virtual void StartEpoch(int64_t epoch, EpochStart start) = 0;
+  /// Where an epoch resumed at permutation position `position` starts
+  /// (EpochSampler::ResumeAt).
+  virtual EpochStart ResumeAt(int64_t position) const = 0;
   /// The next batch of the current epoch, or nullopt at its end.
   virtual std::optional<MultiCropBatch> Next() = 0;
   /// Class names, index = label (sorted).

@@ -21,10 +21,10 @@ InMemorySource::InMemorySource(torch::Tensor images, torch::Tensor labels, Sampl
               batch_size_, " per rank");
 }
 
-void InMemorySource::StartEpoch(int64_t epoch, int64_t first_batch) {
+void InMemorySource::StartEpoch(int64_t epoch, EpochStart start) {
   epoch_ = epoch;
-  next_batch_ = first_batch;
-  epoch_indices_ = sampler_.EpochIndices(epoch);
+  next_batch_ = start.batch;
+  epoch_indices_ = sampler_.EpochIndices(epoch, start);
 }
 
 std::optional<MultiCropBatch> InMemorySource::Next() {

@@ -18,8 +18,10 @@ class InMemorySource : public MultiCropSource {
 
   int64_t channels() const override { return images_.size(1); }
   int64_t batches_per_epoch() const override { return sampler_.batches_per_epoch(); }
+  int64_t dataset_size() const override { return images_.size(0); }
   int64_t batch_size() const override { return batch_size_; }
-  void StartEpoch(int64_t epoch, int64_t first_batch) override;
+  void StartEpoch(int64_t epoch, EpochStart start) override;
+  EpochStart ResumeAt(int64_t position) const override { return sampler_.ResumeAt(position); }
   std::optional<MultiCropBatch> Next() override;
   std::vector<std::string> class_names() const override { return class_names_; }
 

@@ -46,12 +46,12 @@ void FileLoader::StopWorkers() {
   workers_.clear();
 }
 
-void FileLoader::StartEpoch(int64_t epoch, int64_t first_batch) {
-  auto indices = sampler_.EpochIndices(epoch);
+void FileLoader::StartEpoch(int64_t epoch, EpochStart start) {
+  auto indices = sampler_.EpochIndices(epoch, start);
   std::lock_guard<std::mutex> l(mu_);
   epoch_ = epoch;
   epoch_indices_ = std::move(indices);
-  next_to_load_ = next_to_take_ = first_batch;
+  next_to_load_ = next_to_take_ = start.batch;
   ready_.clear();
   ++generation_;  // batches still being loaded for the old epoch are dropped
   cv_.notify_all();

@@ -47,8 +47,10 @@ class FileLoader : public MultiCropSource {
 
   int64_t channels() const override { return channels_; }
   int64_t batches_per_epoch() const override { return sampler_.batches_per_epoch(); }
+  int64_t dataset_size() const override { return static_cast<int64_t>(dataset_.entries.size()); }
   int64_t batch_size() const override { return options_.sampler.batch_size; }
-  void StartEpoch(int64_t epoch, int64_t first_batch) override;
+  void StartEpoch(int64_t epoch, EpochStart start) override;
+  EpochStart ResumeAt(int64_t position) const override { return sampler_.ResumeAt(position); }
   /// Throws StatusError for a bad image under kFail (file and reason), and
   /// for a failure of a worker thread (e.g. out of memory), naming it.
   std::optional<MultiCropBatch> Next() override;

@@ -1,5 +1,6 @@
 #include "data/sampler.h"
 
+#include <algorithm>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -30,7 +31,7 @@ int64_t EpochSampler::batches_per_epoch() const {
   return o_.drop_last ? per_rank / o_.batch_size : (per_rank + o_.batch_size - 1) / o_.batch_size;
 }
 
-std::vector<int64_t> EpochSampler::EpochIndices(int64_t epoch) const {
+std::vector<int64_t> EpochSampler::EpochIndices(int64_t epoch, EpochStart start) const {
   std::vector<int64_t> perm(o_.dataset_size);
   for (int64_t i = 0; i < o_.dataset_size; ++i) perm[i] = i;
   if (o_.shuffle) {
@@ -40,18 +41,45 @@ std::vector<int64_t> EpochSampler::EpochIndices(int64_t epoch) const {
       std::swap(perm[i], perm[pick(rng)]);
     }
   }
+  // The rank's k-th sample of batch j sits at position first + (j - start.batch) x global
+  // batch + k x world size + rank: from position 0 and batch 0, every
+  // world_size-th position from the rank's own.
+  // Only full batches move (drop_last: all of them).
+  const int64_t global = global_batch(), niter = o_.dataset_size / o_.world_size / o_.batch_size;
+  const int64_t first = start.position < 0 ? start.batch * global : start.position;
+  if (start.batch < 0 || first + (niter - start.batch) * global > o_.dataset_size) {
+    throw std::invalid_argument("an epoch cannot start at batch " + std::to_string(start.batch) + " and position " +
+                                std::to_string(first) + ": " + std::to_string(niter - start.batch) +
+                                " global batches of " + std::to_string(global) + " from there pass the " +
+                                std::to_string(o_.dataset_size) + " images");
+  }
   std::vector<int64_t> mine;
   const int64_t per_rank = o_.dataset_size / o_.world_size;
-  for (int64_t k = 0; k < per_rank; ++k) mine.push_back(perm[k * o_.world_size + o_.rank]);
+  for (int64_t k = 0; k < per_rank; ++k) {
+    const int64_t batch = k / o_.batch_size;
+    const int64_t pos = batch >= start.batch && batch < niter
+                            ? first + (batch - start.batch) * global + (k % o_.batch_size) * o_.world_size + o_.rank
+                            : k * o_.world_size + o_.rank;
+    mine.push_back(perm[pos]);
+  }
   return mine;
 }
 
-std::vector<int64_t> EpochSampler::Batch(int64_t epoch, int64_t batch) const {
+EpochStart EpochSampler::ResumeAt(int64_t position) const {
+  if (position < 0 || position > o_.dataset_size) {
+    throw std::invalid_argument("an epoch cannot resume at position " + std::to_string(position) + " of " +
+                                std::to_string(o_.dataset_size) + " images");
+  }
+  const int64_t remaining = std::min((o_.dataset_size - position) / global_batch(), batches_per_epoch());
+  return EpochStart(batches_per_epoch() - remaining, position);
+}
+
+std::vector<int64_t> EpochSampler::Batch(int64_t epoch, int64_t batch, EpochStart start) const {
   if (batch < 0 || batch >= batches_per_epoch()) {
     throw std::out_of_range("batch " + std::to_string(batch) + " of an epoch of " +
                             std::to_string(batches_per_epoch()) + " batches");
   }
-  auto all = EpochIndices(epoch);
+  auto all = EpochIndices(epoch, start);
   const auto begin = all.begin() + batch * o_.batch_size;
   const auto end = std::min(all.end(), begin + o_.batch_size);
   return std::vector<int64_t>(begin, end);

@@ -20,14 +20,35 @@ struct SamplerOptions {
   bool drop_last = true;
 };
 
+/// Where an epoch's batches start. Batch `batch` (the first to run) takes
+/// the epoch's permutation from `position` on, each later batch the next
+/// global batch of positions. By default position = batch x global batch,
+/// as an uninterrupted run has it; a run resumed with another global batch
+/// (on another number of ranks, scdino.elastic_resume: batch_per_gpu)
+/// starts at the position its checkpoint reached, so that every sample of
+/// the epoch that was not trained on yet comes exactly once.
+struct EpochStart {
+  EpochStart(int64_t batch = 0, int64_t position = -1) : batch(batch), position(position) {}  // NOLINT: a batch
+  int64_t batch = 0;
+  int64_t position = -1;  ///< -1: batch x global batch
+};
+
 class EpochSampler {
  public:
   explicit EpochSampler(SamplerOptions o);
   int64_t batches_per_epoch() const;
+  int64_t global_batch() const { return o_.batch_size * o_.world_size; }
   /// Data-set indices of batch `batch` of `epoch` for this rank.
-  std::vector<int64_t> Batch(int64_t epoch, int64_t batch) const;
-  /// This rank's indices for the whole epoch, in order.
-  std::vector<int64_t> EpochIndices(int64_t epoch) const;
+  std::vector<int64_t> Batch(int64_t epoch, int64_t batch, EpochStart start = {}) const;
+  /// This rank's indices for the whole epoch, in order (those of batches
+  /// before `start.batch` are never taken).
+  std::vector<int64_t> EpochIndices(int64_t epoch, EpochStart start = {}) const;
+  /// The start of an epoch resumed at permutation position `position`:
+  /// the batch to start with, so that the epoch's remaining full global
+  /// batches end it (batches_per_epoch() of them from position 0).
+  /// Throws std::invalid_argument naming the numbers when `position` is
+  /// outside the data set.
+  EpochStart ResumeAt(int64_t position) const;
 
  private:
   SamplerOptions o_;

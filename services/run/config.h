@@ -243,6 +243,18 @@ struct RuntimeConfig {
   /// Numbered checkpoints (checkpointNNNN.safetensors) kept; older ones are
   /// removed. 0: keep all.
   int64_t keep_checkpoints = 0;
+  /// A checkpoint resumed on another number of ranks: global_batch keeps
+  /// its global batch (batch_size_per_gpu becomes global batch / ranks,
+  /// which must divide; the run then has the batches and schedules of an
+  /// uninterrupted one); batch_per_gpu keeps batch_size_per_gpu (a new
+  /// global batch: the learning rate is scaled to it, the schedules are
+  /// laid over the new iterations per epoch, and the epoch goes on at the
+  /// sample where it stopped).
+  std::string elastic_resume = "global_batch";
+  /// Each rank writes every step's data-set indices and schedule values to
+  /// <run_dir>/samples/rank<N>.jsonl (what a resume on another world size
+  /// is checked with).
+  bool log_samples = false;
   /// Channel statistics JSON; read when it exists, else computed over
   /// fraction_for_mean_std_calc of the images and written there. Empty:
   /// <run_dir>/channel_stats.json.

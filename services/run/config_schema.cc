@@ -160,6 +160,12 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
       {"scdino.checkpoint_every_minutes", Real(&r.checkpoint_every_minutes, 0, kIn),
        "also write the resume checkpoint every this many minutes (a crash loses minutes, not an epoch); 0: off"},
       {"scdino.keep_checkpoints", Int(&r.keep_checkpoints, 0), "numbered checkpoints kept, oldest removed first; 0: all"},
+      {"scdino.elastic_resume", Str(&r.elastic_resume, {"global_batch", "batch_per_gpu"}),
+       "a checkpoint resumed on another number of ranks keeps its global batch (each rank takes global batch / "
+       "ranks: the same batches and schedules as an uninterrupted run) or batch_size_per_gpu (a new global batch, "
+       "learning rate scaled to it; the epoch goes on where it stopped) (docs/distributed.md)"},
+      {"scdino.log_samples", Bool(&r.log_samples),
+       "each rank writes the data-set indices and schedule values of every step to <run_dir>/samples/rank<N>.jsonl"},
       {"scdino.run_dir_mode", Str(&r.run_dir_mode, {"0750", "0700"}),
        "mode of a run directory the service creates (the group may read results, or no one else); an existing one "
        "that others can write, or that is not yours, is refused"},

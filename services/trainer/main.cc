@@ -59,6 +59,18 @@ int main(int argc, char** argv) {
     if (device->device.is_cpu()) std::cerr << ", " << scdino::run::KeepFreedMemoryForCpuTraining();
     std::cerr << "\n";
     if (auto s = scdino::run::PrepareRunDir(config); !s.ok()) return Fail(nullptr, s);
+    // On another world size, the checkpoint's global batch may set the
+    // per-rank batch (scdino.elastic_resume: global_batch) before the data
+    // source is made with it.
+    if (options.resume) {
+      std::string note;
+      auto b = scdino::training::ResumeBatchPerGpu(config.run_dir() + "/checkpoint.safetensors", launch->world_size,
+                                                   config.train.batch_size_per_gpu, config.scdino.elastic_resume,
+                                                   &note);
+      if (!b.ok()) return Fail(nullptr, b.status());
+      if (!note.empty() && launch->rank == 0) std::cerr << "scdino-trainer: resume: " << note << "\n";
+      config.train.batch_size_per_gpu = *b;
+    }
     const auto timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
     auto secret = scdino::run::RendezvousSecret(config);
     if (!secret.ok()) return Fail(nullptr, secret.status());

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+
 #include "common/safetensors.h"
 #include "model/shape.h"
 
@@ -13,6 +15,7 @@ std::string RunShape::ToJson() const {
                         {"global_batch", global_batch()},
                         {"epochs", epochs},
                         {"niter_per_epoch", niter_per_epoch},
+                        {"dataset_size", dataset_size},
                         {"channels", channels}}
       .dump();
 }
@@ -34,6 +37,7 @@ StatusOr<RunShape> RunShape::FromJson(const std::string& text, const std::string
                         {"niter_per_epoch", &r.niter_per_epoch}}) {
     if (auto s = positive(k, out); !s.ok()) return s;
   }
+  if (j.contains("dataset_size") && j["dataset_size"].is_number_integer()) r.dataset_size = j["dataset_size"].get<int64_t>();
   if (!j.contains("channels") || !j["channels"].is_array()) {
     return Status::DataLoss(origin + ": metadata 'run' lacks the list 'channels': " + text);
   }
@@ -50,6 +54,7 @@ Status SaveCheckpoint(const std::string& path, const model::Dino& dino, const Ch
                 {"iteration", std::to_string(info.iteration)},
                 {"epoch", std::to_string(info.epoch)},
                 {"world_size", std::to_string(info.world_size)},
+                {"epoch_position", std::to_string(info.epoch_position)},
                 {"model", model::ModelShapeJson(dino.options())},
                 {"run", info.run.ToJson()},
                 {"config", info.config_text},
@@ -69,6 +74,7 @@ StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, model::Dino& di
     info.iteration = std::stoll(m.at("iteration"));
     info.epoch = std::stoll(m.at("epoch"));
     info.world_size = m.count("world_size") ? std::stoll(m.at("world_size")) : 1;
+    info.epoch_position = m.count("epoch_position") ? std::stoll(m.at("epoch_position")) : -1;
   } catch (const std::exception&) {
     return Status::DataLoss(path + ": metadata 'iteration'/'epoch' is not a number");
   }
@@ -99,25 +105,32 @@ StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, model::Dino& di
 }
 
 StatusOr<std::vector<std::string>> CheckResume(const RunShape& saved, const RunShape& now, int64_t iteration,
-                                               const std::string& origin) {
+                                               const std::string& origin, const std::string& elastic_resume) {
   std::vector<std::string> wrong, notes;
   auto list = [](const std::vector<int64_t>& v) {
     std::string s;
     for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
     return "[" + s + "]";
   };
+  auto batch = [](const RunShape& r) {
+    return std::to_string(r.global_batch()) + " (" + std::to_string(r.world_size) + " ranks x " +
+           std::to_string(r.batch_size_per_gpu) + ")";
+  };
   if (saved.channels != now.channels) {
     wrong.push_back("channels " + list(saved.channels) + " then, " + list(now.channels) + " now");
   }
-  if (saved.global_batch() != now.global_batch()) {
-    wrong.push_back("global batch " + std::to_string(saved.global_batch()) + " (" + std::to_string(saved.world_size) +
-                    " ranks x " + std::to_string(saved.batch_size_per_gpu) + ") then, " +
-                    std::to_string(now.global_batch()) + " (" + std::to_string(now.world_size) + " x " +
-                    std::to_string(now.batch_size_per_gpu) +
-                    ") now: the learning rate is scaled by it and each epoch's order is cut by it");
-  } else if (saved.niter_per_epoch != now.niter_per_epoch) {
+  const bool same_batch = saved.global_batch() == now.global_batch();
+  if (saved.dataset_size > 0 && now.dataset_size > 0 && saved.dataset_size != now.dataset_size) {
+    wrong.push_back(std::to_string(saved.dataset_size) + " images then, " + std::to_string(now.dataset_size) +
+                    " now: the data set has changed");
+  } else if (same_batch && saved.niter_per_epoch != now.niter_per_epoch) {
     wrong.push_back(std::to_string(saved.niter_per_epoch) + " iterations per epoch then, " +
                     std::to_string(now.niter_per_epoch) + " now: the data set has changed");
+  }
+  if (!same_batch && elastic_resume != "batch_per_gpu") {
+    wrong.push_back("global batch " + batch(saved) + " then, " + batch(now) +
+                    " now: the learning rate is scaled by it and each epoch's order is cut by it (scdino.elastic_resume: "
+                    "batch_per_gpu goes on with the new global batch)");
   }
   if (now.epochs < saved.epochs) {
     wrong.push_back(std::to_string(saved.epochs) + " epochs then, " + std::to_string(now.epochs) +
@@ -136,12 +149,53 @@ StatusOr<std::vector<std::string>> CheckResume(const RunShape& saved, const RunS
                     std::to_string(now.epochs) + " epochs, so they change at once to where those schedules are");
   }
   if (now.world_size != saved.world_size) {
-    notes.push_back("the global batch of " + std::to_string(now.global_batch()) + " is now split over " +
-                    std::to_string(now.world_size) + " rank(s) instead of " + std::to_string(saved.world_size) +
-                    ": schedules and data order continue, but batches are composed differently, so the run does "
-                    "not repeat bit for bit what an uninterrupted one would do");
+    notes.push_back("resumed on another world size: " + std::to_string(now.world_size) + " rank(s), the checkpoint's run had " +
+                    std::to_string(saved.world_size) + "; " +
+                    (same_batch ? "the global batch of " + std::to_string(now.global_batch()) +
+                                      " is kept (scdino.elastic_resume: global_batch), so every step trains on the "
+                                      "images and schedule values of an uninterrupted run (equal up to the order of "
+                                      "floating-point sums)"
+                                : std::string("the per-rank batch is kept (scdino.elastic_resume: batch_per_gpu)")));
+  }
+  if (!same_batch) {
+    notes.push_back("global batch " + batch(saved) + " then, " + batch(now) + " now: " +
+                    std::to_string(now.niter_per_epoch) + " iterations per epoch instead of " +
+                    std::to_string(saved.niter_per_epoch) +
+                    ", the learning rate is scaled to the new global batch and the schedules are laid over the new "
+                    "iterations; the current epoch goes on at the first image it had not trained on");
   }
   return notes;
+}
+
+StatusOr<int64_t> ResumeBatchPerGpu(const std::string& checkpoint, int64_t world_size, int64_t configured,
+                                    const std::string& mode, std::string* note) {
+  if (mode != "global_batch" || !std::filesystem::exists(checkpoint)) return configured;
+  auto meta = ReadSafetensorsMetadata(checkpoint);
+  if (!meta.ok()) return meta.status();
+  if (!meta->count("run")) return configured;
+  auto saved = RunShape::FromJson(meta->at("run"), checkpoint);
+  if (!saved.ok()) return saved.status();
+  if (saved->world_size == world_size) return configured;
+  const int64_t global = saved->global_batch();
+  if (global % world_size != 0) {
+    std::string divisors;
+    for (int64_t d = 1; d <= global; ++d) {
+      if (global % d == 0) divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
+    }
+    return Status::InvalidArgument(checkpoint + ": cannot resume on " + std::to_string(world_size) +
+                                   " ranks with the global batch kept (scdino.elastic_resume: global_batch): " +
+                                   std::to_string(world_size) + " does not divide the checkpoint's global batch " +
+                                   std::to_string(global) + " (" + std::to_string(saved->world_size) + " ranks x " +
+                                   std::to_string(saved->batch_size_per_gpu) + "). Resume on " + divisors +
+                                   " ranks, or set scdino.elastic_resume: batch_per_gpu");
+  }
+  if (note != nullptr && global / world_size != configured) {
+    *note = "train_scDINO.batch_size_per_gpu " + std::to_string(configured) + " -> " +
+            std::to_string(global / world_size) + ": the checkpoint's global batch of " + std::to_string(global) +
+            " (" + std::to_string(saved->world_size) + " ranks x " + std::to_string(saved->batch_size_per_gpu) +
+            ") over " + std::to_string(world_size) + " rank(s) (scdino.elastic_resume: global_batch)";
+  }
+  return global / world_size;
 }
 
 }  // namespace scdino::training

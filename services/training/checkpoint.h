@@ -21,6 +21,7 @@ struct RunShape {
   int64_t batch_size_per_gpu = 1;
   int64_t epochs = 1;
   int64_t niter_per_epoch = 1;
+  int64_t dataset_size = 0;  ///< images the epochs are drawn from; 0: unknown (older checkpoints)
   std::vector<int64_t> channels;
   int64_t global_batch() const { return world_size * batch_size_per_gpu; }
   std::string ToJson() const;
@@ -31,6 +32,10 @@ struct CheckpointInfo {
   int64_t iteration = 0;    ///< iterations completed (the next one to run)
   int64_t epoch = 0;        ///< epoch of the next iteration
   int64_t world_size = 1;
+  /// Samples of the current epoch's order trained on (a resume on another
+  /// global batch goes on from there); -1: not recorded (older versions),
+  /// then (iteration mod niter_per_epoch) x global batch.
+  int64_t epoch_position = -1;
   std::string model_json;   ///< model shape, compared on resume
   RunShape run;             ///< run shape, compared on resume
   bool has_run_shape = false;  ///< false in checkpoints of older versions
@@ -46,10 +51,21 @@ StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, model::Dino& di
 
 /// Whether a run of shape `now` may resume from `saved` at `iteration`:
 /// FailedPrecondition naming every difference that would make the resumed
-/// run wrong (channels, global batch, iterations per epoch, fewer epochs),
-/// or the notes to log for changes that are safe (more epochs, another
-/// split of the same global batch over ranks), saying what they do.
+/// run wrong (channels, another data set, fewer epochs, another global
+/// batch unless `elastic_resume` is batch_per_gpu), or the notes to log
+/// for changes that are safe (more epochs, another world size, another
+/// global batch), saying what they do.
 StatusOr<std::vector<std::string>> CheckResume(const RunShape& saved, const RunShape& now, int64_t iteration,
-                                               const std::string& origin);
+                                               const std::string& origin,
+                                               const std::string& elastic_resume = "global_batch");
+
+/// The per-rank batch a run on `world_size` ranks resumes `checkpoint` with
+/// under scdino.elastic_resume `mode`: `configured` (no checkpoint, one
+/// without a run shape, the same world size, or batch_per_gpu), or for
+/// global_batch the checkpoint's global batch / world_size, with a note
+/// saying so in `note`. InvalidArgument names both numbers and the ranks
+/// that would divide it when world_size does not.
+StatusOr<int64_t> ResumeBatchPerGpu(const std::string& checkpoint, int64_t world_size, int64_t configured,
+                                    const std::string& mode, std::string* note);
 
 }  // namespace scdino::training

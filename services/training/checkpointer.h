@@ -48,6 +48,8 @@ class Checkpointer {
   StatusOr<std::string> Snapshot(int64_t iteration, int64_t niter);
   /// Rank 0: whether the time-based interval has passed since the last write.
   bool TimeDue() const;
+  /// What the next checkpoints record as CheckpointInfo::epoch_position.
+  void set_epoch_position(int64_t position) { info_.epoch_position = position; }
 
  private:
   /// Rank 0 writes `path`; every rank gets the outcome.

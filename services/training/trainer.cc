@@ -7,6 +7,8 @@
 #include <ostream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "common/env.h"
 #include "common/files.h"
 #include "data/sampler.h"
@@ -65,10 +67,10 @@ StatusOr<int64_t> Trainer::Resume() {
   if (auto s = CheckOwnPath(latest, "the checkpoint to resume from"); !s.ok()) return s;
   auto info = LoadCheckpoint(latest, *dino_);
   if (!info.ok()) return info.status();
+  const RunShape now{coordinator_->world_size(), config_.train.batch_size_per_gpu, config_.train.epochs, niter_,
+                     source_->dataset_size(), config_.channels()};
   if (info->has_run_shape) {
-    auto notes = CheckResume(info->run, RunShape{coordinator_->world_size(), config_.train.batch_size_per_gpu,
-                                                 config_.train.epochs, niter_, config_.channels()},
-                             info->iteration, latest);
+    auto notes = CheckResume(info->run, now, info->iteration, latest, config_.scdino.elastic_resume);
     if (!notes.ok()) return notes.status();
     if (coordinator_->is_rank_zero()) {
       for (const auto& n : *notes) std::cerr << "scdino-trainer: resume: " << n << "\n";
@@ -78,12 +80,51 @@ StatusOr<int64_t> Trainer::Resume() {
               << "run's shape (batch, epochs, channels); they are not checked\n";
   }
   result_.checkpoint = latest;
-  if (options_.progress && coordinator_->is_rank_zero()) {
-    *options_.progress << "scdino-trainer: resuming from iteration " << info->iteration << " (epoch "
-                       << info->iteration / niter_ + 1 << ", batch " << info->iteration % niter_ << " of " << niter_
-                       << ") of " << latest << std::endl;
+  // Where the epoch goes on: the checkpoint's position in the epoch's
+  // order, laid over this run's global batch.
+  const int64_t saved_niter = info->has_run_shape ? info->run.niter_per_epoch : niter_;
+  const int64_t saved_global = info->has_run_shape ? info->run.global_batch() : now.global_batch();
+  const int64_t epoch = info->iteration / saved_niter, done = info->iteration % saved_niter;
+  const int64_t position = info->epoch_position >= 0 ? info->epoch_position : done * saved_global;
+  int64_t it = info->iteration;
+  epoch_start_ = data::EpochStart(done);
+  if (saved_niter != niter_ || position != done * now.global_batch()) {
+    try {
+      epoch_start_ = source_->ResumeAt(position);
+    } catch (const std::exception& e) {
+      return Status::FailedPrecondition(latest + ": " + e.what());
+    }
+    it = epoch * niter_ + epoch_start_.batch;
   }
-  return info->iteration;
+  resumed_epoch_ = epoch;
+  if (options_.progress && coordinator_->is_rank_zero()) {
+    *options_.progress << "scdino-trainer: resuming from iteration " << it << " (epoch " << epoch + 1 << ", batch "
+                       << it % niter_ << " of " << niter_ << ", image " << position << " of the epoch's order) of "
+                       << latest << std::endl;
+  }
+  return it;
+}
+
+int64_t Trainer::EpochPosition(int64_t it) const {
+  const int64_t global = source_->batch_size() * coordinator_->world_size();
+  if (it % niter_ == 0) return 0;
+  if (it / niter_ != resumed_epoch_) return (it % niter_) * global;
+  const int64_t first = epoch_start_.position < 0 ? epoch_start_.batch * global : epoch_start_.position;
+  return first + (it % niter_ - epoch_start_.batch) * global;
+}
+
+Status Trainer::LogSamples(int64_t it, const torch::Tensor& indices, const model::StepInput& in) {
+  auto idx = indices.to(torch::kCPU, torch::kInt64).contiguous();
+  nlohmann::json line{{"iteration", it},
+                      {"epoch", in.epoch},
+                      {"rank", coordinator_->rank()},
+                      {"world_size", coordinator_->world_size()},
+                      {"lr", in.lr},
+                      {"weight_decay", in.weight_decay},
+                      {"momentum", in.momentum},
+                      {"teacher_temp", dino_->loss->teacher_temp_schedule()[static_cast<size_t>(in.epoch)]},
+                      {"samples", std::vector<int64_t>(idx.data_ptr<int64_t>(), idx.data_ptr<int64_t>() + idx.numel())}};
+  return samples_log_->Append(line.dump() + "\n");
 }
 
 run::Agreement Trainer::LocalView() const {
@@ -121,6 +162,9 @@ StatusOr<StepReport> Trainer::Step(int64_t it) {
   in.lr = schedules_.lr[it];
   in.weight_decay = schedules_.weight_decay[it];
   in.momentum = schedules_.momentum[it];
+  if (samples_log_) {
+    if (auto s = LogSamples(it, b->indices, in); !s.ok()) return s;
+  }
   model::StepHooks hooks;
   if (reducer_) {
     hooks.after_backward = [this] { reducer_->Finish(); };
@@ -274,7 +318,8 @@ StatusOr<TrainResult> Trainer::RunLoop() {
   info.world_size = world;
   info.config_text = config_.source_text;
   info.classes = source_->class_names();
-  info.run = RunShape{world, config_.train.batch_size_per_gpu, epochs, niter_, config_.channels()};
+  info.run = RunShape{world, config_.train.batch_size_per_gpu, epochs, niter_, source_->dataset_size(),
+                      config_.channels()};
   CheckpointPolicy policy{config_.train.saveckp_freq, config_.scdino.keep_checkpoints,
                           config_.scdino.checkpoint_every_minutes};
   checkpointer_ = std::make_unique<Checkpointer>(run_dir, policy, *coordinator_, *dino_, info,
@@ -292,6 +337,13 @@ StatusOr<TrainResult> Trainer::RunLoop() {
     if (!f.ok()) return f.status();
     log_file = std::move(f).value();
   }
+  if (config_.scdino.log_samples) {
+    if (auto s = MakeDirs(run_dir + "/samples"); !s.ok()) return s;
+    auto f = Env::Default()->NewAppendableFile(run_dir + "/samples/rank" + std::to_string(coordinator_->rank()) +
+                                               ".jsonl");
+    if (!f.ok()) return f.status();
+    samples_log_ = std::move(f).value();
+  }
   reporter_.Start(it, niter_, epochs, source_->batch_size() * world);
   const auto sum = [this](std::vector<double> v) { return coordinator_->Sum(std::move(v)); };
   bool epoch_started = false;
@@ -299,13 +351,14 @@ StatusOr<TrainResult> Trainer::RunLoop() {
   while (it < total_) {
     const int64_t epoch = it / niter_;
     if (!epoch_started) {
-      source_->StartEpoch(epoch, it % niter_);
+      source_->StartEpoch(epoch, epoch == resumed_epoch_ ? epoch_start_ : data::EpochStart(it % niter_));
       epoch_started = true;
       epoch_start = Clock::now();
     }
     auto report = Step(it);
     if (!report.ok()) return report.status();
     result_.iteration = it = report->iteration;
+    checkpointer_->set_epoch_position(EpochPosition(it));
     epoch_log_.Add(*report);
     reporter_.Step(*report, result_.nonfinite_steps);
     if (options_.on_step) options_.on_step(*report);

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "common/env.h"
 #include "common/run_control.h"
 #include "common/status.h"
 #include "data/batch_source.h"
@@ -100,8 +101,13 @@ class Trainer {
  private:
   StatusOr<TrainResult> RunLoop();
   /// Loads the latest checkpoint (after checking the run's shape); returns
-  /// the iteration to continue from.
+  /// the iteration to continue from, and sets epoch_start_ to where that
+  /// epoch's batches start (a position of its own on another global batch).
   StatusOr<int64_t> Resume();
+  /// Samples of the current epoch's order trained on after iteration `it`.
+  int64_t EpochPosition(int64_t it) const;
+  /// scdino.log_samples: this step's indices and schedule values.
+  Status LogSamples(int64_t it, const torch::Tensor& indices, const model::StepInput& in);
   /// One iteration at `it`: the batch, the DINO step and its report.
   StatusOr<StepReport> Step(int64_t it);
   /// The log line, the checkpoints of the epoch that ended at `it`.
@@ -134,6 +140,11 @@ class Trainer {
   std::string collapse_;  ///< the last verdict ("" before the first)
   model::Schedules schedules_;
   int64_t niter_ = 1, total_ = 1;
+  /// Where the current epoch's batches start; resumed_epoch_ is the epoch a
+  /// resume set it for (-1: none pending).
+  data::EpochStart epoch_start_;
+  int64_t resumed_epoch_ = -1;
+  std::unique_ptr<WritableFile> samples_log_;
   /// What the ranks agreed in the current step's exchange.
   run::Agreement agreed_;
   TrainResult result_;

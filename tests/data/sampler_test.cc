@@ -50,5 +50,76 @@ TEST(EpochSampler, RejectsBadShapes) {
   EXPECT_THROW(EpochSampler{o}, std::invalid_argument);
 }
 
+// The images of global batch `batch` of `epoch` over every rank.
+std::multiset<int64_t> GlobalBatch(SamplerOptions o, int64_t epoch, int64_t batch, EpochStart start = {}) {
+  std::multiset<int64_t> out;
+  for (o.rank = 0; o.rank < o.world_size; ++o.rank) {
+    for (auto i : EpochSampler(o).Batch(epoch, batch, start)) out.insert(i);
+  }
+  return out;
+}
+
+// A run on 2 ranks x 6 stopped inside an epoch goes on on 1, 3 or 4 ranks:
+// with the global batch kept (12 = 1 x 12 = 3 x 4 = 4 x 3), every later
+// step takes the very images of the uninterrupted run's; with the per-rank
+// batch kept (3 x 6 = 18, 1 x 6), the epoch's images not trained on yet
+// come exactly once, and none of those already trained on.
+TEST(EpochSampler, AResumeOnAnotherWorldSizeTakesEachRemainingImageOnce) {
+  SamplerOptions two;
+  two.dataset_size = 100;
+  two.batch_size = 6;
+  two.world_size = 2;
+  two.seed = 3;
+  const int64_t epoch = 4, done = 3;  // 3 global batches of 12 trained on
+  ASSERT_EQ(EpochSampler(two).batches_per_epoch(), 8);
+  std::multiset<int64_t> trained;
+  for (int64_t b = 0; b < done; ++b) {
+    auto g = GlobalBatch(two, epoch, b);
+    trained.insert(g.begin(), g.end());
+  }
+  for (auto [w, per_rank] : {std::pair<int64_t, int64_t>{1, 12}, {3, 4}, {4, 3}}) {
+    SamplerOptions o = two;
+    o.world_size = w;
+    o.batch_size = per_rank;
+    EXPECT_EQ(EpochSampler(o).ResumeAt(done * 12).batch, done);
+    for (int64_t b = done; b < 8; ++b) {
+      EXPECT_EQ(GlobalBatch(o, epoch, b), GlobalBatch(two, epoch, b)) << w << " ranks x " << per_rank << ", batch " << b;
+    }
+  }
+  // The images the uninterrupted epoch would still take: positions 36-95
+  // of its order, and the tail (96-99) no run of 12 takes.
+  std::multiset<int64_t> rest;
+  for (int64_t b = done; b < 8; ++b) {
+    auto g = GlobalBatch(two, epoch, b);
+    rest.insert(g.begin(), g.end());
+  }
+  for (auto [w, per_rank] : {std::pair<int64_t, int64_t>{3, 6}, {1, 6}, {4, 4}}) {
+    SamplerOptions o = two;
+    o.world_size = w;
+    o.batch_size = per_rank;
+    const EpochSampler s(o);
+    const EpochStart start = s.ResumeAt(done * 12);
+    const int64_t global = w * per_rank, remaining = (100 - done * 12) / global;
+    EXPECT_EQ(start.batch, s.batches_per_epoch() - remaining) << w << " x " << per_rank;
+    std::multiset<int64_t> seen;
+    for (int64_t b = start.batch; b < s.batches_per_epoch(); ++b) {
+      auto g = GlobalBatch(o, epoch, b, start);
+      EXPECT_EQ(static_cast<int64_t>(g.size()), global);
+      seen.insert(g.begin(), g.end());
+    }
+    EXPECT_EQ(static_cast<int64_t>(seen.size()), remaining * global);
+    for (auto i : seen) {
+      EXPECT_EQ(seen.count(i), 1u) << "image " << i << " twice on " << w << " x " << per_rank;
+      EXPECT_EQ(trained.count(i), 0u) << "image " << i << " was trained on before the stop";
+    }
+    // What the new global batch cannot fill (less than one batch) is what
+    // the uninterrupted run's last batches took beyond it.
+    EXPECT_LT(static_cast<int64_t>(rest.size() + 4) - static_cast<int64_t>(seen.size()), global);
+  }
+  SamplerOptions o = two;
+  EXPECT_THROW(EpochSampler(o).ResumeAt(101), std::invalid_argument);
+  EXPECT_THROW(EpochSampler(o).EpochIndices(0, EpochStart(0, 90)), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace scdino::data

@@ -468,7 +468,9 @@ class ThrowingSource : public data::MultiCropSource {
   int64_t channels() const override { return inner_->channels(); }
   int64_t batches_per_epoch() const override { return inner_->batches_per_epoch(); }
   int64_t batch_size() const override { return inner_->batch_size(); }
-  void StartEpoch(int64_t e, int64_t b) override { inner_->StartEpoch(e, b); }
+  int64_t dataset_size() const override { return inner_->dataset_size(); }
+  void StartEpoch(int64_t e, data::EpochStart b) override { inner_->StartEpoch(e, b); }
+  data::EpochStart ResumeAt(int64_t p) const override { return inner_->ResumeAt(p); }
   std::optional<data::MultiCropBatch> Next() override {
     if (calls_++ == throw_at_) throw std::runtime_error("Connection reset by peer (rank 1)");
     if (sleep_s_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(sleep_s_));
@@ -570,7 +572,7 @@ TEST(Trainer, ResumeChecksTheRunShape) {
   auto batch = RunOnce(With(TinyConfig(dir.path(), "shape"), "batch_size_per_gpu: 4", "batch_size_per_gpu: 2"));
   ASSERT_FALSE(batch.ok());
   EXPECT_EQ(batch.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(batch.status().message().find("global batch 4 (1 ranks x 4) then, 2 (1 x 2) now"), std::string::npos)
+  EXPECT_NE(batch.status().message().find("global batch 4 (1 ranks x 4) then, 2 (1 ranks x 2) now"), std::string::npos)
       << batch.status().message();
   EXPECT_EQ(batch.status().message().find("iterations per epoch"), std::string::npos) << "named twice";
   auto channels = RunOnce(With(With(TinyConfig(dir.path(), "shape"), "[\"021\"]", "[\"012\"]"), "epochs: 3", "epochs: 2"));
