@@ -63,14 +63,15 @@ scdino_step() {
 # (srun's own handling of SIGTERM), so they had no time to checkpoint; the
 # job resumes from the last checkpoint, exactly as it would have continued
 # from there (scdino.checkpoint_every_minutes bounds what is redone). 0 (done),
-# 2 (bad input), 4 (stopped through the control API) and 5 (training diverged:
-# it would diverge again) are never requeued, signal or not. Any other code
+# 2 (bad input), 4 (stopped through the control API), 5 (training diverged:
+# it would diverge again) and 6 (a preflight check failed: the same nodes
+# would fail it again) are never requeued, signal or not. Any other code
 # ends the job with it; 0 returns.
 scdino_requeue_or_exit() {
   local rc=$1 max=${SCDINO_MAX_REQUEUES:-20} restarts=${SLURM_RESTART_COUNT:-0} why
   if [ "$rc" -eq 75 ]; then
     why="checkpoint written after a signal${scdino_signal:+ ($scdino_signal)}"
-  elif [ -n "$scdino_signal" ] && ! case $rc in 0|2|4|5) true ;; *) false ;; esac; then
+  elif [ -n "$scdino_signal" ] && ! case $rc in 0|2|4|5|6) true ;; *) false ;; esac; then
     why="the step ended with code $rc after a signal ($scdino_signal) reached the whole job; resuming from the last checkpoint"
   else
     [ "$rc" -eq 0 ] || exit "$rc"

@@ -50,10 +50,14 @@ std::string StartTicks(const std::string& stat_path) {
 void RecordThisProcess(Endpoint* e) {
   e->pid_namespace = Link("/proc/self/ns/pid");
   e->process_start = StartTicks("/proc/self/stat");
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) == 0) e->node = name;
 }
 
 ProcessState EndpointProcessState(const Endpoint& e, const std::string& this_host) {
-  if (e.pid <= 0 || e.host != this_host || e.pid_namespace.empty() || e.pid_namespace != Link("/proc/self/ns/pid")) {
+  // Files of older versions have no node: their host was the host name.
+  const std::string& node = e.node.empty() ? e.host : e.node;
+  if (e.pid <= 0 || node != this_host || e.pid_namespace.empty() || e.pid_namespace != Link("/proc/self/ns/pid")) {
     return ProcessState::kUnknown;
   }
   const std::string proc = "/proc/" + std::to_string(e.pid);
@@ -89,6 +93,7 @@ Status WriteEndpoint(const std::string& run_dir, Endpoint e, const std::string& 
                       {"tls_name", e.tls_name},
                       {"pid_namespace", e.pid_namespace},
                       {"process_start", e.process_start},
+                      {"node", e.node},
                       {"run_dir", e.run_dir},
                       {"proof", e.proof}};
   return WriteFileAtomic(EndpointPath(run_dir, e.service), j.dump(2) + "\n");
@@ -119,6 +124,7 @@ StatusOr<Endpoint> ReadEndpoint(const std::string& run_dir, const std::string& s
     e.tls_name = j.value("tls_name", "");
     e.pid_namespace = j.value("pid_namespace", "");
     e.process_start = j.value("process_start", "");
+    e.node = j.value("node", "");
     e.run_dir = j.value("run_dir", "");
     e.proof = j.value("proof", "");
     if (e.port <= 0 || e.port > 65535) return Status::DataLoss(path + ": port " + std::to_string(e.port) + " is not a TCP port");

@@ -29,6 +29,11 @@ struct Endpoint {
   /// the same host can tell a live server from a dead one whose pid was
   /// reused (EndpointProcessState).
   std::string pid_namespace, process_start;
+  /// The writer's host name (gethostname): which node the pid is of, also
+  /// when `host` is a listen address such as 127.0.0.1. Not covered by the
+  /// proof: it decides only whether a client calls the file stale, never
+  /// where a token goes.
+  std::string node;
   std::string run_dir;  ///< absolute
   std::string proof;    ///< TokenProof(token, ProofMessage())
   std::string target() const { return host + ":" + std::to_string(port); }

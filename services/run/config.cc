@@ -49,6 +49,10 @@ Status CrossCheck(const RunConfig& c) {
     return bad("scdino.control.listen: expected host:port (port 0: any free port), got '" + c.scdino.control.listen +
                "'");
   }
+  if (c.scdino.preflight.max_bytes < c.scdino.preflight.min_bytes) {
+    return bad("scdino.preflight.max_bytes: expected at least min_bytes (" + std::to_string(c.scdino.preflight.min_bytes) +
+               "), got " + std::to_string(c.scdino.preflight.max_bytes));
+  }
   if (c.scdino.split.mode == "folders" && c.scdino.split.train_folder == c.scdino.split.test_folder) {
     return bad("scdino.split: train_folder and test_folder must differ, both are '" + c.scdino.split.train_folder +
                "'");

@@ -173,6 +173,32 @@ struct FeaturesConfig {
   bool write_raw = false;
 };
 
+/// Section `scdino.preflight`: what scdino-preflight measures before a job
+/// trains, and the least each figure must reach (0: not judged).
+struct PreflightConfig {
+  /// The all-reduce sweep's message sizes: from min_bytes to max_bytes,
+  /// times `factor` each (nccl-tests' -b, -e, -f).
+  int64_t min_bytes = 8;
+  int64_t max_bytes = int64_t{256} << 20;
+  int64_t factor = 8;
+  /// Timed all-reduces of each size stop after this many, or once this
+  /// long has passed (after one warm-up).
+  int64_t iterations = 20;
+  double seconds_per_size = 1.0;
+  /// The least bus bandwidth (GB/s, nccl-tests' busbw) of the largest size.
+  double min_busbw_gbps = 0.0;
+  /// The most time (microseconds) the smallest all-reduce may take.
+  double max_latency_us = 0.0;
+  /// Files of the data set each node reads (whole, as a sample spread over
+  /// the data set), and the least MB/s it must read them at.
+  int64_t read_files = 256;
+  double min_read_mbps = 0.0;
+  /// The least free space in the run directory (GB).
+  double min_free_gb = 1.0;
+  /// The least free memory of each rank's GPU (GB).
+  double min_gpu_free_gb = 0.0;
+};
+
 /// Section `scdino.evaluation`: scdino-eval's kNN and 2-D embeddings.
 struct EvaluationConfig {
   /// Memory for one chunk of the query x train similarity matrix; queries
@@ -271,6 +297,7 @@ struct RuntimeConfig {
   SplitConfig split;
   FeaturesConfig features;
   EvaluationConfig evaluation;
+  PreflightConfig preflight;
 };
 
 struct RunConfig {

@@ -5,18 +5,18 @@
 
 namespace scdino::runtime {
 
-CommandLine::CommandLine(const std::string& program, const std::string& description)
+CommandLine::CommandLine(const std::string& program, const std::string& description, bool config_required)
     : program_(program), app_(program, description) {
   // What it was built with (LibTorch, CUDA, NCCL, cuDNN) and the GPUs it
   // sees: asked only when --version is given.
   app_->set_version_flag("--version", [program] { return program + " " + SCDINO_VERSION + "\n" + run::DescribeBuild(); },
                          "print the version, what it was built with (LibTorch, CUDA, NCCL, cuDNN) and the GPUs "
                          "visible, and exit");
-  app_->add_option("--config", config_path_,
-                   "the run's YAML config (scDINO's scDINO_full_pipeline.yaml keys plus section scdino; "
-                   "docs/config.md)")
-      ->required()
-      ->type_name("FILE");
+  auto* config = app_->add_option("--config", config_path_,
+                                  "the run's YAML config (scDINO's scDINO_full_pipeline.yaml keys plus section scdino; "
+                                  "docs/config.md)");
+  config->type_name("FILE");
+  if (config_required) config->required();
   app_->add_option("--threads", threads_, "intra-op CPU threads; 0: all cores")
       ->check(CLI::Range(int64_t{0}, int64_t{4096}))
       ->default_str("scdino.threads")
@@ -25,6 +25,7 @@ CommandLine::CommandLine(const std::string& program, const std::string& descript
 
 std::optional<int> CommandLine::Parse(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   if (auto code = app_.Parse(argc, argv, out, err)) return code;
+  if (config_path_.empty()) return std::nullopt;  // not required: the defaults
   auto config = run::LoadRunConfig(config_path_);
   if (!config.ok()) {
     err << program_ << ": " << config.status().message() << "\n";

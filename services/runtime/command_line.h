@@ -18,7 +18,9 @@ namespace scdino::runtime {
 /// Thread-compatible: used by a main before its work starts.
 class CommandLine {
  public:
-  CommandLine(const std::string& program, const std::string& description);
+  /// `config_required` false: without --config the defaults of every key
+  /// (docs/config.md) apply.
+  CommandLine(const std::string& program, const std::string& description, bool config_required = true);
   /// Where a service adds its own flags.
   CLI::App& app() { return *app_; }
 

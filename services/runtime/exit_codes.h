@@ -16,6 +16,9 @@ inline constexpr int kExitStoppedByApi = 4;  ///< scdinoctl stop: progress saved
 /// running it again would diverge again, so never requeued, even when a
 /// signal came at the same time.
 inline constexpr int kExitDiverged = 5;
+/// scdino-preflight: a check of the job's nodes, GPUs, network or storage
+/// is below its threshold; requeueing onto the same nodes would not help.
+inline constexpr int kExitPreflightFailed = 6;
 inline constexpr int kExitPreempted = 75;    ///< a signal: progress saved; requeue
 
 /// kExitBadInput for what the user can fix in the input (a bad config,

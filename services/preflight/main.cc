@@ -1,0 +1,155 @@
+// scdino-preflight: run as the first step of a job, on every task of it
+// (deploy/slurm/train.sbatch), or on its own: the collective network, GPUs,
+// the data set's read throughput and free space, judged against
+// scdino.preflight.* (docs/distributed.md#preflight).
+#include <unistd.h>
+
+#include <iostream>
+#include <string>
+
+#include "common/files.h"
+#include "preflight/preflight.h"
+#include "run/environment.h"
+#include "run/launch.h"
+#include "run/source.h"
+#include "runtime/command_line.h"
+#include "runtime/exit_codes.h"
+#include "runtime/service_plane.h"
+#include "runtime/signals.h"
+
+namespace {
+
+using namespace scdino;            // NOLINT: a main
+using namespace scdino::runtime;   // NOLINT: the exit codes, CommandLine
+using namespace scdino::preflight;  // NOLINT
+
+int Fail(const Status& s) { return runtime::Fail(nullptr, "scdino-preflight", s); }
+
+std::string HostName() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  InstallStopSignals("scdino-preflight", "stopping after the current check");
+  std::string json_path, prom_path, nvidia_smi = "nvidia-smi";
+  CommandLine cl("scdino-preflight",
+                 "Checks a job's nodes before it trains: an all-reduce sweep on the trainer's backend (bus bandwidth "
+                 "as nccl-tests), each rank's GPU, the data set's read throughput from each node and the run "
+                 "directory's free space, against scdino.preflight.* (docs/distributed.md#preflight). Run it on every "
+                 "task of the job (srun). Without --config: the defaults, run directory runs/preflight.\n"
+                 "Exit codes: 0 passed, 1 failed to run, 2 bad input, 6 a check is below its threshold.",
+                 /*config_required=*/false);
+  cl.app().add_option("--json", json_path, "the report; default <run_dir>/preflight.json")->type_name("FILE");
+  cl.app()
+      .add_option("--prom", prom_path,
+                  "the report as Prometheus text (node_exporter's textfile collector); default <run_dir>/preflight.prom")
+      ->type_name("FILE");
+  cl.app().add_option("--nvidia-smi", nvidia_smi, "the nvidia-smi to ask for ECC errors")->type_name("CMD");
+  if (auto code = cl.Parse(argc, argv)) return *code;
+  auto& config = cl.config();
+  if (cl.config_path().empty()) config.meta.name_of_run = "preflight";
+  cl.ConfigureCpu();
+  return GuardMain("scdino-preflight", [&]() -> int {
+    auto launch = run::LaunchFromEnv([](const char* k) { return std::getenv(k); });
+    if (!launch.ok()) return Fail(launch.status());
+    auto device = run::PickDevice(config, *launch);
+    if (!device.ok()) return Fail(device.status());
+    if (auto s = run::PrepareRunDir(config); !s.ok()) return Fail(s);
+    const auto timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
+    auto secret = run::RendezvousSecret(config);
+    if (!secret.ok()) return Fail(secret.status());
+    auto coordinator = run::Coordinator::Connect(*launch, timeout, *secret);
+    if (!coordinator.ok()) return Fail(coordinator.status());
+    const bool zero = launch->rank == 0;
+    const auto& t = config.scdino.preflight;
+
+    RankChecks mine;
+    mine.rank = launch->rank;
+    mine.local_rank = launch->local_rank;
+    mine.tasks_on_node = launch->local_world_size;
+    mine.node = HostName();
+    mine.device = device->device.str();
+    mine.run_dir = config.run_dir();
+    mine.free_gb = FreeGigabytes(mine.run_dir);
+    CheckGpu(device->device, nvidia_smi, &mine);
+    // One task per node reads the data set, so that the figure is the node's.
+    if (launch->local_rank == 0 && t.read_files > 0) {
+      if (config.scdino.data_source == "synthetic" ||
+          (config.scdino.data_source == "folder" && config.meta.dataset_dir.empty())) {
+        mine.notes.push_back("no data set files to read (" + std::string(cl.config_path().empty()
+                                                                              ? "no --config"
+                                                                              : "scdino.data_source " +
+                                                                                    config.scdino.data_source) +
+                             ")");
+      } else {
+        auto data = run::IndexDataset(config);
+        if (!data.ok()) return Fail(data.status());
+        std::vector<std::string> paths;
+        for (const auto& e : data->entries) paths.push_back(e.path);
+        mine.reads = true;
+        mine.read = ReadThroughput(paths, t.read_files);
+      }
+    }
+
+    std::vector<SweepRow> sweep;
+    std::shared_ptr<training::Collective> collective;
+    std::string backend = "none (one rank)";
+    if (launch->world_size > 1) {
+      training::DistributedOptions dist;
+      dist.timeout = timeout;
+      auto c = training::Collective::Connect((*coordinator)->store(), launch->rank, launch->world_size, dist,
+                                             device->device);
+      if (!c.ok()) return Fail(c.status());
+      collective = *c;
+      backend = collective->backend();
+      auto rows = AllReduceSweep(*collective, SweepSizes(t.min_bytes, t.max_bytes, t.factor), t.iterations,
+                                 t.seconds_per_size, device->device, StopSignalReceived);
+      if (!rows.ok()) return Fail(rows.status());
+      sweep = *rows;
+    }
+    auto all = GatherOnRankZero(**coordinator, mine);
+    if (!all.ok()) return Fail(all.status());
+
+    int64_t failed = 0;
+    if (zero) {
+      const auto failures = Judge(sweep, *all, t);
+      failed = static_cast<int64_t>(failures.size());
+      if (!sweep.empty()) std::cout << SweepTable(sweep, launch->world_size, backend);
+      for (const auto& r : *all) {
+        std::cout << "# rank " << r.rank << " on " << r.node << " (" << r.device << "): " << r.free_gb
+                  << " GB free in " << r.run_dir;
+        if (r.reads) std::cout << "; read " << r.read.files << " data-set files at " << r.read.mbps() << " MB/s";
+        if (r.gpu_free_gb >= 0) std::cout << "; GPU " << r.gpu_free_gb << " of " << r.gpu_total_gb << " GB free";
+        for (const auto& n : r.notes) std::cout << "; " << n;
+        std::cout << "\n";
+      }
+      const auto report = Report(sweep, *all, failures, t, launch->world_size, backend);
+      if (json_path.empty()) json_path = config.run_dir() + "/preflight.json";
+      if (prom_path.empty()) prom_path = config.run_dir() + "/preflight.prom";
+      const char* job = std::getenv("SLURM_JOB_ID");
+      if (auto s = WriteFileAtomic(json_path, report.dump(2) + "\n"); !s.ok()) return Fail(s);
+      if (auto s = WriteFileAtomic(prom_path, PrometheusText(sweep, *all, failures, job ? job : "")); !s.ok()) {
+        return Fail(s);
+      }
+      std::cerr << "scdino-preflight: " << (failures.empty() ? "passed" : "FAILED") << " on " << launch->world_size
+                << " rank(s)";
+      if (!sweep.empty()) {
+        std::cerr << ": all-reduce busbw " << sweep.back().busbw_gbps << " GB/s at " << sweep.back().bytes
+                  << " B, latency " << sweep.front().seconds * 1e6 << " us at " << sweep.front().bytes << " B";
+      }
+      std::cerr << "; report " << json_path << "\n";
+      for (const auto& f : failures) std::cerr << "scdino-preflight: FAILED: " << f << "\n";
+    }
+    // Every rank ends with rank 0's verdict.
+    if (collective) {
+      auto verdict = torch::tensor({static_cast<double>(failed)}, torch::kFloat64);
+      collective->AllReduceSum(verdict);
+      failed = static_cast<int64_t>(verdict.item<double>());
+      collective->Shutdown();
+    }
+    return failed == 0 ? kExitCompleted : kExitPreflightFailed;
+  });
+}

@@ -1,0 +1,363 @@
+#include "preflight/preflight.h"
+
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <torch/cuda.h>
+
+#ifdef SCDINO_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace scdino::preflight {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void Sync(torch::Device device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+// Exact enough for a gauge, without an exponent where none is needed.
+std::string Number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+}  // namespace
+
+double BusBandwidth(double algbw, int64_t ranks) {
+  return ranks > 1 ? algbw * 2.0 * static_cast<double>(ranks - 1) / static_cast<double>(ranks) : 0.0;
+}
+
+std::vector<int64_t> SweepSizes(int64_t min_bytes, int64_t max_bytes, int64_t factor) {
+  auto round4 = [](int64_t b) { return std::max<int64_t>(4, b / 4 * 4); };
+  std::vector<int64_t> sizes;
+  for (int64_t b = round4(min_bytes); b < max_bytes; b *= std::max<int64_t>(2, factor)) sizes.push_back(b);
+  if (sizes.empty() || sizes.back() != round4(max_bytes)) sizes.push_back(round4(max_bytes));
+  return sizes;
+}
+
+StatusOr<std::vector<SweepRow>> AllReduceSweep(training::Collective& collective, const std::vector<int64_t>& sizes,
+                                               int64_t iterations, double seconds_per_size, torch::Device device,
+                                               const std::function<bool()>& should_stop) {
+  std::vector<SweepRow> rows;
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  for (int64_t bytes : sizes) {
+    if (should_stop && should_stop()) {
+      return Status::Aborted("stopped during the all-reduce sweep (" + std::to_string(rows.size()) + " of " +
+                             std::to_string(sizes.size()) + " sizes measured)");
+    }
+    // Zeros: their sums stay zeros, however many times they are reduced.
+    auto t = torch::zeros({bytes / 4}, f32);
+    auto t0 = Clock::now();
+    collective.AllReduceSum(t);  // warm-up (and the connection, the first time)
+    Sync(device);
+    const double warm = Since(t0);
+    // Rank 0 decides how many timed ones fit; every rank runs that many.
+    auto count = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64));
+    if (collective.rank() == 0) {
+      count.fill_(static_cast<double>(
+          std::clamp<int64_t>(static_cast<int64_t>(seconds_per_size / std::max(warm, 1e-9)), 1, iterations)));
+    }
+    collective.AllReduceSum(count);
+    SweepRow row;
+    row.bytes = bytes;
+    row.iterations = static_cast<int64_t>(count.item<double>());
+    t0 = Clock::now();
+    for (int64_t i = 0; i < row.iterations; ++i) collective.AllReduceSum(t);
+    Sync(device);
+    row.seconds = Since(t0) / static_cast<double>(row.iterations);
+    row.algbw_gbps = static_cast<double>(bytes) / row.seconds / 1e9;
+    row.busbw_gbps = BusBandwidth(row.algbw_gbps, collective.world_size());
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::string SweepTable(const std::vector<SweepRow>& rows, int64_t ranks, const std::string& backend) {
+  std::ostringstream o;
+  o << "# all-reduce (sum, float) over " << ranks << " ranks, " << backend << "\n";
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "# %12s %12s %6s %6s %10s %9s %9s\n", "size", "count", "type", "iters", "time",
+                "algbw", "busbw");
+  o << buf;
+  std::snprintf(buf, sizeof buf, "# %12s %12s %6s %6s %10s %9s %9s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)",
+                "(GB/s)");
+  o << buf;
+  for (const auto& r : rows) {
+    std::snprintf(buf, sizeof buf, "  %12lld %12lld %6s %6lld %10.1f %9.3f %9.3f\n", static_cast<long long>(r.bytes),
+                  static_cast<long long>(r.bytes / 4), "float", static_cast<long long>(r.iterations), r.seconds * 1e6,
+                  r.algbw_gbps, r.busbw_gbps);
+    o << buf;
+  }
+  return o.str();
+}
+
+ReadSample ReadThroughput(const std::vector<std::string>& paths, int64_t files) {
+  ReadSample r;
+  const int64_t n = std::min<int64_t>(files, static_cast<int64_t>(paths.size()));
+  if (n <= 0) return r;
+  std::vector<char> block(1 << 20);
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < n; ++i) {
+    // Spread over the list, so that one folder's cache does not decide it.
+    const std::string& path = paths[static_cast<size_t>(i * static_cast<int64_t>(paths.size()) / n)];
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      r.error = path + ": cannot be read";
+      break;
+    }
+    while (in.read(block.data(), static_cast<std::streamsize>(block.size())) || in.gcount() > 0) r.bytes += in.gcount();
+    ++r.files;
+  }
+  r.seconds = Since(t0);
+  return r;
+}
+
+double FreeGigabytes(const std::string& dir) {
+  std::filesystem::path p = std::filesystem::absolute(dir.empty() ? "." : dir);
+  std::error_code ec;
+  while (!p.empty() && !std::filesystem::exists(p, ec) && p != p.root_path()) p = p.parent_path();
+  struct statvfs s {};
+  if (::statvfs(p.c_str(), &s) != 0) return -1.0;
+  return static_cast<double>(s.f_bavail) * static_cast<double>(s.f_frsize) / 1e9;
+}
+
+int64_t EccErrors(const std::string& nvidia_smi, int64_t gpu) {
+  const std::string cmd = nvidia_smi + " --query-gpu=ecc.errors.uncorrected.volatile.total --format=csv,noheader,nounits -i " +
+                          std::to_string(gpu) + " 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return -1;
+  char line[128] = {};
+  const bool got = std::fgets(line, sizeof line, p) != nullptr;
+  const int rc = ::pclose(p);
+  if (!got || rc != 0) return -1;
+  char* end = nullptr;
+  const long long v = std::strtoll(line, &end, 10);
+  return end == line ? -1 : static_cast<int64_t>(v);  // "[N/A]": no ECC on this GPU
+}
+
+void CheckGpu(torch::Device device, const std::string& nvidia_smi, RankChecks* c) {
+  c->gpus_visible = static_cast<int64_t>(torch::cuda::device_count());
+  if (!device.is_cuda()) return;
+#ifdef SCDINO_WITH_CUDA
+  c10::cuda::CUDAGuard guard(device.index());
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+    c->gpu_free_gb = static_cast<double>(free) / 1e9;
+    c->gpu_total_gb = static_cast<double>(total) / 1e9;
+  } else {
+    c->notes.push_back(device.str() + ": cudaMemGetInfo failed");
+  }
+  // nvidia-smi numbers the GPUs the node has; CUDA_VISIBLE_DEVICES maps ours.
+  int64_t physical = device.index();
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    std::vector<std::string> ids;
+    std::stringstream list(v);
+    for (std::string id; std::getline(list, id, ',');) ids.push_back(id);
+    if (physical < static_cast<int64_t>(ids.size())) {
+      char* end = nullptr;
+      const long long n = std::strtoll(ids[static_cast<size_t>(physical)].c_str(), &end, 10);
+      physical = *end == '\0' ? n : -1;  // a UUID: asked by index no more
+    }
+  }
+  if (physical >= 0) c->ecc_errors = EccErrors(nvidia_smi, physical);
+  if (c->ecc_errors < 0) c->notes.push_back("ECC errors not known (no nvidia-smi, or no ECC on this GPU)");
+#else
+  (void)nvidia_smi;
+#endif
+}
+
+nlohmann::json ToJson(const RankChecks& c) {
+  nlohmann::json j{{"rank", c.rank},
+                   {"local_rank", c.local_rank},
+                   {"node", c.node},
+                   {"device", c.device},
+                   {"run_dir", c.run_dir},
+                   {"free_gb", c.free_gb},
+                   {"gpus_visible", c.gpus_visible},
+                   {"tasks_on_node", c.tasks_on_node},
+                   {"gpu_free_gb", c.gpu_free_gb},
+                   {"gpu_total_gb", c.gpu_total_gb},
+                   {"ecc_errors", c.ecc_errors},
+                   {"notes", c.notes}};
+  if (c.reads) {
+    j["read"] = {{"files", c.read.files},
+                 {"bytes", c.read.bytes},
+                 {"seconds", c.read.seconds},
+                 {"mbps", c.read.mbps()},
+                 {"error", c.read.error}};
+  }
+  return j;
+}
+
+RankChecks RankChecksFromJson(const nlohmann::json& j) {
+  RankChecks c;
+  c.rank = j.value("rank", int64_t{0});
+  c.local_rank = j.value("local_rank", int64_t{0});
+  c.node = j.value("node", "");
+  c.device = j.value("device", "");
+  c.run_dir = j.value("run_dir", "");
+  c.free_gb = j.value("free_gb", -1.0);
+  c.gpus_visible = j.value("gpus_visible", int64_t{0});
+  c.tasks_on_node = j.value("tasks_on_node", int64_t{1});
+  c.gpu_free_gb = j.value("gpu_free_gb", -1.0);
+  c.gpu_total_gb = j.value("gpu_total_gb", -1.0);
+  c.ecc_errors = j.value("ecc_errors", int64_t{-1});
+  c.notes = j.value("notes", std::vector<std::string>{});
+  if (j.contains("read")) {
+    c.reads = true;
+    c.read.files = j["read"].value("files", int64_t{0});
+    c.read.bytes = j["read"].value("bytes", int64_t{0});
+    c.read.seconds = j["read"].value("seconds", 0.0);
+    c.read.error = j["read"].value("error", "");
+  }
+  return c;
+}
+
+std::vector<std::string> Judge(const std::vector<SweepRow>& sweep, const std::vector<RankChecks>& ranks,
+                               const run::PreflightConfig& t) {
+  std::vector<std::string> failed;
+  if (!sweep.empty()) {
+    const SweepRow& big = sweep.back();
+    if (t.min_busbw_gbps > 0 && big.busbw_gbps < t.min_busbw_gbps) {
+      failed.push_back("all-reduce: bus bandwidth " + Fixed(big.busbw_gbps, 3) + " GB/s at " +
+                       std::to_string(big.bytes) + " B is below scdino.preflight.min_busbw_gbps " +
+                       Fixed(t.min_busbw_gbps, 3) + " (the slowest link of the job: see the table)");
+    }
+    const SweepRow& small = sweep.front();
+    if (t.max_latency_us > 0 && small.seconds * 1e6 > t.max_latency_us) {
+      failed.push_back("all-reduce: " + std::to_string(small.bytes) + " B take " + Fixed(small.seconds * 1e6, 1) +
+                       " us, above scdino.preflight.max_latency_us " + Fixed(t.max_latency_us, 1));
+    }
+  }
+  for (const auto& r : ranks) {
+    const std::string where = r.node + " (rank " + std::to_string(r.rank) + ")";
+    if (t.min_free_gb > 0 && r.free_gb >= 0 && r.free_gb < t.min_free_gb) {
+      failed.push_back(where + ": " + Fixed(r.free_gb, 2) + " GB free in " + r.run_dir +
+                       ", below scdino.preflight.min_free_gb " + Fixed(t.min_free_gb, 2));
+    }
+    if (r.reads && !r.read.error.empty()) failed.push_back(where + ": data set: " + r.read.error);
+    if (r.reads && t.min_read_mbps > 0 && r.read.files > 0 && r.read.mbps() < t.min_read_mbps) {
+      failed.push_back(where + ": reads the data set at " + Fixed(r.read.mbps(), 1) + " MB/s (" +
+                       std::to_string(r.read.files) + " files), below scdino.preflight.min_read_mbps " +
+                       Fixed(t.min_read_mbps, 1));
+    }
+    if (r.device.rfind("cuda", 0) == 0) {
+      if (r.gpus_visible < r.tasks_on_node) {
+        failed.push_back(where + ": sees " + std::to_string(r.gpus_visible) + " GPU(s) for " +
+                         std::to_string(r.tasks_on_node) + " task(s) on the node: the job's GPU binding "
+                         "(--gpus-per-task, CUDA_VISIBLE_DEVICES) does not give each task its own");
+      }
+      if (t.min_gpu_free_gb > 0 && r.gpu_free_gb >= 0 && r.gpu_free_gb < t.min_gpu_free_gb) {
+        failed.push_back(where + ": " + Fixed(r.gpu_free_gb, 2) + " GB free on " + r.device +
+                         ", below scdino.preflight.min_gpu_free_gb " + Fixed(t.min_gpu_free_gb, 2) +
+                         " (another process holds it?)");
+      }
+      if (r.ecc_errors > 0) {
+        failed.push_back(where + ": " + r.device + " reports " + std::to_string(r.ecc_errors) +
+                         " uncorrected ECC error(s) (nvidia-smi): drain the node");
+      }
+    }
+  }
+  return failed;
+}
+
+nlohmann::json Report(const std::vector<SweepRow>& sweep, const std::vector<RankChecks>& ranks,
+                      const std::vector<std::string>& failures, const run::PreflightConfig& t, int64_t world_size,
+                      const std::string& backend) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : sweep) {
+    rows.push_back({{"bytes", r.bytes},
+                    {"iterations", r.iterations},
+                    {"time_us", r.seconds * 1e6},
+                    {"algbw_gbps", r.algbw_gbps},
+                    {"busbw_gbps", r.busbw_gbps}});
+  }
+  nlohmann::json per_rank = nlohmann::json::array();
+  for (const auto& r : ranks) per_rank.push_back(ToJson(r));
+  return {{"passed", failures.empty()},
+          {"failures", failures},
+          {"world_size", world_size},
+          {"backend", backend},
+          {"all_reduce", rows},
+          {"ranks", per_rank},
+          {"thresholds",
+           {{"min_busbw_gbps", t.min_busbw_gbps},
+            {"max_latency_us", t.max_latency_us},
+            {"min_read_mbps", t.min_read_mbps},
+            {"min_free_gb", t.min_free_gb},
+            {"min_gpu_free_gb", t.min_gpu_free_gb}}}};
+}
+
+std::string PrometheusText(const std::vector<SweepRow>& sweep, const std::vector<RankChecks>& ranks,
+                           const std::vector<std::string>& failures, const std::string& job) {
+  std::ostringstream o;
+  const std::string j = "job=\"" + job + "\"";
+  o << "# HELP scdino_preflight_passed 1 when every preflight check of the job passed.\n"
+       "# TYPE scdino_preflight_passed gauge\n"
+    << "scdino_preflight_passed{" << j << "} " << (failures.empty() ? 1 : 0) << "\n";
+  o << "# HELP scdino_preflight_allreduce_busbw_bytes_per_second All-reduce bus bandwidth (nccl-tests' busbw) by "
+       "message size.\n# TYPE scdino_preflight_allreduce_busbw_bytes_per_second gauge\n";
+  for (const auto& r : sweep) {
+    o << "scdino_preflight_allreduce_busbw_bytes_per_second{" << j << ",size_bytes=\"" << r.bytes << "\"} "
+      << Number(r.busbw_gbps * 1e9) << "\n";
+  }
+  o << "# HELP scdino_preflight_allreduce_seconds Time of one all-reduce by message size.\n"
+       "# TYPE scdino_preflight_allreduce_seconds gauge\n";
+  for (const auto& r : sweep) {
+    o << "scdino_preflight_allreduce_seconds{" << j << ",size_bytes=\"" << r.bytes << "\"} " << Number(r.seconds) << "\n";
+  }
+  o << "# HELP scdino_preflight_read_bytes_per_second Data-set read throughput of a node.\n"
+       "# TYPE scdino_preflight_read_bytes_per_second gauge\n";
+  for (const auto& r : ranks) {
+    if (r.reads) o << "scdino_preflight_read_bytes_per_second{" << j << ",node=\"" << r.node << "\"} " << Number(r.read.mbps() * 1e6) << "\n";
+  }
+  o << "# HELP scdino_preflight_free_bytes Free space of the run directory seen from a node.\n"
+       "# TYPE scdino_preflight_free_bytes gauge\n";
+  for (const auto& r : ranks) {
+    if (r.local_rank == 0) o << "scdino_preflight_free_bytes{" << j << ",node=\"" << r.node << "\"} " << Number(r.free_gb * 1e9) << "\n";
+  }
+  return o.str();
+}
+
+StatusOr<std::vector<RankChecks>> GatherOnRankZero(run::Coordinator& coordinator, const RankChecks& mine) {
+  const auto& store = coordinator.store();
+  if (!store || coordinator.world_size() <= 1) return std::vector<RankChecks>{mine};
+  auto key = [](int64_t r) { return "preflight/rank" + std::to_string(r); };
+  try {
+    const std::string text = ToJson(mine).dump();
+    store->set(key(mine.rank), std::vector<uint8_t>(text.begin(), text.end()));
+    if (!coordinator.is_rank_zero()) return std::vector<RankChecks>{mine};
+    std::vector<RankChecks> all;
+    for (int64_t r = 0; r < coordinator.world_size(); ++r) {
+      store->wait({key(r)}, coordinator.timeout());
+      const auto bytes = store->get(key(r));
+      all.push_back(RankChecksFromJson(nlohmann::json::parse(std::string(bytes.begin(), bytes.end()))));
+    }
+    return all;
+  } catch (const std::exception& e) {
+    return Status::Unavailable("preflight: gathering the ranks' checks failed: " + std::string(e.what()));
+  }
+}
+
+}  // namespace scdino::preflight

@@ -1,0 +1,196 @@
+// The preflight's parts: nccl-tests' bus bandwidth, the sweep's sizes, a
+// real Gloo all-reduce sweep between two ranks (threads over one store),
+// the gathering of every rank's checks on rank 0, whole-file reads, free
+// space, nvidia-smi's ECC answer, and the verdict naming node and figure.
+#include "preflight/preflight.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <fstream>
+#include <thread>
+
+#include "support/test_support.h"
+
+namespace scdino::preflight {
+namespace {
+
+TEST(BusBandwidth, IsTheAlgorithmBandwidthTimesTheRingShare) {
+  EXPECT_DOUBLE_EQ(BusBandwidth(10.0, 2), 10.0);
+  EXPECT_DOUBLE_EQ(BusBandwidth(10.0, 4), 15.0);
+  EXPECT_DOUBLE_EQ(BusBandwidth(10.0, 8), 17.5);
+  EXPECT_DOUBLE_EQ(BusBandwidth(10.0, 1), 0.0);
+}
+
+TEST(SweepSizes, GoFromTheSmallestToTheLargestByTheFactor) {
+  EXPECT_EQ(SweepSizes(8, 256 << 20, 8),
+            (std::vector<int64_t>{8, 64, 512, 4096, 32768, 262144, 2097152, 16777216, 134217728, 268435456}));
+  EXPECT_EQ(SweepSizes(8, 8, 2), (std::vector<int64_t>{8}));
+  EXPECT_EQ(SweepSizes(6, 30, 2), (std::vector<int64_t>{4, 8, 16, 28}));  // whole float32 elements
+}
+
+// Two ranks measure the same rows; every all-reduce really summed (the
+// verdict tensor proves the group works), and bandwidth follows size.
+TEST(AllReduceSweep, TwoGlooRanksMeasureEverySize) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<StatusOr<std::vector<SweepRow>>> rows(2, Status::Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      torch::set_num_threads(1);
+      auto coll = training::Collective::Create(store, r, 2, {}, torch::kCPU);
+      rows[r] = AllReduceSweep(*coll, {8, 4096, 1 << 20}, 5, 0.2, torch::kCPU);
+      auto one = torch::ones({3});
+      coll->AllReduceSum(one);
+      EXPECT_TRUE(one.eq(2).all().item<bool>());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& r : rows) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->size(), 3u);
+    for (const auto& row : *r) {
+      EXPECT_GE(row.iterations, 1);
+      EXPECT_LE(row.iterations, 5);
+      EXPECT_GT(row.seconds, 0.0);
+      EXPECT_DOUBLE_EQ(row.busbw_gbps, row.algbw_gbps);  // 2 ranks: 2 (n - 1) / n = 1
+    }
+    EXPECT_EQ((*r)[0].iterations, (*rows[0])[0].iterations) << "ranks disagree on the iterations";
+    EXPECT_GT(r->back().algbw_gbps, r->front().algbw_gbps);
+  }
+  const std::string table = SweepTable(*rows[0], 2, "gloo");
+  EXPECT_NE(table.find("# all-reduce (sum, float) over 2 ranks, gloo"), std::string::npos) << table;
+  EXPECT_NE(table.find("      1048576       262144  float"), std::string::npos) << table;
+}
+
+TEST(AllReduceSweep, AStopEndsItBetweenSizes) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto coll = training::Collective::Create(store, 0, 1, {}, torch::kCPU);
+  auto r = AllReduceSweep(*coll, {8, 64}, 2, 0.1, torch::kCPU, [] { return true; });
+  ASSERT_EQ(r.status().code(), StatusCode::kAborted);
+  EXPECT_NE(r.status().message().find("0 of 2 sizes measured"), std::string::npos) << r.status().message();
+}
+
+TEST(GatherOnRankZero, RankZeroGetsEveryRanksChecksInOrder) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<StatusOr<std::vector<RankChecks>>> got(3, Status::Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      auto c = run::Coordinator::OverStore(store, r, 3, std::chrono::seconds(20));
+      RankChecks mine;
+      mine.rank = r;
+      mine.node = "node" + std::to_string(r / 2);
+      mine.free_gb = 10.0 * static_cast<double>(r);
+      mine.reads = r == 2;
+      mine.read.files = 7;
+      mine.read.bytes = 7000000;
+      mine.read.seconds = 2.0;
+      got[r] = GatherOnRankZero(*c, mine);
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
+  ASSERT_EQ(got[0]->size(), 3u);
+  for (int64_t r = 0; r < 3; ++r) {
+    EXPECT_EQ((*got[0])[r].rank, r);
+    EXPECT_DOUBLE_EQ((*got[0])[r].free_gb, 10.0 * static_cast<double>(r));
+  }
+  EXPECT_TRUE((*got[0])[2].reads);
+  EXPECT_DOUBLE_EQ((*got[0])[2].read.mbps(), 3.5);
+  EXPECT_EQ(got[1]->size(), 1u);  // the others get their own back
+}
+
+TEST(ReadThroughput, ReadsWholeFilesAndNamesOneItCannotRead) {
+  scdino::testing::ScratchDir d;
+  std::vector<std::string> paths;
+  for (int i = 0; i < 10; ++i) {
+    paths.push_back(d.file("f" + std::to_string(i)));
+    std::ofstream(paths.back(), std::ios::binary) << std::string(3000 + i, 'x');
+  }
+  auto r = ReadThroughput(paths, 5);
+  EXPECT_EQ(r.files, 5);
+  EXPECT_EQ(r.bytes, 3000 + 3002 + 3004 + 3006 + 3008);  // every second file: spread over the list
+  EXPECT_TRUE(r.error.empty());
+  paths[4] = d.file("gone");
+  auto bad = ReadThroughput(paths, 5);
+  EXPECT_EQ(bad.error, d.file("gone") + ": cannot be read");
+}
+
+TEST(FreeGigabytes, AskTheFileSystemOfTheNearestExistingFolder) {
+  scdino::testing::ScratchDir d;
+  const double here = FreeGigabytes(d.path());
+  EXPECT_GT(here, 0.0);
+  EXPECT_NEAR(FreeGigabytes(d.file("not/yet/made")), here, 1.0);
+}
+
+// A stand-in nvidia-smi that answers as the real one does for a GPU with
+// ECC (a count) and without (N/A), or fails.
+TEST(EccErrors, ReadsNvidiaSmisAnswer) {
+  scdino::testing::ScratchDir d;
+  auto smi = [&](const std::string& name, const std::string& body) {
+    const std::string path = d.file(name);
+    std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
+    ::chmod(path.c_str(), 0755);
+    return path;
+  };
+  EXPECT_EQ(EccErrors(smi("ecc", "case \"$*\" in *'-i 3'*) echo 2 ;; *) echo 0 ;; esac"), 3), 2);
+  EXPECT_EQ(EccErrors(d.file("ecc"), 1), 0);
+  EXPECT_EQ(EccErrors(smi("na", "echo '[N/A]'"), 0), -1);
+  EXPECT_EQ(EccErrors(smi("fails", "exit 9"), 0), -1);
+  EXPECT_EQ(EccErrors(d.file("no-such-command"), 0), -1);
+}
+
+TEST(Judge, NamesTheNodeTheFigureAndTheKey) {
+  std::vector<SweepRow> sweep{{8, 10, 120e-6, 0.0, 0.0}, {1 << 20, 10, 1e-3, 1.048576, 1.048576}};
+  RankChecks a;
+  a.rank = 0;
+  a.node = "gpu-st-1";
+  a.run_dir = "/fsx/runs/r";
+  a.free_gb = 500;
+  a.reads = true;
+  a.read = {100, 50000000, 1.0, ""};
+  RankChecks b = a;
+  b.rank = 1;
+  b.node = "gpu-st-2";
+  b.free_gb = 0.5;
+  b.read.seconds = 10.0;
+  b.device = "cuda:0";
+  b.gpus_visible = 1;
+  b.tasks_on_node = 4;
+  b.gpu_free_gb = 2.0;
+  b.ecc_errors = 3;
+  run::PreflightConfig t;
+  EXPECT_EQ(Judge(sweep, {a}, t), std::vector<std::string>{});  // the defaults: only free space (1 GB) judged
+  t.min_busbw_gbps = 20;
+  t.max_latency_us = 100;
+  t.min_read_mbps = 10;
+  t.min_gpu_free_gb = 40;
+  const auto f = Judge(sweep, {a, b}, t);
+  const std::vector<std::string> expected{
+      "all-reduce: bus bandwidth 1.049 GB/s at 1048576 B is below scdino.preflight.min_busbw_gbps 20.000",
+      "all-reduce: 8 B take 120.0 us, above scdino.preflight.max_latency_us 100.0",
+      "gpu-st-2 (rank 1): 0.50 GB free in /fsx/runs/r, below scdino.preflight.min_free_gb 1.00",
+      "gpu-st-2 (rank 1): reads the data set at 5.0 MB/s (100 files), below scdino.preflight.min_read_mbps 10.0",
+      "gpu-st-2 (rank 1): sees 1 GPU(s) for 4 task(s) on the node",
+      "gpu-st-2 (rank 1): 2.00 GB free on cuda:0, below scdino.preflight.min_gpu_free_gb 40.00",
+      "gpu-st-2 (rank 1): cuda:0 reports 3 uncorrected ECC error(s)"};
+  ASSERT_EQ(f.size(), expected.size()) << ::testing::PrintToString(f);
+  for (size_t i = 0; i < f.size(); ++i) EXPECT_EQ(f[i].rfind(expected[i], 0), 0u) << f[i];
+  const auto report = Report(sweep, {a, b}, f, t, 2, "gloo");
+  EXPECT_FALSE(report["passed"].get<bool>());
+  EXPECT_EQ(report["ranks"][1]["node"], "gpu-st-2");
+  EXPECT_EQ(report["all_reduce"][1]["bytes"], 1 << 20);
+  const std::string prom = PrometheusText(sweep, {a, b}, f, "77");
+  EXPECT_NE(prom.find("scdino_preflight_passed{job=\"77\"} 0"), std::string::npos) << prom;
+  EXPECT_NE(prom.find("scdino_preflight_allreduce_busbw_bytes_per_second{job=\"77\",size_bytes=\"1048576\"} 1048576000\n"),
+            std::string::npos)
+      << prom;
+  EXPECT_NE(prom.find("scdino_preflight_read_bytes_per_second{job=\"77\",node=\"gpu-st-2\"} 5000000\n"),
+            std::string::npos)
+      << prom;
+}
+
+}  // namespace
+}  // namespace scdino::preflight
