@@ -127,7 +127,7 @@ if [ -n "$prebuilt" ]; then
     { echo "scdino: --prebuilt needs a Debian 12 host (the image's base); this is ${PRETTY_NAME:-unknown}" >&2; exit 2; }
   stage=$(mktemp -d /tmp/scdino-image.XXXXXX)
   cmake --install "$prebuilt" --prefix "$stage/opt/scdino" >/dev/null
-  strip --strip-unneeded "$stage"/opt/scdino/bin/scdino-{trainer,features,eval,synth,stats,config,export} "$stage/opt/scdino/bin/scdinoctl"
+  strip --strip-unneeded "$stage"/opt/scdino/bin/scdino-{trainer,features,eval,preflight,synth,stats,config,export} "$stage/opt/scdino/bin/scdinoctl"
   containers/runtime-packages.sh "$stage/opt/scdino" > "$stage/opt/scdino/share/scdino/runtime-packages.txt"
   args+=(--build-context "binaries=$stage")
 fi

@@ -25,6 +25,9 @@ using namespace scdino::preflight;  // NOLINT
 
 int Fail(const Status& s) { return runtime::Fail(nullptr, "scdino-preflight", s); }
 
+// Where Debian's prometheus-node-exporter reads textfiles.
+constexpr const char* kDebianTextfileDir = "/var/lib/prometheus/node-exporter";
+
 std::string HostName() {
   char name[256] = {};
   return ::gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
@@ -48,6 +51,13 @@ int main(int argc, char** argv) {
                   "the report as Prometheus text (node_exporter's textfile collector); default <run_dir>/preflight.prom")
       ->type_name("FILE");
   cl.app().add_option("--nvidia-smi", nvidia_smi, "the nvidia-smi to ask for ECC errors")->type_name("CMD");
+  std::string textfile_dir = std::getenv("SCDINO_TEXTFILE_DIR") ? std::getenv("SCDINO_TEXTFILE_DIR") : "";
+  if (textfile_dir.empty() && ::access(kDebianTextfileDir, W_OK) == 0) textfile_dir = kDebianTextfileDir;
+  cl.app()
+      .add_option("--textfile-dir", textfile_dir,
+                  "also write scdino-preflight.prom there, for node_exporter's textfile collector; default "
+                  "$SCDINO_TEXTFILE_DIR, else Debian's node_exporter directory where it is writable")
+      ->type_name("DIR");
   if (auto code = cl.Parse(argc, argv)) return *code;
   auto& config = cl.config();
   if (cl.config_path().empty()) config.meta.name_of_run = "preflight";
@@ -131,8 +141,13 @@ int main(int argc, char** argv) {
       if (prom_path.empty()) prom_path = config.run_dir() + "/preflight.prom";
       const char* job = std::getenv("SLURM_JOB_ID");
       if (auto s = WriteFileAtomic(json_path, report.dump(2) + "\n"); !s.ok()) return Fail(s);
-      if (auto s = WriteFileAtomic(prom_path, PrometheusText(sweep, *all, failures, job ? job : "")); !s.ok()) {
-        return Fail(s);
+      const std::string prom = PrometheusText(sweep, *all, failures, job ? job : "");
+      if (auto s = WriteFileAtomic(prom_path, prom); !s.ok()) return Fail(s);
+      // The dashboard's copy: a problem there must not stop a job whose checks passed.
+      if (!textfile_dir.empty()) {
+        if (auto s = WriteFileAtomic(textfile_dir + "/scdino-preflight.prom", prom); !s.ok()) {
+          std::cerr << "scdino-preflight: warning: no node_exporter textfile: " << s.message() << "\n";
+        }
       }
       std::cerr << "scdino-preflight: " << (failures.empty() ? "passed" : "FAILED") << " on " << launch->world_size
                 << " rank(s)";

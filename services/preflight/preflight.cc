@@ -312,30 +312,26 @@ nlohmann::json Report(const std::vector<SweepRow>& sweep, const std::vector<Rank
 std::string PrometheusText(const std::vector<SweepRow>& sweep, const std::vector<RankChecks>& ranks,
                            const std::vector<std::string>& failures, const std::string& job) {
   std::ostringstream o;
-  const std::string j = "job=\"" + job + "\"";
-  o << "# HELP scdino_preflight_passed 1 when every preflight check of the job passed.\n"
-       "# TYPE scdino_preflight_passed gauge\n"
-    << "scdino_preflight_passed{" << j << "} " << (failures.empty() ? 1 : 0) << "\n";
-  o << "# HELP scdino_preflight_allreduce_busbw_bytes_per_second All-reduce bus bandwidth (nccl-tests' busbw) by "
-       "message size.\n# TYPE scdino_preflight_allreduce_busbw_bytes_per_second gauge\n";
-  for (const auto& r : sweep) {
-    o << "scdino_preflight_allreduce_busbw_bytes_per_second{" << j << ",size_bytes=\"" << r.bytes << "\"} "
-      << Number(r.busbw_gbps * 1e9) << "\n";
-  }
-  o << "# HELP scdino_preflight_allreduce_seconds Time of one all-reduce by message size.\n"
-       "# TYPE scdino_preflight_allreduce_seconds gauge\n";
-  for (const auto& r : sweep) {
-    o << "scdino_preflight_allreduce_seconds{" << j << ",size_bytes=\"" << r.bytes << "\"} " << Number(r.seconds) << "\n";
-  }
-  o << "# HELP scdino_preflight_read_bytes_per_second Data-set read throughput of a node.\n"
-       "# TYPE scdino_preflight_read_bytes_per_second gauge\n";
+  const std::string j = "slurm_job_id=\"" + job + "\"";
+  auto gauge = [&](const char* name, const char* help) { o << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n"; };
+  constexpr const char* kPassed = "scdino_preflight_passed";
+  constexpr const char* kBusbw = "scdino_preflight_allreduce_busbw_bytes_per_second";
+  constexpr const char* kSeconds = "scdino_preflight_allreduce_seconds";
+  constexpr const char* kRead = "scdino_preflight_read_bytes_per_second";
+  constexpr const char* kFree = "scdino_preflight_free_bytes";
+  gauge(kPassed, "1 when every preflight check of the job passed.");
+  o << kPassed << "{" << j << "} " << (failures.empty() ? 1 : 0) << "\n";
+  gauge(kBusbw, "All-reduce bus bandwidth (nccl-tests' busbw) by message size.");
+  for (const auto& r : sweep) o << kBusbw << "{" << j << ",size_bytes=\"" << r.bytes << "\"} " << Number(r.busbw_gbps * 1e9) << "\n";
+  gauge(kSeconds, "Time of one all-reduce by message size.");
+  for (const auto& r : sweep) o << kSeconds << "{" << j << ",size_bytes=\"" << r.bytes << "\"} " << Number(r.seconds) << "\n";
+  gauge(kRead, "Data-set read throughput of a node.");
   for (const auto& r : ranks) {
-    if (r.reads) o << "scdino_preflight_read_bytes_per_second{" << j << ",node=\"" << r.node << "\"} " << Number(r.read.mbps() * 1e6) << "\n";
+    if (r.reads) o << kRead << "{" << j << ",node=\"" << r.node << "\"} " << Number(r.read.mbps() * 1e6) << "\n";
   }
-  o << "# HELP scdino_preflight_free_bytes Free space of the run directory seen from a node.\n"
-       "# TYPE scdino_preflight_free_bytes gauge\n";
+  gauge(kFree, "Free space of the run directory seen from a node.");
   for (const auto& r : ranks) {
-    if (r.local_rank == 0) o << "scdino_preflight_free_bytes{" << j << ",node=\"" << r.node << "\"} " << Number(r.free_gb * 1e9) << "\n";
+    if (r.local_rank == 0) o << kFree << "{" << j << ",node=\"" << r.node << "\"} " << Number(r.free_gb * 1e9) << "\n";
   }
   return o.str();
 }

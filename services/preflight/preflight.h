@@ -111,8 +111,9 @@ nlohmann::json Report(const std::vector<SweepRow>& sweep, const std::vector<Rank
                       const std::vector<std::string>& failures, const run::PreflightConfig& t, int64_t world_size,
                       const std::string& backend);
 
-/// Prometheus text exposition of the report (scdino_preflight_* gauges), for
-/// node_exporter's textfile collector and the cluster dashboard.
+/// Prometheus text exposition of the report (scdino_preflight_* gauges,
+/// labelled with the Slurm job `job`), for node_exporter's textfile
+/// collector and the cluster dashboard.
 std::string PrometheusText(const std::vector<SweepRow>& sweep, const std::vector<RankChecks>& ranks,
                            const std::vector<std::string>& failures, const std::string& job);
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scdino-preflight as the first step of deploy/slurm/train.sbatch on the test
 # Slurm (2 tasks, Gloo): it prints the all-reduce table (nccl-tests' columns),
-# writes preflight.json and preflight.prom, and the trainer then runs. With
+# writes preflight.json and preflight.prom (and the node_exporter textfile in
+# $SCDINO_TEXTFILE_DIR), and the trainer then runs. With
 # thresholds above what this machine can do (bus bandwidth, free space) the
 # job ends with exit 6 before the trainer starts, each failure naming the
 # figure, the node and the key. A threshold of the wrong type is refused
@@ -31,7 +32,8 @@ submit() {  # NAME [trainer flags]: runs train.sbatch on 2 tasks, waits; its out
   local name=$1 job
   shift
   job=$(sbatch --parsable --ntasks=2 --cpus-per-task=1 --chdir="$work" --output="$work/$name-%j.out" \
-    --export=ALL,SCDINO_BIN="$build/services/trainer" "$src/deploy/slurm/train.sbatch" "$work/$name.yaml" "$@")
+    --export=ALL,SCDINO_BIN="$build/services/trainer",SCDINO_TEXTFILE_DIR="$work/textfile" \
+    "$src/deploy/slurm/train.sbatch" "$work/$name.yaml" "$@")
   for _ in $(seq 1 300); do
     squeue -h -j "$job" 2>/dev/null | grep -q . || break
     sleep 1
@@ -59,10 +61,12 @@ reader = [x for x in r["ranks"] if "read" in x]
 assert len(reader) == 1 and reader[0]["read"]["files"] == 40 and reader[0]["read"]["mbps"] > 0, reader
 assert all(x["free_gb"] > 0 for x in r["ranks"])
 prom = open(sys.argv[2]).read()
-assert 'scdino_preflight_passed{job="' in prom and "} 1\n" in prom, prom
+assert 'scdino_preflight_passed{slurm_job_id="' in prom and "} 1\n" in prom, prom
 print("ok: preflight.json: %d sizes, busbw %.3f GB/s at 4 MiB, %d files read at %.0f MB/s" % (
     len(sizes), r["all_reduce"][-1]["busbw_gbps"], reader[0]["read"]["files"], reader[0]["read"]["mbps"]))
 PY
+grep -q "^scdino_preflight_passed{slurm_job_id=\"[0-9]*\"} 1$" "$work/textfile/scdino-preflight.prom" ||
+  { echo "FAIL: no node_exporter textfile in \$SCDINO_TEXTFILE_DIR"; ls -la "$work/textfile"; exit 1; }
 [ "$code" = 3 ] || { echo "FAIL: the passing job exited $code, expected 3 (--stop-after-iterations)"; cat "$out"; exit 1; }
 
 # 2. Thresholds above what the machine can do: exit 6, no training.

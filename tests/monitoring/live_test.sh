@@ -94,6 +94,23 @@ SLURM_JOB_ID=$job SLURMD_NODENAME=$node SLURM_JOB_USER=$(id -un) SLURM_JOB_PARTI
   bash "$src/monitoring/exporters/slurm-job-node.sh" --textfile-dir "$work/textfile" prolog ||
   fail "slurm-job-node.sh prolog failed"
 
+# 2b. The job's preflight on 2 ranks (torchrun-style variables, Gloo): rank
+# 0's figures land in node_exporter's textfile directory.
+cat > "$work/preflight.yaml" <<YAML
+meta: {name_of_run: preflight, output_dir: "$work/runs"}
+scdino: {threads: 1, data_source: synthetic, preflight: {max_bytes: 65536, seconds_per_size: 0.05}}
+YAML
+preflight_port=$(free_port)
+for r in 0 1; do
+  SLURM_JOB_ID=$job RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$preflight_port \
+    "$build/services/preflight/scdino-preflight" --config "$work/preflight.yaml" --textfile-dir "$work/textfile" \
+    >"$work/preflight$r.out" 2>"$work/preflight$r.err" &
+  preflight_pids[$r]=$!
+done
+for r in 0 1; do wait "${preflight_pids[$r]}" || fail "scdino-preflight rank $r exited $?: $(tail -3 "$work/preflight$r.err")"; done
+grep -q "scdino_preflight_passed{slurm_job_id=\"$job\"} 1" "$work/textfile/scdino-preflight.prom" ||
+  fail "no preflight textfile: $(cat "$work/textfile/scdino-preflight.prom" 2>&1)"
+
 # 3. A trainer on in-memory synthetic cells that runs until killed,
 # checkpointing every 10 epochs (a few seconds).
 config() {  # file, data source lines

@@ -183,11 +183,11 @@ TEST(Judge, NamesTheNodeTheFigureAndTheKey) {
   EXPECT_EQ(report["ranks"][1]["node"], "gpu-st-2");
   EXPECT_EQ(report["all_reduce"][1]["bytes"], 1 << 20);
   const std::string prom = PrometheusText(sweep, {a, b}, f, "77");
-  EXPECT_NE(prom.find("scdino_preflight_passed{job=\"77\"} 0"), std::string::npos) << prom;
-  EXPECT_NE(prom.find("scdino_preflight_allreduce_busbw_bytes_per_second{job=\"77\",size_bytes=\"1048576\"} 1048576000\n"),
+  EXPECT_NE(prom.find("scdino_preflight_passed{slurm_job_id=\"77\"} 0"), std::string::npos) << prom;
+  EXPECT_NE(prom.find("scdino_preflight_allreduce_busbw_bytes_per_second{slurm_job_id=\"77\",size_bytes=\"1048576\"} 1048576000\n"),
             std::string::npos)
       << prom;
-  EXPECT_NE(prom.find("scdino_preflight_read_bytes_per_second{job=\"77\",node=\"gpu-st-2\"} 5000000\n"),
+  EXPECT_NE(prom.find("scdino_preflight_read_bytes_per_second{slurm_job_id=\"77\",node=\"gpu-st-2\"} 5000000\n"),
             std::string::npos)
       << prom;
 }

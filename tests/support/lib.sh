@@ -10,7 +10,9 @@ src=$2
 build=$3
 work="$build/test-scratch/$1"
 rm -rf "$work"
-mkdir -p "$work"
+mkdir -p "$work" "$work/textfile"
+# Where scdino-preflight writes its node_exporter textfile: not the system's.
+export SCDINO_TEXTFILE_DIR="$work/textfile"
 py=/usr/bin/python3
 ctl="$build/services/ctl/scdinoctl"
 TINY_HYPERPARAMETERS="{arch: vit_tiny, embed_dim: 32, depth: 2, num_heads: 2, patch_size: 8, global_crops_size: 16,
