@@ -17,6 +17,13 @@
 #include <sstream>
 
 namespace scdino {
+
+std::string ThisHostName() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
+  return buf;
+}
+
 namespace {
 
 std::string Errno(int e = errno) { return std::strerror(e); }
@@ -164,10 +171,9 @@ class Posix final : public Env {
 
 std::atomic<Env*> g_default{nullptr};
 
-std::string HostName() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
-  std::string h = buf;
+// The host name as part of a file name.
+std::string HostNameForFiles() {
+  std::string h = ThisHostName();
   // The name becomes part of a file name and of its '~'-separated fields.
   for (char& c : h) {
     if (c == '/' || c == '~') c = '_';
@@ -235,7 +241,7 @@ Env* Env::SetDefaultForTesting(Env* env) {
 }
 
 std::string TempPathFor(const std::string& target) {
-  static const std::string host = HostName();
+  static const std::string host = HostNameForFiles();
   static const uint64_t pidns = PidNamespace();
   const std::filesystem::path p(target);
   const std::string name = "." + p.filename().string() + ".tmp~" + host + "~" + std::to_string(pidns) + "~" +
@@ -251,7 +257,7 @@ bool IsTemporaryName(const std::string& name) {
 int CleanStaleTemporaries(const std::string& dir, bool recursive, Env* env) {
   auto names = env->ListDir(dir);
   if (!names.ok()) return 0;
-  static const std::string host = HostName();
+  static const std::string host = HostNameForFiles();
   static const uint64_t pidns = PidNamespace();
   int removed = 0;
   for (const auto& n : *names) {

@@ -72,6 +72,9 @@ class Env {
 /// The POSIX Env (what Env::Default() returns unless a test replaced it).
 Env* PosixEnv();
 
+/// This machine's host name (gethostname); "localhost" when it has none.
+std::string ThisHostName();
+
 /// A temporary name beside `target` that no other writer can hold: hidden,
 /// and carrying the host name, the PID namespace, the pid and 64 random bits
 /// (".<name>.tmp~<host>~<pidns>~<pid>~<random>"), so writers on different

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include "common/env.h"
 #include "common/files.h"
 #include "control/endpoint.h"
 #include "control/tls.h"
@@ -12,10 +13,8 @@ namespace scdino::control {
 
 namespace {
 
-std::string ThisHost() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "";
-  return buf;
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1" || host == "[::1]";
 }
 
 }  // namespace
@@ -30,8 +29,17 @@ StatusOr<ClientTarget> ResolveRun(const std::string& run_dir, const std::string&
   auto token = ReadToken(token_file.empty() ? run_dir + "/control.token" : token_file);
   if (!token.ok()) return token.status();
   if (auto s = VerifyEndpoint(*e, *token, path); !s.ok()) return s;
-  if (EndpointProcessState(*e, ThisHost()) == ProcessState::kGone) {
+  const std::string here = ThisHostName();
+  if (EndpointProcessState(*e, here) == ProcessState::kGone) {
     return Status::NotFound(StaleEndpointMessage(*e, path));
+  }
+  // A loopback address means the writer's own node: here it would reach
+  // whatever listens on this node's loopback instead.
+  if (IsLoopback(e->host) && !e->node.empty() && e->node != here) {
+    return Status::FailedPrecondition(path + ": the " + service + " listens on " + e->target() + " of node " +
+                                      e->node + ", which this node (" + here +
+                                      ") cannot reach; run scdinoctl on " + e->node +
+                                      ", or set scdino.control.listen to an address other nodes reach");
   }
   ClientTarget t;
   t.target = e->target();

@@ -50,8 +50,7 @@ std::string StartTicks(const std::string& stat_path) {
 void RecordThisProcess(Endpoint* e) {
   e->pid_namespace = Link("/proc/self/ns/pid");
   e->process_start = StartTicks("/proc/self/stat");
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) == 0) e->node = name;
+  e->node = ThisHostName();
 }
 
 ProcessState EndpointProcessState(const Endpoint& e, const std::string& this_host) {

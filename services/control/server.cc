@@ -138,9 +138,10 @@ class ControlServer::Impl {
     std::lock_guard<std::mutex> lock(token_mu_);
     const auto stamp = std::make_tuple(st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
     if (stamp == token_stamp_) return;
-    token_stamp_ = stamp;
     auto fresh = ReadToken(o_.token_file);
-    if (!fresh.ok() || *fresh == token_) return;
+    if (!fresh.ok()) return;  // asked again at the next call
+    token_stamp_ = stamp;
+    if (*fresh == token_) return;
     token_ = *fresh;
     Log("scdino-" + o_.service + ": control: the run's token was replaced (" + o_.token_file +
         "); the previous one is refused from now on");

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <string>
 
+#include "common/env.h"
 #include "common/files.h"
 #include "preflight/preflight.h"
 #include "run/environment.h"
@@ -27,11 +28,6 @@ int Fail(const Status& s) { return runtime::Fail(nullptr, "scdino-preflight", s)
 
 // Where Debian's prometheus-node-exporter reads textfiles.
 constexpr const char* kDebianTextfileDir = "/var/lib/prometheus/node-exporter";
-
-std::string HostName() {
-  char name[256] = {};
-  return ::gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
-}
 
 }  // namespace
 
@@ -80,7 +76,7 @@ int main(int argc, char** argv) {
     mine.rank = launch->rank;
     mine.local_rank = launch->local_rank;
     mine.tasks_on_node = launch->local_world_size;
-    mine.node = HostName();
+    mine.node = ThisHostName();
     mine.device = device->device.str();
     mine.run_dir = config.run_dir();
     mine.free_gb = FreeGigabytes(mine.run_dir);
@@ -95,12 +91,17 @@ int main(int argc, char** argv) {
                                                                                     config.scdino.data_source) +
                              ")");
       } else {
-        auto data = run::IndexDataset(config);
-        if (!data.ok()) return Fail(data.status());
-        std::vector<std::string> paths;
-        for (const auto& e : data->entries) paths.push_back(e.path);
+        // A data set this node cannot index is a failed check of the node,
+        // judged with the others' (every rank still meets the rest).
         mine.reads = true;
-        mine.read = ReadThroughput(paths, t.read_files);
+        auto data = run::IndexDataset(config);
+        if (data.ok()) {
+          std::vector<std::string> paths;
+          for (const auto& e : data->entries) paths.push_back(e.path);
+          mine.read = ReadThroughput(paths, t.read_files);
+        } else {
+          mine.read.error = data.status().message();
+        }
       }
     }
 
@@ -164,6 +165,12 @@ int main(int argc, char** argv) {
       collective->AllReduceSum(verdict);
       failed = static_cast<int64_t>(verdict.item<double>());
       collective->Shutdown();
+    }
+    // A signal during the checks (a preemption, the time limit) is the
+    // job's: the batch script requeues on 75 as it does for the trainer.
+    if (StopSignalReceived()) {
+      std::cerr << "scdino-preflight: stopped by a signal\n";
+      return kExitPreempted;
     }
     return failed == 0 ? kExitCompleted : kExitPreflightFailed;
   });

@@ -51,7 +51,8 @@ double BusBandwidth(double algbw, int64_t ranks) {
 std::vector<int64_t> SweepSizes(int64_t min_bytes, int64_t max_bytes, int64_t factor) {
   auto round4 = [](int64_t b) { return std::max<int64_t>(4, b / 4 * 4); };
   std::vector<int64_t> sizes;
-  for (int64_t b = round4(min_bytes); b < max_bytes; b *= std::max<int64_t>(2, factor)) sizes.push_back(b);
+  const int64_t f = std::max<int64_t>(2, factor);
+  for (int64_t b = round4(min_bytes); b < max_bytes; b = b > max_bytes / f ? max_bytes : b * f) sizes.push_back(b);
   if (sizes.empty() || sizes.back() != round4(max_bytes)) sizes.push_back(round4(max_bytes));
   return sizes;
 }
@@ -61,6 +62,12 @@ StatusOr<std::vector<SweepRow>> AllReduceSweep(training::Collective& collective,
                                                const std::function<bool()>& should_stop) {
   std::vector<SweepRow> rows;
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  // The group's first collective sets up its connections (NCCL's
+  // communicators): not part of any size's time.
+  auto first = torch::zeros({1}, f32);
+  collective.AllReduceSum(first);
+  Sync(device);
+  const int64_t least = std::min<int64_t>(5, iterations);
   for (int64_t bytes : sizes) {
     if (should_stop && should_stop()) {
       return Status::Aborted("stopped during the all-reduce sweep (" + std::to_string(rows.size()) + " of " +
@@ -76,7 +83,7 @@ StatusOr<std::vector<SweepRow>> AllReduceSweep(training::Collective& collective,
     auto count = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64));
     if (collective.rank() == 0) {
       count.fill_(static_cast<double>(
-          std::clamp<int64_t>(static_cast<int64_t>(seconds_per_size / std::max(warm, 1e-9)), 1, iterations)));
+          std::clamp<int64_t>(static_cast<int64_t>(seconds_per_size / std::max(warm, 1e-9)), least, iterations)));
     }
     collective.AllReduceSum(count);
     SweepRow row;

@@ -9,9 +9,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <iostream>
+#include <vector>
 
 #include "common/torch_compat.h"
 
@@ -34,8 +36,12 @@ StatusOr<ListeningSocket> ListenOn(const std::string& host, int64_t port) {
     return Status::Unavailable("rendezvous: cannot resolve " + host + " (the address the other ranks connect to): " +
                                ::gai_strerror(rc));
   }
+  // IPv4 first: where a name has both, peers commonly reach it over IPv4.
+  std::vector<addrinfo*> order;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) order.push_back(a);
+  std::stable_partition(order.begin(), order.end(), [](const addrinfo* a) { return a->ai_family == AF_INET; });
   std::string why = "no address";
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+  for (addrinfo* a : order) {
     const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) {
       why = std::strerror(errno);

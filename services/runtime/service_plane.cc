@@ -10,6 +10,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "common/env.h"
 #include "common/files.h"
 #include "runtime/exit_codes.h"
 #include "runtime/signals.h"
@@ -33,11 +34,6 @@ std::string Env(const char* name) {
   return v ? v : "";
 }
 
-std::string HostName() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
-  return buf;
-}
 
 // The node as Slurm names it, which is how node_exporter and dcgm-exporter
 // series are joined to jobs: SLURMD_NODENAME, else the short host name.
@@ -78,7 +74,7 @@ StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const run::RunConfig
   p.linger_seconds = config.scdino.metrics.linger_seconds;
   const std::string tool = "scdino-" + options.service;
 #ifdef SCDINO_WITH_SERVICES
-  const std::string host = HostName();
+  const std::string host = ThisHostName();
   const std::string job = Env("SLURM_JOB_ID");
   p.host = host;
   p.slurm_job_id = job;

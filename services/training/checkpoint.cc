@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <tuple>
 
 #include "common/safetensors.h"
 #include "model/shape.h"
@@ -37,7 +38,12 @@ StatusOr<RunShape> RunShape::FromJson(const std::string& text, const std::string
                         {"niter_per_epoch", &r.niter_per_epoch}}) {
     if (auto s = positive(k, out); !s.ok()) return s;
   }
-  if (j.contains("dataset_size") && j["dataset_size"].is_number_integer()) r.dataset_size = j["dataset_size"].get<int64_t>();
+  if (j.contains("dataset_size")) {
+    if (!j["dataset_size"].is_number_integer() || j["dataset_size"].get<int64_t>() < 0) {
+      return Status::DataLoss(origin + ": metadata 'run': 'dataset_size' is not a count of images: " + text);
+    }
+    r.dataset_size = j["dataset_size"].get<int64_t>();
+  }
   if (!j.contains("channels") || !j["channels"].is_array()) {
     return Status::DataLoss(origin + ": metadata 'run' lacks the list 'channels': " + text);
   }
@@ -70,13 +76,19 @@ StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, model::Dino& di
     if (!m.count(key)) return Status::DataLoss(path + ": not an scdino checkpoint (metadata '" + key + "' is missing)");
   }
   CheckpointInfo info;
-  try {
-    info.iteration = std::stoll(m.at("iteration"));
-    info.epoch = std::stoll(m.at("epoch"));
-    info.world_size = m.count("world_size") ? std::stoll(m.at("world_size")) : 1;
-    info.epoch_position = m.count("epoch_position") ? std::stoll(m.at("epoch_position")) : -1;
-  } catch (const std::exception&) {
-    return Status::DataLoss(path + ": metadata 'iteration'/'epoch' is not a number");
+  for (auto [key, out, absent] : {std::tuple<const char*, int64_t*, int64_t>{"iteration", &info.iteration, 0},
+                                   {"epoch", &info.epoch, 0},
+                                   {"world_size", &info.world_size, 1},
+                                   {"epoch_position", &info.epoch_position, -1}}) {
+    if (!m.count(key)) {
+      *out = absent;
+      continue;
+    }
+    try {
+      *out = std::stoll(m.at(key));
+    } catch (const std::exception&) {
+      return Status::DataLoss(path + ": metadata '" + key + "' is not a number: '" + m.at(key) + "'");
+    }
   }
   info.model_json = m.at("model");
   info.config_text = m.count("config") ? m.at("config") : "";

@@ -345,6 +345,13 @@ StatusOr<TrainResult> Trainer::RunLoop() {
     samples_log_ = std::move(f).value();
   }
   reporter_.Start(it, niter_, epochs, source_->batch_size() * world);
+  // A resume with a larger global batch can find less than one batch left
+  // in its epoch: that epoch ends here, with its checkpoints (the last
+  // epoch's end completes the run).
+  if (resumed_epoch_ >= 0 && it > 0 && it % niter_ == 0 && it / niter_ - 1 == resumed_epoch_) {
+    checkpointer_->set_epoch_position(0);
+    if (auto s = EndOfEpoch(resumed_epoch_, it); !s.ok()) return s;
+  }
   const auto sum = [this](std::vector<double> v) { return coordinator_->Sum(std::move(v)); };
   bool epoch_started = false;
   auto epoch_start = Clock::now();

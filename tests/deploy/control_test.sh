@@ -240,5 +240,7 @@ grep -q "removed the stale endpoint file of process $killed, which ended without
 "$ctl" status --run-dir "$run" >/dev/null || fail "scdinoctl cannot reach the new start"
 "$ctl" stop --run-dir "$run" >/dev/null || fail "stop failed"
 wait "$trainer_pid"
+rc=$?
 trainer_pid=
+[ "$rc" = 4 ] || fail "the second start exited with $rc after stop, expected 4"
 echo "ok: a killed start's endpoint is refused as stale (exit 5) and removed by the next start"

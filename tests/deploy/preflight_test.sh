@@ -34,12 +34,15 @@ submit() {  # NAME [trainer flags]: runs train.sbatch on 2 tasks, waits; its out
   job=$(sbatch --parsable --ntasks=2 --cpus-per-task=1 --chdir="$work" --output="$work/$name-%j.out" \
     --export=ALL,SCDINO_BIN="$build/services/trainer",SCDINO_TEXTFILE_DIR="$work/textfile" \
     "$src/deploy/slurm/train.sbatch" "$work/$name.yaml" "$@")
-  for _ in $(seq 1 300); do
-    squeue -h -j "$job" 2>/dev/null | grep -q . || break
+  local waited=0
+  while squeue -h -j "$job" 2>/dev/null | grep -q .; do
+    [ "$waited" -lt 300 ] || { echo "FAIL: job $job of $name still runs after 300 s"; scancel "$job"; exit 1; }
     sleep 1
+    waited=$((waited + 1))
   done
   out="$work/$name-$job.out"
   code=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.* ExitCode=\([0-9]*\):.*/\1/p')
+  [ -n "$code" ] || { echo "FAIL: Slurm no longer knows job $job's exit code"; exit 1; }
 }
 
 # 1. Thresholds this machine meets: the table, the report, then training.
@@ -78,10 +81,10 @@ grep -q "scdino-preflight: FAILED: all-reduce: bus bandwidth .* GB/s at 65536 B 
 grep -q "scdino: the preflight ended with 6; not training" "$out" || { echo "FAIL: no 'not training' line"; cat "$out"; exit 1; }
 ! grep -q "scdino-trainer:" "$out" || { echo "FAIL: the trainer started after a failed preflight"; cat "$out"; exit 1; }
 ! grep -q "requeueing" "$out" || { echo "FAIL: a failed preflight was requeued"; cat "$out"; exit 1; }
-[ -z "$code" ] || [ "$code" = 6 ] || { echo "FAIL: the job exited $code, expected 6"; cat "$out"; exit 1; }
+[ "$code" = 6 ] || { echo "FAIL: the job exited $code, expected 6"; cat "$out"; exit 1; }
 $py -c 'import json,sys; r=json.load(open(sys.argv[1])); assert not r["passed"] and len(r["failures"]) == 3, r["failures"]' \
   "$work/runs/fail/preflight.json" || { echo "FAIL: preflight.json of the failed job"; exit 1; }
-echo "ok: thresholds above this machine: exit ${code:-6} before the trainer, failures named (bus bandwidth, free space on $(hostname))"
+echo "ok: thresholds above this machine: exit $code before the trainer, failures named (bus bandwidth, free space on $(hostname))"
 
 # 3. A threshold of the wrong type, e.g. with a unit in it.
 config typo '{min_busbw_gbps: "25 GB/s"}'

@@ -566,6 +566,30 @@ TEST(Trainer, TimeBasedCheckpointsAndRetention) {
 
 // A resume must agree with the checkpoint on what shapes the run: each
 // difference is named; more epochs are allowed and said.
+// A resume with a larger global batch (scdino.elastic_resume:
+// batch_per_gpu) that finds less than one new batch left in its epoch ends
+// that epoch at once, with its checkpoints: here the last epoch, so the run
+// completes with its final checkpoint instead of leaving the stopped one.
+TEST(Trainer, AnElasticResumeWithNoBatchLeftEndsTheEpoch) {
+  ScratchDir dir;
+  TrainerOptions stop;
+  stop.stop_after_iterations = 11;  // 16 images, 4 a step: epoch 3, 12 of its images trained on
+  auto first = RunOnce(TinyConfig(dir.path(), "tail"), stop);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(first->iteration, 11);
+  auto resumed = RunOnce(With(With(TinyConfig(dir.path(), "tail"), "batch_size_per_gpu: 4", "batch_size_per_gpu: 8"),
+                              "threads: 1", "threads: 1\n  elastic_resume: batch_per_gpu"));
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_TRUE(resumed->completed);
+  EXPECT_EQ(resumed->iteration, 6);  // 3 epochs of 2 steps of 8
+  const std::string run = dir.path() + "/tail";
+  auto meta = ReadSafetensorsMetadata(run + "/checkpoint.safetensors");
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  EXPECT_EQ(meta->at("iteration"), "6");
+  EXPECT_EQ(meta->at("epoch_position"), "0");
+  EXPECT_TRUE(std::filesystem::exists(run + "/checkpoint0002.safetensors"));
+}
+
 TEST(Trainer, ResumeChecksTheRunShape) {
   ScratchDir dir;
   ASSERT_TRUE(RunOnce(TinyConfig(dir.path(), "shape")).ok());
