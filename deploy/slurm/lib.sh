@@ -87,6 +87,46 @@ scdino_requeue_or_exit() {
   exit 0
 }
 
+# Node-local staging of a packed data set (scdino-pack; docs/data.md).
+# scdino_stage_setup: sets SCDINO_STAGE_DIR, where each node keeps its copy
+# (default: $SLURM_TMPDIR, else $TMPDIR, else /tmp, then scdino-stage-$USER),
+# and for a Pyxis container mounts its parent (SCDINO_CONTAINER_MOUNTS), which
+# must exist on every node. Call before scdino_container_args.
+scdino_stage_setup() {
+  [ "${SCDINO_STAGE:-1}" != 0 ] || return 0
+  export SCDINO_STAGE_DIR=${SCDINO_STAGE_DIR:-${SLURM_TMPDIR:-${TMPDIR:-/tmp}}/scdino-stage-${USER:-$(id -un)}}
+  if [ -n "${SCDINO_CONTAINER:-}" ] && [ ! -d "$SCDINO_CONTAINER" ]; then
+    local parent
+    parent=$(dirname "$SCDINO_STAGE_DIR")
+    export SCDINO_CONTAINER_MOUNTS="${SCDINO_CONTAINER_MOUNTS:+$SCDINO_CONTAINER_MOUNTS,}$parent:$parent"
+  fi
+}
+
+# scdino_stage CONFIG PACK SRUN_ARGS...: when the config's data set is a
+# packed set, copies it into SCDINO_STAGE_DIR on every node of the job (one
+# task per node: `PACK --stage`), verified; a copy verified before (a
+# requeued job) is reused. The services then read the node's copy. A node
+# whose staging fails (no room, a corrupt shard) reads the shared copy: a
+# warning here and in the services' logs. SCDINO_STAGE=0: no staging.
+scdino_stage() {
+  [ "${SCDINO_STAGE:-1}" != 0 ] || return 0
+  local config=$1 pack=$2 t0=$SECONDS rc
+  shift 2
+  if [ -n "${SCDINO_CONTAINER:-}" ] && [ -d "$SCDINO_CONTAINER" ]; then
+    echo "scdino: not staging: an OCI bundle mounts only the paths it was made with (use Pyxis, or a bundle made" \
+         "with --mounts holding SCDINO_STAGE_DIR and SCDINO_CONTAINER_MOUNTS unset)"
+    return 0
+  fi
+  srun --ntasks-per-node=1 --ntasks="${SLURM_JOB_NUM_NODES:-1}" --cpus-per-task=1 "$@" \
+    "$pack" --config "$config" --threads 1 --stage "$SCDINO_STAGE_DIR" &
+  scdino_wait $! && rc=0 || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "scdino: warning: staging the data set to $SCDINO_STAGE_DIR failed (exit $rc; see above):" \
+         "the nodes without a verified copy read the shared one"
+  fi
+  echo "scdino: staging step took $((SECONDS - t0)) s"
+}
+
 # scdino_config_paths CONFIG IMAGE_ARGS...: every path the config makes a
 # service read or write, as `scdino-config paths` lists them
 # (ACCESS<TAB>ABSOLUTE_PATH<TAB>KEY): the config is parsed by the project's

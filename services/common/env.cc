@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,13 @@ std::string ThisHostName() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
   return buf;
+}
+
+std::string TextfileDir() {
+  const char* dir = std::getenv("SCDINO_TEXTFILE_DIR");
+  if (dir && *dir) return dir;
+  constexpr const char* kDebian = "/var/lib/prometheus/node-exporter";
+  return ::access(kDebian, W_OK) == 0 ? kDebian : "";
 }
 
 namespace {

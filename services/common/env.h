@@ -75,6 +75,10 @@ Env* PosixEnv();
 /// This machine's host name (gethostname); "localhost" when it has none.
 std::string ThisHostName();
 
+/// Where gauges for node_exporter's textfile collector go: $SCDINO_TEXTFILE_DIR,
+/// else Debian's /var/lib/prometheus/node-exporter where it is writable, else "".
+std::string TextfileDir();
+
 /// A temporary name beside `target` that no other writer can hold: hidden,
 /// and carrying the host name, the PID namespace, the pid and 64 random bits
 /// (".<name>.tmp~<host>~<pidns>~<pid>~<random>"), so writers on different

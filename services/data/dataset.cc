@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "data/image_io.h"
+#include "data/packed.h"
 
 namespace scdino::data {
 
@@ -171,7 +172,13 @@ StatusOr<torch::Tensor> PrepareImage(const torch::Tensor& hwc, const ImagePrep& 
 
 StatusOr<torch::Tensor> LoadImage(const std::string& path, const ImagePrep& prep) {
   auto raw = ReadImage(path);
-  if (!raw.ok()) return raw.status();
+  if (!raw.ok()) {
+    // <packed set>/<source path> names an image of a packed set.
+    std::error_code ec;
+    if (fs::exists(path, ec) || !PackedSetOf(path)) return raw.status();
+    raw = ReadPackedImage(path);
+    if (!raw.ok()) return raw.status();
+  }
   return PrepareImage(*raw, prep, path);
 }
 

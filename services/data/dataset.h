@@ -56,7 +56,8 @@ struct ImagePrep {
 /// becomes 0. Errors name `path`, the channel count and the selection.
 StatusOr<torch::Tensor> PrepareImage(const torch::Tensor& hwc, const ImagePrep& prep, const std::string& path);
 
-/// Reads and prepares one image.
+/// Reads and prepares one image; `<packed set>/<source path>` reads it from
+/// a packed set (data/packed.h).
 StatusOr<torch::Tensor> LoadImage(const std::string& path, const ImagePrep& prep);
 
 }  // namespace scdino::data

@@ -1,6 +1,7 @@
 #include "data/loader.h"
 
 #include <chrono>
+#include <algorithm>
 #include <iostream>
 
 namespace scdino::data {
@@ -29,6 +30,9 @@ FileLoader::FileLoader(Dataset dataset, LoaderOptions options, torch::Device dev
       if (img.ok()) channels_ = img->size(0);
       else if (options_.on_bad_image == BadImagePolicy::kFail) ThrowIfError(img.status());
     }
+  }
+  if (options_.packed && options_.sampler.block > 0) {
+    block_capacity_ = static_cast<size_t>(2 * options_.sampler.window_blocks + 2);
   }
   const int n = std::max(1, options_.threads);
   for (int i = 0; i < n; ++i) workers_.emplace_back([this] { Worker(); });
@@ -63,7 +67,13 @@ StatusOr<torch::Tensor> FileLoader::LoadOne(int64_t index) {
     auto it = cache_.find(index);
     if (it != cache_.end()) return it->second;
   }
-  auto img = options_.read(dataset_.entries[index].path, options_.prep);
+  StatusOr<torch::Tensor> img = Status::Internal("not read");
+  if (options_.packed) {
+    auto raw = ReadPacked(index);
+    img = raw.ok() ? PrepareImage(*raw, options_.prep, dataset_.entries[index].path) : raw.status();
+  } else {
+    img = options_.read(dataset_.entries[index].path, options_.prep);
+  }
   if (img.ok() && options_.cache) {
     const int64_t bytes = img->numel() * img->element_size();
     std::lock_guard<std::mutex> l(cache_mu_);
@@ -71,6 +81,40 @@ StatusOr<torch::Tensor> FileLoader::LoadOne(int64_t index) {
     if (cache_bytes_ + bytes <= options_.cache_max_bytes && cache_.emplace(index, *img).second) cache_bytes_ += bytes;
   }
   return img;
+}
+
+StatusOr<RawImage> FileLoader::ReadPacked(int64_t index) {
+  const auto& set = *options_.packed;
+  if (block_capacity_ == 0) return set.Read(index);
+  const int64_t block = set.entries()[index].position / set.block_samples();
+  std::shared_ptr<const std::string> bytes;
+  {
+    std::unique_lock<std::mutex> l(block_mu_);
+    block_cv_.wait(l, [&] { return loading_.count(block) == 0; });
+    auto it = blocks_.find(block);
+    if (it != blocks_.end()) {
+      bytes = it->second;
+      block_lru_.erase(std::find(block_lru_.begin(), block_lru_.end(), block));
+      block_lru_.push_back(block);
+    } else {
+      loading_.insert(block);
+    }
+  }
+  if (!bytes) {
+    auto read = set.ReadBlock(block);
+    std::lock_guard<std::mutex> l(block_mu_);
+    loading_.erase(block);
+    block_cv_.notify_all();
+    if (!read.ok()) return read.status();
+    bytes = *read;
+    blocks_[block] = bytes;
+    block_lru_.push_back(block);
+    while (block_lru_.size() > block_capacity_) {
+      blocks_.erase(block_lru_.front());
+      block_lru_.erase(block_lru_.begin());
+    }
+  }
+  return set.DecodeFromBlock(index, *bytes, block);
 }
 
 FileLoader::RawBatch FileLoader::Load(const std::vector<int64_t>& indices) {

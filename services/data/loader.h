@@ -17,6 +17,7 @@
 
 #include "data/dataset.h"
 #include "data/multicrop.h"
+#include "data/packed.h"
 #include "data/sampler.h"
 #include "data/batch_source.h"
 
@@ -36,6 +37,11 @@ struct LoaderOptions {
   /// How a file becomes an image (LoadImage); replaced by tests to make a
   /// reading thread fail the ways real ones do (an exception, no memory).
   std::function<StatusOr<torch::Tensor>(const std::string& path, const ImagePrep& prep)> read = LoadImage;
+  /// The packed set the data set is (its dataset()): images are read from
+  /// its shards, and with a block shuffle (sampler.block = its
+  /// block_samples, sampler.storage_order = its pack_order) a whole block at
+  /// a time, the blocks of the current and next windows kept in memory.
+  std::shared_ptr<const PackedSet> packed;
 };
 
 /// Thread-safe towards its own workers; Next() and StartEpoch() are called
@@ -74,6 +80,7 @@ class FileLoader : public MultiCropSource {
   void StopWorkers();
   RawBatch Load(const std::vector<int64_t>& indices);
   StatusOr<torch::Tensor> LoadOne(int64_t index);
+  StatusOr<RawImage> ReadPacked(int64_t index);
 
   Dataset dataset_;
   LoaderOptions options_;
@@ -95,6 +102,15 @@ class FileLoader : public MultiCropSource {
   int64_t cache_bytes_ = 0;
   std::set<std::string> logged_bad_;
   std::atomic<int64_t> skipped_count_{0};
+
+  // Blocks of a packed set read whole: loaded, being loaded, least recently
+  // used first.
+  std::mutex block_mu_;
+  std::condition_variable block_cv_;
+  std::map<int64_t, std::shared_ptr<const std::string>> blocks_;
+  std::set<int64_t> loading_;
+  std::vector<int64_t> block_lru_;
+  size_t block_capacity_ = 0;
   double queue_wait_seconds_ = 0.0;
 };
 

@@ -24,6 +24,13 @@ EpochSampler::EpochSampler(SamplerOptions o) : o_(o) {
                                 std::to_string(o_.world_size));
   }
   if (o_.batch_size < 1) throw std::invalid_argument("batch size must be >= 1, got " + std::to_string(o_.batch_size));
+  if (o_.block > 0 && o_.window_blocks < 1) {
+    throw std::invalid_argument("a block shuffle needs window_blocks >= 1, got " + std::to_string(o_.window_blocks));
+  }
+  if (o_.storage_order && static_cast<int64_t>(o_.storage_order->size()) != o_.dataset_size) {
+    throw std::invalid_argument("storage order of " + std::to_string(o_.storage_order->size()) +
+                                " images for a data set of " + std::to_string(o_.dataset_size));
+  }
 }
 
 int64_t EpochSampler::batches_per_epoch() const {
@@ -31,16 +38,51 @@ int64_t EpochSampler::batches_per_epoch() const {
   return o_.drop_last ? per_rank / o_.batch_size : (per_rank + o_.batch_size - 1) / o_.batch_size;
 }
 
-std::vector<int64_t> EpochSampler::EpochIndices(int64_t epoch, EpochStart start) const {
-  std::vector<int64_t> perm(o_.dataset_size);
-  for (int64_t i = 0; i < o_.dataset_size; ++i) perm[i] = i;
-  if (o_.shuffle) {
-    std::mt19937_64 rng(MixSeed({o_.seed, static_cast<uint64_t>(epoch), 0x5eedull}));
-    for (int64_t i = o_.dataset_size - 1; i > 0; --i) {
-      std::uniform_int_distribution<int64_t> pick(0, i);
-      std::swap(perm[i], perm[pick(rng)]);
-    }
+namespace {
+
+template <typename T>
+void Shuffle(T* first, int64_t n, std::mt19937_64& rng) {
+  for (int64_t i = n - 1; i > 0; --i) {
+    std::uniform_int_distribution<int64_t> pick(0, i);
+    std::swap(first[i], first[pick(rng)]);
   }
+}
+
+}  // namespace
+
+std::vector<int64_t> EpochSampler::EpochOrder(int64_t epoch) const {
+  const int64_t n = o_.dataset_size;
+  std::vector<int64_t> perm(n);
+  for (int64_t i = 0; i < n; ++i) perm[i] = o_.storage_order ? (*o_.storage_order)[i] : i;
+  if (!o_.shuffle) return perm;
+  if (o_.block <= 0) {
+    std::mt19937_64 rng(MixSeed({o_.seed, static_cast<uint64_t>(epoch), 0x5eedull}));
+    Shuffle(perm.data(), n, rng);
+    return perm;
+  }
+  // Block shuffle: the blocks in a seeded order, then each window of
+  // window_blocks blocks shuffled within.
+  const int64_t blocks = (n + o_.block - 1) / o_.block;
+  std::vector<int64_t> block_order(blocks);
+  for (int64_t b = 0; b < blocks; ++b) block_order[b] = b;
+  std::mt19937_64 rng(MixSeed({o_.seed, static_cast<uint64_t>(epoch), 0xb10cull}));
+  Shuffle(block_order.data(), blocks, rng);
+  std::vector<int64_t> out;
+  out.reserve(n);
+  for (int64_t w = 0; w * o_.window_blocks < blocks; ++w) {
+    const size_t begin = out.size();
+    for (int64_t k = w * o_.window_blocks; k < std::min(blocks, (w + 1) * o_.window_blocks); ++k) {
+      const int64_t b = block_order[k];
+      out.insert(out.end(), perm.begin() + b * o_.block, perm.begin() + std::min(n, (b + 1) * o_.block));
+    }
+    std::mt19937_64 within(MixSeed({o_.seed, static_cast<uint64_t>(epoch), 0xb0ffull, static_cast<uint64_t>(w)}));
+    Shuffle(out.data() + begin, static_cast<int64_t>(out.size() - begin), within);
+  }
+  return out;
+}
+
+std::vector<int64_t> EpochSampler::EpochIndices(int64_t epoch, EpochStart start) const {
+  const std::vector<int64_t> perm = EpochOrder(epoch);
   // The rank's k-th sample of batch j sits at position first + (j - start.batch) x global
   // batch + k x world size + rank: from position 0 and batch 0, every
   // world_size-th position from the rank's own.

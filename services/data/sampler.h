@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace scdino::data {
@@ -18,6 +19,17 @@ struct SamplerOptions {
   bool shuffle = true;
   /// Only full batches; every rank gets the same number of batches.
   bool drop_last = true;
+  /// 0: each epoch's order is a permutation of the whole set. > 0 (block
+  /// shuffle, for packed sets read in blocks): the images in
+  /// `storage_order` are cut into blocks of `block`; the blocks are
+  /// permuted, then the images within each window of `window_blocks`
+  /// consecutive blocks of that order. Each epoch is still a permutation of
+  /// the set (every image once); a window's images come from window_blocks
+  /// random blocks, in random order.
+  int64_t block = 0;
+  int64_t window_blocks = 1;
+  /// Data-set indices in storage order (position -> index); null: 0..n-1.
+  std::shared_ptr<const std::vector<int64_t>> storage_order;
 };
 
 /// Where an epoch's batches start. Batch `batch` (the first to run) takes
@@ -49,6 +61,9 @@ class EpochSampler {
   /// Throws std::invalid_argument naming the numbers when `position` is
   /// outside the data set.
   EpochStart ResumeAt(int64_t position) const;
+  /// The epoch's order of the whole data set (a permutation), before it is
+  /// dealt to the ranks.
+  std::vector<int64_t> EpochOrder(int64_t epoch) const;
 
  private:
   SamplerOptions o_;

@@ -26,9 +26,6 @@ using namespace scdino::preflight;  // NOLINT
 
 int Fail(const Status& s) { return runtime::Fail(nullptr, "scdino-preflight", s); }
 
-// Where Debian's prometheus-node-exporter reads textfiles.
-constexpr const char* kDebianTextfileDir = "/var/lib/prometheus/node-exporter";
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,8 +44,7 @@ int main(int argc, char** argv) {
                   "the report as Prometheus text (node_exporter's textfile collector); default <run_dir>/preflight.prom")
       ->type_name("FILE");
   cl.app().add_option("--nvidia-smi", nvidia_smi, "the nvidia-smi to ask for ECC errors")->type_name("CMD");
-  std::string textfile_dir = std::getenv("SCDINO_TEXTFILE_DIR") ? std::getenv("SCDINO_TEXTFILE_DIR") : "";
-  if (textfile_dir.empty() && ::access(kDebianTextfileDir, W_OK) == 0) textfile_dir = kDebianTextfileDir;
+  std::string textfile_dir = TextfileDir();
   cl.app()
       .add_option("--textfile-dir", textfile_dir,
                   "also write scdino-preflight.prom there, for node_exporter's textfile collector; default "

@@ -262,6 +262,11 @@ struct RuntimeConfig {
   /// Upper bound of that cache; images beyond it are read again each epoch.
   int64_t cache_max_mb = 8192;
   int64_t prefetch_batches = 4;
+  /// Each epoch's order: global (a permutation of the whole set), blocks (a
+  /// packed set read in blocks: blocks shuffled, then images within windows
+  /// of shuffle_buffer images) or auto (blocks for a packed set).
+  std::string shuffle = "auto";
+  int64_t shuffle_buffer = 4096;
   /// Also checkpoint (the resume point, checkpoint.safetensors) every this
   /// many minutes, so a crash loses minutes rather than an epoch; 0: only at
   /// epoch ends.

@@ -157,6 +157,13 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
       {"scdino.cache_images", Bool(&r.cache_images), "keep decoded images in memory"},
       {"scdino.cache_max_mb", Int(&r.cache_max_mb, 1), "upper bound of that cache per rank; beyond it images are read again"},
       {"scdino.prefetch_batches", Int(&r.prefetch_batches, 1), "batches decoded ahead"},
+      {"scdino.shuffle", Str(&r.shuffle, {"auto", "global", "blocks"}),
+       "each epoch's order: global (a permutation of the whole set), blocks (a packed set read in large blocks: "
+       "the blocks shuffled, then the images within windows of shuffle_buffer images) or auto (blocks for a "
+       "packed set, else global) (docs/data.md)"},
+      {"scdino.shuffle_buffer", Int(&r.shuffle_buffer, 1),
+       "images shuffled together under shuffle: blocks (rounded down to whole blocks; each rank keeps about "
+       "twice this many raw images in memory)"},
       {"scdino.checkpoint_every_minutes", Real(&r.checkpoint_every_minutes, 0, kIn),
        "also write the resume checkpoint every this many minutes (a crash loses minutes, not an epoch); 0: off"},
       {"scdino.keep_checkpoints", Int(&r.keep_checkpoints, 0), "numbered checkpoints kept, oldest removed first; 0: all"},

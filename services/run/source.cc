@@ -4,16 +4,57 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "common/env.h"
 #include "common/files.h"
 #include "common/fingerprint.h"
 #include "data/in_memory_source.h"
 #include "data/loader.h"
+#include "data/packed.h"
 #include "data/synthetic.h"
 
 namespace scdino::run {
 
+StatusOr<std::shared_ptr<const data::PackedSet>> OpenPackedDataset(const RunConfig& c,
+                                                                   const std::function<const char*(const char*)>& env) {
+  if (c.scdino.data_source != "folder" || !data::IsPackedSet(c.meta.dataset_dir)) {
+    return std::shared_ptr<const data::PackedSet>();
+  }
+  auto set = data::PackedSet::Shared(c.meta.dataset_dir);
+  if (!set.ok()) return set.status();
+  if ((*set)->folder_depth_for_labels() != c.meta.folder_depth_for_labels) {
+    return Status::InvalidArgument(c.meta.dataset_dir + " was packed with labels at folder_depth_for_labels " +
+                                   std::to_string((*set)->folder_depth_for_labels()) + ", the config says " +
+                                   std::to_string(c.meta.folder_depth_for_labels) + " (meta.folder_depth_for_labels); "
+                                   "pack it again with this config");
+  }
+  // A node-local copy staged by deploy/slurm (scdino-pack --stage), when it
+  // is there and verified; the shared copy otherwise.
+  const char* stage_root = env ? env("SCDINO_STAGE_DIR") : nullptr;
+  if (stage_root && *stage_root) {
+    static bool said = false;
+    const std::string staged = data::StagedCopy(**set, stage_root);
+    if (!staged.empty()) {
+      auto local = data::PackedSet::Shared(staged);
+      if (local.ok() && (*local)->fingerprint() == (*set)->fingerprint()) {
+        if (!said) std::cerr << "scdino: reading " << c.meta.dataset_dir << " from its copy on this node, " << staged << "\n";
+        said = true;
+        return local;
+      }
+    }
+    if (!said) {
+      std::cerr << "scdino: warning: no verified copy of " << c.meta.dataset_dir << " under SCDINO_STAGE_DIR="
+                << stage_root << " on " << ThisHostName() << "; reading the shared copy\n";
+    }
+    said = true;
+  }
+  return set;
+}
+
 StatusOr<data::Dataset> IndexDataset(const RunConfig& c) {
   if (c.scdino.data_source == "csv") return data::IndexCsv(c.scdino.index_csv);
+  auto packed = OpenPackedDataset(c);
+  if (!packed.ok()) return packed.status();
+  if (*packed) return (*packed)->dataset();
   data::IndexOptions io;
   io.folder_depth_for_labels = c.meta.folder_depth_for_labels;
   io.on_bad_image = c.bad_image_policy();
@@ -148,6 +189,19 @@ StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, 
   });
   if (!classes.ok()) return classes;
   data::LoaderOptions lo;
+  auto packed = OpenPackedDataset(c);
+  if (!packed.ok()) return packed.status();
+  const std::string shuffle = c.scdino.shuffle == "auto" ? (*packed ? "blocks" : "global") : c.scdino.shuffle;
+  if (shuffle == "blocks") {
+    if (!*packed) {
+      return Status::InvalidArgument("scdino.shuffle: blocks needs a packed data set (scdino-pack); " +
+                                     c.meta.dataset_dir + " is not one (use global or auto)");
+    }
+    sampler.block = (*packed)->block_samples();
+    sampler.window_blocks = std::max<int64_t>(1, c.scdino.shuffle_buffer / sampler.block);
+    sampler.storage_order = std::make_shared<const std::vector<int64_t>>((*packed)->pack_order());
+  }
+  lo.packed = *packed;
   lo.prep = prep;
   lo.sampler = sampler;
   lo.crops = crops;

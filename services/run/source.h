@@ -4,6 +4,7 @@
 // source the trainer steps on.
 #pragma once
 
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -11,13 +12,22 @@
 #include "common/status.h"
 #include "data/dataset.h"
 #include "data/batch_source.h"
+#include "data/packed.h"
 #include "data/stats.h"
 #include "run/config.h"
 #include "run/coordinator.h"
 
 namespace scdino::run {
 
-/// The indexed data set of a folder or csv data source (bad files listed in
+/// The packed set meta.dataset_dir holds (data/packed.h), or null when it
+/// holds none: its node-local copy under $SCDINO_STAGE_DIR when one is
+/// staged and verified there (StagePackedSet), with a log line; the shared
+/// copy otherwise, with a warning. InvalidArgument when it was packed with
+/// labels at another folder depth.
+StatusOr<std::shared_ptr<const data::PackedSet>> OpenPackedDataset(
+    const RunConfig& config, const std::function<const char*(const char*)>& env = ::getenv);
+
+/// The indexed data set of a folder or csv data source, or of a packed set (bad files listed in
 /// Dataset::skipped under on_bad_image: skip).
 StatusOr<data::Dataset> IndexDataset(const RunConfig& config);
 

@@ -26,6 +26,50 @@ TEST(EpochSampler, RanksTakeDisjointShardsOfOnePermutation) {
   EXPECT_EQ(all.size(), 100u);
 }
 
+TEST(EpochSampler, ABlockShuffleSeesEveryImageOnceAcrossRanksAndDrawsEachWindowFromItsBlocks) {
+  // 1024 images stored in a scrambled order, blocks of 16, windows of 4
+  // blocks (a shuffle buffer of 64 images).
+  SamplerOptions o;
+  o.dataset_size = 1024;
+  o.batch_size = 8;
+  o.world_size = 3;
+  o.seed = 4;
+  o.block = 16;
+  o.window_blocks = 4;
+  auto storage = std::make_shared<std::vector<int64_t>>(1024);
+  for (int64_t i = 0; i < 1024; ++i) (*storage)[i] = (i * 389) % 1024;
+  o.storage_order = storage;
+  std::vector<int64_t> block_of(1024);
+  for (int64_t p = 0; p < 1024; ++p) block_of[(*storage)[p]] = p / 16;
+  for (int64_t epoch : {0, 1}) {
+    EpochSampler s(o);
+    const auto order = s.EpochOrder(epoch);
+    EXPECT_EQ(std::set<int64_t>(order.begin(), order.end()).size(), 1024u);  // a permutation
+    // Each window of 64 positions takes whole blocks (4 of them), shuffled:
+    // the window's images come from exactly 4 blocks.
+    for (size_t w = 0; w < 1024; w += 64) {
+      std::set<int64_t> blocks;
+      for (size_t k = w; k < w + 64; ++k) blocks.insert(block_of[order[k]]);
+      EXPECT_EQ(blocks.size(), 4u) << "window at " << w;
+    }
+    EXPECT_NE(order, std::vector<int64_t>(storage->begin(), storage->end()));
+    // Dealt to 3 ranks: no image twice in the epoch (341 each).
+    std::set<int64_t> seen;
+    for (int64_t r = 0; r < 3; ++r) {
+      o.rank = r;
+      for (auto i : EpochSampler(o).EpochIndices(epoch)) EXPECT_TRUE(seen.insert(i).second) << i;
+    }
+    o.rank = 0;
+    EXPECT_EQ(seen.size(), 3u * 341);
+  }
+  EXPECT_NE(EpochSampler(o).EpochOrder(0), EpochSampler(o).EpochOrder(1));
+  // Resume in the middle of an epoch: the same remaining batches.
+  EpochSampler s(o);
+  const auto full = s.EpochIndices(1);
+  const auto rest = s.EpochIndices(1, 7);
+  EXPECT_EQ(std::vector<int64_t>(full.begin() + 7 * 8, full.end()), std::vector<int64_t>(rest.begin() + 7 * 8, rest.end()));
+}
+
 TEST(EpochSampler, ShuffleDependsOnSeedAndEpochOnly) {
   SamplerOptions o;
   o.dataset_size = 50;

@@ -1,0 +1,691 @@
+#include "data/packed.h"
+
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "common/files.h"
+#include "common/fingerprint.h"
+#include "data/sampler.h"
+
+namespace scdino::data {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kFormatVersion = 1;
+
+uint32_t Crc32(const char* data, size_t n, uint32_t crc = 0) {
+  // zlib takes uInt lengths: feed large buffers in pieces.
+  while (n > 0) {
+    const uInt piece = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    crc = static_cast<uint32_t>(::crc32(crc, reinterpret_cast<const Bytef*>(data), piece));
+    data += piece;
+    n -= piece;
+  }
+  return crc;
+}
+
+std::string DtypeName(const torch::Tensor& t) {
+  if (t.scalar_type() == torch::kUInt8) return "uint8";
+  if (t.scalar_type() == torch::kInt32) return "uint16";  // ReadImage widens 16-bit samples
+  return "float32";
+}
+
+// The raw image as a .npy file: '|u1', '<u2' or '<f4', C order, H x W x C.
+std::string EncodeNpy(const RawImage& hwc) {
+  const std::string dtype = DtypeName(hwc);
+  const std::string descr = dtype == "uint8" ? "|u1" : dtype == "uint16" ? "<u2" : "<f4";
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" +
+                       std::to_string(hwc.size(0)) + ", " + std::to_string(hwc.size(1)) + ", " +
+                       std::to_string(hwc.size(2)) + "), }";
+  const size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  auto c = hwc.contiguous();
+  if (dtype == "uint16") {
+    auto u = c.to(torch::kInt32);
+    const int32_t* p = u.data_ptr<int32_t>();
+    const size_t off = out.size();
+    out.resize(off + 2 * static_cast<size_t>(u.numel()));
+    for (int64_t i = 0; i < u.numel(); ++i) {
+      const uint16_t v = static_cast<uint16_t>(p[i]);
+      out[off + 2 * i] = static_cast<char>(v & 0xff);
+      out[off + 2 * i + 1] = static_cast<char>(v >> 8);
+    }
+  } else {
+    out.append(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel() * c.element_size()));
+  }
+  return out;
+}
+
+// One tar header block (POSIX ustar) for a regular file.
+std::string TarHeader(const std::string& name, int64_t size) {
+  std::string h(512, '\0');
+  auto put = [&](size_t at, size_t width, const std::string& s) { std::memcpy(&h[at], s.data(), std::min(width, s.size())); };
+  auto octal = [](int64_t v, int digits) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%0*llo", digits, static_cast<unsigned long long>(v));
+    return std::string(buf);
+  };
+  put(0, 100, name);
+  put(100, 8, octal(0644, 7));
+  put(108, 8, octal(0, 7));
+  put(116, 8, octal(0, 7));
+  put(124, 12, octal(size, 11));
+  put(136, 12, octal(0, 11));
+  put(148, 8, "        ");
+  h[156] = '0';
+  put(257, 6, std::string("ustar\0", 6));
+  put(263, 2, "00");
+  unsigned sum = 0;
+  for (unsigned char ch : h) sum += ch;
+  put(148, 8, octal(sum, 6) + std::string("\0 ", 2));
+  return h;
+}
+
+std::string Padding(int64_t size) { return std::string(static_cast<size_t>((512 - size % 512) % 512), '\0'); }
+
+std::string ShardName(int64_t s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "shard-%05lld", static_cast<long long>(s));
+  return buf;
+}
+
+std::string Key(int64_t position) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%09lld", static_cast<long long>(position));
+  return buf;
+}
+
+std::string Hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+uint32_t ParseHex32(const std::string& s) { return static_cast<uint32_t>(std::stoul(s, nullptr, 16)); }
+
+// CSV fields: a field with a comma, quote or line break is quoted.
+std::string CsvField(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::vector<std::string> SplitCsvLine(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') out.back() += '"', ++i;
+      else if (c == '"') quoted = false;
+      else out.back() += c;
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+std::string Relative(const Dataset& d, const std::string& path) {
+  return fs::path(path).lexically_relative(d.root).generic_string();
+}
+
+// The pack order: a seeded permutation of the sorted entries.
+std::vector<int64_t> PackOrder(int64_t n, uint64_t seed) {
+  std::vector<int64_t> order(n);
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  std::mt19937_64 rng(MixSeed({seed, 0x9acdull}));
+  for (int64_t i = n - 1; i > 0; --i) {
+    std::uniform_int_distribution<int64_t> pick(0, i);
+    std::swap(order[i], order[pick(rng)]);
+  }
+  return order;
+}
+
+}  // namespace
+
+std::string PackFingerprint(const Dataset& d) {
+  std::string key = "scdino-pack|" + std::to_string(d.entries.size()) + "\n";
+  for (const auto& e : d.entries) key += Relative(d, e.path) + "\t" + d.classes[e.label] + "\n";
+  return Fingerprint(key);
+}
+
+bool IsPackedSet(const std::string& dir) { return !dir.empty() && FileExists(dir + "/pack.json"); }
+
+PackedSet::~PackedSet() {
+  for (int fd : fds_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+int64_t PackedSet::total_bytes() const {
+  int64_t n = 0;
+  for (const auto& s : shards_) n += s.bytes;
+  return n;
+}
+
+int PackedSet::Fd(int64_t shard) const { return fds_[shard]; }
+
+StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& dir) {
+  const std::string manifest_path = dir + "/pack.json";
+  auto text = ReadFile(manifest_path);
+  if (!text.ok()) return text.status();
+  auto m = json::parse(*text, nullptr, false);
+  if (!m.is_object() || m.value("format", "") != "scdino-pack") {
+    return Status::DataLoss(manifest_path + ": not a packed data set's manifest (expected JSON with \"format\": \"scdino-pack\")");
+  }
+  if (m.value("version", 0) != kFormatVersion) {
+    return Status::FailedPrecondition(manifest_path + ": format version " + std::to_string(m.value("version", 0)) +
+                                      ", this scdino reads version " + std::to_string(kFormatVersion) + "; pack it again");
+  }
+  std::shared_ptr<PackedSet> set(new PackedSet());
+  try {
+    set->dataset_.root = dir;
+    set->dataset_.classes = m.at("classes").get<std::vector<std::string>>();
+    set->block_samples_ = m.at("block_samples").get<int64_t>();
+    set->channels_ = m.at("channels").get<int64_t>();
+    set->depth_ = m.at("folder_depth_for_labels").get<int64_t>();
+    set->fingerprint_ = m.at("fingerprint").get<std::string>();
+    for (const auto& s : m.at("shards")) {
+      set->shards_.push_back({s.at("file").get<std::string>(), s.at("samples").get<int64_t>(),
+                              s.at("bytes").get<int64_t>(), ParseHex32(s.at("crc32").get<std::string>())});
+    }
+  } catch (const std::exception& e) {
+    return Status::DataLoss(manifest_path + ": " + e.what());
+  }
+  set->content_fingerprint_ = Fingerprint(*text);
+  if (set->block_samples_ < 1) return Status::DataLoss(manifest_path + ": block_samples must be >= 1");
+  // Every shard, with the size pack.json gives it.
+  for (const auto& s : set->shards_) {
+    const std::string path = dir + "/" + s.file;
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec) return Status::NotFound(path + ": shard of " + manifest_path + " is missing or unreadable: " + ec.message());
+    if (static_cast<int64_t>(size) != s.bytes) {
+      return Status::DataLoss(path + ": " + std::to_string(size) + " bytes, " + manifest_path + " says " +
+                              std::to_string(s.bytes) + ": cut short, or a shard of another packed set; pack again");
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::FailedPrecondition(path + ": cannot open: " + std::strerror(errno));
+    set->fds_.push_back(fd);
+  }
+  const std::string index_path = dir + "/index.csv";
+  auto index = ReadFile(index_path);
+  if (!index.ok()) return index.status();
+  std::istringstream in(*index);
+  std::string line;
+  int64_t lineno = 0;
+  const int64_t n_total = m.value("samples", int64_t{0});
+  set->pack_order_.assign(n_total, -1);
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (lineno == 1) continue;  // header
+    if (line.empty()) continue;
+    auto f = SplitCsvLine(line);
+    auto bad = [&](const std::string& why) {
+      return Status::DataLoss(index_path + ": line " + std::to_string(lineno) + ": " + why);
+    };
+    if (f.size() != 12) return bad("expected 12 fields, got " + std::to_string(f.size()));
+    PackedEntry e;
+    int64_t label = 0;
+    try {
+      label = std::stoll(f[1]);
+      e.shard = std::stoll(f[3]);
+      e.offset = std::stoll(f[4]);
+      e.bytes = std::stoll(f[5]);
+      e.crc32 = ParseHex32(f[6]);
+      e.shape = {std::stoll(f[7]), std::stoll(f[8]), std::stoll(f[9])};
+      e.position = std::stoll(f[11]);
+    } catch (const std::exception&) {
+      return bad("a number field does not parse");
+    }
+    if (label < 0 || label >= static_cast<int64_t>(set->dataset_.classes.size())) return bad("label out of range");
+    if (e.shard < 0 || e.shard >= static_cast<int64_t>(set->shards_.size()) || e.offset < 0 ||
+        e.offset + e.bytes > set->shards_[e.shard].bytes) {
+      return bad("shard or offset outside the shards of pack.json");
+    }
+    if (e.position < 0 || e.position >= n_total || set->pack_order_[e.position] >= 0) return bad("bad position");
+    set->pack_order_[e.position] = static_cast<int64_t>(set->entries_.size());
+    set->dataset_.entries.push_back({(fs::path(dir) / f[0]).string(), label});
+    set->entries_.push_back(e);
+  }
+  if (static_cast<int64_t>(set->entries_.size()) != n_total) {
+    return Status::DataLoss(index_path + ": " + std::to_string(set->entries_.size()) + " rows, pack.json says " +
+                            std::to_string(n_total) + " images");
+  }
+  return std::shared_ptr<const PackedSet>(std::move(set));
+}
+
+StatusOr<RawImage> PackedSet::Decode(int64_t index, const char* data) const {
+  const auto& e = entries_[index];
+  const std::string where = [&] {
+    return shards_[e.shard].file + " offset " + std::to_string(e.offset) + " (" + dataset_.entries[index].path + ")";
+  }();
+  if (Crc32(data, static_cast<size_t>(e.bytes)) != e.crc32) {
+    return Status::DataLoss(dataset_.root + "/" + where + ": CRC-32 mismatch: the shard is corrupt or was changed "
+                            "after packing; pack the data set again");
+  }
+  // The .npy header scdino writes: magic, version 1.0, little-endian length.
+  if (e.bytes < 10 || std::memcmp(data, "\x93NUMPY\x01\x00", 8) != 0) {
+    return Status::DataLoss(dataset_.root + "/" + where + ": not a .npy member");
+  }
+  const size_t hlen = static_cast<unsigned char>(data[8]) | (static_cast<unsigned char>(data[9]) << 8);
+  const std::string header(data + 10, std::min<size_t>(hlen, static_cast<size_t>(e.bytes) - 10));
+  const int64_t h = e.shape[0], w = e.shape[1], c = e.shape[2];
+  const char* pixels = data + 10 + hlen;
+  const int64_t n = h * w * c;
+  const int64_t have = e.bytes - 10 - static_cast<int64_t>(hlen);
+  if (header.find("'|u1'") != std::string::npos && have == n) {
+    return torch::from_blob(const_cast<char*>(pixels), {h, w, c}, torch::kUInt8).clone();
+  }
+  if (header.find("'<u2'") != std::string::npos && have == 2 * n) {
+    auto out = torch::empty({h, w, c}, torch::kInt32);
+    int32_t* o = out.data_ptr<int32_t>();
+    const auto* p = reinterpret_cast<const unsigned char*>(pixels);
+    for (int64_t i = 0; i < n; ++i) o[i] = p[2 * i] | (p[2 * i + 1] << 8);
+    return out;
+  }
+  if (header.find("'<f4'") != std::string::npos && have == 4 * n) {
+    return torch::from_blob(const_cast<char*>(pixels), {h, w, c}, torch::kFloat32).clone();
+  }
+  return Status::DataLoss(dataset_.root + "/" + where + ": .npy header " + header + " does not match the index's shape");
+}
+
+StatusOr<RawImage> PackedSet::Read(int64_t index) const {
+  const auto& e = entries_[index];
+  std::string buf(static_cast<size_t>(e.bytes), '\0');
+  const ssize_t got = ::pread(Fd(e.shard), buf.data(), buf.size(), e.offset);
+  if (got != static_cast<ssize_t>(buf.size())) {
+    return Status::DataLoss(dataset_.root + "/" + shards_[e.shard].file + " offset " + std::to_string(e.offset) + " (" +
+                            dataset_.entries[index].path + "): read " + std::to_string(got) + " of " +
+                            std::to_string(e.bytes) + " bytes" + (got < 0 ? std::string(": ") + std::strerror(errno) : ""));
+  }
+  return Decode(index, buf.data());
+}
+
+std::pair<int64_t, int64_t> PackedSet::BlockRange(int64_t block) const {
+  const int64_t first = block * block_samples_;
+  const int64_t last = std::min<int64_t>(first + block_samples_, pack_order_.size()) - 1;
+  const auto& a = entries_[pack_order_[first]];
+  const auto& b = entries_[pack_order_[last]];
+  return {a.offset, b.offset + b.bytes};
+}
+
+StatusOr<std::shared_ptr<const std::string>> PackedSet::ReadBlock(int64_t block) const {
+  const auto [begin, end] = BlockRange(block);
+  const auto& first = entries_[pack_order_[block * block_samples_]];
+  auto buf = std::make_shared<std::string>(static_cast<size_t>(end - begin), '\0');
+  size_t done = 0;
+  while (done < buf->size()) {
+    const ssize_t got = ::pread(Fd(first.shard), buf->data() + done, buf->size() - done, begin + static_cast<int64_t>(done));
+    if (got <= 0) {
+      return Status::DataLoss(dataset_.root + "/" + shards_[first.shard].file + ": reading block " + std::to_string(block) +
+                              " (bytes " + std::to_string(begin) + " to " + std::to_string(end) + ") failed" +
+                              (got < 0 ? std::string(": ") + std::strerror(errno) : ": the shard ends early"));
+    }
+    done += static_cast<size_t>(got);
+  }
+  return std::shared_ptr<const std::string>(std::move(buf));
+}
+
+StatusOr<RawImage> PackedSet::DecodeFromBlock(int64_t index, const std::string& block_bytes, int64_t block) const {
+  return Decode(index, block_bytes.data() + (entries_[index].offset - BlockRange(block).first));
+}
+
+StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Shared(const std::string& dir) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const PackedSet>> open;
+  const std::string key = fs::absolute(dir).lexically_normal().string();
+  std::lock_guard<std::mutex> l(mu);
+  auto it = open.find(key);
+  if (it != open.end()) return it->second;
+  auto set = Open(dir);
+  if (set.ok()) open[key] = *set;
+  return set;
+}
+
+namespace {
+
+// The packed set above `path` and `path` relative to it.
+std::pair<std::shared_ptr<const PackedSet>, std::string> FindPackedSet(const std::string& path) {
+  for (fs::path dir = fs::path(path).parent_path(); !dir.empty(); dir = dir.parent_path()) {
+    if (IsPackedSet(dir.string())) {
+      auto set = PackedSet::Shared(dir.string());
+      if (!set.ok()) return {nullptr, ""};
+      return {*set, fs::path(path).lexically_relative(dir).generic_string()};
+    }
+    if (dir == dir.root_path() || dir == dir.parent_path()) break;
+  }
+  return {nullptr, ""};
+}
+
+}  // namespace
+
+std::shared_ptr<const PackedSet> PackedSetOf(const std::string& path) { return FindPackedSet(path).first; }
+
+StatusOr<RawImage> ReadPackedImage(const std::string& path) {
+  auto [set, rel] = FindPackedSet(path);
+  if (!set) return Status::NotFound(path + ": no such image file, and no packed data set holds it");
+  const std::string full = (fs::path(set->dataset().root) / rel).string();
+  const auto& entries = set->dataset().entries;
+  auto it = std::lower_bound(entries.begin(), entries.end(), full,
+                             [](const DatasetEntry& e, const std::string& p) { return e.path < p; });
+  if (it == entries.end() || it->path != full) {
+    return Status::NotFound(path + ": not an image of the packed data set " + set->dataset().root);
+  }
+  return set->Read(it - entries.begin());
+}
+
+// ----------------------------------------------------------------- packing
+
+namespace {
+
+struct Plan {
+  std::vector<int64_t> order;  // pack order: position -> entry
+  int64_t shard_samples = 0;
+  int64_t shards = 0;
+  std::string fingerprint;  // of the data set and the plan
+};
+
+json ShardManifest(const std::string& plan_fp, const ShardInfo& info, const json& rows) {
+  return {{"plan", plan_fp}, {"file", info.file}, {"samples", info.samples}, {"bytes", info.bytes},
+          {"crc32", Hex32(info.crc32)}, {"rows", rows}};
+}
+
+// Writes shard `s` of the plan; its manifest rows are [entry, offset, bytes, crc, h, w, c, dtype].
+StatusOr<json> WriteShard(const Dataset& d, const Plan& plan, int64_t s, const PackOptions& o,
+                          std::string* first_kind) {
+  const std::string name = ShardName(s) + ".tar";
+  AtomicFile out(o.out + "/" + name);
+  if (auto st = out.Create(); !st.ok()) return st;
+  const int64_t first = s * plan.shard_samples;
+  const int64_t last = std::min<int64_t>(first + plan.shard_samples, plan.order.size());
+  json rows = json::array();
+  int64_t offset = 0;
+  uint32_t crc = 0;
+  auto append = [&](const std::string& bytes) -> Status {
+    crc = Crc32(bytes.data(), bytes.size(), crc);
+    offset += static_cast<int64_t>(bytes.size());
+    return out.file()->Append(bytes);
+  };
+  for (int64_t pos = first; pos < last; ++pos) {
+    if (o.should_stop && o.should_stop()) return Status::Aborted("stopped while packing " + name + " (not kept)");
+    const int64_t idx = plan.order[pos];
+    const std::string& path = d.entries[idx].path;
+    auto img = ReadImage(path);
+    if (!img.ok()) return img.status();
+    const std::string kind = std::to_string(img->size(2)) + " channel(s) of " + DtypeName(*img);
+    // "<kind>\t<path>" of the first image this process packed.
+    if (first_kind->empty()) *first_kind = kind + "\t" + path;
+    const auto tab = first_kind->find('\t');
+    if (first_kind->compare(0, tab, kind) != 0) {
+      return Status::InvalidArgument(path + ": has " + kind + ", but " + first_kind->substr(tab + 1) + " has " +
+                                     first_kind->substr(0, tab) + ": a packed set holds one channel count and sample type");
+    }
+    const std::string npy = EncodeNpy(*img);
+    const std::string key = Key(pos);
+    if (auto st = append(TarHeader(key + ".npy", static_cast<int64_t>(npy.size()))); !st.ok()) return st;
+    const int64_t data_at = offset;
+    const uint32_t sample_crc = Crc32(npy.data(), npy.size());
+    if (auto st = append(npy); !st.ok()) return st;
+    if (auto st = append(Padding(static_cast<int64_t>(npy.size()))); !st.ok()) return st;
+    const std::string cls = std::to_string(d.entries[idx].label);
+    if (auto st = append(TarHeader(key + ".cls", static_cast<int64_t>(cls.size()))); !st.ok()) return st;
+    if (auto st = append(cls + Padding(static_cast<int64_t>(cls.size()))); !st.ok()) return st;
+    rows.push_back({idx, data_at, static_cast<int64_t>(npy.size()), Hex32(sample_crc), img->size(0), img->size(1),
+                    img->size(2), DtypeName(*img)});
+  }
+  if (auto st = append(std::string(1024, '\0')); !st.ok()) return st;  // the end-of-archive blocks
+  if (auto st = out.Commit(); !st.ok()) return st;
+  ShardInfo info{name, last - first, offset, crc};
+  auto manifest = ShardManifest(plan.fingerprint, info, rows);
+  if (auto st = WriteFileAtomic(o.out + "/" + ShardName(s) + ".json", manifest.dump()); !st.ok()) return st;
+  return manifest;
+}
+
+// The manifest of shard `s` when it is complete for this plan.
+std::optional<json> DoneShard(const Plan& plan, int64_t s, const PackOptions& o) {
+  auto text = ReadFile(o.out + "/" + ShardName(s) + ".json");
+  if (!text.ok()) return std::nullopt;
+  auto j = json::parse(*text, nullptr, false);
+  if (!j.is_object() || j.value("plan", "") != plan.fingerprint) return std::nullopt;
+  std::error_code ec;
+  const auto size = fs::file_size(o.out + "/" + j.value("file", ""), ec);
+  if (ec || static_cast<int64_t>(size) != j.value("bytes", int64_t{-1})) return std::nullopt;
+  return j;
+}
+
+Status WriteIndex(const Dataset& d, const Plan& plan, const std::vector<json>& manifests, const PackOptions& o,
+                  const std::string& set_fp) {
+  struct Row {
+    int64_t shard, offset, bytes, h, w, c, position;
+    std::string crc, dtype;
+  };
+  std::vector<Row> rows(d.entries.size());
+  json shards = json::array();
+  std::string dtype;
+  int64_t channels = 0;
+  for (size_t s = 0; s < manifests.size(); ++s) {
+    const auto& m = manifests[s];
+    shards.push_back({{"file", m["file"]}, {"samples", m["samples"]}, {"bytes", m["bytes"]}, {"crc32", m["crc32"]}});
+    int64_t pos = static_cast<int64_t>(s) * plan.shard_samples;
+    for (const auto& r : m["rows"]) {
+      const int64_t idx = r[0].get<int64_t>();
+      rows[idx] = {static_cast<int64_t>(s), r[1].get<int64_t>(), r[2].get<int64_t>(), r[4].get<int64_t>(),
+                   r[5].get<int64_t>(), r[6].get<int64_t>(), pos++, r[3].get<std::string>(), r[7].get<std::string>()};
+      dtype = rows[idx].dtype;
+      channels = rows[idx].c;
+    }
+  }
+  std::string csv = "path,label,class,shard,offset,bytes,crc32,height,width,channels,dtype,position\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    const auto& e = d.entries[i];
+    csv += CsvField(Relative(d, e.path)) + "," + std::to_string(e.label) + "," + CsvField(d.classes[e.label]) + "," +
+           std::to_string(r.shard) + "," + std::to_string(r.offset) + "," + std::to_string(r.bytes) + "," + r.crc +
+           "," + std::to_string(r.h) + "," + std::to_string(r.w) + "," + std::to_string(r.c) + "," + r.dtype + "," +
+           std::to_string(r.position) + "\n";
+  }
+  if (auto st = WriteFileAtomic(o.out + "/index.csv", csv); !st.ok()) return st;
+  const json manifest = {{"format", "scdino-pack"},
+                         {"version", kFormatVersion},
+                         {"samples", static_cast<int64_t>(d.entries.size())},
+                         {"classes", d.classes},
+                         {"channels", channels},
+                         {"dtype", dtype},
+                         {"folder_depth_for_labels", o.folder_depth_for_labels},
+                         {"source", fs::absolute(d.root).lexically_normal().string()},
+                         {"block_samples", o.block_samples},
+                         {"shard_samples", plan.shard_samples},
+                         {"seed", o.seed},
+                         {"fingerprint", set_fp},
+                         {"plan", plan.fingerprint},
+                         {"shards", shards}};
+  return WriteFileAtomic(o.out + "/pack.json", manifest.dump(1) + "\n");
+}
+
+}  // namespace
+
+StatusOr<PackReport> PackDataset(const Dataset& d, const PackOptions& o) {
+  if (d.entries.empty()) return Status::InvalidArgument(d.root + ": no images to pack");
+  if (o.block_samples < 1 || o.shard_mb < 1) {
+    return Status::InvalidArgument("pack: block_samples (" + std::to_string(o.block_samples) + ") and shard_mb (" +
+                                   std::to_string(o.shard_mb) + ") must be >= 1");
+  }
+  if (auto st = MakeDirs(o.out); !st.ok()) return st;
+  const std::string set_fp = PackFingerprint(d);
+  if (IsPackedSet(o.out)) {
+    auto existing = ReadFile(o.out + "/pack.json");
+    auto j = existing.ok() ? json::parse(*existing, nullptr, false) : json();
+    if (!j.is_object() || j.value("fingerprint", "") != set_fp) {
+      return Status::AlreadyExists(o.out + " holds a packed set of another data set (fingerprint " +
+                                   (j.is_object() ? j.value("fingerprint", "?") : std::string("?")) + ", this one's is " +
+                                   set_fp + "); choose another --out or remove it");
+    }
+  }
+  // The plan: the pack order and the shard size, from the first image's bytes.
+  Plan plan;
+  plan.order = PackOrder(static_cast<int64_t>(d.entries.size()), o.seed);
+  auto first = ReadImage(d.entries[plan.order[0]].path);
+  if (!first.ok()) return first.status();
+  const int64_t per_image = static_cast<int64_t>(EncodeNpy(*first).size()) + 2048;
+  const int64_t blocks_per_shard =
+      std::max<int64_t>(1, o.shard_images > 0 ? o.shard_images / o.block_samples : (o.shard_mb << 20) / per_image / o.block_samples);
+  plan.shard_samples = blocks_per_shard * o.block_samples;
+  plan.shards = (static_cast<int64_t>(d.entries.size()) + plan.shard_samples - 1) / plan.shard_samples;
+  plan.fingerprint = Fingerprint(set_fp + "|" + std::to_string(o.seed) + "|" + std::to_string(plan.shard_samples) +
+                                 "|" + std::to_string(o.block_samples) + "|" + std::to_string(o.folder_depth_for_labels));
+  CleanStaleTemporaries(o.out, false);
+  PackReport report;
+  std::string first_kind;
+  for (int64_t s = o.rank; s < plan.shards; s += o.world_size) {
+    if (auto done = DoneShard(plan, s, o)) {
+      ++report.shards_reused;
+      continue;
+    }
+    auto m = WriteShard(d, plan, s, o, &first_kind);
+    if (!m.ok()) return m.status();
+    ++report.shards_written;
+    report.images += (*m)["samples"].get<int64_t>();
+    report.bytes += (*m)["bytes"].get<int64_t>();
+    if (o.log) o.log("wrote " + o.out + "/" + (*m)["file"].get<std::string>() + ": " +
+                     std::to_string((*m)["samples"].get<int64_t>()) + " images, " +
+                     std::to_string((*m)["bytes"].get<int64_t>() >> 20) + " MiB");
+  }
+  // Whoever finds every shard complete writes the index and pack.json (the
+  // last rank to finish always does).
+  std::vector<json> manifests;
+  for (int64_t s = 0; s < plan.shards; ++s) {
+    auto m = DoneShard(plan, s, o);
+    if (!m) {
+      report.shards_of_others = plan.shards - s;
+      return report;
+    }
+    manifests.push_back(std::move(*m));
+  }
+  // One sample type across shards written by different ranks.
+  for (const auto& m : manifests) {
+    const auto& r0 = manifests.front()["rows"][0];
+    for (const auto& r : m["rows"]) {
+      if (r[6] != r0[6] || r[7] != r0[7]) {
+        return Status::InvalidArgument(d.entries[r[0].get<int64_t>()].path + ": has " + r[6].dump() + " channel(s) of " +
+                                       r[7].get<std::string>() + ", but " + d.entries[r0[0].get<int64_t>()].path +
+                                       " has " + r0[6].dump() + " of " + r0[7].get<std::string>() +
+                                       ": a packed set holds one channel count and sample type");
+      }
+    }
+  }
+  if (auto st = WriteIndex(d, plan, manifests, o, set_fp); !st.ok()) return st;
+  report.finished = true;
+  return report;
+}
+
+// ----------------------------------------------------------------- staging
+
+namespace {
+
+Status CopyVerified(const std::string& from, const std::string& to, const ShardInfo& want) {
+  const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return Status::FailedPrecondition(from + ": cannot open: " + std::strerror(errno));
+  AtomicFile out(to);
+  Status st = out.Create();
+  uint32_t crc = 0;
+  int64_t total = 0;
+  std::string buf(8 << 20, '\0');
+  while (st.ok()) {
+    const ssize_t got = ::read(in, buf.data(), buf.size());
+    if (got < 0) st = Status::IOError(from + ": read failed: " + std::strerror(errno));
+    if (got <= 0) break;
+    crc = Crc32(buf.data(), static_cast<size_t>(got), crc);
+    total += got;
+    st = out.file()->Append(std::string_view(buf.data(), static_cast<size_t>(got)));
+  }
+  ::close(in);
+  if (!st.ok()) return st;
+  if (total != want.bytes || crc != want.crc32) {
+    return Status::DataLoss(from + ": " + std::to_string(total) + " bytes with CRC-32 " + Hex32(crc) +
+                            ", pack.json says " + std::to_string(want.bytes) + " bytes with " + Hex32(want.crc32) +
+                            ": the shared copy is corrupt or changed; pack it again");
+  }
+  return out.Commit();
+}
+
+}  // namespace
+
+std::string StagedCopy(const PackedSet& set, const std::string& root) {
+  const std::string dir = root + "/" + set.fingerprint();
+  auto marker = ReadFile(dir + "/.staged");
+  if (!marker.ok() || *marker != set.content_fingerprint() + "\n") return "";
+  for (const auto& s : set.shards()) {
+    std::error_code ec;
+    if (static_cast<int64_t>(fs::file_size(dir + "/" + s.file, ec)) != s.bytes || ec) return "";
+  }
+  return dir;
+}
+
+StatusOr<StageReport> StagePackedSet(const PackedSet& set, const std::string& root) {
+  const auto t0 = std::chrono::steady_clock::now();
+  StageReport r;
+  r.dir = root + "/" + set.fingerprint();
+  r.bytes = set.total_bytes();
+  if (!StagedCopy(set, root).empty()) {
+    r.reused = true;
+    return r;
+  }
+  if (auto st = MakeDirs(r.dir); !st.ok()) return st;
+  ::unlink((r.dir + "/.staged").c_str());
+  // Room for what is not there yet.
+  int64_t need = 0;
+  for (const auto& s : set.shards()) {
+    std::error_code ec;
+    if (static_cast<int64_t>(fs::file_size(r.dir + "/" + s.file, ec)) != s.bytes || ec) need += s.bytes;
+  }
+  struct statvfs v {};
+  if (::statvfs(r.dir.c_str(), &v) == 0) {
+    const int64_t avail = static_cast<int64_t>(v.f_bavail) * static_cast<int64_t>(v.f_frsize);
+    if (avail < need + (need >> 6)) {
+      return Status::FailedPrecondition(r.dir + ": " + std::to_string(avail >> 20) + " MiB free, staging " +
+                                        set.dataset().root + " needs " + std::to_string(need >> 20) + " MiB");
+    }
+  }
+  CleanStaleTemporaries(r.dir, false);
+  const std::string src = set.dataset().root;
+  for (const auto& s : set.shards()) {
+    if (auto st = CopyVerified(src + "/" + s.file, r.dir + "/" + s.file, s); !st.ok()) return st;
+  }
+  for (const char* f : {"index.csv", "pack.json"}) {
+    auto text = ReadFile(src + "/" + f);
+    if (!text.ok()) return text.status();
+    if (auto st = WriteFileAtomic(r.dir + "/" + f, *text); !st.ok()) return st;
+  }
+  if (auto st = WriteFileAtomic(r.dir + "/.staged", set.content_fingerprint() + "\n"); !st.ok()) return st;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace scdino::data
