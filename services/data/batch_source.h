@@ -44,6 +44,9 @@ class MultiCropSource {
   virtual EpochStart ResumeAt(int64_t position) const = 0;
   /// The next batch of the current epoch, or nullopt at its end.
   virtual std::optional<MultiCropBatch> Next() = 0;
+  /// What each epoch's order depends on besides the seed, epoch and data
+  /// set (recorded in checkpoints: a resume inside an epoch needs the same).
+  virtual std::string epoch_order() const { return "global"; }
   /// Class names, index = label (sorted).
   virtual std::vector<std::string> class_names() const = 0;
 };

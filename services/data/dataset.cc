@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <type_traits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -136,30 +138,83 @@ StatusOr<Dataset> IndexCsv(const std::string& csv_path) {
   return Finish(std::move(d), labels);
 }
 
+namespace {
+
+// PrepareImage's arithmetic without tensor temporaries, for 8-bit, 16-bit
+// and float images: the selected channels de-interleaved into C x H x W
+// floats, then per channel the min and max and (x - lo) / range in place
+// (contiguous loops the compiler vectorises): the same values as the tensor
+// ops below. Returns false when a value is not finite.
+template <typename T>
+bool PrepareDirect(const T* src, int64_t W, int64_t C, const std::vector<int64_t>& channels, int64_t top,
+                   int64_t left, int64_t h, int64_t w, float* dst) {
+  const int64_t n = static_cast<int64_t>(channels.size()), plane = h * w;
+  if (plane == 0) return true;
+  for (int64_t k = 0; k < n; ++k) {
+    float* out = dst + k * plane;
+    for (int64_t y = 0; y < h; ++y) {
+      const T* row = src + ((top + y) * W + left) * C + channels[k];
+      for (int64_t x = 0; x < w; ++x) out[y * w + x] = static_cast<float>(row[x * C]);
+    }
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    float* out = dst + k * plane;
+    float lo = out[0], hi = out[0];
+    bool finite = true;
+    for (int64_t i = 0; i < plane; ++i) {
+      lo = std::min(lo, out[i]);
+      hi = std::max(hi, out[i]);
+      if constexpr (std::is_floating_point_v<T>) finite &= std::isfinite(out[i]);
+    }
+    if (!finite) return false;
+    const float range = hi - lo, divisor = std::max(range, 1e-30f);
+    if (range > 0) {
+      for (int64_t i = 0; i < plane; ++i) out[i] = (out[i] - lo) / divisor;
+    } else {
+      std::fill(out, out + plane, 0.0f);
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 StatusOr<torch::Tensor> PrepareImage(const torch::Tensor& hwc, const ImagePrep& prep, const std::string& path) {
   const int64_t h = hwc.size(0), w = hwc.size(1), c = hwc.size(2);
+  for (int64_t ch : prep.channels) {
+    if (ch < 0 || ch >= c) {
+      std::ostringstream sel;
+      for (size_t i = 0; i < prep.channels.size(); ++i) sel << (i ? "," : "") << prep.channels[i];
+      return Status::InvalidArgument(path + ": has " + std::to_string(c) + " channel(s), but channels [" + sel.str() +
+                                     "] were selected");
+    }
+  }
+  if (prep.center_crop > 0 && (prep.center_crop > h || prep.center_crop > w)) {
+    return Status::InvalidArgument(path + ": is " + std::to_string(h) + "x" + std::to_string(w) +
+                                   ", smaller than center_crop " + std::to_string(prep.center_crop));
+  }
+  // torchvision's CenterCrop offsets: round((size - crop) / 2).
+  const int64_t top = prep.center_crop > 0 ? static_cast<int64_t>(std::round((h - prep.center_crop) / 2.0)) : 0;
+  const int64_t left = prep.center_crop > 0 ? static_cast<int64_t>(std::round((w - prep.center_crop) / 2.0)) : 0;
+  const int64_t oh = prep.center_crop > 0 ? prep.center_crop : h, ow = prep.center_crop > 0 ? prep.center_crop : w;
+  std::vector<int64_t> channels = prep.channels;
+  if (channels.empty()) {
+    for (int64_t k = 0; k < c; ++k) channels.push_back(k);
+  }
+  const auto type = hwc.scalar_type();
+  if (hwc.is_cpu() && hwc.is_contiguous() && (type == torch::kUInt8 || type == torch::kInt32 || type == torch::kFloat32)) {
+    auto out = torch::empty({static_cast<int64_t>(channels.size()), oh, ow}, torch::kFloat32);
+    float* dst = out.data_ptr<float>();
+    const bool finite =
+        type == torch::kUInt8   ? PrepareDirect(hwc.data_ptr<uint8_t>(), w, c, channels, top, left, oh, ow, dst)
+        : type == torch::kInt32 ? PrepareDirect(hwc.data_ptr<int32_t>(), w, c, channels, top, left, oh, ow, dst)
+                                : PrepareDirect(hwc.data_ptr<float>(), w, c, channels, top, left, oh, ow, dst);
+    if (!finite) return Status::DataLoss(path + ": contains NaN or infinite values");
+    return out;
+  }
+  // Any other dtype or layout: the same arithmetic in tensor ops.
   torch::Tensor x = hwc.permute({2, 0, 1}).to(torch::kFloat32);
-  if (!prep.channels.empty()) {
-    for (int64_t ch : prep.channels) {
-      if (ch < 0 || ch >= c) {
-        std::ostringstream sel;
-        for (size_t i = 0; i < prep.channels.size(); ++i) sel << (i ? "," : "") << prep.channels[i];
-        return Status::InvalidArgument(path + ": has " + std::to_string(c) + " channel(s), but channels [" + sel.str() +
-                                       "] were selected");
-      }
-    }
-    x = x.index_select(0, torch::tensor(prep.channels, torch::kInt64));
-  }
-  if (prep.center_crop > 0) {
-    if (prep.center_crop > h || prep.center_crop > w) {
-      return Status::InvalidArgument(path + ": is " + std::to_string(h) + "x" + std::to_string(w) +
-                                     ", smaller than center_crop " + std::to_string(prep.center_crop));
-    }
-    // torchvision's CenterCrop offsets: round((size - crop) / 2).
-    const int64_t top = static_cast<int64_t>(std::round((h - prep.center_crop) / 2.0));
-    const int64_t left = static_cast<int64_t>(std::round((w - prep.center_crop) / 2.0));
-    x = x.slice(1, top, top + prep.center_crop).slice(2, left, left + prep.center_crop);
-  }
+  x = x.index_select(0, torch::tensor(channels, torch::kInt64)).slice(1, top, top + oh).slice(2, left, left + ow);
   if (!torch::isfinite(x).all().item<bool>()) return Status::DataLoss(path + ": contains NaN or infinite values");
   auto flat = x.reshape({x.size(0), -1});
   auto lo = std::get<0>(flat.min(1)).view({-1, 1, 1});

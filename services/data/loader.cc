@@ -32,13 +32,26 @@ FileLoader::FileLoader(Dataset dataset, LoaderOptions options, torch::Device dev
     }
   }
   if (options_.packed && options_.sampler.block > 0) {
-    block_capacity_ = static_cast<size_t>(2 * options_.sampler.window_blocks + 2);
+    // The blocks of every window the batches being loaded or waiting reach
+    // (with many ranks a rank's batches cross windows sooner), plus one.
+    const auto& so = options_.sampler;
+    const int64_t window = so.window_blocks * so.block;
+    const int64_t in_flight = (options_.prefetch + std::max(1, options_.threads)) * so.batch_size * so.world_size;
+    const int64_t windows = (in_flight + window - 1) / window + 2;
+    block_capacity_ = static_cast<size_t>(windows * so.window_blocks);
   }
   const int n = std::max(1, options_.threads);
   for (int i = 0; i < n; ++i) workers_.emplace_back([this] { Worker(); });
 }
 
 FileLoader::~FileLoader() { StopWorkers(); }
+
+std::string FileLoader::epoch_order() const {
+  const auto& so = options_.sampler;
+  if (so.block <= 0) return "global";
+  return "blocks of " + std::to_string(so.block) + " in windows of " + std::to_string(so.window_blocks) +
+         (options_.packed ? " of packed set " + options_.packed->content_fingerprint() : std::string());
+}
 
 void FileLoader::StopWorkers() {
   {
@@ -52,6 +65,19 @@ void FileLoader::StopWorkers() {
 
 void FileLoader::StartEpoch(int64_t epoch, EpochStart start) {
   auto indices = sampler_.EpochIndices(epoch, start);
+  if (block_capacity_ > 0) {
+    std::vector<int64_t> sequence;
+    std::unordered_map<int64_t, size_t> place;
+    const auto& entries = options_.packed->entries();
+    const int64_t bs = options_.sampler.batch_size;
+    for (size_t k = static_cast<size_t>(start.batch * bs); k < indices.size(); ++k) {
+      const int64_t block = entries[indices[k]].position / options_.packed->block_samples();
+      if (place.emplace(block, sequence.size()).second) sequence.push_back(block);
+    }
+    std::lock_guard<std::mutex> l(block_mu_);
+    block_sequence_ = std::move(sequence);
+    block_place_ = std::move(place);
+  }
   std::lock_guard<std::mutex> l(mu_);
   epoch_ = epoch;
   epoch_indices_ = std::move(indices);
@@ -98,10 +124,26 @@ StatusOr<RawImage> FileLoader::ReadPacked(int64_t index) {
       block_lru_.push_back(block);
     } else {
       loading_.insert(block);
+      // The next blocks this rank needs, read ahead by the kernel.
+      auto at = block_place_.find(block);
+      if (at != block_place_.end()) {
+        for (size_t j = at->second + 1; j < std::min(block_sequence_.size(), at->second + 1 + static_cast<size_t>(options_.sampler.window_blocks)); ++j) {
+          if (!blocks_.count(block_sequence_[j])) set.WillNeed(block_sequence_[j]);
+        }
+      }
     }
   }
   if (!bytes) {
-    auto read = set.ReadBlock(block);
+    StatusOr<std::shared_ptr<const std::string>> read = Status::Internal("block " + std::to_string(block) + " not read");
+    try {
+      read = set.ReadBlock(block);
+    } catch (...) {
+      // No memory for the block: the others waiting for it must not wait forever.
+      std::lock_guard<std::mutex> l(block_mu_);
+      loading_.erase(block);
+      block_cv_.notify_all();
+      throw;
+    }
     std::lock_guard<std::mutex> l(block_mu_);
     loading_.erase(block);
     block_cv_.notify_all();
@@ -180,6 +222,7 @@ void FileLoader::Worker() {
     if (stopping_) return;
     const int64_t k = next_to_load_++;
     const int64_t gen = generation_;
+    const int64_t epoch = epoch_;
     const int64_t bs = options_.sampler.batch_size;
     std::vector<int64_t> idx(epoch_indices_.begin() + k * bs, epoch_indices_.begin() + (k + 1) * bs);
     l.unlock();
@@ -188,6 +231,13 @@ void FileLoader::Worker() {
     // becomes the batch's error, which Next() reports.
     try {
       b = Load(idx);
+      if (b.error.ok() && device_.is_cpu()) {
+        // Not InferenceMode: the model's first layer saves the crops for
+        // its backward pass, which inference tensors refuse.
+        torch::NoGradGuard no_grad;
+        b.crops = augmenter_.Apply(b.images, b.indices, epoch, b.sizes);
+        b.images = torch::Tensor();
+      }
     } catch (const std::bad_alloc&) {
       b.error = Status::Internal("out of memory while loading batch " + std::to_string(k) + " (first image " +
                                  dataset_.entries[idx.front()].path + "); lower scdino.cache_max_mb, "
@@ -219,7 +269,8 @@ std::optional<MultiCropBatch> FileLoader::Next() {
   cv_.notify_all();
   ThrowIfError(raw.error);
   MultiCropBatch b;
-  b.crops = augmenter_.Apply(raw.images.to(device_, /*non_blocking=*/true), raw.indices, epoch, raw.sizes);
+  b.crops = !raw.crops.empty() ? std::move(raw.crops)
+                                : augmenter_.Apply(raw.images.to(device_, /*non_blocking=*/true), raw.indices, epoch, raw.sizes);
   std::vector<int64_t> labels;
   for (int64_t i : raw.indices) labels.push_back(dataset_.entries[i].label);
   b.labels = torch::tensor(labels, torch::kInt64);

@@ -1,8 +1,10 @@
 // The file loader: a MultiCropSource over an indexed data set. Background
 // threads read, decode and preprocess (channel selection, center crop,
 // min-max) the images of upcoming batches into a bounded prefetch queue,
-// optionally keeping decoded images in memory; Next() moves a batch to the
-// training device and augments it there.
+// optionally keeping decoded images in memory. On a CPU device the same
+// threads also augment each batch (the multi-crop views), in parallel with
+// each other and with the training step; for a GPU, Next() moves the batch
+// to the device and augments it there.
 #pragma once
 
 #include <atomic>
@@ -61,6 +63,7 @@ class FileLoader : public MultiCropSource {
   /// for a failure of a worker thread (e.g. out of memory), naming it.
   std::optional<MultiCropBatch> Next() override;
   std::vector<std::string> class_names() const override { return dataset_.classes; }
+  std::string epoch_order() const override;
 
   /// Seconds Next() has spent blocked on decoding so far (part of its wall
   /// time; the trainer times Next() as a whole): for benchmarks.
@@ -74,6 +77,7 @@ class FileLoader : public MultiCropSource {
     torch::Tensor images;  // [b, C, Hmax, Wmax] padded
     std::vector<std::array<int64_t, 2>> sizes;
     std::vector<int64_t> indices;
+    std::vector<torch::Tensor> crops;  // augmented by the worker (CPU device)
     Status error;
   };
   void Worker();
@@ -111,6 +115,10 @@ class FileLoader : public MultiCropSource {
   std::set<int64_t> loading_;
   std::vector<int64_t> block_lru_;
   size_t block_capacity_ = 0;
+  // This rank's blocks of the epoch in the order it first needs them, and
+  // each block's place in it: a miss reads the next blocks ahead.
+  std::vector<int64_t> block_sequence_;
+  std::unordered_map<int64_t, size_t> block_place_;
   double queue_wait_seconds_ = 0.0;
 };
 

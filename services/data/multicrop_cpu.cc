@@ -54,6 +54,7 @@ std::vector<Taps> Weights(int64_t s, int64_t n, bool flip, const std::vector<dou
       }
     }
     rows[y].lo = lo;
+    rows[y].w.reserve(static_cast<size_t>(hi - lo + 1));
     for (int64_t i = lo; i <= hi; ++i) {
       rows[y].w.push_back(static_cast<float>(acc[i]));
       acc[i] = 0.0;
@@ -150,8 +151,9 @@ torch::Tensor CropBatchFusedCpu(const torch::Tensor& images, const std::vector<C
   }
   const float threshold = static_cast<float>(o.solarize_threshold);
   // One image after the other on the calling thread (a loader thread: the
-  // step has LibTorch's threads). An at::parallel_for here was serial all
-  // along (common/parallel.h says why).
+  // step has LibTorch's threads; the loader's threads augment batches in
+  // parallel). An at::parallel_for here was serial all along
+  // (common/parallel.h says why).
   std::vector<float> z;
   for (int64_t b = 0; b < B; ++b) {
     const CropParams& p = params[b];

@@ -1,6 +1,7 @@
 #include "data/packed.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -189,9 +190,54 @@ int64_t PackedSet::total_bytes() const {
   return n;
 }
 
-int PackedSet::Fd(int64_t shard) const { return fds_[shard]; }
+std::string PackedSet::ShardPath(int64_t shard) const { return files_dir_ + "/" + shards_[shard].file; }
 
-StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& dir) {
+StatusOr<int> PackedSet::Fd(int64_t shard) const {
+  std::lock_guard<std::mutex> l(fd_mu_);
+  if (fds_[shard] >= 0) return fds_[shard];
+  const int fd = ::open(ShardPath(shard).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return Status::FailedPrecondition(ShardPath(shard) + ": cannot open: " + std::strerror(errno) +
+                                      (errno == EMFILE ? " (raise the open-file limit, ulimit -n, or pack with larger --shard-mb)" : ""));
+  }
+  fds_[shard] = fd;
+  return fd;
+}
+
+namespace {
+
+// Shards are opened as they are first read, each kept open: a set of many
+// shards needs as many descriptors, so the soft limit is raised to the hard
+// one once.
+void RaiseOpenFileLimit() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct rlimit r {};
+    if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+      r.rlim_cur = r.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &r);
+    }
+  });
+}
+
+// pread until `n` bytes are in or the file ends; EINTR (a signal such as
+// Slurm's USR1 during a read on a network file system) is retried.
+ssize_t PreadFully(int fd, char* buf, size_t n, int64_t offset) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(fd, buf + done, n - done, offset + static_cast<int64_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return -1;
+    if (got == 0) break;
+    done += static_cast<size_t>(got);
+  }
+  return static_cast<ssize_t>(done);
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& dir, const std::string& logical_root) {
+  RaiseOpenFileLimit();
   const std::string manifest_path = dir + "/pack.json";
   auto text = ReadFile(manifest_path);
   if (!text.ok()) return text.status();
@@ -204,13 +250,18 @@ StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& di
                                       ", this scdino reads version " + std::to_string(kFormatVersion) + "; pack it again");
   }
   std::shared_ptr<PackedSet> set(new PackedSet());
+  int64_t n_total = 0;
   try {
-    set->dataset_.root = dir;
+    set->files_dir_ = dir;
+    set->dataset_.root = logical_root.empty() ? dir : logical_root;
     set->dataset_.classes = m.at("classes").get<std::vector<std::string>>();
     set->block_samples_ = m.at("block_samples").get<int64_t>();
     set->channels_ = m.at("channels").get<int64_t>();
     set->depth_ = m.at("folder_depth_for_labels").get<int64_t>();
     set->fingerprint_ = m.at("fingerprint").get<std::string>();
+    n_total = m.at("samples").get<int64_t>();
+    set->index_bytes_ = m.at("index").at("bytes").get<int64_t>();
+    set->index_crc32_ = ParseHex32(m.at("index").at("crc32").get<std::string>());
     for (const auto& s : m.at("shards")) {
       set->shards_.push_back({s.at("file").get<std::string>(), s.at("samples").get<int64_t>(),
                               s.at("bytes").get<int64_t>(), ParseHex32(s.at("crc32").get<std::string>())});
@@ -219,8 +270,11 @@ StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& di
     return Status::DataLoss(manifest_path + ": " + e.what());
   }
   set->content_fingerprint_ = Fingerprint(*text);
-  if (set->block_samples_ < 1) return Status::DataLoss(manifest_path + ": block_samples must be >= 1");
-  // Every shard, with the size pack.json gives it.
+  if (set->block_samples_ < 1) {
+    return Status::DataLoss(manifest_path + ": block_samples is " + std::to_string(set->block_samples_) + ", expected >= 1");
+  }
+  if (n_total < 1) return Status::DataLoss(manifest_path + ": samples is " + std::to_string(n_total) + ", expected >= 1");
+  // Every shard, with the size pack.json gives it (opened when first read).
   for (const auto& s : set->shards_) {
     const std::string path = dir + "/" + s.file;
     std::error_code ec;
@@ -230,70 +284,92 @@ StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& di
       return Status::DataLoss(path + ": " + std::to_string(size) + " bytes, " + manifest_path + " says " +
                               std::to_string(s.bytes) + ": cut short, or a shard of another packed set; pack again");
     }
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::FailedPrecondition(path + ": cannot open: " + std::strerror(errno));
-    set->fds_.push_back(fd);
   }
+  set->fds_.assign(set->shards_.size(), -1);
   const std::string index_path = dir + "/index.csv";
   auto index = ReadFile(index_path);
   if (!index.ok()) return index.status();
+  const uint32_t index_crc = Crc32(index->data(), index->size());
+  if (static_cast<int64_t>(index->size()) != set->index_bytes_ || index_crc != set->index_crc32_) {
+    return Status::DataLoss(index_path + ": " + std::to_string(index->size()) + " bytes with CRC-32 " + Hex32(index_crc) +
+                            ", " + manifest_path + " says " + std::to_string(set->index_bytes_) + " with " +
+                            Hex32(set->index_crc32_) + ": not this pack's index; pack again");
+  }
   std::istringstream in(*index);
   std::string line;
   int64_t lineno = 0;
-  const int64_t n_total = m.value("samples", int64_t{0});
   set->pack_order_.assign(n_total, -1);
   while (std::getline(in, line)) {
     ++lineno;
     if (lineno == 1) continue;  // header
     if (line.empty()) continue;
     auto f = SplitCsvLine(line);
-    auto bad = [&](const std::string& why) {
-      return Status::DataLoss(index_path + ": line " + std::to_string(lineno) + ": " + why);
+    auto bad = [&](const std::string& field, const std::string& value, const std::string& why) {
+      return Status::DataLoss(index_path + ": line " + std::to_string(lineno) + ": " + field + " " + value + ": " + why);
     };
-    if (f.size() != 12) return bad("expected 12 fields, got " + std::to_string(f.size()));
+    if (f.size() != 12) return bad("row", "of " + std::to_string(f.size()) + " fields", "expected 12");
     PackedEntry e;
     int64_t label = 0;
+    const char* names[] = {"path", "label", "class", "shard", "offset", "bytes", "crc32", "height", "width", "channels"};
+    int field = 1;
     try {
       label = std::stoll(f[1]);
-      e.shard = std::stoll(f[3]);
-      e.offset = std::stoll(f[4]);
-      e.bytes = std::stoll(f[5]);
-      e.crc32 = ParseHex32(f[6]);
-      e.shape = {std::stoll(f[7]), std::stoll(f[8]), std::stoll(f[9])};
-      e.position = std::stoll(f[11]);
+      field = 3, e.shard = std::stoll(f[3]);
+      field = 4, e.offset = std::stoll(f[4]);
+      field = 5, e.bytes = std::stoll(f[5]);
+      field = 6, e.crc32 = ParseHex32(f[6]);
+      field = 7, e.shape[0] = std::stoll(f[7]);
+      field = 8, e.shape[1] = std::stoll(f[8]);
+      field = 9, e.shape[2] = std::stoll(f[9]);
+      field = 11, e.position = std::stoll(f[11]);
     } catch (const std::exception&) {
-      return bad("a number field does not parse");
+      return bad(field == 11 ? "position" : names[field], "'" + f[field] + "'", "not a number");
     }
-    if (label < 0 || label >= static_cast<int64_t>(set->dataset_.classes.size())) return bad("label out of range");
-    if (e.shard < 0 || e.shard >= static_cast<int64_t>(set->shards_.size()) || e.offset < 0 ||
-        e.offset + e.bytes > set->shards_[e.shard].bytes) {
-      return bad("shard or offset outside the shards of pack.json");
+    const int64_t classes = static_cast<int64_t>(set->dataset_.classes.size());
+    if (label < 0 || label >= classes) return bad("label", f[1], "expected 0.." + std::to_string(classes - 1));
+    if (e.shard < 0 || e.shard >= static_cast<int64_t>(set->shards_.size())) {
+      return bad("shard", f[3], "pack.json has " + std::to_string(set->shards_.size()) + " shards");
     }
-    if (e.position < 0 || e.position >= n_total || set->pack_order_[e.position] >= 0) return bad("bad position");
+    const int64_t shard_bytes = set->shards_[e.shard].bytes;
+    if (e.bytes < 10 || e.bytes > shard_bytes || e.offset < 0 || e.offset > shard_bytes - e.bytes) {
+      return bad("offset and bytes", f[4] + " and " + f[5], "outside the shard's " + std::to_string(shard_bytes) + " bytes");
+    }
+    if (e.shape[0] < 1 || e.shape[1] < 1 || e.shape[2] < 1 || e.shape[0] * e.shape[1] * e.shape[2] > e.bytes) {
+      return bad("shape", f[7] + "x" + f[8] + "x" + f[9], "not an image of " + f[5] + " bytes");
+    }
+    if (e.position < 0 || e.position >= n_total) {
+      return bad("position", f[11], "expected 0.." + std::to_string(n_total - 1));
+    }
+    if (set->pack_order_[e.position] >= 0) return bad("position", f[11], "taken by an earlier row");
     set->pack_order_[e.position] = static_cast<int64_t>(set->entries_.size());
-    set->dataset_.entries.push_back({(fs::path(dir) / f[0]).string(), label});
+    set->by_path_.emplace(f[0], static_cast<int64_t>(set->entries_.size()));
+    set->dataset_.entries.push_back({(fs::path(set->dataset_.root) / f[0]).string(), label});
     set->entries_.push_back(e);
   }
   if (static_cast<int64_t>(set->entries_.size()) != n_total) {
     return Status::DataLoss(index_path + ": " + std::to_string(set->entries_.size()) + " rows, pack.json says " +
                             std::to_string(n_total) + " images");
   }
+  // A block is read with one pread: it must lie in one shard.
+  for (int64_t b = 0; b < set->blocks(); ++b) {
+    const int64_t first = b * set->block_samples_, last = std::min(first + set->block_samples_, n_total) - 1;
+    if (set->entries_[set->pack_order_[first]].shard != set->entries_[set->pack_order_[last]].shard) {
+      return Status::DataLoss(index_path + ": block " + std::to_string(b) + " spans two shards (block_samples " +
+                              std::to_string(set->block_samples_) + "); pack again");
+    }
+  }
   return std::shared_ptr<const PackedSet>(std::move(set));
 }
 
 StatusOr<RawImage> PackedSet::Decode(int64_t index, const char* data) const {
   const auto& e = entries_[index];
-  const std::string where = [&] {
-    return shards_[e.shard].file + " offset " + std::to_string(e.offset) + " (" + dataset_.entries[index].path + ")";
-  }();
+  const std::string where = ShardPath(e.shard) + " offset " + std::to_string(e.offset) + " (" + dataset_.entries[index].path + ")";
   if (Crc32(data, static_cast<size_t>(e.bytes)) != e.crc32) {
-    return Status::DataLoss(dataset_.root + "/" + where + ": CRC-32 mismatch: the shard is corrupt or was changed "
-                            "after packing; pack the data set again");
+    return Status::DataLoss(where + ": CRC-32 mismatch: the shard is corrupt or was changed after packing; pack the "
+                            "data set again");
   }
   // The .npy header scdino writes: magic, version 1.0, little-endian length.
-  if (e.bytes < 10 || std::memcmp(data, "\x93NUMPY\x01\x00", 8) != 0) {
-    return Status::DataLoss(dataset_.root + "/" + where + ": not a .npy member");
-  }
+  if (std::memcmp(data, "\x93NUMPY\x01\x00", 8) != 0) return Status::DataLoss(where + ": not a .npy member");
   const size_t hlen = static_cast<unsigned char>(data[8]) | (static_cast<unsigned char>(data[9]) << 8);
   const std::string header(data + 10, std::min<size_t>(hlen, static_cast<size_t>(e.bytes) - 10));
   const int64_t h = e.shape[0], w = e.shape[1], c = e.shape[2];
@@ -313,15 +389,17 @@ StatusOr<RawImage> PackedSet::Decode(int64_t index, const char* data) const {
   if (header.find("'<f4'") != std::string::npos && have == 4 * n) {
     return torch::from_blob(const_cast<char*>(pixels), {h, w, c}, torch::kFloat32).clone();
   }
-  return Status::DataLoss(dataset_.root + "/" + where + ": .npy header " + header + " does not match the index's shape");
+  return Status::DataLoss(where + ": .npy header " + header + " does not match the index's shape");
 }
 
 StatusOr<RawImage> PackedSet::Read(int64_t index) const {
   const auto& e = entries_[index];
+  auto fd = Fd(e.shard);
+  if (!fd.ok()) return fd.status();
   std::string buf(static_cast<size_t>(e.bytes), '\0');
-  const ssize_t got = ::pread(Fd(e.shard), buf.data(), buf.size(), e.offset);
+  const ssize_t got = PreadFully(*fd, buf.data(), buf.size(), e.offset);
   if (got != static_cast<ssize_t>(buf.size())) {
-    return Status::DataLoss(dataset_.root + "/" + shards_[e.shard].file + " offset " + std::to_string(e.offset) + " (" +
+    return Status::DataLoss(ShardPath(e.shard) + " offset " + std::to_string(e.offset) + " (" +
                             dataset_.entries[index].path + "): read " + std::to_string(got) + " of " +
                             std::to_string(e.bytes) + " bytes" + (got < 0 ? std::string(": ") + std::strerror(errno) : ""));
   }
@@ -338,67 +416,73 @@ std::pair<int64_t, int64_t> PackedSet::BlockRange(int64_t block) const {
 
 StatusOr<std::shared_ptr<const std::string>> PackedSet::ReadBlock(int64_t block) const {
   const auto [begin, end] = BlockRange(block);
-  const auto& first = entries_[pack_order_[block * block_samples_]];
+  const int64_t shard = entries_[pack_order_[block * block_samples_]].shard;
+  auto fd = Fd(shard);
+  if (!fd.ok()) return fd.status();
   auto buf = std::make_shared<std::string>(static_cast<size_t>(end - begin), '\0');
-  size_t done = 0;
-  while (done < buf->size()) {
-    const ssize_t got = ::pread(Fd(first.shard), buf->data() + done, buf->size() - done, begin + static_cast<int64_t>(done));
-    if (got <= 0) {
-      return Status::DataLoss(dataset_.root + "/" + shards_[first.shard].file + ": reading block " + std::to_string(block) +
-                              " (bytes " + std::to_string(begin) + " to " + std::to_string(end) + ") failed" +
-                              (got < 0 ? std::string(": ") + std::strerror(errno) : ": the shard ends early"));
-    }
-    done += static_cast<size_t>(got);
+  const ssize_t got = PreadFully(*fd, buf->data(), buf->size(), begin);
+  if (got != static_cast<ssize_t>(buf->size())) {
+    return Status::DataLoss(ShardPath(shard) + ": reading block " + std::to_string(block) + " (bytes " +
+                            std::to_string(begin) + " to " + std::to_string(end) + ") failed" +
+                            (got < 0 ? std::string(": ") + std::strerror(errno) : ": the shard ends early"));
   }
   return std::shared_ptr<const std::string>(std::move(buf));
+}
+
+void PackedSet::WillNeed(int64_t block) const {
+  if (block < 0 || block >= blocks()) return;
+  const auto [begin, end] = BlockRange(block);
+  auto fd = Fd(entries_[pack_order_[block * block_samples_]].shard);
+  if (fd.ok()) ::posix_fadvise(*fd, begin, end - begin, POSIX_FADV_WILLNEED);
 }
 
 StatusOr<RawImage> PackedSet::DecodeFromBlock(int64_t index, const std::string& block_bytes, int64_t block) const {
   return Decode(index, block_bytes.data() + (entries_[index].offset - BlockRange(block).first));
 }
 
-StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Shared(const std::string& dir) {
+StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Shared(const std::string& dir, const std::string& files_dir) {
   static std::mutex mu;
   static std::map<std::string, std::shared_ptr<const PackedSet>> open;
   const std::string key = fs::absolute(dir).lexically_normal().string();
   std::lock_guard<std::mutex> l(mu);
   auto it = open.find(key);
-  if (it != open.end()) return it->second;
-  auto set = Open(dir);
+  if (it != open.end() && (files_dir.empty() || it->second->files_dir_ == files_dir)) return it->second;
+  auto set = files_dir.empty() ? Open(dir) : Open(files_dir, dir);
   if (set.ok()) open[key] = *set;
   return set;
 }
 
 namespace {
 
-// The packed set above `path` and `path` relative to it.
-std::pair<std::shared_ptr<const PackedSet>, std::string> FindPackedSet(const std::string& path) {
+// The packed set above `path` (or the error opening it) and `path` relative
+// to it; a null set when no folder above `path` holds one.
+StatusOr<std::pair<std::shared_ptr<const PackedSet>, std::string>> FindPackedSet(const std::string& path) {
   for (fs::path dir = fs::path(path).parent_path(); !dir.empty(); dir = dir.parent_path()) {
     if (IsPackedSet(dir.string())) {
       auto set = PackedSet::Shared(dir.string());
-      if (!set.ok()) return {nullptr, ""};
-      return {*set, fs::path(path).lexically_relative(dir).generic_string()};
+      if (!set.ok()) return set.status();
+      return std::make_pair(*set, fs::path(path).lexically_relative(dir).generic_string());
     }
     if (dir == dir.root_path() || dir == dir.parent_path()) break;
   }
-  return {nullptr, ""};
+  return std::make_pair(std::shared_ptr<const PackedSet>(), std::string());
 }
 
 }  // namespace
 
-std::shared_ptr<const PackedSet> PackedSetOf(const std::string& path) { return FindPackedSet(path).first; }
+std::shared_ptr<const PackedSet> PackedSetOf(const std::string& path) {
+  auto found = FindPackedSet(path);
+  return found.ok() ? found->first : nullptr;
+}
 
 StatusOr<RawImage> ReadPackedImage(const std::string& path) {
-  auto [set, rel] = FindPackedSet(path);
+  auto found = FindPackedSet(path);
+  if (!found.ok()) return found.status();
+  const auto& [set, rel] = *found;
   if (!set) return Status::NotFound(path + ": no such image file, and no packed data set holds it");
-  const std::string full = (fs::path(set->dataset().root) / rel).string();
-  const auto& entries = set->dataset().entries;
-  auto it = std::lower_bound(entries.begin(), entries.end(), full,
-                             [](const DatasetEntry& e, const std::string& p) { return e.path < p; });
-  if (it == entries.end() || it->path != full) {
-    return Status::NotFound(path + ": not an image of the packed data set " + set->dataset().root);
-  }
-  return set->Read(it - entries.begin());
+  const int64_t index = set->IndexOf(rel);
+  if (index < 0) return Status::NotFound(path + ": not an image of the packed data set " + set->dataset().root);
+  return set->Read(index);
 }
 
 // ----------------------------------------------------------------- packing
@@ -512,6 +596,7 @@ Status WriteIndex(const Dataset& d, const Plan& plan, const std::vector<json>& m
            std::to_string(r.position) + "\n";
   }
   if (auto st = WriteFileAtomic(o.out + "/index.csv", csv); !st.ok()) return st;
+  const json index = {{"bytes", static_cast<int64_t>(csv.size())}, {"crc32", Hex32(Crc32(csv.data(), csv.size()))}};
   const json manifest = {{"format", "scdino-pack"},
                          {"version", kFormatVersion},
                          {"samples", static_cast<int64_t>(d.entries.size())},
@@ -525,6 +610,7 @@ Status WriteIndex(const Dataset& d, const Plan& plan, const std::vector<json>& m
                          {"seed", o.seed},
                          {"fingerprint", set_fp},
                          {"plan", plan.fingerprint},
+                         {"index", index},
                          {"shards", shards}};
   return WriteFileAtomic(o.out + "/pack.json", manifest.dump(1) + "\n");
 }
@@ -536,6 +622,20 @@ StatusOr<PackReport> PackDataset(const Dataset& d, const PackOptions& o) {
   if (o.block_samples < 1 || o.shard_mb < 1) {
     return Status::InvalidArgument("pack: block_samples (" + std::to_string(o.block_samples) + ") and shard_mb (" +
                                    std::to_string(o.shard_mb) + ") must be >= 1");
+  }
+  // Every image below the data set's root: its path in the set is relative.
+  std::string files_key;
+  for (const auto& e : d.entries) {
+    const std::string rel = Relative(d, e.path);
+    if (rel.empty() || rel.rfind("..", 0) == 0 || fs::path(rel).is_absolute()) {
+      return Status::InvalidArgument(e.path + ": lies outside the data set's folder " + d.root +
+                                     "; a packed set names images by their path below it");
+    }
+    // Sizes and times: a rerun after images changed writes new shards.
+    std::error_code ec;
+    const auto size = fs::file_size(e.path, ec);
+    const auto time = fs::last_write_time(e.path, ec).time_since_epoch().count();
+    files_key += std::to_string(size) + ":" + std::to_string(time) + "\n";
   }
   if (auto st = MakeDirs(o.out); !st.ok()) return st;
   const std::string set_fp = PackFingerprint(d);
@@ -559,10 +659,22 @@ StatusOr<PackReport> PackDataset(const Dataset& d, const PackOptions& o) {
   plan.shard_samples = blocks_per_shard * o.block_samples;
   plan.shards = (static_cast<int64_t>(d.entries.size()) + plan.shard_samples - 1) / plan.shard_samples;
   plan.fingerprint = Fingerprint(set_fp + "|" + std::to_string(o.seed) + "|" + std::to_string(plan.shard_samples) +
-                                 "|" + std::to_string(o.block_samples) + "|" + std::to_string(o.folder_depth_for_labels));
+                                 "|" + std::to_string(o.block_samples) + "|" + std::to_string(o.folder_depth_for_labels) +
+                                 "|" + Fingerprint(files_key));
   CleanStaleTemporaries(o.out, false);
   PackReport report;
   std::string first_kind;
+  // A set whose shards are about to change is no longer a set: pack.json and
+  // index.csv go first, so that no reader mixes old and new shards.
+  bool changes = false;
+  for (int64_t s = o.rank; s < plan.shards && !changes; s += o.world_size) changes = !DoneShard(plan, s, o);
+  if (changes) {
+    for (const char* f : {"/pack.json", "/index.csv"}) {
+      if (::unlink((o.out + f).c_str()) != 0 && errno != ENOENT) {
+        return Status::IOError(o.out + f + ": cannot remove the outdated file: " + std::strerror(errno));
+      }
+    }
+  }
   for (int64_t s = o.rank; s < plan.shards; s += o.world_size) {
     if (auto done = DoneShard(plan, s, o)) {
       ++report.shards_reused;
@@ -638,7 +750,7 @@ Status CopyVerified(const std::string& from, const std::string& to, const ShardI
 }  // namespace
 
 std::string StagedCopy(const PackedSet& set, const std::string& root) {
-  const std::string dir = root + "/" + set.fingerprint();
+  const std::string dir = root + "/" + set.content_fingerprint();
   auto marker = ReadFile(dir + "/.staged");
   if (!marker.ok() || *marker != set.content_fingerprint() + "\n") return "";
   for (const auto& s : set.shards()) {
@@ -651,7 +763,7 @@ std::string StagedCopy(const PackedSet& set, const std::string& root) {
 StatusOr<StageReport> StagePackedSet(const PackedSet& set, const std::string& root) {
   const auto t0 = std::chrono::steady_clock::now();
   StageReport r;
-  r.dir = root + "/" + set.fingerprint();
+  r.dir = root + "/" + set.content_fingerprint();
   r.bytes = set.total_bytes();
   if (!StagedCopy(set, root).empty()) {
     r.reused = true;
@@ -674,15 +786,24 @@ StatusOr<StageReport> StagePackedSet(const PackedSet& set, const std::string& ro
     }
   }
   CleanStaleTemporaries(r.dir, false);
-  const std::string src = set.dataset().root;
+  const std::string src = set.files_dir();
   for (const auto& s : set.shards()) {
     if (auto st = CopyVerified(src + "/" + s.file, r.dir + "/" + s.file, s); !st.ok()) return st;
   }
-  for (const char* f : {"index.csv", "pack.json"}) {
-    auto text = ReadFile(src + "/" + f);
-    if (!text.ok()) return text.status();
-    if (auto st = WriteFileAtomic(r.dir + "/" + f, *text); !st.ok()) return st;
+  // The index and manifest this set was opened with (a repack meanwhile is
+  // refused, not mixed in).
+  auto index = ReadFile(src + "/index.csv");
+  if (!index.ok()) return index.status();
+  if (static_cast<int64_t>(index->size()) != set.index_bytes() || Crc32(index->data(), index->size()) != set.index_crc32()) {
+    return Status::DataLoss(src + "/index.csv changed while staging (packed again?); stage again");
   }
+  auto manifest = ReadFile(src + "/pack.json");
+  if (!manifest.ok()) return manifest.status();
+  if (Fingerprint(*manifest) != set.content_fingerprint()) {
+    return Status::DataLoss(src + "/pack.json changed while staging (packed again?); stage again");
+  }
+  if (auto st = WriteFileAtomic(r.dir + "/index.csv", *index); !st.ok()) return st;
+  if (auto st = WriteFileAtomic(r.dir + "/pack.json", *manifest); !st.ok()) return st;
   if (auto st = WriteFileAtomic(r.dir + "/.staged", set.content_fingerprint() + "\n"); !st.ok()) return st;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;

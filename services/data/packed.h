@@ -27,7 +27,9 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -58,15 +60,31 @@ class PackedSet {
   /// Reads `dir`/pack.json and index.csv and checks that every shard is
   /// there with its recorded size. Errors name the file and what is wrong
   /// (a shard of another set or cut short: its size against pack.json's).
-  static StatusOr<std::shared_ptr<const PackedSet>> Open(const std::string& dir);
+  /// `logical_root` (default `dir`): the root its image paths are named
+  /// under, for a copy (node-local staging) read in place of the set at
+  /// `logical_root`, so that paths, features and fingerprints stay those of
+  /// the shared set.
+  static StatusOr<std::shared_ptr<const PackedSet>> Open(const std::string& dir, const std::string& logical_root = "");
   /// Open, once per process and directory: every user of a set shares its
-  /// index and open shards.
-  static StatusOr<std::shared_ptr<const PackedSet>> Shared(const std::string& dir);
+  /// index and open shards. With `files_dir`: the set at `dir` is read from
+  /// its copy there from now on (by every later Shared, PackedSetOf and
+  /// LoadImage of `dir`).
+  static StatusOr<std::shared_ptr<const PackedSet>> Shared(const std::string& dir, const std::string& files_dir = "");
 
   /// root = the set's directory; entry paths are root/<source path>.
   const Dataset& dataset() const { return dataset_; }
   const std::vector<PackedEntry>& entries() const { return entries_; }
   const std::vector<ShardInfo>& shards() const { return shards_; }
+  /// Where the shards are read from (the set's directory, or its copy).
+  const std::string& files_dir() const { return files_dir_; }
+  std::string ShardPath(int64_t shard) const;
+  /// The index of the image at `relative_path` in the source, or -1.
+  int64_t IndexOf(const std::string& relative_path) const {
+    auto it = by_path_.find(relative_path);
+    return it == by_path_.end() ? -1 : it->second;
+  }
+  int64_t index_bytes() const { return index_bytes_; }
+  uint32_t index_crc32() const { return index_crc32_; }
   /// Dataset indices in pack order (position -> index).
   const std::vector<int64_t>& pack_order() const { return pack_order_; }
   int64_t block_samples() const { return block_samples_; }
@@ -86,6 +104,9 @@ class PackedSet {
   /// block_samples() on) with one read; DecodeFromBlock takes images out.
   StatusOr<std::shared_ptr<const std::string>> ReadBlock(int64_t block) const;
   StatusOr<RawImage> DecodeFromBlock(int64_t index, const std::string& block_bytes, int64_t block) const;
+  /// Asks the kernel to read block `block` ahead (posix_fadvise WILLNEED):
+  /// the disk works while the loader decodes.
+  void WillNeed(int64_t block) const;
   /// The byte range [begin, end) of a block in its shard.
   std::pair<int64_t, int64_t> BlockRange(int64_t block) const;
   int64_t blocks() const { return (static_cast<int64_t>(pack_order_.size()) + block_samples_ - 1) / block_samples_; }
@@ -95,14 +116,19 @@ class PackedSet {
  private:
   PackedSet() = default;
   StatusOr<RawImage> Decode(int64_t index, const char* data) const;
-  int Fd(int64_t shard) const;
+  /// The shard's descriptor, opened when first asked for.
+  StatusOr<int> Fd(int64_t shard) const;
 
   Dataset dataset_;
+  std::string files_dir_;
   std::vector<PackedEntry> entries_;
   std::vector<ShardInfo> shards_;
   std::vector<int64_t> pack_order_;
-  std::vector<int> fds_;
-  int64_t block_samples_ = 1, channels_ = 0, depth_ = 0;
+  std::unordered_map<std::string, int64_t> by_path_;
+  mutable std::mutex fd_mu_;
+  mutable std::vector<int> fds_;
+  int64_t block_samples_ = 1, channels_ = 0, depth_ = 0, index_bytes_ = 0;
+  uint32_t index_crc32_ = 0;
   std::string fingerprint_, content_fingerprint_;
 };
 
@@ -156,7 +182,7 @@ struct StageReport {
   double seconds = 0;
 };
 
-/// Copies a packed set into `<root>/<fingerprint>` (node-local storage)
+/// Copies a packed set into `<root>/<content fingerprint>` (node-local storage)
 /// after checking free space there, verifying each shard's CRC-32 while
 /// copying; a verified copy (its `.staged` marker names the set's content
 /// fingerprint) is reused. FailedPrecondition when the space is short

@@ -163,7 +163,7 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
        "packed set, else global) (docs/data.md)"},
       {"scdino.shuffle_buffer", Int(&r.shuffle_buffer, 1),
        "images shuffled together under shuffle: blocks (rounded down to whole blocks; each rank keeps about "
-       "twice this many raw images in memory)"},
+       "three times this many raw images in memory, more with many ranks)"},
       {"scdino.checkpoint_every_minutes", Real(&r.checkpoint_every_minutes, 0, kIn),
        "also write the resume checkpoint every this many minutes (a crash loses minutes, not an epoch); 0: off"},
       {"scdino.keep_checkpoints", Int(&r.keep_checkpoints, 0), "numbered checkpoints kept, oldest removed first; 0: all"},

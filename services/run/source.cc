@@ -28,14 +28,15 @@ StatusOr<std::shared_ptr<const data::PackedSet>> OpenPackedDataset(const RunConf
                                    "pack it again with this config");
   }
   // A node-local copy staged by deploy/slurm (scdino-pack --stage), when it
-  // is there and verified; the shared copy otherwise.
+  // is there and verified: read in place of the shared copy, under the
+  // shared copy's paths (features, fingerprints and logs name those).
   const char* stage_root = env ? env("SCDINO_STAGE_DIR") : nullptr;
   if (stage_root && *stage_root) {
     static bool said = false;
     const std::string staged = data::StagedCopy(**set, stage_root);
     if (!staged.empty()) {
-      auto local = data::PackedSet::Shared(staged);
-      if (local.ok() && (*local)->fingerprint() == (*set)->fingerprint()) {
+      auto local = data::PackedSet::Shared(c.meta.dataset_dir, staged);
+      if (local.ok() && (*local)->content_fingerprint() == (*set)->content_fingerprint()) {
         if (!said) std::cerr << "scdino: reading " << c.meta.dataset_dir << " from its copy on this node, " << staged << "\n";
         said = true;
         return local;

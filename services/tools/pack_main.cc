@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
               << ": " << (r->bytes >> 20) << " MiB in " << r->seconds << " s on " << ThisHostName() << "\n";
     const std::string dir = TextfileDir();
     if (!dir.empty()) {
-      const std::string labels = "{job=\"" + std::string(std::getenv("SLURM_JOB_ID") ? std::getenv("SLURM_JOB_ID") : "") +
+      const std::string labels = "{slurm_job_id=\"" + std::string(std::getenv("SLURM_JOB_ID") ? std::getenv("SLURM_JOB_ID") : "") +
                                  "\",node=\"" + ThisHostName() + "\"}";
       const std::string prom =
           "# HELP scdino_stage_seconds Seconds the last staging of a packed data set to node-local storage took.\n"
@@ -103,8 +103,9 @@ int main(int argc, char** argv) {
   o.shard_images = shard_images;
   o.block_samples = block;
   o.seed = static_cast<uint64_t>(seed);
-  o.rank = EnvInt("SLURM_PROCID", 0);
-  o.world_size = std::max<int64_t>(1, EnvInt("SLURM_NTASKS", 1));
+  // The tasks of this srun step (in a batch script outside srun, one).
+  o.world_size = std::max<int64_t>(1, EnvInt("SLURM_STEP_NUM_TASKS", 1));
+  o.rank = o.world_size > 1 ? EnvInt("SLURM_PROCID", 0) : 0;
   o.folder_depth_for_labels = config.scdino.data_source == "folder" ? config.meta.folder_depth_for_labels : 0;
   o.should_stop = StopSignalReceived;
   o.log = [&](const std::string& line) { std::cerr << "scdino-pack: [" << o.rank << "] " << line << "\n"; };

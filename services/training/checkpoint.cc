@@ -17,7 +17,8 @@ std::string RunShape::ToJson() const {
                         {"epochs", epochs},
                         {"niter_per_epoch", niter_per_epoch},
                         {"dataset_size", dataset_size},
-                        {"channels", channels}}
+                        {"channels", channels},
+                        {"epoch_order", epoch_order}}
       .dump();
 }
 
@@ -44,6 +45,7 @@ StatusOr<RunShape> RunShape::FromJson(const std::string& text, const std::string
     }
     r.dataset_size = j["dataset_size"].get<int64_t>();
   }
+  if (j.contains("epoch_order") && j["epoch_order"].is_string()) r.epoch_order = j["epoch_order"].get<std::string>();
   if (!j.contains("channels") || !j["channels"].is_array()) {
     return Status::DataLoss(origin + ": metadata 'run' lacks the list 'channels': " + text);
   }
@@ -138,6 +140,17 @@ StatusOr<std::vector<std::string>> CheckResume(const RunShape& saved, const RunS
   } else if (same_batch && saved.niter_per_epoch != now.niter_per_epoch) {
     wrong.push_back(std::to_string(saved.niter_per_epoch) + " iterations per epoch then, " +
                     std::to_string(now.niter_per_epoch) + " now: the data set has changed");
+  }
+  const bool mid_epoch = saved.niter_per_epoch > 0 && iteration % saved.niter_per_epoch != 0;
+  if (!saved.epoch_order.empty() && !now.epoch_order.empty() && saved.epoch_order != now.epoch_order) {
+    if (mid_epoch) {
+      wrong.push_back("each epoch's order was " + saved.epoch_order + ", now " + now.epoch_order +
+                      ": inside an epoch the rest of it would repeat or skip images (keep scdino.shuffle, "
+                      "shuffle_buffer and the packed set of the checkpoint's run until the epoch ends)");
+    } else {
+      notes.push_back("each epoch's order is now " + now.epoch_order + " (was " + saved.epoch_order +
+                      "); the checkpoint is at an epoch's end, so no image is repeated or skipped");
+    }
   }
   if (!same_batch && elastic_resume != "batch_per_gpu") {
     wrong.push_back("global batch " + batch(saved) + " then, " + batch(now) +

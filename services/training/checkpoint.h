@@ -23,6 +23,8 @@ struct RunShape {
   int64_t niter_per_epoch = 1;
   int64_t dataset_size = 0;  ///< images the epochs are drawn from; 0: unknown (older checkpoints)
   std::vector<int64_t> channels;
+  /// Each epoch's order (MultiCropSource::epoch_order); "": unknown (older checkpoints).
+  std::string epoch_order;
   int64_t global_batch() const { return world_size * batch_size_per_gpu; }
   std::string ToJson() const;
   static StatusOr<RunShape> FromJson(const std::string& json, const std::string& origin);

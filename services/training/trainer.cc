@@ -68,7 +68,7 @@ StatusOr<int64_t> Trainer::Resume() {
   auto info = LoadCheckpoint(latest, *dino_);
   if (!info.ok()) return info.status();
   const RunShape now{coordinator_->world_size(), config_.train.batch_size_per_gpu, config_.train.epochs, niter_,
-                     source_->dataset_size(), config_.channels()};
+                     source_->dataset_size(), config_.channels(), source_->epoch_order()};
   if (info->has_run_shape) {
     auto notes = CheckResume(info->run, now, info->iteration, latest, config_.scdino.elastic_resume);
     if (!notes.ok()) return notes.status();
@@ -319,7 +319,7 @@ StatusOr<TrainResult> Trainer::RunLoop() {
   info.config_text = config_.source_text;
   info.classes = source_->class_names();
   info.run = RunShape{world, config_.train.batch_size_per_gpu, epochs, niter_, source_->dataset_size(),
-                      config_.channels()};
+                      config_.channels(), source_->epoch_order()};
   CheckpointPolicy policy{config_.train.saveckp_freq, config_.scdino.keep_checkpoints,
                           config_.scdino.checkpoint_every_minutes};
   checkpointer_ = std::make_unique<Checkpointer>(run_dir, policy, *coordinator_, *dino_, info,

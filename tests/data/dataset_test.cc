@@ -174,5 +174,24 @@ TEST(PrepareImage, CenterCropAndNonFiniteValues) {
   EXPECT_NE(nan.status().message().find("NaN"), std::string::npos);
 }
 
+TEST(PrepareImage, TheDirectLoopsGiveTheTensorOpsValuesBitForBit) {
+  // Contiguous 8-bit, 16-bit and float images take the direct loops; the
+  // same values as a strided view take the tensor ops.
+  torch::manual_seed(3);
+  for (auto type : {torch::kUInt8, torch::kInt32, torch::kFloat32}) {
+    auto hwc = type == torch::kFloat32 ? torch::rand({13, 11, 4}) * 7 - 2
+                                       : torch::randint(0, type == torch::kUInt8 ? 256 : 65536, {13, 11, 4}).to(type);
+    hwc.select(2, 3).fill_(type == torch::kFloat32 ? 0.5 : 9);  // a constant channel becomes 0
+    const auto strided = hwc.transpose(0, 1).contiguous().transpose(0, 1);
+    ASSERT_FALSE(strided.is_contiguous());
+    for (const ImagePrep& prep : {ImagePrep{}, ImagePrep{{3, 0, 2}, 0}, ImagePrep{{1}, 9}, ImagePrep{{2, 3}, 10}}) {
+      auto direct = PrepareImage(hwc, prep, "a.tif"), ops = PrepareImage(strided, prep, "a.tif");
+      ASSERT_TRUE(direct.ok() && ops.ok());
+      EXPECT_EQ(direct->sizes(), ops->sizes());
+      EXPECT_TRUE(direct->equal(*ops)) << "dtype " << type << ", center crop " << prep.center_crop;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace scdino::data

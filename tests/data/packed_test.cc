@@ -140,6 +140,16 @@ TEST(PackedSet, ACorruptByteNamesTheShardOffsetAndImage) {
   } catch (const StatusError& e) {
     EXPECT_NE(std::string(e.what()).find("CRC-32 mismatch"), std::string::npos) << e.what();
   }
+  // An index.csv that is not the pack's is refused at open.
+  const std::string index = dir.path() + "/packed/index.csv";
+  auto text = ReadFile(index);
+  ASSERT_TRUE(text.ok());
+  ASSERT_TRUE(WriteFileAtomic(index, *text + "\n").ok());
+  auto other_index = PackedSet::Open(dir.path() + "/packed");
+  ASSERT_FALSE(other_index.ok());
+  EXPECT_NE(other_index.status().message().find("not this pack's index"), std::string::npos)
+      << other_index.status().message();
+  ASSERT_TRUE(WriteFileAtomic(index, *text).ok());
   // A shard cut short (or of another set) is refused at open, naming sizes.
   fs::resize_file(shard, fs::file_size(shard) - 512);
   auto cut = PackedSet::Open(dir.path() + "/packed");
@@ -209,6 +219,19 @@ TEST(PackedSet, RanksPackTheirShardsTheLastWritesTheIndexAndARerunResumes) {
   EXPECT_EQ(again->shards_written, 0);
   EXPECT_EQ(again->shards_reused, 5);
   EXPECT_TRUE(again->finished);
+  // Packed again with another seed: every shard changes, and pack.json goes
+  // first, so a reader never mixes old and new shards.
+  o.seed = 99;
+  o.rank = 1;
+  o.world_size = 2;
+  auto half = PackDataset(d, o);
+  ASSERT_TRUE(half.ok());
+  EXPECT_FALSE(half->finished);
+  EXPECT_FALSE(IsPackedSet(o.out));
+  o.rank = 0;
+  ASSERT_TRUE(PackDataset(d, o).ok());
+  EXPECT_TRUE(IsPackedSet(o.out));
+  o.world_size = 1;
   // Another data set into the same directory is refused.
   auto other = WriteCells(dir.path() + "/other", 2, 3);
   auto clash = PackDataset(other, o);
@@ -250,10 +273,16 @@ TEST(PackedSet, StagingCopiesVerifiesAndReusesAndRefusesACorruptSource) {
   auto first = StagePackedSet(*set, dir.path() + "/local");
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_FALSE(first->reused);
-  EXPECT_EQ(first->dir, dir.path() + "/local/" + set->fingerprint());
+  EXPECT_EQ(first->dir, dir.path() + "/local/" + set->content_fingerprint());
   EXPECT_EQ(StagedCopy(*set, dir.path() + "/local"), first->dir);
   auto staged = Open(first->dir);
   for (size_t i = 0; i < d.entries.size(); ++i) EXPECT_TRUE(staged->Read(i)->equal(*set->Read(i)));
+  // Read in place of the shared set: the shared set's paths, the copy's files.
+  auto in_place = PackedSet::Open(first->dir, dir.path() + "/packed");
+  ASSERT_TRUE(in_place.ok());
+  EXPECT_EQ((*in_place)->dataset().root, dir.path() + "/packed");
+  EXPECT_EQ((*in_place)->dataset().entries[0].path, set->dataset().entries[0].path);
+  EXPECT_EQ((*in_place)->ShardPath(0), first->dir + "/" + set->shards()[0].file);
   auto second = StagePackedSet(*set, dir.path() + "/local");
   ASSERT_TRUE(second.ok());
   EXPECT_TRUE(second->reused);
@@ -263,6 +292,22 @@ TEST(PackedSet, StagingCopiesVerifiesAndReusesAndRefusesACorruptSource) {
     std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(700);
     f.put('\x11');
+  }
+  // A disk that fills while staging (the file-size limit stands in): an
+  // error naming the file, and nothing marked staged.
+  ::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit old {};
+  ::getrlimit(RLIMIT_FSIZE, &old);
+  struct rlimit small = old;
+  small.rlim_cur = 3000;
+  ::setrlimit(RLIMIT_FSIZE, &small);
+  auto full = StagePackedSet(*set, dir.path() + "/full");
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  ASSERT_FALSE(full.ok());
+  EXPECT_NE(full.status().message().find(set->shards()[0].file), std::string::npos) << full.status().message();
+  EXPECT_EQ(StagedCopy(*set, dir.path() + "/full"), "");
+  for (const auto& e : fs::directory_iterator(dir.path() + "/full/" + set->content_fingerprint())) {
+    ADD_FAILURE() << "left behind: " << e.path();
   }
   auto bad = StagePackedSet(*set, dir.path() + "/other");
   ASSERT_FALSE(bad.ok());

@@ -104,14 +104,14 @@ echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." >&2; 
     for p in gcc g++ c++ cc cmake ninja ld; do command -v $p; done;
     ls -d /usr/include/torch /usr/include/grpc++ /opt/scdino /usr/local/include/* 2>/dev/null;
     find / -xdev \( -name "*_test" -o -name "*.cc" -o -name CMakeCache.txt \) -not -path "/proc/*" 2>/dev/null | head' 2>&1)
-  for b in scdino-trainer scdino-features scdino-eval scdino-preflight scdinoctl scdino-synth scdino-stats scdino-config scdino-export \
+  for b in scdino-trainer scdino-features scdino-eval scdino-preflight scdinoctl scdino-synth scdino-stats scdino-pack scdino-config scdino-export \
            scdino-convert-checkpoint scdino-gpu-check small-data.yaml; do
     grep -qx "$b" <<<"$listing" || fail "the image lacks $b: $listing"
   done
   leftovers=$(grep -vxE 'scdino-[a-z-]+|scdinoctl|[a-z-]+\.yaml|/usr/local/bin:|/usr/local/share/scdino/configs:|' <<<"$listing")
   [ -z "$leftovers" ] || fail "the runtime image holds build tools, headers, sources or tests: $leftovers"
   # Every binary starts (its shared libraries are all in the image).
-  for b in scdino-trainer scdino-features scdino-eval scdino-preflight scdinoctl scdino-synth scdino-stats scdino-config scdino-export; do
+  for b in scdino-trainer scdino-features scdino-eval scdino-preflight scdinoctl scdino-synth scdino-stats scdino-pack scdino-config scdino-export; do
     v=$(run_in "$b" --version 2>&1) || fail "$b --version failed in the image: $v"
   done
   run_in scdino-convert-checkpoint --help >/dev/null 2>&1 || fail "scdino-convert-checkpoint (python3-torch) does not start"

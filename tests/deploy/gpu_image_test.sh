@@ -48,7 +48,7 @@ held=$(run_in "$image" sh -c 'ls /usr/local/bin; find / -xdev -name "libcuda.so*
   readlink -f /usr/lib/x86_64-linux-gnu/libcudnn.so.9; dpkg-query -W -f="\${Package} \${Version}\n" nvidia-cudnn libtorch-cuda-2.6 libnccl2;
   cat /usr/local/share/scdino/cuda-architectures.txt; for p in gcc g++ cc nvcc cmake; do command -v $p; done' 2>&1)
 echo "$held"
-for b in scdino-trainer scdino-features scdino-eval scdino-preflight scdinoctl scdino-synth scdino-stats scdino-config scdino-export; do
+for b in scdino-trainer scdino-features scdino-eval scdino-preflight scdinoctl scdino-synth scdino-stats scdino-pack scdino-config scdino-export; do
   grep -qx "$b" <<<"$held" || fail "the image lacks $b"
   v=$(run_in "$image" "$b" --version 2>&1) || fail "$b --version failed in the image: $v"
 done

@@ -118,14 +118,17 @@ submit() {  # NAME STAGE_DIR: train.sbatch on 2 tasks, waits; its output in $out
   out="$work/$1-$job.out"
   code=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.* ExitCode=\([0-9]*\):.*/\1/p')
 }
-fp=$($py -c "import json,sys; print(json.load(open(sys.argv[1]))['fingerprint'])" "$work/packed/pack.json")
 submit staged "$work/local"
 [ "$code" = 0 ] || { echo "FAIL: the staged training job exited $code"; cat "$out"; exit 1; }
+# One copy per pack, named by the fingerprint of its pack.json.
+fp=$(basename "$(ls -d "$work"/local/*/)")
+cmp -s "$work/local/$fp/pack.json" "$work/packed/pack.json" && [ -f "$work/local/$fp/.staged" ] ||
+  { echo "FAIL: no verified copy under $work/local"; ls -laR "$work/local"; exit 1; }
 grep -q "scdino-pack: staged and verified $work/local/$fp: 0 MiB in .* s on $(hostname)" "$out" &&
   grep -q "scdino: staging step took [0-9]* s" "$out" &&
   [ "$(grep -c "scdino: reading $work/packed from its copy on this node, $work/local/$fp" "$out")" = 2 ] ||
   { echo "FAIL: the job should stage once and both ranks read the node's copy"; cat "$out"; exit 1; }
-grep -q "^scdino_stage_seconds{job=\"[0-9]*\",node=\"$(hostname)\"} " "$work/textfile/scdino-stage.prom" ||
+grep -q "^scdino_stage_seconds{slurm_job_id=\"[0-9]*\",node=\"$(hostname)\"} " "$work/textfile/scdino-stage.prom" ||
   { echo "FAIL: no staging time in the node_exporter textfile"; cat "$work/textfile/scdino-stage.prom"; exit 1; }
 config staged2 "$work/packed"
 submit staged2 "$work/local"
@@ -139,11 +142,16 @@ submit unstaged /proc/scdino-cannot-stage-here
   { echo "FAIL: a node that cannot stage should train from the shared copy with a warning (exit $code)"; cat "$out"; exit 1; }
 echo "ok: train.sbatch staged the set once per node, the ranks read the copy, a second job reused it, a failed staging fell back"
 
-# 4. The same CLS features from the packed set as from the folders.
+# 4. The same CLS features from the packed set as from the folders; read
+# from the node's copy, the features still name the shared set's paths.
 for name in folder packed; do
-  "$features" --config "$work/$name.yaml" --random-init > /dev/null 2> "$work/features-$name.err" ||
+  SCDINO_STAGE_DIR="$work/local" "$features" --config "$work/$name.yaml" --random-init > /dev/null 2> "$work/features-$name.err" ||
     { echo "FAIL: scdino-features on $name failed"; tail -5 "$work/features-$name.err"; exit 1; }
 done
+grep -q "scdino: reading $work/packed from its copy on this node, $work/local/$fp" "$work/features-packed.err" ||
+  { echo "FAIL: scdino-features did not read the staged copy"; cat "$work/features-packed.err"; exit 1; }
+! grep -q "$work/local" "$work/runs/packed/features/random_init/index.csv" ||
+  { echo "FAIL: the features' index names the node-local copy"; head -3 "$work/runs/packed/features/random_init/index.csv"; exit 1; }
 $py - "$work/runs" <<'PY' || { echo "FAIL: features differ"; exit 1; }
 import sys, csv
 import numpy as np

@@ -9,6 +9,7 @@
 
 #include "common/files.h"
 #include "data/image_io.h"
+#include "data/packed.h"
 #include "data/synthetic.h"
 #include "support/test_support.h"
 
@@ -117,6 +118,52 @@ TEST(Channels, ASelectionTheImagesCannotSatisfyIsRefusedUpFront) {
   ASSERT_FALSE(src.ok());
   EXPECT_EQ(src.status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(CheckChannels(*d, Config(dir.path()).image_prep()).ok());
+}
+
+TEST(PackedDataset, ItsStatisticsAreTheFoldersAndItsLabelDepthAndStagedCopyAreChecked) {
+  ScratchDir dir;
+  WriteCells(dir.path(), 3);
+  const RunConfig folders = Config(dir.path());
+  auto d = IndexDataset(folders);
+  ASSERT_TRUE(d.ok());
+  data::PackOptions po;
+  po.out = dir.path() + "/packed";
+  po.block_samples = 2;
+  ASSERT_TRUE(data::PackDataset(*d, po).ok());
+  RunConfig packed = folders;
+  packed.meta.dataset_dir = po.out;
+  auto no_env = [](const char*) -> const char* { return nullptr; };
+  auto set = OpenPackedDataset(packed, no_env);
+  ASSERT_TRUE(set.ok() && *set) << set.status().ToString();
+  auto pd = IndexDataset(packed);
+  ASSERT_TRUE(pd.ok());
+  EXPECT_EQ(pd->entries.size(), d->entries.size());
+  // The statistics' fingerprint is of relative paths: the folders' file serves.
+  EXPECT_EQ(DatasetFingerprint(*pd, packed.image_prep()), DatasetFingerprint(*d, folders.image_prep()));
+  // A folder is not a packed set.
+  auto none = OpenPackedDataset(folders, no_env);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(*none);
+  // Labels at another depth than it was packed with: refused, naming both.
+  RunConfig deeper = packed;
+  deeper.meta.folder_depth_for_labels = 1;
+  auto refused = OpenPackedDataset(deeper, no_env);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("folder_depth_for_labels 0, the config says 1"), std::string::npos)
+      << refused.status().message();
+  // SCDINO_STAGE_DIR: the verified copy there, else the shared one.
+  const std::string stage = dir.path() + "/local";
+  auto env = [&](const char* name) -> const char* { return std::string(name) == "SCDINO_STAGE_DIR" ? stage.c_str() : nullptr; };
+  auto shared = OpenPackedDataset(packed, env);
+  ASSERT_TRUE(shared.ok());
+  EXPECT_EQ((*shared)->dataset().root, po.out);
+  ASSERT_TRUE(data::StagePackedSet(**set, stage).ok());
+  auto local = OpenPackedDataset(packed, env);
+  ASSERT_TRUE(local.ok());
+  // Read from the node's copy under the shared set's paths; LoadImage too.
+  EXPECT_EQ((*local)->files_dir(), stage + "/" + (*set)->content_fingerprint());
+  EXPECT_EQ((*local)->dataset().root, po.out);
+  EXPECT_EQ(data::PackedSetOf(po.out + "/x/y.tif"), *local);
 }
 
 }  // namespace

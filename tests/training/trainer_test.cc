@@ -609,6 +609,29 @@ TEST(Trainer, ResumeChecksTheRunShape) {
   EXPECT_EQ(longer->iteration, 16);
 }
 
+TEST(CheckResume, AnotherEpochOrderIsRefusedInsideAnEpochAndNotedAtItsEnd) {
+  const RunShape saved{1, 4, 3, 10, 40, {0, 1}, "blocks of 8 in windows of 2 of packed set 0123"};
+  RunShape now = saved;
+  now.epoch_order = "global";
+  auto inside = CheckResume(saved, now, 15, "ckpt", "global_batch");
+  ASSERT_FALSE(inside.ok());
+  EXPECT_NE(inside.status().message().find("each epoch's order was blocks of 8 in windows of 2 of packed set 0123, now "
+                                           "global: inside an epoch the rest of it would repeat or skip images"),
+            std::string::npos)
+      << inside.status().message();
+  auto at_end = CheckResume(saved, now, 20, "ckpt", "global_batch");
+  ASSERT_TRUE(at_end.ok()) << at_end.status().ToString();
+  ASSERT_EQ(at_end->size(), 1u);
+  EXPECT_NE(at_end->front().find("each epoch's order is now global"), std::string::npos) << at_end->front();
+  // A checkpoint that does not record its order (older versions): not checked.
+  RunShape older = saved;
+  older.epoch_order.clear();
+  EXPECT_TRUE(CheckResume(older, now, 15, "ckpt", "global_batch").ok());
+  auto round_trip = RunShape::FromJson(saved.ToJson(), "ckpt");
+  ASSERT_TRUE(round_trip.ok());
+  EXPECT_EQ(round_trip->epoch_order, saved.epoch_order);
+}
+
 // In a group-writable project directory another user could leave weights
 // where a resume looks for them: a checkpoint that is not the user's is
 // refused, naming its owner. As root with a checkpoint given to `nobody`,
