@@ -230,7 +230,10 @@ StatusOr<torch::Tensor> LoadImage(const std::string& path, const ImagePrep& prep
   if (!raw.ok()) {
     // <packed set>/<source path> names an image of a packed set.
     std::error_code ec;
-    if (fs::exists(path, ec) || !PackedSetOf(path)) return raw.status();
+    if (fs::exists(path, ec)) return raw.status();
+    auto set = PackedSetOf(path);
+    if (!set.ok()) return set.status();
+    if (!*set) return raw.status();
     raw = ReadPackedImage(path);
     if (!raw.ok()) return raw.status();
   }

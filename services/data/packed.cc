@@ -470,9 +470,10 @@ StatusOr<std::pair<std::shared_ptr<const PackedSet>, std::string>> FindPackedSet
 
 }  // namespace
 
-std::shared_ptr<const PackedSet> PackedSetOf(const std::string& path) {
+StatusOr<std::shared_ptr<const PackedSet>> PackedSetOf(const std::string& path) {
   auto found = FindPackedSet(path);
-  return found.ok() ? found->first : nullptr;
+  if (!found.ok()) return found.status();
+  return found->first;
 }
 
 StatusOr<RawImage> ReadPackedImage(const std::string& path) {

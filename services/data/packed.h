@@ -136,8 +136,9 @@ class PackedSet {
 bool IsPackedSet(const std::string& dir);
 
 /// The packed set that `path` (`<set>/<source path>`) names an image of,
-/// opened once per process; nullptr when no folder above `path` is one.
-std::shared_ptr<const PackedSet> PackedSetOf(const std::string& path);
+/// opened once per process; nullptr when no folder above `path` is one; the
+/// error opening it (a shard cut short, an index not the pack's) when one is.
+StatusOr<std::shared_ptr<const PackedSet>> PackedSetOf(const std::string& path);
 
 /// The image `path` names in its packed set (PackedSetOf); NotFound when
 /// it names none.

@@ -156,6 +156,10 @@ TEST(PackedSet, ACorruptByteNamesTheShardOffsetAndImage) {
   ASSERT_FALSE(cut.ok());
   EXPECT_NE(cut.status().message().find("cut short, or a shard of another packed set"), std::string::npos)
       << cut.status().message();
+  // An image path of that set says so too, not "no such file".
+  auto through_path = LoadImage(dir.path() + "/packed/k0/3.tif", {});
+  ASSERT_FALSE(through_path.ok());
+  EXPECT_NE(through_path.status().message().find("cut short"), std::string::npos) << through_path.status().message();
 }
 
 TEST(PackedSet, MixedChannelCountsAreRefusedNamingTheFile) {

@@ -163,7 +163,7 @@ TEST(PackedDataset, ItsStatisticsAreTheFoldersAndItsLabelDepthAndStagedCopyAreCh
   // Read from the node's copy under the shared set's paths; LoadImage too.
   EXPECT_EQ((*local)->files_dir(), stage + "/" + (*set)->content_fingerprint());
   EXPECT_EQ((*local)->dataset().root, po.out);
-  EXPECT_EQ(data::PackedSetOf(po.out + "/x/y.tif"), *local);
+  EXPECT_EQ(*data::PackedSetOf(po.out + "/x/y.tif"), *local);
 }
 
 }  // namespace
