@@ -105,20 +105,7 @@ PY
 
 # 3. train.sbatch stages the set to node-local storage; a second job reuses it.
 config staged "$work/packed"
-submit() {  # NAME STAGE_DIR: train.sbatch on 2 tasks, waits; its output in $out, exit code in $code
-  local job waited=0
-  job=$(sbatch --parsable --ntasks=2 --cpus-per-task=1 --chdir="$work" --output="$work/$1-%j.out" \
-    --export=ALL,SCDINO_BIN="$build/services/trainer",SCDINO_PREFLIGHT=0,SCDINO_STAGE_DIR="$2",SCDINO_TEXTFILE_DIR="$work/textfile" \
-    "$src/deploy/slurm/train.sbatch" "$work/$1.yaml")
-  while squeue -h -j "$job" 2>/dev/null | grep -q .; do
-    [ "$waited" -lt 300 ] || { echo "FAIL: job $job still runs after 300 s"; scancel "$job"; exit 1; }
-    sleep 1
-    waited=$((waited + 1))
-  done
-  out="$work/$1-$job.out"
-  code=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.* ExitCode=\([0-9]*\):.*/\1/p')
-}
-submit staged "$work/local"
+submit_train staged SCDINO_PREFLIGHT=0,SCDINO_STAGE_DIR="$work/local"
 [ "$code" = 0 ] || { echo "FAIL: the staged training job exited $code"; cat "$out"; exit 1; }
 # One copy per pack, named by the fingerprint of its pack.json.
 fp=$(basename "$(ls -d "$work"/local/*/)")
@@ -131,11 +118,11 @@ grep -q "scdino-pack: staged and verified $work/local/$fp: 0 MiB in .* s on $(ho
 grep -q "^scdino_stage_seconds{slurm_job_id=\"[0-9]*\",node=\"$(hostname)\"} " "$work/textfile/scdino-stage.prom" ||
   { echo "FAIL: no staging time in the node_exporter textfile"; cat "$work/textfile/scdino-stage.prom"; exit 1; }
 config staged2 "$work/packed"
-submit staged2 "$work/local"
+submit_train staged2 SCDINO_PREFLIGHT=0,SCDINO_STAGE_DIR="$work/local"
 [ "$code" = 0 ] && grep -q "scdino-pack: reused the verified copy $work/local/$fp" "$out" ||
   { echo "FAIL: a second job should reuse the staged copy (exit $code)"; cat "$out"; exit 1; }
 config unstaged "$work/packed"
-submit unstaged /proc/scdino-cannot-stage-here
+submit_train unstaged SCDINO_PREFLIGHT=0,SCDINO_STAGE_DIR=/proc/scdino-cannot-stage-here
 [ "$code" = 0 ] &&
   grep -q "scdino: warning: staging the data set to /proc/scdino-cannot-stage-here failed" "$out" &&
   grep -q "scdino: warning: no verified copy of $work/packed under SCDINO_STAGE_DIR=/proc/scdino-cannot-stage-here on $(hostname); reading the shared copy" "$out" ||

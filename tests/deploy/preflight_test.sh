@@ -28,26 +28,9 @@ scdino:
   preflight: $2
 YAML
 }
-submit() {  # NAME [trainer flags]: runs train.sbatch on 2 tasks, waits; its output in $out, exit code in $code
-  local name=$1 job
-  shift
-  job=$(sbatch --parsable --ntasks=2 --cpus-per-task=1 --chdir="$work" --output="$work/$name-%j.out" \
-    --export=ALL,SCDINO_BIN="$build/services/trainer",SCDINO_TEXTFILE_DIR="$work/textfile" \
-    "$src/deploy/slurm/train.sbatch" "$work/$name.yaml" "$@")
-  local waited=0
-  while squeue -h -j "$job" 2>/dev/null | grep -q .; do
-    [ "$waited" -lt 300 ] || { echo "FAIL: job $job of $name still runs after 300 s"; scancel "$job"; exit 1; }
-    sleep 1
-    waited=$((waited + 1))
-  done
-  out="$work/$name-$job.out"
-  code=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.* ExitCode=\([0-9]*\):.*/\1/p')
-  [ -n "$code" ] || { echo "FAIL: Slurm no longer knows job $job's exit code"; exit 1; }
-}
-
 # 1. Thresholds this machine meets: the table, the report, then training.
 config pass "{max_bytes: 4194304, seconds_per_size: 0.2, read_files: 40}"
-submit pass --stop-after-iterations 2
+submit_train pass "" --stop-after-iterations 2
 grep -q "^# all-reduce (sum, float) over 2 ranks, gloo" "$out" && grep -qE "^ +4194304 +1048576 +float" "$out" ||
   { echo "FAIL: no all-reduce table up to 4 MiB"; cat "$out"; exit 1; }
 grep -q "scdino-preflight: passed on 2 rank(s): all-reduce busbw" "$out" || { echo "FAIL: no passed line"; cat "$out"; exit 1; }
@@ -74,7 +57,7 @@ grep -q "^scdino_preflight_passed{slurm_job_id=\"[0-9]*\"} 1$" "$work/textfile/s
 
 # 2. Thresholds above what the machine can do: exit 6, no training.
 config fail "{max_bytes: 65536, seconds_per_size: 0.1, read_files: 0, min_busbw_gbps: 1000, min_free_gb: 1000000000}"
-submit fail
+submit_train fail ""
 grep -q "scdino-preflight: FAILED: all-reduce: bus bandwidth .* GB/s at 65536 B is below scdino.preflight.min_busbw_gbps 1000.000" "$out" &&
   grep -q "scdino-preflight: FAILED: $(hostname) (rank 0): .* GB free in $work/runs/fail, below scdino.preflight.min_free_gb 1000000000.00" "$out" ||
   { echo "FAIL: the failures are not named"; cat "$out"; exit 1; }

@@ -19,6 +19,26 @@ TINY_HYPERPARAMETERS="{arch: vit_tiny, embed_dim: 32, depth: 2, num_heads: 2, pa
                     local_crops_size: 8, local_crops_number: 2, out_dim: 64, head_hidden_dim: 32,
                     head_bottleneck_dim: 16, warmup_epochs: 1, drop_path_rate: 0.0}"
 
+# submit_train NAME EXPORTS [TRAINER_FLAGS...]: sbatch deploy/slurm/train.sbatch
+# with $work/NAME.yaml on 2 tasks (EXPORTS: more VAR=VALUE,... for the job,
+# or ""), then waits for it (300 s at most); its output file in $out, its
+# exit code in $code.
+submit_train() {
+  local name=$1 exports=$2 job waited=0
+  shift 2
+  job=$(sbatch --parsable --ntasks=2 --cpus-per-task=1 --chdir="$work" --output="$work/$name-%j.out" \
+    --export=ALL,SCDINO_BIN="$build/services/trainer"${exports:+,$exports} \
+    "$src/deploy/slurm/train.sbatch" "$work/$name.yaml" "$@")
+  while squeue -h -j "$job" 2>/dev/null | grep -q .; do
+    [ "$waited" -lt 300 ] || { echo "FAIL: job $job of $name still runs after 300 s"; scancel "$job"; exit 1; }
+    sleep 1
+    waited=$((waited + 1))
+  done
+  out="$work/$name-$job.out"
+  code=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.* ExitCode=\([0-9]*\):.*/\1/p')
+  [ -n "$code" ] || { echo "FAIL: Slurm no longer knows job $job's exit code"; exit 1; }
+}
+
 # path_without TOOL...: a PATH with every command of this one except the
 # named tools (a directory of links to the rest), to test a machine that
 # lacks them whether or not this one has them.
