@@ -59,9 +59,7 @@ int main(int argc, char** argv) {
       std::cerr << "--shuffle blocks needs a packed set\n";
       return 2;
     }
-    o.sampler.block = o.packed->block_samples();
-    o.sampler.window_blocks = std::max<int64_t>(1, num("shuffle-buffer") / o.sampler.block);
-    o.sampler.storage_order = std::make_shared<const std::vector<int64_t>>(o.packed->pack_order());
+    scdino::data::UseBlockShuffle(*o.packed, num("shuffle-buffer"), &o.sampler);
   }
   o.sampler.batch_size = num("batch");
   o.crops.global_size = num("global");

@@ -176,6 +176,12 @@ std::string PackFingerprint(const Dataset& d) {
   return Fingerprint(key);
 }
 
+void UseBlockShuffle(const PackedSet& set, int64_t shuffle_buffer, SamplerOptions* sampler) {
+  sampler->block = set.block_samples();
+  sampler->window_blocks = std::max<int64_t>(1, shuffle_buffer / sampler->block);
+  sampler->storage_order = std::make_shared<const std::vector<int64_t>>(set.pack_order());
+}
+
 bool IsPackedSet(const std::string& dir) { return !dir.empty() && FileExists(dir + "/pack.json"); }
 
 PackedSet::~PackedSet() {

@@ -35,6 +35,7 @@
 #include "common/status.h"
 #include "data/dataset.h"
 #include "data/image_io.h"
+#include "data/sampler.h"
 
 namespace scdino::data {
 
@@ -131,6 +132,11 @@ class PackedSet {
   uint32_t index_crc32_ = 0;
   std::string fingerprint_, content_fingerprint_;
 };
+
+/// Sets `sampler` to a block shuffle of `set` in its pack order: its
+/// blocks, windows of `shuffle_buffer` images (rounded down to whole
+/// blocks, at least one).
+void UseBlockShuffle(const PackedSet& set, int64_t shuffle_buffer, SamplerOptions* sampler);
 
 /// True when `dir` holds a packed set (a pack.json).
 bool IsPackedSet(const std::string& dir);

@@ -198,9 +198,7 @@ StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, 
       return Status::InvalidArgument("scdino.shuffle: blocks needs a packed data set (scdino-pack); " +
                                      c.meta.dataset_dir + " is not one (use global or auto)");
     }
-    sampler.block = (*packed)->block_samples();
-    sampler.window_blocks = std::max<int64_t>(1, c.scdino.shuffle_buffer / sampler.block);
-    sampler.storage_order = std::make_shared<const std::vector<int64_t>>((*packed)->pack_order());
+    data::UseBlockShuffle(**packed, c.scdino.shuffle_buffer, &sampler);
   }
   lo.packed = *packed;
   lo.prep = prep;

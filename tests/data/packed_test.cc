@@ -130,8 +130,7 @@ TEST(PackedSet, ACorruptByteNamesTheShardOffsetAndImage) {
   lo.crops.mean.assign(3, 0.5);
   lo.crops.std.assign(3, 0.2);
   lo.packed = *reopened;
-  lo.sampler.block = 4;
-  lo.sampler.storage_order = std::make_shared<const std::vector<int64_t>>((*reopened)->pack_order());
+  UseBlockShuffle(**reopened, 4, &lo.sampler);  // blocks of 4, windows of one block
   FileLoader loader((*reopened)->dataset(), lo);
   loader.StartEpoch(0, 0);
   try {
@@ -348,9 +347,7 @@ TEST(PackedSet, TheLoaderGivesTheFoldersBatchesInEitherShuffleAndOnResume) {
   for (bool blocks : {false, true}) {
     LoaderOptions folder = o;
     if (blocks) {
-      folder.sampler.block = set->block_samples();
-      folder.sampler.window_blocks = 2;
-      folder.sampler.storage_order = std::make_shared<const std::vector<int64_t>>(set->pack_order());
+      UseBlockShuffle(*set, 2 * set->block_samples(), &folder.sampler);  // windows of 2 blocks
     }
     LoaderOptions packed = folder;
     packed.packed = set;
