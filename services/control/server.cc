@@ -179,6 +179,14 @@ class ControlServer::Impl {
       h->set_center_norm(s.center_norm);
       h->set_backbone_cls_std(s.backbone_cls_std);
       h->set_collapse(s.collapse);
+      auto* l = t->mutable_learning();
+      l->set_epoch(s.learning_check_epoch);
+      l->set_knn_top1(s.knn_top1);
+      l->set_random_knn_top1(s.knn_random_top1);
+      auto* r = t->mutable_recoveries();
+      r->set_count(s.recoveries);
+      r->set_max(s.max_recoveries);
+      r->set_last(s.last_recovery);
     }
     auto* r = out->mutable_run();
     r->set_run_id(o_.run_id);

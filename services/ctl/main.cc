@@ -114,6 +114,16 @@ void PrintTable(const v1::Status& s) {
                   h.teacher_entropy(), h.teacher_entropy_ratio(), h.student_teacher_kl(), h.teacher_batch_entropy(),
                   h.center_norm(), h.backbone_cls_std());
     }
+    if (t.learning().epoch() > 0) {
+      const auto& l = t.learning();
+      std::printf("%-12sepoch %lld: 20-NN top-1 %.3f, random ViT %.3f (%+.3f)%s\n", "learning",
+                  static_cast<long long>(l.epoch()), l.knn_top1(), l.random_knn_top1(),
+                  l.knn_top1() - l.random_knn_top1(), l.knn_top1() > l.random_knn_top1() ? "" : ": did not learn");
+    }
+    if (t.recoveries().count() > 0) {
+      std::printf("%-12s%lld of %lld; last: %s\n", "recoveries", static_cast<long long>(t.recoveries().count()),
+                  static_cast<long long>(t.recoveries().max()), t.recoveries().last().c_str());
+    }
     if (t.nonfinite_steps() > 0) std::printf("%-12s%lld\n", "nonfinite", static_cast<long long>(t.nonfinite_steps()));
   }
   std::printf("%-12s%s pid %lld, world size %lld, started %s\n", "host", r.host().c_str(),

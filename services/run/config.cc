@@ -99,6 +99,8 @@ Status CrossCheck(const RunConfig& c) {
 
 }  // namespace
 
+Status CheckConfig(const RunConfig& c) { return CrossCheck(c); }
+
 std::string RunConfig::run_dir() const { return meta.output_dir + "/" + meta.name_of_run; }
 
 std::string RunConfig::stats_path() const {

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -247,8 +248,18 @@ struct RuntimeConfig {
   /// Iterations between progress lines and health reports (DINO's 10).
   int64_t log_every = 10;
   /// What a collapse verdict does (docs/training.md): warn says so in the
-  /// log, status and metrics; stop also checkpoints and fails the run.
+  /// log, status and metrics; stop also checkpoints and fails the run;
+  /// recover rolls back to the last checkpoint judged healthy and goes on
+  /// with safer settings (run/recipe.h), at most max_recoveries times.
   std::string on_collapse = "warn";
+  int64_t max_recoveries = 2;
+  /// manual: the file's values (and defaults); auto: what the file does not
+  /// set is derived from the data set (run/recipe.h).
+  std::string recipe = "manual";
+  /// auto: the trainer measures, at each numbered checkpoint, whether the
+  /// teacher's features beat a random ViT's (training/learning_check.h);
+  /// off: it does not.
+  std::string learning_check = "auto";
   /// The teacher's targets: center (DINO, scDINO) or sinkhorn_knopp
   /// (DINOv2's equipartition over the global batch).
   std::string teacher_centering = "center";
@@ -315,6 +326,8 @@ struct RunConfig {
   /// Keys that were read and are ignored, each with why (shown once at
   /// start by the services).
   std::vector<std::string> warnings;
+  /// Keys the file sets (canonical paths), which scdino.recipe: auto keeps.
+  std::set<std::string> given_keys;
 
   std::string run_dir() const;
   std::string stats_path() const;
@@ -342,6 +355,11 @@ struct RunConfig {
   data::ImagePrep image_prep() const;
   data::BadImagePolicy bad_image_policy() const;
 };
+
+/// The checks across keys (crops against the patch, warm-ups against the
+/// epochs, ...), as ParseRunConfig makes them; for a config changed after
+/// parsing (scdino.recipe: auto).
+Status CheckConfig(const RunConfig& c);
 
 /// Parses and validates YAML text; `origin` (the path) starts every error.
 StatusOr<RunConfig> ParseRunConfig(const std::string& yaml_text, const std::string& origin);

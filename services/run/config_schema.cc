@@ -144,8 +144,17 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
        "a non-finite loss stops the run naming the iteration, or the step is skipped and counted"},
       {"scdino.log_every", Int(&r.log_every, 1),
        "iterations between progress lines on stderr and health reports (status, metrics)"},
-      {"scdino.on_collapse", Str(&r.on_collapse, {"warn", "stop"}),
-       "a collapse verdict (docs/training.md) is reported, or also stops the run after a checkpoint (exit 5)"},
+      {"scdino.on_collapse", Str(&r.on_collapse, {"warn", "stop", "recover"}),
+       "a collapse verdict (docs/training.md) is reported; stop also stops the run after a checkpoint (exit 5); "
+       "recover rolls back to the last healthy checkpoint and goes on with safer settings"},
+      {"scdino.max_recoveries", Int(&r.max_recoveries, 1, 10),
+       "on_collapse: recover rolls back at most this many times; a collapse after that stops the run (exit 5)"},
+      {"scdino.recipe", Str(&r.recipe, {"manual", "auto"}),
+       "auto: epochs, warm-ups, lr, teacher temperature and momentum, crops, patch and out_dim derived from the data "
+       "set's size, image size and the batch, for every key the file does not set (docs/training.md)"},
+      {"scdino.learning_check", Str(&r.learning_check, {"auto", "off"}),
+       "auto: at each numbered checkpoint a 20-NN accuracy of the teacher on a held-out split against a random ViT, "
+       "where the data set has labels (docs/training.md)"},
       {"scdino.teacher_centering", Str(&r.teacher_centering, {"center", "sinkhorn_knopp"}),
        "the teacher's targets: DINO's centred, sharpened outputs (center_momentum), or DINOv2's Sinkhorn-Knopp "
        "equipartition over the global batch (docs/training.md)"},
@@ -308,6 +317,7 @@ Status ReadMapping(const YAML::Node& node, const std::string& section, const std
     if (!seen.insert(canonical).second) {
       return Bad(it->first, path, "'" + Last(canonical) + "' given only once (it also has another spelling)");
     }
+    if (leaf) c->given_keys.insert(canonical);
     if (is_section) {
       if (auto s = ReadMapping(it->second, path, keys, c); !s.ok()) return s;
       continue;
@@ -329,6 +339,22 @@ Status ReadConfigKeys(const YAML::Node& root, RunConfig* c) {
                                &c->meta.selected_channel_combination_per_run);
   }
   return Status::Ok();
+}
+
+Status SetConfigKey(const std::string& path, const YAML::Node& value, RunConfig* c) {
+  std::optional<YAML::Node> unused;
+  for (const auto& key : Table(*c, &unused)) {
+    if (key.path == path) return key.field.read(value, path);
+  }
+  return Status::InvalidArgument("unknown key '" + path + "'");
+}
+
+std::string ShowConfigKey(const std::string& path, RunConfig& c) {
+  std::optional<YAML::Node> unused;
+  for (const auto& key : Table(c, &unused)) {
+    if (key.path == path) return key.field.show();
+  }
+  return "";
 }
 
 std::vector<KeyDoc> ConfigKeys() {

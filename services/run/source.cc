@@ -150,6 +150,69 @@ StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& c, const data::
   return s;
 }
 
+StatusOr<DataShape> MeasureData(const RunConfig& c, int64_t ranks) {
+  DataShape d;
+  d.ranks = ranks;
+  d.global_batch = c.train.batch_size_per_gpu * ranks;
+  if (c.scdino.data_source == "synthetic") {
+    const auto& s = c.scdino.synthetic;
+    d.origin = d.first_image = "the synthetic data set (scdino.synthetic)";
+    d.images = s.classes * s.per_class;
+    d.height = d.width = s.size;
+    d.channels = static_cast<int64_t>(c.channels().size());
+    return d;
+  }
+  auto dataset = IndexDataset(c);
+  if (!dataset.ok()) return dataset.status();
+  d.origin = c.scdino.data_source == "csv" ? c.scdino.index_csv : c.meta.dataset_dir;
+  d.images = static_cast<int64_t>(dataset->entries.size());
+  const data::ImagePrep prep = c.image_prep();
+  // The first readable image (under on_bad_image: skip the first may be bad).
+  Status last = Status::NotFound(d.origin + ": no images");
+  for (size_t i = 0; i < dataset->entries.size() && i < 16; ++i) {
+    auto img = data::LoadImage(dataset->entries[i].path, prep);
+    if (!img.ok()) {
+      last = img.status();
+      continue;
+    }
+    d.first_image = dataset->entries[i].path;
+    d.channels = img->size(0);
+    d.height = img->size(1);
+    d.width = img->size(2);
+    return d;
+  }
+  return last;
+}
+
+StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* c, int64_t ranks, bool rank_zero) {
+  auto shape = MeasureData(*c, ranks);
+  if (!shape.ok()) return shape.status();
+  std::vector<std::string> lines;
+  if (c->scdino.recipe == "auto") {
+    const std::string path = RecipePath(*c);
+    auto recipe = ReadRecipe(path);
+    if (recipe.ok()) {
+      lines.push_back("recipe auto, as " + path + " holds it (the run's start derived it):");
+    } else if (recipe.status().code() == StatusCode::kNotFound) {
+      recipe = DeriveRecipe(*shape, *c);
+      if (!recipe.ok()) return recipe.status();
+      if (rank_zero) {
+        if (auto s = WriteRecipe(path, *shape, *recipe); !s.ok()) return s;
+      }
+      lines.push_back("recipe auto for " + std::to_string(shape->images) + " images of " +
+                      std::to_string(shape->height) + " x " + std::to_string(shape->width) + " px, " +
+                      std::to_string(shape->channels) + " channels, global batch " +
+                      std::to_string(shape->global_batch) + " (written to " + path + "; keys the config sets win):");
+    } else {
+      return recipe.status();
+    }
+    if (auto s = ApplyRecipe(*recipe, c); !s.ok()) return s;
+    for (auto& l : DescribeRecipe(*recipe)) lines.push_back("  " + l);
+  }
+  if (auto s = CheckDataFitsRun(*shape, *c); !s.ok()) return s;
+  return lines;
+}
+
 StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, Coordinator& coordinator,
                                                             torch::Device device,
                                                             const std::function<bool()>& should_stop) {

@@ -16,6 +16,7 @@
 #include "data/stats.h"
 #include "run/config.h"
 #include "run/coordinator.h"
+#include "run/recipe.h"
 
 namespace scdino::run {
 
@@ -49,6 +50,18 @@ Status CheckChannels(const data::Dataset& d, const data::ImagePrep& prep);
 StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& config, const data::Dataset& dataset,
                                                 const data::ImagePrep& prep, Coordinator& coordinator,
                                                 const std::function<bool()>& should_stop = {});
+
+/// The data's shape for the recipe and the checks of run/recipe.h: the
+/// number of images and the size (after center_crop) and channels of the
+/// first readable one, with the global batch of `ranks`.
+StatusOr<DataShape> MeasureData(const RunConfig& config, int64_t ranks);
+
+/// The trainer's start: the data measured and checked against the batch
+/// and crops (CheckDataFitsRun) and, with scdino.recipe: auto, the recipe
+/// applied to `config`: the one recipe.json in the run directory holds (a
+/// run started before), else derived from the data and written there by
+/// rank 0. Returns the lines to log.
+StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* config, int64_t ranks, bool rank_zero);
 
 /// The multi-crop source of the trainer on `device`, sharded for the
 /// coordinator's rank: in memory for synthetic data, else the threaded file

@@ -1,6 +1,7 @@
 #include "runtime/command_line.h"
 
 #include "run/environment.h"
+#include "run/recipe.h"
 #include "runtime/exit_codes.h"
 
 namespace scdino::runtime {
@@ -33,6 +34,24 @@ std::optional<int> CommandLine::Parse(int argc, const char* const* argv, std::os
   }
   config_ = std::move(config).value();
   for (const auto& w : config_.warnings) err << program_ << ": " << config_path_ << ": " << w << "\n";
+  // scdino.recipe: auto: the values the trainer derived at the run's start,
+  // so that every service sees the model and crops it trained with.
+  if (config_.scdino.recipe == "auto") {
+    auto recipe = run::ReadRecipe(run::RecipePath(config_));
+    Status applied = recipe.ok() ? run::ApplyRecipe(*recipe, &config_) : recipe.status();
+    if (recipe.status().code() == StatusCode::kNotFound) {
+      applied = Status::Ok();
+      if (program_ != "scdino-trainer") {
+        err << program_ << ": warning: scdino.recipe is auto but " << run::RecipePath(config_)
+            << " is not there yet (scdino-trainer writes it at the run's start): the file's values and the defaults "
+               "apply\n";
+      }
+    }
+    if (!applied.ok()) {
+      err << program_ << ": " << applied.message() << "\n";
+      return kExitBadInput;
+    }
+  }
   return std::nullopt;
 }
 

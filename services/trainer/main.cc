@@ -2,6 +2,7 @@
 // config, launch, rendezvous, data source, Trainer::Run, exit code (see
 // docs/trainer.md).
 
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <limits>
@@ -15,6 +16,7 @@
 #include "runtime/exit_codes.h"
 #include "runtime/service_plane.h"
 #include "runtime/signals.h"
+#include "trainer/learning_check.h"
 #include "trainer/trainer_wiring.h"
 #include "training/trainer.h"
 
@@ -35,7 +37,8 @@ int main(int argc, char** argv) {
   CommandLine cl("scdino-trainer",
                  "DINO pretraining of a ViT on multi-channel cell images (docs/trainer.md).\n"
                  "Exit codes: 0 completed, 1 failed, 2 bad input, 3 stopped by --stop-after-iterations,\n"
-                 "4 stopped through the control API (scdinoctl stop) after a checkpoint,\n"
+                 "4 stopped through the control API (scdinoctl stop) after a checkpoint, 5 diverged or collapsed,\n"
+                 "7 completed but did not learn (the learning check: no better than a random ViT),\n"
                  "75 stopped by SIGTERM/SIGUSR1/SIGINT after a checkpoint (requeue to resume).");
   cl.app().add_option("--stop-after-iterations", options.stop_after_iterations,
                       "checkpoint and exit (code 3) once this many iterations are done in total; -1: run to the end")
@@ -95,12 +98,32 @@ int main(int argc, char** argv) {
     auto plane = ServicePlane::Start(config, *launch, {"trainer", ""});
     if (!plane.ok()) return Fail(nullptr, plane.status());
     AttachTrainer(**plane, &options, device->device);
+    // The data against the batch and crops, and the recipe derived from it
+    // (scdino.recipe: auto), before anything is built from the config.
+    auto recipe = scdino::run::SettleRecipe(&config, launch->world_size, launch->rank == 0);
+    if (!recipe.ok()) return Fail(plane->get(), recipe.status());
+    if (launch->rank == 0) {
+      for (const auto& line : *recipe) std::cerr << "scdino-trainer: " << line << "\n";
+    }
     // The statistics of a large data set take minutes: a stop ends them.
     auto source = scdino::run::MakeSource(config, **coordinator, device->device, [raw = plane->get()] {
       return StopSignalReceived() || raw->control().Requests().stop;
     });
     if (!source.ok()) return Fail(plane->get(), source.status());
     if (auto s = config.CheckChannelCount((*source)->channels(), "the data"); !s.ok()) return Fail(plane->get(), s);
+    if (launch->rank == 0 && config.scdino.learning_check == "auto") {
+      std::string why_not;
+      auto check = scdino::trainer::LearningCheck::Make(config, device->device, &why_not);
+      if (!check.ok()) return Fail(plane->get(), check.status());
+      if (*check) {
+        std::shared_ptr<scdino::trainer::LearningCheck> shared(std::move(check).value());
+        options.learning_check = [shared](scdino::model::VisionTransformer teacher, int64_t epoch, int64_t it) {
+          return shared->Measure(teacher, epoch, it);
+        };
+      } else {
+        std::cerr << "scdino-trainer: no learning check: " << why_not << "\n";
+      }
+    }
     scdino::training::Trainer trainer(std::move(config), std::move(source).value(), options);
     // Declared after the trainer: signals stop reaching it before it goes,
     // also when an exception unwinds this scope.
@@ -110,10 +133,25 @@ int main(int argc, char** argv) {
     (*plane)->Finish(result->completed ? scdino::RunState::kCompleted : scdino::RunState::kStopped);
     using scdino::training::StopReason;
     switch (result->stopped_by) {
-      case StopReason::kNone:
-        std::cerr << "scdino-trainer: done, " << result->iteration << " iterations; checkpoint " << result->checkpoint
-                  << "\n";
+      case StopReason::kNone: {
+        std::cerr << "scdino-trainer: done, " << result->iteration << " iterations; checkpoint " << result->checkpoint;
+        if (result->recoveries > 0) std::cerr << "; recovered from a collapse " << result->recoveries << " time(s)";
+        std::cerr << "\n";
+        if (const auto& l = result->learning) {
+          char buf[320];
+          std::snprintf(buf, sizeof buf, "20-NN top-1 on %lld held-out images: %.3f, a random ViT's %.3f (%+.3f)",
+                        static_cast<long long>(l->test_images), l->trained_top1, l->random_top1,
+                        l->trained_top1 - l->random_top1);
+          if (!l->learned()) {
+            std::cerr << "scdino-trainer: did not learn: the trained teacher's features are no better than a random "
+                      << "ViT's (" << buf << "). docs/training.md says what to change (scdino.recipe: auto, "
+                      << "scdino.on_collapse: recover)\n";
+            return kExitDidNotLearn;
+          }
+          std::cerr << "scdino-trainer: learned: " << buf << "\n";
+        }
         return kExitCompleted;
+      }
       case StopReason::kIterationLimit:
       case StopReason::kApi:
       case StopReason::kSignal:

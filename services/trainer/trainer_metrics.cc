@@ -63,6 +63,19 @@ TrainerMetrics::TrainerMetrics(prometheus::Registry& r, torch::Device device) : 
   healthy_ = &collapse.Add({{"verdict", "healthy"}});
   uniform_ = &collapse.Add({{"verdict", "uniform_collapse"}});
   onehot_ = &collapse.Add({{"verdict", "onehot_collapse"}});
+  auto& knn = prometheus::BuildGauge()
+                  .Name("scdino_trainer_knn_top1")
+                  .Help("Weighted 20-NN top-1 accuracy on held-out images at the last learning check: of the teacher "
+                        "(model=trained) and of a random ViT of the same shape (model=random_init)")
+                  .Register(r);
+  knn_trained_ = &knn.Add({{"model", "trained"}});
+  knn_random_ = &knn.Add({{"model", "random_init"}});
+  learning_epoch_ = Gauge(r, "learning_check_epoch", "Epochs done at the last learning check; 0 before the first");
+  recoveries_ = &prometheus::BuildCounter()
+                     .Name("scdino_trainer_recoveries_total")
+                     .Help("Rollbacks to the last healthy checkpoint after a collapse (scdino.on_collapse: recover)")
+                     .Register(r)
+                     .Add({});
   if (device.is_cuda()) {
     gpu_allocated_ = Gauge(r, "gpu_memory_allocated_bytes", "GPU memory held by tensors (CUDA caching allocator)");
     gpu_reserved_ = Gauge(r, "gpu_memory_reserved_bytes", "GPU memory reserved by the CUDA caching allocator");
@@ -81,6 +94,14 @@ void TrainerMetrics::OnHealth(const training::HealthReport& h) {
   uniform_->Set(h.collapse == "uniform_collapse" ? 1 : 0);
   onehot_->Set(h.collapse == "onehot_collapse" ? 1 : 0);
 }
+
+void TrainerMetrics::OnLearning(const training::LearningReport& l) {
+  knn_trained_->Set(l.trained_top1);
+  knn_random_->Set(l.random_top1);
+  learning_epoch_->Set(static_cast<double>(l.epoch));
+}
+
+void TrainerMetrics::OnRecovery(const training::RecoveryReport&) { recoveries_->Increment(); }
 
 void TrainerMetrics::OnStep(const training::StepReport& s) {
   iterations_->Increment();

@@ -21,6 +21,9 @@ class TrainerMetrics {
   void OnCheckpoint(const training::CheckpointReport& r);
   /// The health signals and collapse verdict of a logging interval.
   void OnHealth(const training::HealthReport& h);
+  /// A learning check (rank 0) and a rollback after a collapse.
+  void OnLearning(const training::LearningReport& l);
+  void OnRecovery(const training::RecoveryReport& r);
 
  private:
   torch::Device device_;
@@ -29,6 +32,8 @@ class TrainerMetrics {
   prometheus::Gauge *last_checkpoint_, *gpu_allocated_ = nullptr, *gpu_reserved_ = nullptr, *gpu_peak_ = nullptr;
   prometheus::Gauge *teacher_entropy_, *teacher_entropy_ratio_, *kl_, *batch_entropy_, *center_norm_, *cls_std_;
   prometheus::Gauge *healthy_, *uniform_, *onehot_;
+  prometheus::Gauge *knn_trained_, *knn_random_, *learning_epoch_;
+  prometheus::Counter* recoveries_;
   prometheus::Histogram *step_, *data_wait_, *allreduce_, *checkpoint_;
   double rate_ = 0.0;
 };

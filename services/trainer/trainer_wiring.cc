@@ -15,6 +15,8 @@ void AttachTrainer(ServicePlane& plane, training::TrainerOptions* options, torch
     options->on_step = [m](const training::StepReport& r) { m->OnStep(r); };
     options->on_checkpoint = [m](const training::CheckpointReport& r) { m->OnCheckpoint(r); };
     options->on_health = [m](const training::HealthReport& h) { m->OnHealth(h); };
+    options->on_learning = [m](const training::LearningReport& l) { m->OnLearning(l); };
+    options->on_recovery = [m](const training::RecoveryReport& r) { m->OnRecovery(r); };
   }
 #else
   (void)device;

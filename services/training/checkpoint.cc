@@ -67,6 +67,7 @@ Status SaveCheckpoint(const std::string& path, const model::Dino& dino, const Ch
                 {"run", info.run.ToJson()},
                 {"config", info.config_text},
                 {"classes", nlohmann::json(info.classes).dump()}};
+  if (!info.recoveries_json.empty()) meta["recoveries"] = info.recoveries_json;
   return WriteSafetensors(path, dino.StateDict(), meta);
 }
 
@@ -94,6 +95,7 @@ StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path, model::Dino& di
   }
   info.model_json = m.at("model");
   info.config_text = m.count("config") ? m.at("config") : "";
+  info.recoveries_json = m.count("recoveries") ? m.at("recoveries") : "";
   if (m.count("run")) {
     auto run = RunShape::FromJson(m.at("run"), path);
     if (!run.ok()) return run.status();

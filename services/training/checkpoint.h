@@ -43,6 +43,10 @@ struct CheckpointInfo {
   bool has_run_shape = false;  ///< false in checkpoints of older versions
   std::string config_text;  ///< the YAML the run was started with
   std::vector<std::string> classes;  ///< class names of the data set, index = label
+  /// scdino.on_collapse: recover: the rollbacks so far and the settings
+  /// they changed, as JSON {"count": N, "settings": [{"key", "value"}...]};
+  /// "" when none.
+  std::string recoveries_json;
 };
 
 Status SaveCheckpoint(const std::string& path, const model::Dino& dino, const CheckpointInfo& info);

@@ -83,6 +83,28 @@ Status Checkpointer::EndOfEpoch(int64_t epoch, int64_t iteration, int64_t niter,
   return Status::Ok();
 }
 
+Status Checkpointer::KeepAsHealthy() {
+  Status kept = Status::Ok();
+  if (coordinator_.is_rank_zero()) {
+    namespace fs = std::filesystem;
+    const std::string tmp = HealthyPath() + ".tmp";
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    // A hard link costs nothing; a file system without them gets a copy.
+    fs::create_hard_link(latest_, tmp, ec);
+    if (ec) {
+      ec.clear();
+      fs::copy_file(latest_, tmp, fs::copy_options::overwrite_existing, ec);
+    }
+    if (!ec) fs::rename(tmp, HealthyPath(), ec);
+    if (ec) kept = Status::IOError("cannot keep " + latest_ + " as " + HealthyPath() + ": " + ec.message());
+  }
+  if (coordinator_.Sum({kept.ok() ? 0.0 : 1.0})[0] > 0 && kept.ok()) {
+    return Status::IOError("rank 0 could not keep the healthy checkpoint " + HealthyPath() + " (its log says why)");
+  }
+  return kept;
+}
+
 Status Checkpointer::ResumePoint(int64_t iteration, int64_t niter) { return Write(latest_, iteration, niter); }
 
 StatusOr<std::string> Checkpointer::Snapshot(int64_t iteration, int64_t niter) {

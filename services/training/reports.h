@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/health.h"
 
@@ -45,6 +46,30 @@ struct CheckpointReport {
   double seconds = 0.0;
   int64_t unix_ms = 0;
   int64_t iteration = 0;
+};
+
+/// A learning check (scdino.learning_check, training/learning_check.h):
+/// the weighted 20-NN top-1 accuracy of the teacher's CLS features on a
+/// held-out split of the labelled images, against a random ViT's of the
+/// same shape. Rank 0 measures it at each numbered checkpoint.
+struct LearningReport {
+  int64_t epoch = 0;  ///< epochs done
+  int64_t iteration = 0;
+  int64_t k = 20;
+  int64_t train_images = 0, test_images = 0, classes = 0;
+  double trained_top1 = 0.0, random_top1 = 0.0;
+  double seconds = 0.0;
+  /// Whether the trained features beat the random ViT's.
+  bool learned() const { return trained_top1 > random_top1; }
+};
+
+/// A rollback after a collapse (scdino.on_collapse: recover).
+struct RecoveryReport {
+  int64_t recovery = 0, max_recoveries = 0;  ///< 1-based count, and the limit
+  std::string verdict;                        ///< the collapse it recovers from
+  int64_t from_iteration = 0, to_iteration = 0;
+  std::string checkpoint;                     ///< the healthy one it went back to
+  std::vector<std::string> changes;           ///< "key: value (why)"
 };
 
 }  // namespace scdino::training

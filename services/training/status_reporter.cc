@@ -51,6 +51,23 @@ void StatusReporter::Health(const HealthReport& h) {
   });
 }
 
+void StatusReporter::Learning(const LearningReport& r) {
+  Update([&](RunStatus& st) {
+    st.learning_check_epoch = r.epoch;
+    st.knn_top1 = r.trained_top1;
+    st.knn_random_top1 = r.random_top1;
+  });
+}
+
+void StatusReporter::Recovery(const RecoveryReport& r) {
+  Update([&](RunStatus& st) {
+    st.recoveries = r.recovery;
+    st.max_recoveries = r.max_recoveries;
+    st.last_recovery = r.verdict + " at iteration " + std::to_string(r.from_iteration) + ", back to " +
+                       std::to_string(r.to_iteration);
+  });
+}
+
 void StatusReporter::State(RunState s) {
   Update([s](RunStatus& st) { st.state = s; });
 }

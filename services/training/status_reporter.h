@@ -24,6 +24,10 @@ class StatusReporter {
   void Step(const StepReport& r, int64_t nonfinite_steps);
   /// The health and collapse verdict of the last logging interval.
   void Health(const HealthReport& h);
+  /// The last learning check (trainer/learning_check.h).
+  void Learning(const LearningReport& r);
+  /// A rollback after a collapse.
+  void Recovery(const RecoveryReport& r);
   void State(RunState s);
   void Checkpoint(const CheckpointReport& r);
   /// The final state: COMPLETED, STOPPED, or FAILED with the reason; callers

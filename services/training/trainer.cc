@@ -6,6 +6,7 @@
 #include <iostream>
 #include <ostream>
 #include <thread>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -30,17 +31,104 @@ Trainer::Trainer(run::RunConfig config, std::unique_ptr<data::MultiCropSource> s
       device_(options_.device ? *options_.device
                               : torch::Device(config_.scdino.device == "cuda" ? torch::kCUDA : torch::kCPU)),
       reporter_(options_.control) {
-  torch::manual_seed(static_cast<uint64_t>(config_.meta.seed));
-  dino_ = std::make_unique<model::Dino>(config_.dino_options(options_.bf16_supported), device_);
+  RebuildModel();
   ThrowIfError(config_.CheckChannelCount(source_->channels(), "the data source"));
   if (auto c = options_.collective) {
-    reducer_ = std::make_unique<GradientAllReducer>(c, dino_->trainable(), options_.bucket_bytes);
     coordinator_->set_sum([c](std::vector<double>& v) {
       auto t = torch::tensor(v, torch::kFloat64);
       c->AllReduceSum(t);
       for (size_t i = 0; i < v.size(); ++i) v[i] = t[static_cast<int64_t>(i)].item<double>();
     });
   }
+}
+
+void Trainer::RebuildModel() {
+  torch::manual_seed(static_cast<uint64_t>(config_.meta.seed));
+  // In place: the checkpointer holds a reference to it.
+  if (dino_) {
+    *dino_ = model::Dino(config_.dino_options(options_.bf16_supported), device_);
+  } else {
+    dino_ = std::make_unique<model::Dino>(config_.dino_options(options_.bf16_supported), device_);
+  }
+  if (auto c = options_.collective) {
+    reducer_ = std::make_unique<GradientAllReducer>(c, dino_->trainable(), options_.bucket_bytes);
+  }
+}
+
+Status Trainer::ApplyRecoverySettings(const std::vector<run::RecipeValue>& settings) {
+  if (auto s = run::ApplySettings(settings, &config_); !s.ok()) return s;
+  recovery_settings_.insert(recovery_settings_.end(), settings.begin(), settings.end());
+  try {
+    schedules_ = model::MakeSchedules(config_.schedule_options(niter_, coordinator_->world_size()));
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(config_.source_path + " after a recovery: " + e.what());
+  }
+  RebuildModel();
+  nlohmann::json j{{"count", recoveries_}, {"settings", nlohmann::json::array()}};
+  for (const auto& v : recovery_settings_) j["settings"].push_back({{"key", v.key}, {"value", v.value}});
+  if (checkpointer_) checkpointer_->set_recoveries(j.dump());
+  return Status::Ok();
+}
+
+StatusOr<int64_t> Trainer::Rollback(const std::string& verdict, int64_t it) {
+  // Back to the last epoch end judged healthy or, when none was (the first
+  // epoch is not judged), to the start: fresh weights of the run's seed.
+  const std::string path = checkpointer_->HealthyPath();
+  const bool from_start = !FileExists(path);
+  ++recoveries_;
+  RecoveryReport r;
+  r.recovery = recoveries_;
+  r.max_recoveries = config_.scdino.max_recoveries;
+  r.verdict = verdict;
+  r.from_iteration = it;
+  r.checkpoint = from_start ? "the initial weights" : path;
+  const auto settings = run::SaferSettings(config_, verdict);
+  for (const auto& v : settings) r.changes.push_back(v.key + ": " + v.value + " (" + v.why + ")");
+  if (auto s = ApplyRecoverySettings(settings); !s.ok()) return s;  // the model is rebuilt: fresh weights
+  if (!from_start) {
+    auto info = LoadCheckpoint(path, *dino_);
+    if (!info.ok()) return info.status();
+    r.to_iteration = info->iteration;
+  }
+  resumed_epoch_ = -1;
+  collapse_ = from_start ? "" : "healthy";
+  interval_health_ = model::HealthAverage();
+  interval_loss_ = 0.0;
+  epoch_log_.Reset();
+  result_.recoveries = recoveries_;
+  // A restart now goes on from here, with these settings.
+  checkpointer_->set_epoch_position(0);
+  if (auto s = checkpointer_->ResumePoint(r.to_iteration, niter_); !s.ok()) return s;
+  if (options_.progress && coordinator_->is_rank_zero()) {
+    *options_.progress << "scdino-trainer: recovering from " << verdict << " at iteration " << it << " ("
+                       << recoveries_ << " of at most " << r.max_recoveries
+                       << ", scdino.on_collapse: recover): back to iteration " << r.to_iteration << ", "
+                       << r.checkpoint << ", with\n";
+    for (const auto& c : r.changes) *options_.progress << "scdino-trainer:   " << c << "\n";
+    *options_.progress << std::flush;
+  }
+  reporter_.Recovery(r);
+  if (options_.on_recovery) options_.on_recovery(r);
+  return r.to_iteration;
+}
+
+std::optional<LearningReport> Trainer::CheckLearning(int64_t epoch, int64_t it) {
+  const bool numbered = (epoch + 1) % config_.train.saveckp_freq == 0 || it == total_;
+  if (!options_.learning_check || !numbered || !coordinator_->is_rank_zero()) return std::nullopt;
+  LearningReport r = options_.learning_check(dino_->teacher->backbone, epoch + 1, it);
+  result_.learning = r;
+  reporter_.Learning(r);
+  if (options_.on_learning) options_.on_learning(r);
+  if (options_.progress) {
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "scdino-trainer: learning check at epoch %lld: 20-NN top-1 of the teacher %.3f, of a random ViT "
+                  "%.3f (%+.3f; %lld held-out images, %lld classes, %.1f s)",
+                  static_cast<long long>(epoch + 1), r.trained_top1, r.random_top1, r.trained_top1 - r.random_top1,
+                  static_cast<long long>(r.test_images), static_cast<long long>(r.classes), r.seconds);
+    *options_.progress << buf << std::endl;
+  }
+  return r;
 }
 
 StatusOr<TrainResult> Trainer::Run() {
@@ -67,6 +155,27 @@ StatusOr<int64_t> Trainer::Resume() {
   if (auto s = CheckOwnPath(latest, "the checkpoint to resume from"); !s.ok()) return s;
   auto info = LoadCheckpoint(latest, *dino_);
   if (!info.ok()) return info.status();
+  // A run that recovered from a collapse goes on with the settings it
+  // recovered with: the model is rebuilt with them and loaded again.
+  if (!info->recoveries_json.empty()) {
+    std::vector<run::RecipeValue> settings;
+    try {
+      const auto j = nlohmann::json::parse(info->recoveries_json);
+      recoveries_ = j.at("count").get<int64_t>();
+      for (const auto& v : j.at("settings")) {
+        settings.push_back({v.at("key").get<std::string>(), v.at("value").get<std::string>(), "", false});
+      }
+    } catch (const std::exception& e) {
+      return Status::DataLoss(latest + ": metadata 'recoveries' is not what scdino writes: " + e.what());
+    }
+    if (auto s = ApplyRecoverySettings(settings); !s.ok()) return s;
+    info = LoadCheckpoint(latest, *dino_);
+    if (!info.ok()) return info.status();
+    result_.recoveries = recoveries_;
+    if (coordinator_->is_rank_zero()) {
+      std::cerr << "scdino-trainer: resume: with the settings of " << recoveries_ << " recovery(ies) from a collapse\n";
+    }
+  }
   const RunShape now{coordinator_->world_size(), config_.train.batch_size_per_gpu, config_.train.epochs, niter_,
                      source_->dataset_size(), config_.channels(), source_->epoch_order()};
   if (info->has_run_shape) {
@@ -228,7 +337,14 @@ Status Trainer::EndOfInterval(int64_t it, const StepReport& last) {
       const std::string what = std::string(h.collapse) + " at iteration " + std::to_string(it) + " (epoch " +
                                std::to_string(last.epoch) + "): " + model::DescribeCollapse(verdict, h.health) +
                                " over the last " + std::to_string(h.steps) + " iterations";
-      if (config_.scdino.on_collapse == "stop") {
+      const bool recover = config_.scdino.on_collapse == "recover";
+      if (recover && recoveries_ < config_.scdino.max_recoveries) {
+        rollback_ = h.collapse;
+      } else if (recover) {
+        stop = Status::Diverged("training collapsed again, " + what + ", after " + std::to_string(recoveries_) +
+                                " recoveries (scdino.max_recoveries); stopping. docs/training.md says what to change; "
+                                "the last checkpoint is kept");
+      } else if (config_.scdino.on_collapse == "stop") {
         stop = Status::Diverged("training collapsed, " + what +
                                           "; stopping (scdino.on_collapse: stop). docs/training.md says what to "
                                           "change; the last checkpoint is kept");
@@ -264,6 +380,10 @@ Status Trainer::EndOfEpoch(int64_t epoch, int64_t it) {
   reporter_.State(RunState::kCheckpointing);
   Status s = checkpointer_->EndOfEpoch(epoch, it, niter_, it == total_);
   if (s.ok()) result_.checkpoint = checkpointer_->latest();
+  // What recover rolls back to: an epoch end judged healthy.
+  if (s.ok() && config_.scdino.on_collapse == "recover" && rollback_.empty() && collapse_ == "healthy") {
+    s = checkpointer_->KeepAsHealthy();
+  }
   reporter_.State(RunState::kRunning);
   return s;
 }
@@ -378,6 +498,13 @@ StatusOr<TrainResult> Trainer::RunLoop() {
     if (it % niter_ == 0) {
       auto line = epoch_log_.Line(epoch, it, Seconds(epoch_start, Clock::now()), *report, sum);
       if (!collapse_.empty()) line["collapse"] = collapse_;
+      if (recoveries_ > 0) line["recoveries"] = recoveries_;
+      if (rollback_.empty()) {
+        if (auto check = CheckLearning(epoch, it)) {
+          line["knn_top1"] = check->trained_top1;
+          line["knn_random_top1"] = check->random_top1;
+        }
+      }
       if (auto mem = QueryDeviceMemory(device_)) {
         line["gpu_mem_peak_bytes"] = mem->peak_allocated_bytes;
         line["gpu_mem_reserved_bytes"] = mem->reserved_bytes;
@@ -396,6 +523,13 @@ StatusOr<TrainResult> Trainer::RunLoop() {
         if (auto s = checkpointer_->ResumePoint(it, niter_); !s.ok()) return s;
       }
       return collapsed;
+    }
+    if (!rollback_.empty()) {
+      auto back = Rollback(std::exchange(rollback_, ""), it);
+      if (!back.ok()) return back.status();
+      result_.iteration = it = *back;
+      epoch_started = false;
+      continue;
     }
     if (it >= total_) break;
     // The agreement of this step's exchange, or (one process) the local view.

@@ -23,6 +23,7 @@
 #include "model/schedules.h"
 #include "run/config.h"
 #include "run/coordinator.h"
+#include "run/recipe.h"
 #include "training/checkpointer.h"
 #include "training/distributed.h"
 #include "training/epoch_log.h"
@@ -62,6 +63,13 @@ struct TrainerOptions {
   std::function<void(const HealthReport&)> on_health;
   /// Where rank 0 writes a progress line per logging interval; may be null.
   std::ostream* progress = nullptr;
+  /// Rank 0's learning check of the teacher's backbone at the end of each
+  /// epoch with a numbered checkpoint (trainer/learning_check.h); null:
+  /// none. Its report goes to the log line, the status and on_learning.
+  std::function<LearningReport(model::VisionTransformer teacher, int64_t epoch, int64_t iteration)> learning_check;
+  std::function<void(const LearningReport&)> on_learning;
+  /// Called on every rank after a rollback (scdino.on_collapse: recover).
+  std::function<void(const RecoveryReport&)> on_recovery;
 };
 
 /// Why a run returned before its last epoch.
@@ -79,6 +87,9 @@ struct TrainResult {
   double last_loss = 0.0;
   int64_t nonfinite_steps = 0;  ///< steps skipped for a non-finite loss
   std::string checkpoint;   ///< path of the last checkpoint written
+  int64_t recoveries = 0;   ///< rollbacks after a collapse (on_collapse: recover)
+  /// Rank 0: the last learning check, when one ran.
+  std::optional<LearningReport> learning;
 };
 
 class Trainer {
@@ -123,6 +134,19 @@ class Trainer {
   /// report and the collapse verdict; an error when the run collapsed and
   /// scdino.on_collapse is stop (after a resume checkpoint).
   Status EndOfInterval(int64_t it, const StepReport& last);
+  /// Rank 0 at the end of an epoch with a numbered checkpoint: the learning
+  /// check, reported; null when none is due.
+  std::optional<LearningReport> CheckLearning(int64_t epoch, int64_t it);
+  /// The model (and gradient reducer) built anew from config_: after the
+  /// settings changed, before a checkpoint is loaded into it.
+  void RebuildModel();
+  /// Sets `settings` in config_ and rebuilds what they shape; records them
+  /// for the checkpoints (a resume applies them again).
+  Status ApplyRecoverySettings(const std::vector<run::RecipeValue>& settings);
+  /// on_collapse: recover: back to the last checkpoint judged healthy, with
+  /// safer settings (run::SaferSettings) for `verdict`; returns the
+  /// iteration to go on from.
+  StatusOr<int64_t> Rollback(const std::string& verdict, int64_t it);
 
   run::RunConfig config_;
   std::unique_ptr<data::MultiCropSource> source_;
@@ -138,6 +162,11 @@ class Trainer {
   model::HealthAverage interval_health_;
   double interval_loss_ = 0.0;
   std::string collapse_;  ///< the last verdict ("" before the first)
+  /// A collapse verdict the loop rolls back from after this step (recover).
+  std::string rollback_;
+  int64_t recoveries_ = 0;
+  /// The settings of the recoveries so far, in order (later ones win).
+  std::vector<run::RecipeValue> recovery_settings_;
   model::Schedules schedules_;
   int64_t niter_ = 1, total_ = 1;
   /// Where the current epoch's batches start; resumed_epoch_ is the epoch a

@@ -1,0 +1,71 @@
+// The training recipe as a function of the data (scdino.recipe: auto): what
+// configs/small-data.yaml fixes for one data set (epochs, warm-ups, peak
+// learning rate, teacher temperature and momentum, crops, patch, out_dim)
+// derived from the number of images, their size and the global batch, by
+// the rules docs/training.md gives with their reasons; the safer settings a
+// run goes on with after a collapse (scdino.on_collapse: recover); and the
+// checks every run makes of its data against its batch and crops.
+// Pure functions, except the recipe file's reading and writing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "run/config.h"
+
+namespace scdino::run {
+
+/// What the recipe is derived from.
+struct DataShape {
+  std::string origin;       ///< the data set (dataset_dir, index CSV, "synthetic")
+  std::string first_image;  ///< the image the size was read from
+  int64_t images = 0;
+  int64_t height = 0, width = 0;  ///< after center_crop
+  int64_t channels = 0;
+  int64_t ranks = 1;
+  int64_t global_batch = 0;  ///< batch_size_per_gpu x ranks
+};
+
+/// One derived key: its full path, its value as YAML, and why.
+struct RecipeValue {
+  std::string key;
+  std::string value;
+  std::string why;
+  bool from_file = false;  ///< the config sets the key, which wins
+};
+
+/// What every run refuses, naming the numbers: fewer images than one global
+/// batch; images smaller than the patch or the local crops.
+Status CheckDataFitsRun(const DataShape& d, const RunConfig& c);
+
+/// The recipe for `d`: every derived key, `from_file` set where `c` gives
+/// the key. InvalidArgument for images too small for any ViT recipe (16 px).
+StatusOr<std::vector<RecipeValue>> DeriveRecipe(const DataShape& d, const RunConfig& c);
+
+/// Sets every value whose key the file does not give (c->given_keys), then
+/// checks the config across keys.
+Status ApplyRecipe(const std::vector<RecipeValue>& recipe, RunConfig* c);
+
+/// Sets every value, whatever the file says (a recovery's settings), then
+/// checks the config across keys.
+Status ApplySettings(const std::vector<RecipeValue>& settings, RunConfig* c);
+
+/// Lines that say what the recipe set and kept, for the log.
+std::vector<std::string> DescribeRecipe(const std::vector<RecipeValue>& recipe);
+
+/// <run_dir>/recipe.json: the data shape and the values a run started with,
+/// which its resumes and the other services (features, evaluation) apply.
+std::string RecipePath(const RunConfig& c);
+Status WriteRecipe(const std::string& path, const DataShape& d, const std::vector<RecipeValue>& recipe);
+/// NotFound when the file is not there.
+StatusOr<std::vector<RecipeValue>> ReadRecipe(const std::string& path);
+
+/// The changes after the `recovery`-th collapse (1-based) judged `verdict`
+/// (uniform_collapse, onehot_collapse) from the settings of `c`: a lower
+/// peak learning rate, a slower teacher, more KoLeo, and a sharper teacher
+/// for a uniform collapse, Sinkhorn-Knopp targets for a one-hot one.
+std::vector<RecipeValue> SaferSettings(const RunConfig& c, const std::string& verdict);
+
+}  // namespace scdino::run
