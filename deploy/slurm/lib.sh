@@ -71,7 +71,7 @@ scdino_requeue_or_exit() {
   local rc=$1 max=${SCDINO_MAX_REQUEUES:-20} restarts=${SLURM_RESTART_COUNT:-0} why
   if [ "$rc" -eq 75 ]; then
     why="checkpoint written after a signal${scdino_signal:+ ($scdino_signal)}"
-  elif [ -n "$scdino_signal" ] && ! case $rc in 0|2|4|5|6) true ;; *) false ;; esac; then
+  elif [ -n "$scdino_signal" ] && ! case $rc in 0|2|4|5|6|7) true ;; *) false ;; esac; then
     why="the step ended with code $rc after a signal ($scdino_signal) reached the whole job; resuming from the last checkpoint"
   else
     [ "$rc" -eq 0 ] || exit "$rc"

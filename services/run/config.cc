@@ -239,7 +239,9 @@ StatusOr<RunConfig> ParseRunConfig(const std::string& text, const std::string& o
   }
   if (root.IsNull()) return Status::InvalidArgument(origin + ": the file is empty; expected the sections meta and train_scDINO");
   Status s = ReadConfigKeys(root, &c);
-  if (s.ok()) s = CrossCheck(c);
+  // With recipe: auto the keys checked against each other (warm-ups and
+  // epochs, crops and patch) may still be derived: ApplyRecipe checks them.
+  if (s.ok() && c.scdino.recipe != "auto") s = CrossCheck(c);
   if (!s.ok()) return Status::InvalidArgument(origin + ": " + s.message());
   return c;
 }

@@ -362,6 +362,8 @@ struct RunConfig {
 Status CheckConfig(const RunConfig& c);
 
 /// Parses and validates YAML text; `origin` (the path) starts every error.
+/// With scdino.recipe: auto the checks across keys wait for the recipe
+/// (run::ApplyRecipe makes them).
 StatusOr<RunConfig> ParseRunConfig(const std::string& yaml_text, const std::string& origin);
 StatusOr<RunConfig> LoadRunConfig(const std::string& path);
 

@@ -73,9 +73,15 @@ StatusOr<std::vector<RecipeValue>> DeriveRecipe(const DataShape& d, const RunCon
   };
   // The model's input: a patch that gives the global crop 6-8 tokens a side
   // or more (a ViT needs some tokens to relate), crops as large as the image.
-  const int64_t patch = side < 40 ? 4 : side < 112 ? 8 : 16;
-  const int64_t global = std::min<int64_t>(side, 224) / patch * patch;
-  const int64_t local = std::max(2 * patch, global / 2 / patch * patch);
+  // Each derived from the ones before, or from the file's value where it
+  // gives one.
+  const auto& h = c.train.hyperparameters;
+  auto given = [&](const std::string& key) { return c.given_keys.count(kHyper + key) > 0; };
+  const int64_t patch = given("patch_size") ? h.patch_size : side < 40 ? 4 : side < 112 ? 8 : 16;
+  const int64_t global =
+      given("global_crops_size") ? h.global_crops_size : std::max(patch, std::min<int64_t>(side, 224) / patch * patch);
+  const int64_t local =
+      given("local_crops_size") ? h.local_crops_size : std::max(2 * patch, global / 2 / patch * patch);
   const std::string tokens = std::to_string(global / patch) + " x " + std::to_string(global / patch);
   add(kHyper + "patch_size", std::to_string(patch),
       "images of " + std::to_string(side) + " px: " + tokens + " tokens per global crop");
@@ -89,22 +95,27 @@ StatusOr<std::vector<RecipeValue>> DeriveRecipe(const DataShape& d, const RunCon
   add(kHyper + "local_crops_scale", "[0.15, 0.4]", "the same for the local crops");
   add(kHyper + "local_crops_number", "4", "4 local crops: the small-data recipe's");
   // Capacity for the data: a small ViT, prototypes growing with sqrt(N).
-  add(kHyper + "arch", "\"vit_tiny\"", "a small ViT for small images (192 dimensions)");
-  add(kHyper + "depth", d.images < 50000 ? "6" : "12", "6 blocks below 50,000 images, 12 above");
+  const bool small = d.images < 50000;
+  add(kHyper + "arch", small ? "vit_tiny" : "vit_small",
+      small ? "below 50,000 images: a ViT of 192 dimensions" : "50,000 images or more: a ViT of 384 dimensions");
+  add(kHyper + "depth", small ? "6" : "12", "6 blocks below 50,000 images, 12 above");
   const int64_t out_dim = std::clamp<int64_t>(Pow2Near(8.0 * std::sqrt(static_cast<double>(d.images))), 64, 65536);
   add(kHyper + "out_dim", std::to_string(out_dim),
       "prototypes: the power of two nearest 8 x sqrt(" + std::to_string(d.images) + " images)");
-  // The schedule: enough steps to learn, not so many at a high rate that a
-  // small data set is memorised into a collapse.
+  // The schedule: steps growing as N^0.75 (more data needs more steps, but
+  // less than in proportion): 256 for a few hundred images, about 550 for
+  // 1,800, 2,000 for 10,000, DINO's 100-epoch order at ImageNet's size.
   const int64_t niter = std::max<int64_t>(1, d.images / d.global_batch);
   const int64_t target_steps = std::clamp<int64_t>(
-      static_cast<int64_t>(std::lround(16.0 * std::sqrt(static_cast<double>(d.images)))), 256, 20000);
-  const int64_t epochs = std::clamp<int64_t>((target_steps + niter - 1) / niter, 8, 300);
+      static_cast<int64_t>(std::lround(2.0 * std::pow(static_cast<double>(d.images), 0.75))), 256, 200000);
+  const int64_t epochs = c.given_keys.count("train_scDINO.epochs") > 0
+                             ? c.train.epochs
+                             : std::clamp<int64_t>((target_steps + niter - 1) / niter, 4, 300);
   const int64_t steps = epochs * niter;
   add("train_scDINO.epochs", std::to_string(epochs),
-      std::to_string(niter) + " steps per epoch; about 16 x sqrt(N) = " + std::to_string(target_steps) +
-          " steps in all (8 to 300 epochs)");
-  add(kHyper + "warmup_epochs", std::to_string(std::max<int64_t>(1, epochs / 8)), "an eighth of the epochs");
+      std::to_string(niter) + " steps per epoch; about 2 x N^0.75 = " + std::to_string(target_steps) +
+          " steps in all (4 to 300 epochs)");
+  add(kHyper + "warmup_epochs", std::to_string(std::max<int64_t>(1, epochs / 8)), "an eighth of the epochs, at least one");
   // Per global batch of 256: 0.015 at a few hundred steps, lower for longer
   // runs, whose high-rate phase otherwise drifts into a collapse.
   const double lr = std::clamp(0.015 * std::sqrt(256.0 / static_cast<double>(steps)), 0.0005, 0.015);

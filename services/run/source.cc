@@ -197,6 +197,7 @@ StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* c, int64_t ranks, boo
       recipe = DeriveRecipe(*shape, *c);
       if (!recipe.ok()) return recipe.status();
       if (rank_zero) {
+        if (auto s = MakeDirs(c->run_dir()); !s.ok()) return s;
         if (auto s = WriteRecipe(path, *shape, *recipe); !s.ok()) return s;
       }
       lines.push_back("recipe auto for " + std::to_string(shape->images) + " images of " +

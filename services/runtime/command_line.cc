@@ -40,7 +40,9 @@ std::optional<int> CommandLine::Parse(int argc, const char* const* argv, std::os
     auto recipe = run::ReadRecipe(run::RecipePath(config_));
     Status applied = recipe.ok() ? run::ApplyRecipe(*recipe, &config_) : recipe.status();
     if (recipe.status().code() == StatusCode::kNotFound) {
-      applied = Status::Ok();
+      // The trainer derives it (run::SettleRecipe); the others go on with
+      // the file as it is.
+      applied = program_ == "scdino-trainer" ? Status::Ok() : run::CheckConfig(config_);
       if (program_ != "scdino-trainer") {
         err << program_ << ": warning: scdino.recipe is auto but " << run::RecipePath(config_)
             << " is not there yet (scdino-trainer writes it at the run's start): the file's values and the defaults "

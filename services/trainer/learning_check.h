@@ -4,8 +4,9 @@
 // than not training it says so (docs/training.md, "Did it learn?"). The
 // held-out images of scdino-features' seeded split (up to 1,000, with up to
 // 2,000 of the train split as neighbours) are read once, prepared as
-// scdino-features prepares them; each check is one forward pass over them
-// and a weighted 20-NN vote (eval/knn.h), the random ViT's once per run.
+// scdino-features prepares them, at the global crop size; each check is one
+// forward pass over them and a weighted 20-NN vote (eval/knn.h), the random
+// ViT's once per run.
 // Rank 0 only; not thread-safe.
 #pragma once
 

@@ -64,7 +64,7 @@ TrainerMetrics::TrainerMetrics(prometheus::Registry& r, torch::Device device) : 
   uniform_ = &collapse.Add({{"verdict", "uniform_collapse"}});
   onehot_ = &collapse.Add({{"verdict", "onehot_collapse"}});
   auto& knn = prometheus::BuildGauge()
-                  .Name("scdino_trainer_knn_top1")
+                  .Name("scdino_trainer_knn_top1_ratio")
                   .Help("Weighted 20-NN top-1 accuracy on held-out images at the last learning check: of the teacher "
                         "(model=trained) and of a random ViT of the same shape (model=random_init)")
                   .Register(r);

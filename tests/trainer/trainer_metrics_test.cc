@@ -47,5 +47,28 @@ TEST(TrainerMetrics, StepsAndCheckpointsMoveTheSeries) {
   EXPECT_EQ(text.find("gpu_memory"), std::string::npos) << "CPU runs have no GPU memory series";
 }
 
+TEST(TrainerMetrics, LearningChecksAndRecoveriesAreExported) {
+  ExporterOptions o;
+  o.listen_address = "127.0.0.1";
+  auto e = Exporter::Start(o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  TrainerMetrics m((*e)->registry(), torch::kCPU);
+  std::string text = Scrape((*e)->port());
+  EXPECT_EQ(Value(text, "scdino_trainer_knn_top1_ratio{model=\"trained\"}"), 0.0);
+  EXPECT_EQ(Value(text, "scdino_trainer_learning_check_epoch"), 0.0);
+  training::LearningReport l;
+  l.epoch = 4;
+  l.trained_top1 = 0.75;
+  l.random_top1 = 0.5;
+  m.OnLearning(l);
+  m.OnRecovery(training::RecoveryReport{});
+  m.OnRecovery(training::RecoveryReport{});
+  text = Scrape((*e)->port());
+  EXPECT_EQ(Value(text, "scdino_trainer_knn_top1_ratio{model=\"trained\"}"), 0.75);
+  EXPECT_EQ(Value(text, "scdino_trainer_knn_top1_ratio{model=\"random_init\"}"), 0.5);
+  EXPECT_EQ(Value(text, "scdino_trainer_learning_check_epoch"), 4.0);
+  EXPECT_EQ(Value(text, "scdino_trainer_recoveries_total"), 2.0);
+}
+
 }  // namespace
 }  // namespace scdino::metrics

@@ -50,6 +50,26 @@ TEST(StatusReporter, PublishesProgressScheduleHealthAndTheEnd) {
   EXPECT_DOUBLE_EQ(s.backbone_cls_std, 0.02);
   EXPECT_EQ(s.collapse, "healthy");
 
+  LearningReport l;
+  l.epoch = 4;
+  l.trained_top1 = 0.7;
+  l.random_top1 = 0.6;
+  r.Learning(l);
+  RecoveryReport rec;
+  rec.recovery = 1;
+  rec.max_recoveries = 2;
+  rec.verdict = "uniform_collapse";
+  rec.from_iteration = 40;
+  rec.to_iteration = 32;
+  r.Recovery(rec);
+  s = control.Snapshot();
+  EXPECT_EQ(s.learning_check_epoch, 4);
+  EXPECT_DOUBLE_EQ(s.knn_top1, 0.7);
+  EXPECT_DOUBLE_EQ(s.knn_random_top1, 0.6);
+  EXPECT_EQ(s.recoveries, 1);
+  EXPECT_EQ(s.max_recoveries, 2);
+  EXPECT_EQ(s.last_recovery, "uniform_collapse at iteration 40, back to 32");
+
   r.End(/*completed=*/false, Status::FailedPrecondition("training collapsed"));
   s = control.Snapshot();
   EXPECT_EQ(s.state, RunState::kFailed);

@@ -1,0 +1,212 @@
+// scdino.recipe: auto: the rules that derive the recipe from the data, the
+// file's keys winning over them, the recipe file every service reads, the
+// safer settings of a recovery, and the bad inputs each refused naming the
+// numbers: fewer images than a global batch, images smaller than the patch
+// or the crops, a recipe key of the wrong type.
+#include "run/recipe.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+
+#include "common/files.h"
+#include "data/image_io.h"
+#include "data/synthetic.h"
+#include "run/source.h"
+#include "support/test_support.h"
+
+namespace scdino::run {
+namespace {
+
+using scdino::testing::ExpectInvalid;
+using scdino::testing::ScratchDir;
+
+// A config with recipe: auto; `train` and `scdino` are the sections' other keys.
+RunConfig RecipeConfig(const std::string& train = "", const std::string& scdino = "") {
+  auto c = ParseRunConfig("meta: {name_of_run: r, output_dir: /tmp/none, dataset_dir: /tmp/none}\n"
+                          "train_scDINO: {batch_size_per_gpu: 32" + train + "}\n"
+                          "scdino: {recipe: auto" + scdino + "}\n",
+                          "cfg.yaml");
+  if (!c.ok()) throw std::runtime_error(c.status().ToString());
+  return *c;
+}
+
+DataShape Shape(int64_t images, int64_t side, int64_t batch = 32) {
+  DataShape d;
+  d.origin = "/data/cells";
+  d.first_image = "/data/cells/a/0.tif";
+  d.images = images;
+  d.height = d.width = side;
+  d.channels = 3;
+  d.global_batch = batch;
+  return d;
+}
+
+std::map<std::string, std::string> Values(const std::vector<RecipeValue>& r) {
+  std::map<std::string, std::string> m;
+  for (const auto& v : r) m[v.key] = v.value;
+  return m;
+}
+
+const std::string H = "train_scDINO.hyperparameters.";
+
+TEST(Recipe, SmallCellImagesGetTheSmallDataRecipe) {
+  // The README's data set: the small-data recipe's shape comes out.
+  auto r = DeriveRecipe(Shape(512, 50), RecipeConfig());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto v = Values(*r);
+  EXPECT_EQ(v[H + "patch_size"], "8");
+  EXPECT_EQ(v[H + "global_crops_size"], "48");
+  EXPECT_EQ(v[H + "local_crops_size"], "24");
+  EXPECT_EQ(v[H + "out_dim"], "256");
+  EXPECT_EQ(v["scdino.teacher_centering"], "sinkhorn_knopp");
+  EXPECT_EQ(v[H + "teacher_temp"], "0.01");
+  // 16 steps an epoch, 2 x 512^0.75 = 215 -> at least 256 steps: 16 epochs.
+  EXPECT_EQ(v["train_scDINO.epochs"], "16");
+  EXPECT_EQ(v[H + "lr"], "0.015");
+  EXPECT_EQ(v["downstream_analyses.compute_cls_features.resize_length"], "48");
+}
+
+TEST(Recipe, ScalesWithTheDataSet) {
+  auto tiny = Values(*DeriveRecipe(Shape(1800, 32), RecipeConfig()));
+  EXPECT_EQ(tiny[H + "patch_size"], "4");  // 8 x 8 tokens on 32 px
+  EXPECT_EQ(tiny[H + "global_crops_size"], "32");
+  EXPECT_EQ(tiny[H + "local_crops_size"], "16");
+  auto big = Values(*DeriveRecipe(Shape(1000000, 96, 1024), RecipeConfig()));
+  EXPECT_EQ(big[H + "patch_size"], "8");
+  EXPECT_EQ(big[H + "arch"], "vit_small");
+  EXPECT_EQ(big[H + "out_dim"], "8192");
+  auto huge_images = Values(*DeriveRecipe(Shape(5000, 300), RecipeConfig()));
+  EXPECT_EQ(huge_images[H + "patch_size"], "16");
+  EXPECT_EQ(huge_images[H + "global_crops_size"], "224");
+  // More images: more prototypes, more steps, a lower peak rate, a slower teacher.
+  auto a = Values(*DeriveRecipe(Shape(600, 32), RecipeConfig()));
+  auto b = Values(*DeriveRecipe(Shape(20000, 32), RecipeConfig()));
+  EXPECT_LT(std::stoi(a[H + "out_dim"]), std::stoi(b[H + "out_dim"]));
+  EXPECT_LT(std::stoi(a["train_scDINO.epochs"]) * (600 / 32), std::stoi(b["train_scDINO.epochs"]) * (20000 / 32));
+  EXPECT_GT(std::stod(a[H + "lr"]), std::stod(b[H + "lr"]));
+  EXPECT_LT(std::stod(a[H + "momentum_teacher"]), std::stod(b[H + "momentum_teacher"]));
+}
+
+TEST(Recipe, TheFilesKeysWinAndTheRestFollowThem) {
+  RunConfig c = RecipeConfig(", epochs: 3, hyperparameters: {patch_size: 16}");
+  auto r = DeriveRecipe(Shape(512, 64), c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(ApplyRecipe(*r, &c).ok());
+  EXPECT_EQ(c.train.epochs, 3);
+  EXPECT_EQ(c.train.hyperparameters.patch_size, 16);
+  EXPECT_EQ(c.train.hyperparameters.global_crops_size, 64);  // a multiple of the file's patch
+  EXPECT_EQ(c.train.hyperparameters.local_crops_size, 32);
+  EXPECT_EQ(c.scdino.teacher_centering, "sinkhorn_knopp");
+  bool said = false;
+  for (const auto& line : DescribeRecipe(*r)) said |= line.find("train_scDINO.epochs: kept from the file") == 0;
+  EXPECT_TRUE(said);
+}
+
+TEST(Recipe, WrittenOnceAndReadByTheOtherServices) {
+  ScratchDir dir;
+  RunConfig c = RecipeConfig();
+  auto r = DeriveRecipe(Shape(1800, 32), c);
+  ASSERT_TRUE(r.ok());
+  const std::string path = dir.file("recipe.json");
+  ASSERT_EQ(ReadRecipe(path).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(WriteRecipe(path, Shape(1800, 32), *r).ok());
+  auto back = ReadRecipe(path);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_TRUE(ApplyRecipe(*back, &c).ok());
+  EXPECT_EQ(c.train.hyperparameters.patch_size, 4);
+  EXPECT_EQ(c.downstream.resize_length, 32);
+  ASSERT_TRUE(WriteFileAtomic(path, "{\"values\": 3}").ok());
+  ExpectInvalid(ReadRecipe(path).status(), path);
+}
+
+TEST(Recipe, RefusesTooFewImagesForTheBatchNamingTheNumbers) {
+  DataShape d = Shape(40, 32, 64);
+  d.ranks = 2;
+  ExpectInvalid(DeriveRecipe(d, RecipeConfig()).status(), "40 images, fewer than one global batch of 64");
+  ExpectInvalid(CheckDataFitsRun(d, RecipeConfig()), "at most 20 images per rank");
+}
+
+TEST(Recipe, RefusesImagesSmallerThanThePatchOrTheCrops) {
+  ExpectInvalid(DeriveRecipe(Shape(512, 12), RecipeConfig()).status(), "12 x 12 px; scdino.recipe: auto needs at least 16");
+  RunConfig manual = RecipeConfig(", hyperparameters: {patch_size: 8, global_crops_size: 48, local_crops_size: 24}");
+  ExpectInvalid(CheckDataFitsRun(Shape(512, 20), manual), "20 x 20 px, smaller than the local crops (24 px");
+  ExpectInvalid(CheckDataFitsRun(Shape(512, 6), manual), "smaller than the patch (8 px");
+  EXPECT_TRUE(CheckDataFitsRun(Shape(512, 24), manual).ok());
+}
+
+TEST(Recipe, KeysOfTheWrongTypeAreRefusedByName) {
+  auto bad = ParseRunConfig("scdino: {recipe: 3}\n", "cfg.yaml");
+  ExpectInvalid(bad.status(), "scdino.recipe");
+  bad = ParseRunConfig("scdino: {recipe: [auto]}\n", "cfg.yaml");
+  ExpectInvalid(bad.status(), "scdino.recipe");
+  bad = ParseRunConfig("scdino: {on_collapse: recover, max_recoveries: two}\n", "cfg.yaml");
+  ExpectInvalid(bad.status(), "scdino.max_recoveries");
+  bad = ParseRunConfig("scdino: {on_collapse: retry}\n", "cfg.yaml");
+  ExpectInvalid(bad.status(), "recover");
+}
+
+TEST(Recipe, SaferSettingsAfterACollapse) {
+  RunConfig c = RecipeConfig(", hyperparameters: {lr: 0.01, teacher_temp: 0.02, momentum_teacher: 0.98}",
+                             ", teacher_centering: center");
+  auto uniform = Values(SaferSettings(c, "uniform_collapse"));
+  EXPECT_EQ(uniform[H + "lr"], "0.005");
+  EXPECT_EQ(uniform[H + "teacher_temp"], "0.01");  // sharper
+  EXPECT_EQ(uniform[H + "momentum_teacher"], "0.99");
+  EXPECT_EQ(uniform["scdino.koleo_loss_weight"], "0.1");
+  auto onehot = Values(SaferSettings(c, "onehot_collapse"));
+  EXPECT_EQ(onehot["scdino.teacher_centering"], "sinkhorn_knopp");
+  EXPECT_EQ(onehot.count(H + "teacher_temp"), 0u);
+  // The settings override the file's keys.
+  ASSERT_TRUE(ApplySettings(SaferSettings(c, "uniform_collapse"), &c).ok());
+  EXPECT_DOUBLE_EQ(c.train.hyperparameters.lr, 0.005);
+  EXPECT_DOUBLE_EQ(c.train.hyperparameters.teacher_temp, 0.01);
+}
+
+// n 20 x 20 images of 2 classes, 3 channels, in class folders under dir.
+void WriteRecipeCells(const std::string& dir, int64_t n) {
+  data::SyntheticOptions so;
+  so.classes = 2;
+  so.per_class = n;
+  so.channels = 3;
+  so.size = 20;
+  for (int64_t k = 0; k < so.classes; ++k) {
+    const std::string d = dir + "/type_" + std::to_string(k);
+    std::filesystem::create_directories(d);
+    for (int64_t i = 0; i < n; ++i) {
+      auto hwc = (data::SyntheticCell(so, k, i).permute({1, 2, 0}) * 255).round().to(torch::kUInt8);
+      ASSERT_TRUE(data::WriteTiff(d + "/" + std::to_string(i) + ".tif", hwc).ok());
+    }
+  }
+}
+
+TEST(Recipe, SettledFromTheDataOnDisk) {
+  ScratchDir dir;
+  WriteRecipeCells(dir.file("cells"), 10);
+  auto parsed = ParseRunConfig("meta: {name_of_run: r, output_dir: \"" + dir.path() + "\", dataset_dir: \"" +
+                                   dir.file("cells") + "\", selected_channel_combination_per_run: [\"012\"]}\n"
+                                   "train_scDINO: {batch_size_per_gpu: 8}\nscdino: {recipe: auto}\n",
+                               "cfg.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  RunConfig c = *parsed;
+  auto shape = MeasureData(c, 1);
+  ASSERT_TRUE(shape.ok()) << shape.status().ToString();
+  EXPECT_EQ(shape->images, 20);
+  EXPECT_EQ(shape->height, 20);
+  EXPECT_EQ(shape->channels, 3);
+  auto lines = SettleRecipe(&c, 1, true);
+  ASSERT_TRUE(lines.ok()) << lines.status().ToString();
+  EXPECT_EQ(c.train.hyperparameters.patch_size, 4);
+  EXPECT_EQ(c.train.hyperparameters.global_crops_size, 20);
+  EXPECT_EQ(c.train.hyperparameters.local_crops_size, 8);
+  EXPECT_TRUE(FileExists(RecipePath(c)));
+  // Two ranks of 16: more than the 20 images.
+  RunConfig two = *parsed;
+  two.train.batch_size_per_gpu = 16;
+  std::filesystem::remove(RecipePath(two));
+  ExpectInvalid(SettleRecipe(&two, 2, true).status(), "20 images, fewer than one global batch of 32");
+}
+
+}  // namespace
+}  // namespace scdino::run
