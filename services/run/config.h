@@ -257,8 +257,9 @@ struct RuntimeConfig {
   /// set is derived from the data set (run/recipe.h).
   std::string recipe = "manual";
   /// auto: the trainer measures, at each numbered checkpoint, whether the
-  /// teacher's features beat a random ViT's (training/learning_check.h);
-  /// off: it does not.
+  /// teacher's features beat a random ViT's (trainer/learning_check.h) and
+  /// says at the end whether they did; require: also exit 7 when they did
+  /// not; off: no check.
   std::string learning_check = "auto";
   /// The teacher's targets: center (DINO, scDINO) or sinkhorn_knopp
   /// (DINOv2's equipartition over the global batch).

@@ -19,7 +19,8 @@ inline constexpr int kExitDiverged = 5;
 /// scdino-preflight: a check of the job's nodes, GPUs, network or storage
 /// is below its threshold; requeueing onto the same nodes would not help.
 inline constexpr int kExitPreflightFailed = 6;
-/// scdino-trainer completed, but at the last learning check the teacher's
+/// scdino-trainer completed with scdino.learning_check: require, but at the
+/// last learning check the teacher's
 /// features were no better than a random ViT's (docs/training.md): the
 /// checkpoints are there, the model did not learn; never requeued.
 inline constexpr int kExitDidNotLearn = 7;

@@ -68,7 +68,8 @@ StatusOr<std::unique_ptr<LearningCheck>> LearningCheck::Make(const run::RunConfi
       images.push_back(*img);
       labels.push_back(entries[i].label);
     }
-    *x = torch::stack(images).to(device);
+    // On the CPU: moved to the device a batch at a time.
+    *x = torch::stack(images);
     *y = torch::tensor(labels, torch::kInt64).to(device);
     return Status::Ok();
   };
@@ -89,7 +90,7 @@ double LearningCheck::Top1(model::VisionTransformer vit) const {
   auto features = [&](const torch::Tensor& x) {
     std::vector<torch::Tensor> out;
     for (int64_t at = 0; at < x.size(0); at += 64) {
-      out.push_back(vit->forward(x.slice(0, at, std::min(x.size(0), at + 64))).to(torch::kFloat32));
+      out.push_back(vit->forward(x.slice(0, at, std::min(x.size(0), at + 64)).to(device_)).to(torch::kFloat32));
     }
     return torch::nn::functional::normalize(torch::cat(out), torch::nn::functional::NormalizeFuncOptions().dim(1));
   };

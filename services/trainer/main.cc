@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
                  "DINO pretraining of a ViT on multi-channel cell images (docs/trainer.md).\n"
                  "Exit codes: 0 completed, 1 failed, 2 bad input, 3 stopped by --stop-after-iterations,\n"
                  "4 stopped through the control API (scdinoctl stop) after a checkpoint, 5 diverged or collapsed,\n"
-                 "7 completed but did not learn (the learning check: no better than a random ViT),\n"
+                 "7 completed but did not learn (scdino.learning_check: require: no better than a random ViT),\n"
                  "75 stopped by SIGTERM/SIGUSR1/SIGINT after a checkpoint (requeue to resume).");
   cl.app().add_option("--stop-after-iterations", options.stop_after_iterations,
                       "checkpoint and exit (code 3) once this many iterations are done in total; -1: run to the end")
@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
     });
     if (!source.ok()) return Fail(plane->get(), source.status());
     if (auto s = config.CheckChannelCount((*source)->channels(), "the data"); !s.ok()) return Fail(plane->get(), s);
-    if (launch->rank == 0 && config.scdino.learning_check == "auto") {
+    const bool require_learning = config.scdino.learning_check == "require";
+    if (launch->rank == 0 && config.scdino.learning_check != "off") {
       std::string why_not;
       auto check = scdino::trainer::LearningCheck::Make(config, device->device, &why_not);
       if (!check.ok()) return Fail(plane->get(), check.status());
@@ -145,8 +146,9 @@ int main(int argc, char** argv) {
           if (!l->learned()) {
             std::cerr << "scdino-trainer: did not learn: the trained teacher's features are no better than a random "
                       << "ViT's (" << buf << "). docs/training.md says what to change (scdino.recipe: auto, "
-                      << "scdino.on_collapse: recover)\n";
-            return kExitDidNotLearn;
+                      << "scdino.on_collapse: recover)"
+                      << (require_learning ? "; exit 7 (scdino.learning_check: require)" : "") << "\n";
+            if (require_learning) return kExitDidNotLearn;
           }
           std::cerr << "scdino-trainer: learned: " << buf << "\n";
         }

@@ -52,9 +52,9 @@ class Checkpointer {
   void set_epoch_position(int64_t position) { info_.epoch_position = position; }
   /// What the next checkpoints record as CheckpointInfo::recoveries_json.
   void set_recoveries(std::string json) { info_.recoveries_json = std::move(json); }
-  /// checkpoint_healthy.safetensors: the last resume point judged healthy,
+  /// last_healthy.safetensors: the last resume point judged healthy,
   /// what scdino.on_collapse: recover rolls back to.
-  std::string HealthyPath() const { return run_dir_ + "/checkpoint_healthy.safetensors"; }
+  std::string HealthyPath() const { return run_dir_ + "/last_healthy.safetensors"; }
   /// Rank 0 keeps the resume point just written as HealthyPath (a hard
   /// link, replaced atomically); every rank gets the outcome.
   Status KeepAsHealthy();

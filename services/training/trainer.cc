@@ -451,6 +451,9 @@ StatusOr<TrainResult> Trainer::RunLoop() {
   if (!resumed.ok()) return resumed.status();
   int64_t it = *resumed;
   result_.iteration = it;
+  // A run that starts afresh (--no-resume, a reused run directory) must not
+  // roll back to another run's healthy checkpoint.
+  if (it == 0 && coordinator_->is_rank_zero()) std::remove(checkpointer_->HealthyPath().c_str());
   std::unique_ptr<WritableFile> log_file;
   if (coordinator_->is_rank_zero()) {
     auto f = Env::Default()->NewAppendableFile(run_dir + "/log.jsonl");

@@ -113,6 +113,7 @@ PY
 
 # 3. A 10x lr makes the features worse than a random ViT's: exit 7.
 config worse example 01234 "on_collapse: warn
+  learning_check: require
   teacher_centering: center" "${collapsing/lr: 0.015/lr: 0.15}"
 rc=0
 "$trainer" --config "$work/worse.yaml" > "$work/worse.out" 2> "$work/worse.err" || rc=$?
