@@ -349,14 +349,6 @@ Status SetConfigKey(const std::string& path, const YAML::Node& value, RunConfig*
   return Status::InvalidArgument("unknown key '" + path + "'");
 }
 
-std::string ShowConfigKey(const std::string& path, RunConfig& c) {
-  std::optional<YAML::Node> unused;
-  for (const auto& key : Table(c, &unused)) {
-    if (key.path == path) return key.field.show();
-  }
-  return "";
-}
-
 std::vector<KeyDoc> ConfigKeys() {
   RunConfig defaults;
   std::optional<YAML::Node> unused;

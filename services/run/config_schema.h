@@ -43,7 +43,6 @@ Status ReadConfigKeys(const YAML::Node& root, RunConfig* c);
 /// Sets one key (its full path) as if the file had it, with the same
 /// validation; InvalidArgument for an unknown key or a bad value.
 Status SetConfigKey(const std::string& path, const YAML::Node& value, RunConfig* c);
-/// The key's current value in `c`, as YAML; "" for an unknown key.
-std::string ShowConfigKey(const std::string& path, RunConfig& c);
+
 
 }  // namespace scdino::run
