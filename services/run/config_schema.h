@@ -44,5 +44,4 @@ Status ReadConfigKeys(const YAML::Node& root, RunConfig* c);
 /// validation; InvalidArgument for an unknown key or a bad value.
 Status SetConfigKey(const std::string& path, const YAML::Node& value, RunConfig* c);
 
-
 }  // namespace scdino::run
