@@ -47,3 +47,31 @@ endfunction()
 function(scdino_warnings target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
 endfunction()
+
+# SCDINO_SANITIZE: sanitizers compiled into every target (docs/architecture.md#sanitizers):
+#   -DSCDINO_SANITIZE=address,undefined   AddressSanitizer + UndefinedBehaviorSanitizer
+#   -DSCDINO_SANITIZE=thread              ThreadSanitizer
+# Empty (the default): none. A report stops the process (no recovery), so a
+# test that meets one fails. LibTorch, gRPC and OpenBLAS stay uninstrumented
+# (Debian's builds): ASan still sees every heap access our code makes, UBSan
+# checks our code, and TSan sees our threads' accesses and the locks they
+# take through libstdc++ and pthreads; tests/sanitizers/ holds the
+# suppressions for what the uninstrumented libraries do on their own.
+set(SCDINO_SANITIZE "" CACHE STRING "Sanitizers: address,undefined | thread | empty for none")
+if(SCDINO_SANITIZE)
+  if(SCDINO_SANITIZE STREQUAL "thread")
+    set(_scdino_sanitize_flags -fsanitize=thread)
+  elseif(SCDINO_SANITIZE MATCHES "^(address|undefined|address,undefined|undefined,address)$")
+    # vptr checks need the RTTI of classes LibTorch defines, which an
+    # uninstrumented library gives without the checker's type data: off.
+    set(_scdino_sanitize_flags -fsanitize=${SCDINO_SANITIZE} -fno-sanitize=vptr -fno-sanitize-recover=all)
+  else()
+    message(FATAL_ERROR "scdino: SCDINO_SANITIZE='${SCDINO_SANITIZE}': expected address,undefined, address, "
+      "undefined, thread or empty")
+  endif()
+  # Line tables only: reports name file and line, and the objects stay small
+  # enough to compile on two cores in the test run's time.
+  add_compile_options(${_scdino_sanitize_flags} -fno-omit-frame-pointer -g1)
+  add_link_options(${_scdino_sanitize_flags})
+  message(STATUS "scdino: sanitizers ${SCDINO_SANITIZE}")
+endif()

@@ -6,13 +6,20 @@
 #
 #   bash scripts/slurm-local.sh          # start (installs on first use)
 #   bash scripts/slurm-local.sh stop
+#   bash scripts/slurm-local.sh install  # the packages and munge only (scripts/slurm-cluster.sh)
 set -euo pipefail
 state=${SCDINO_SLURM_STATE:-/var/tmp/scdino-slurm}
 conf_dir=/etc/slurm
+# This Slurm's commands read /etc/slurm, whatever the caller's environment
+# says (scripts/slurm-cluster.sh env points them at the test cluster).
+unset SLURM_CONF
 
 if [ "${1:-start}" = stop ]; then
-  pkill -x slurmd || true
-  pkill -x slurmctld || true
+  # By pid file: the test cluster's daemons are slurmd and slurmctld too.
+  for d in slurmd slurmctld; do
+    f="$state/$d.pid"
+    [ -s "$f" ] && [ "$(cat "/proc/$(cat "$f")/comm" 2>/dev/null)" = "$d" ] && kill "$(cat "$f")" 2>/dev/null || true
+  done
   exit 0
 fi
 
@@ -22,16 +29,8 @@ if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! comm
   apt-get install -y -qq --no-install-recommends slurm-wlm munge runc >/dev/null
 fi
 
-if sinfo -h -o '%T' 2>/dev/null | grep -qE 'idle|mixed|allocated'; then
-  exit 0
-fi
-
-host=$(hostname -s)
-cpus=$(nproc)
-mem_mb=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 - 1024 ))
-mkdir -p "$state"/{ctld,d} /var/log/slurm /run/munge "$conf_dir"
-
 # munge: one key, the daemon running as root is fine for a test cluster.
+mkdir -p /run/munge
 if [ ! -s /etc/munge/munge.key ]; then
   mkdir -p /etc/munge
   dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key status=none
@@ -39,6 +38,16 @@ fi
 chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge 2>/dev/null || true
 chmod 0700 /etc/munge; chmod 0400 /etc/munge/munge.key
 pgrep -x munged >/dev/null || su -s /bin/sh munge -c /usr/sbin/munged 2>/dev/null || /usr/sbin/munged --force
+[ "${1:-start}" != install ] || exit 0
+
+if sinfo -h -o '%T' 2>/dev/null | grep -qE 'idle|mixed|allocated'; then
+  exit 0
+fi
+
+host=$(hostname -s)
+cpus=$(nproc)
+mem_mb=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 - 1024 ))
+mkdir -p "$state"/{ctld,d} /var/log/slurm "$conf_dir"
 
 cat > "$conf_dir/slurm.conf" <<CONF
 ClusterName=scdino-test
@@ -76,8 +85,10 @@ RunTimeDelete="runc --root=$runc_root delete --force %n.%u.%j.%s.%t"
 RunTimeRun="runc --root=$runc_root run %n.%u.%j.%s.%t -b %b"
 CONF
 
-pgrep -x slurmctld >/dev/null || slurmctld
-pgrep -x slurmd >/dev/null || slurmd
+# running PIDFILE NAME: that process runs (its name, not a bare kill -0: pids wrap around).
+running() { [ -s "$1" ] && [ "$(cat "/proc/$(cat "$1")/comm" 2>/dev/null)" = "$2" ]; }
+running "$state/slurmctld.pid" slurmctld || slurmctld
+running "$state/slurmd.pid" slurmd || slurmd
 for _ in $(seq 1 60); do
   if sinfo -h -o '%T' 2>/dev/null | grep -qE 'idle|mixed|allocated'; then
     exit 0

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up scdino (scripts/setup.sh) and runs every test suite with CTest.
+# Sets up scdino (scripts/setup.sh), builds the sanitizer trees
+# (scripts/build-sanitized.sh) and runs every test suite with CTest.
 #
 # The GPU image (containers/Dockerfile.cuda: its packages, then a second
 # compile against LibTorch 2.6) is built beside the host build: its package
@@ -25,8 +26,14 @@ else
   image_pid=$!
 fi
 bash scripts/setup.sh
-# A real single-node Slurm for the tests that submit deploy/slurm/*.sbatch.
+# The AddressSanitizer + UBSan and ThreadSanitizer trees beside the build
+# (ctest -L sanitizers runs their tests).
+bash scripts/build-sanitized.sh
+# A real single-node Slurm for the tests that submit deploy/slurm/*.sbatch,
+# and the test cluster (2 nodes in network namespaces, stand-in GPUs as
+# GRES) for those that run across nodes (ctest -L cluster).
 bash scripts/slurm-local.sh
+bash scripts/slurm-cluster.sh start
 if [ -n "$image_pid" ]; then
   wait "$image_pid" && echo "scdino: GPU image built: $(grep '^scdino: built' "$build_dir/gpu-image-build.log")" ||
     echo "scdino: the GPU image build failed ($build_dir/gpu-image-build.log); the gpu-image test repeats it and says why"

@@ -40,15 +40,44 @@ scdino_tasks_per_node() {
   return 0
 }
 
+# scdino_check_geometry: the job's tasks as Slurm laid them out, against
+# what was asked and what the steps need; exits 2 naming the counts when
+# the scripts cannot run it as asked, rather than on fewer tasks or shared
+# GPUs: a task count other than --ntasks-per-node x nodes (a directive of
+# the script's own once made a two-node request one task), and a node with
+# more tasks than the GPUs a job with GPUs has there. A job without GPUs on
+# a container's node also gets NVIDIA_VISIBLE_DEVICES=void (Enroot's NVIDIA
+# hook then leaves the container alone: a CPU node has no
+# nvidia-container-cli, and the GPU image asks for every GPU).
+scdino_check_geometry() {
+  local nodes=${SLURM_JOB_NUM_NODES:-1} ntasks=${SLURM_NTASKS:-1} asked=${SLURM_NTASKS_PER_NODE:-} per_node
+  if [ -n "$asked" ] && [ "$asked" -gt 0 ] 2>/dev/null && [ "$ntasks" -ne $((asked * nodes)) ]; then
+    echo "scdino: job $SLURM_JOB_ID asked for $asked task(s) per node on $nodes node(s) ($((asked * nodes)) in all)" \
+         "but has $ntasks (SLURM_NTASKS=$ntasks, SLURM_TASKS_PER_NODE=${SLURM_TASKS_PER_NODE:-?}): another --ntasks" \
+         "(a directive, an environment variable) overrides the geometry; submit with --nodes and" \
+         "--ntasks-per-node alone, or a matching --ntasks" >&2
+    exit 2
+  fi
+  per_node=$(scdino_tasks_per_node)
+  if [ "${SLURM_GPUS_ON_NODE:-0}" -gt 0 ] 2>/dev/null && [ "${per_node:-1}" -gt "$SLURM_GPUS_ON_NODE" ] &&
+     [ -z "${SLURM_GPUS_PER_TASK:-}" ] && [ -z "${SCDINO_TRAIN_STEP:-}" ]; then
+    echo "scdino: job $SLURM_JOB_ID runs $per_node task(s) on a node with $SLURM_GPUS_ON_NODE GPU(s)" \
+         "(SLURM_TASKS_PER_NODE=${SLURM_TASKS_PER_NODE:-?}): scdino runs one task per GPU; ask for" \
+         "--gpus-per-task=1, or --gpus-per-node equal to --ntasks-per-node" >&2
+    exit 2
+  fi
+  if [ -n "${SCDINO_CONTAINER:-}" ] && [ "${SLURM_GPUS_ON_NODE:-0}" = 0 ] && [ -z "${SLURM_JOB_GPUS:-}" ]; then
+    export NVIDIA_VISIBLE_DEVICES=void
+  fi
+}
+
 # scdino_step CMD...: runs `srun CMD...` and returns its exit code. A task
 # that fails ends the step (a rank left alone would wait for its peers). In a
-# job with GPUs, no --gpus-per-task of its own and no more tasks on a node
-# than it has GPUs, each task is bound to one GPU.
+# job with GPUs and no --gpus-per-task of its own, each task is bound to one
+# GPU of its node (scdino_check_geometry refused nodes with fewer).
 scdino_step() {
-  local gpus=() per_node
-  per_node=$(scdino_tasks_per_node)
-  if [ "${SLURM_GPUS_ON_NODE:-0}" -gt 0 ] 2>/dev/null && [ -z "${SLURM_GPUS_PER_TASK:-}" ] &&
-     [ "${per_node:-1}" -le "${SLURM_GPUS_ON_NODE}" ]; then
+  local gpus=()
+  if [ "${SLURM_GPUS_ON_NODE:-0}" -gt 0 ] 2>/dev/null && [ -z "${SLURM_GPUS_PER_TASK:-}" ]; then
     gpus=(--gpus-per-task=1)
   fi
   srun --kill-on-bad-exit=1 "${gpus[@]}" "$@" &
@@ -56,7 +85,9 @@ scdino_step() {
 }
 
 # scdino_requeue_or_exit RC: exit code 75 means stopped by a signal with the
-# progress saved: requeue the job (at most SCDINO_MAX_REQUEUES times, 20 by
+# progress saved, 9 that a rank or its node was lost (the last checkpoint is
+# intact; a job asked with --nodes=MIN-MAX resumes on the nodes left,
+# scdino.elastic_resume): requeue the job (at most SCDINO_MAX_REQUEUES times, 20 by
 # default, counted by Slurm's SLURM_RESTART_COUNT) and end this run of it.
 # A step that ended otherwise after this shell got a signal is requeued too:
 # a job-wide SIGTERM also reaches srun, which then kills its tasks at once
@@ -64,14 +95,17 @@ scdino_step() {
 # job resumes from the last checkpoint, exactly as it would have continued
 # from there (scdino.checkpoint_every_minutes bounds what is redone). 0 (done),
 # 2 (bad input), 4 (stopped through the control API), 5 (training diverged:
-# it would diverge again) and 6 (a preflight check failed: the same nodes
-# would fail it again) are never requeued, signal or not. Any other code
-# ends the job with it; 0 returns.
+# it would diverge again), 6 (a preflight check failed: the same nodes
+# would fail it again), 7 (did not learn) and 8 (the disk is full: it would
+# fail again) are never requeued, signal or not. Any other code ends the
+# job with it; 0 returns.
 scdino_requeue_or_exit() {
   local rc=$1 max=${SCDINO_MAX_REQUEUES:-20} restarts=${SLURM_RESTART_COUNT:-0} why
   if [ "$rc" -eq 75 ]; then
     why="checkpoint written after a signal${scdino_signal:+ ($scdino_signal)}"
-  elif [ -n "$scdino_signal" ] && ! case $rc in 0|2|4|5|6|7) true ;; *) false ;; esac; then
+  elif [ "$rc" -eq 9 ]; then
+    why="a rank or its node was lost (see above); resuming from the last checkpoint on the nodes Slurm gives the job"
+  elif [ -n "$scdino_signal" ] && ! case $rc in 0|2|4|5|6|7|8) true ;; *) false ;; esac; then
     why="the step ended with code $rc after a signal ($scdino_signal) reached the whole job; resuming from the last checkpoint"
   else
     [ "$rc" -eq 0 ] || exit "$rc"
@@ -83,7 +117,18 @@ scdino_requeue_or_exit() {
     exit 75
   fi
   echo "scdino: $why; requeueing job $SLURM_JOB_ID (restart $((restarts + 1)) of at most $max)"
-  scontrol requeue "$SLURM_JOB_ID"
+  # Slurm may have requeued it already (a node failure does): not an error.
+  scontrol requeue "$SLURM_JOB_ID" 2>/dev/null || echo "scdino: job $SLURM_JOB_ID was already requeued by Slurm"
+  # Slurm keeps a requeued job's task count (--ntasks-per-node x the nodes it
+  # had), which a lost node can no longer give: one node fewer, so that a job
+  # asked with --nodes=MIN-MAX resumes on the nodes left (one asked with a
+  # fixed --nodes waits for its nodes, with one task less on each).
+  local per_node=${SLURM_NTASKS_PER_NODE:-} nodes=${SLURM_JOB_NUM_NODES:-1}
+  if [ "$rc" -eq 9 ] && [ -n "$per_node" ] && [ "$nodes" -gt 1 ]; then
+    scontrol update JobId="$SLURM_JOB_ID" NumTasks=$((per_node * (nodes - 1))) ||
+      echo "scdino: warning: could not lower job $SLURM_JOB_ID's task count; it waits for $nodes nodes"
+    echo "scdino: job $SLURM_JOB_ID resumes with $((per_node * (nodes - 1))) task(s), $per_node per node"
+  fi
   exit 0
 }
 
@@ -120,11 +165,17 @@ scdino_stage() {
   srun --ntasks-per-node=1 --ntasks="${SLURM_JOB_NUM_NODES:-1}" --cpus-per-task=1 "$@" \
     "$pack" --config "$config" --threads 1 --stage "$SCDINO_STAGE_DIR" &
   scdino_wait $! && rc=0 || rc=$?
+  echo "scdino: staging step took $((SECONDS - t0)) s"
+  # A signal during staging (a preemption, the time limit) is the job's: it
+  # requeues as a stopped trainer does, and the next staging starts again.
+  if [ "$rc" -eq 75 ] || [ -n "$scdino_signal" ]; then
+    echo "scdino: staging was stopped by a signal"
+    scdino_requeue_or_exit 75
+  fi
   if [ "$rc" -ne 0 ]; then
     echo "scdino: warning: staging the data set to $SCDINO_STAGE_DIR failed (exit $rc; see above):" \
          "the nodes without a verified copy read the shared one"
   fi
-  echo "scdino: staging step took $((SECONDS - t0)) s"
 }
 
 # scdino_config_paths CONFIG IMAGE_ARGS...: every path the config makes a
@@ -279,5 +330,7 @@ scdino_container_args() {
   done
   container_args=(--container-image="$image" --container-mounts="$(IFS=,; echo "${mounts[*]}")"
                   --container-workdir="$PWD" --no-container-mount-home)
+  # The image's own NVIDIA_VISIBLE_DEVICES would win over the job's.
+  [ -z "${NVIDIA_VISIBLE_DEVICES:-}" ] || container_args+=(--container-env=NVIDIA_VISIBLE_DEVICES)
   [ -z "$name" ] || container_args+=(--container-name="$name")
 }

@@ -36,6 +36,12 @@ namespace {
 
 std::string Errno(int e = errno) { return std::strerror(e); }
 
+// A failed write: NoSpace for a full disk or quota (never worth a retry),
+// else IOError.
+Status WriteError(int e, std::string message) {
+  return (e == ENOSPC || e == EDQUOT) ? Status::NoSpace(std::move(message)) : Status::IOError(std::move(message));
+}
+
 std::string DirOf(const std::string& path) {
   auto parent = std::filesystem::path(path).parent_path();
   return parent.empty() ? "." : parent.string();
@@ -53,8 +59,8 @@ class PosixWritableFile final : public WritableFile {
       const ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
       if (n < 0) {
         if (errno == EINTR) continue;
-        return Status::IOError("cannot write " + path_ + " after " + std::to_string(written_ + done) +
-                               " bytes: " + Errno());
+        return WriteError(errno, "cannot write " + path_ + " after " + std::to_string(written_ + done) +
+                                     " bytes: " + Errno());
       }
       done += static_cast<size_t>(n);
     }
@@ -62,14 +68,14 @@ class PosixWritableFile final : public WritableFile {
     return Status::Ok();
   }
   Status Sync() override {
-    if (::fsync(fd_) != 0) return Status::IOError("fsync of " + path_ + " failed: " + Errno());
+    if (::fsync(fd_) != 0) return WriteError(errno, "fsync of " + path_ + " failed: " + Errno());
     return Status::Ok();
   }
   Status Close() override {
     if (fd_ < 0) return Status::Ok();
     const int fd = fd_;
     fd_ = -1;
-    if (::close(fd) != 0) return Status::IOError("close of " + path_ + " failed: " + Errno());
+    if (::close(fd) != 0) return WriteError(errno, "close of " + path_ + " failed: " + Errno());
     return Status::Ok();
   }
 
@@ -86,7 +92,7 @@ class Posix final : public Env {
     if (fd < 0) {
       const int e = errno;
       if (e == EEXIST) return Status::AlreadyExists("cannot create " + path + ": it already exists");
-      return Status::IOError("cannot create " + path + ": " + Errno(e));
+      return WriteError(e, "cannot create " + path + ": " + Errno(e));
     }
     return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
   }
@@ -313,7 +319,8 @@ Status AtomicFile::Create(int mode, bool open) {
 
 Status AtomicFile::Commit() {
   auto fail = [&](const Status& s) {
-    return Status::IOError("cannot write " + target_ + ": " + s.message() + "; the previous file, if any, is unchanged");
+    return Status::WriteFailed(s, "cannot write " + target_ + ": " + s.message() +
+                                      "; the previous file, if any, is unchanged");
   };
   if (!created_) return Status::Internal("AtomicFile::Commit of " + target_ + " before Create");
   if (file_) {

@@ -19,6 +19,8 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kAborted: return "Aborted";
     case StatusCode::kInternal: return "Internal";
     case StatusCode::kDiverged: return "Diverged";
+    case StatusCode::kNoSpace: return "NoSpace";
+    case StatusCode::kPeerLost: return "PeerLost";
   }
   return "Unknown";
 }

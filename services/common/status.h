@@ -23,6 +23,12 @@ enum class StatusCode {
   /// Training went wrong in a way that running it again would repeat (a
   /// non-finite loss, a collapse with on_collapse: stop): never a requeue.
   kDiverged,
+  /// A write found the disk or the quota full (ENOSPC, EDQUOT): running
+  /// again fails the same way until space is made, so never a requeue.
+  kNoSpace,
+  /// A peer rank (or its node) was lost mid-run: the work resumes from its
+  /// last checkpoint on the ranks and nodes that are left (a requeue).
+  kPeerLost,
 };
 
 /// The outcome of an operation: ok, or a code plus a message that names the
@@ -42,6 +48,13 @@ class Status {
   static Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
   static Status Diverged(std::string m) { return {StatusCode::kDiverged, std::move(m)}; }
+  static Status NoSpace(std::string m) { return {StatusCode::kNoSpace, std::move(m)}; }
+  static Status PeerLost(std::string m) { return {StatusCode::kPeerLost, std::move(m)}; }
+  /// A failed write, said again with more context: NoSpace stays NoSpace,
+  /// anything else becomes IOError.
+  static Status WriteFailed(const Status& cause, std::string m) {
+    return {cause.code() == StatusCode::kNoSpace ? StatusCode::kNoSpace : StatusCode::kIOError, std::move(m)};
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

@@ -33,6 +33,8 @@ grpc::Status ToGrpcStatus(const Status& s) {
     case StatusCode::kAborted: code = grpc::StatusCode::ABORTED; break;
     case StatusCode::kInternal: code = grpc::StatusCode::INTERNAL; break;
     case StatusCode::kDiverged: code = grpc::StatusCode::ABORTED; break;
+    case StatusCode::kNoSpace: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case StatusCode::kPeerLost: code = grpc::StatusCode::UNAVAILABLE; break;
   }
   return grpc::Status(code, s.message());
 }

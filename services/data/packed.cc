@@ -728,7 +728,8 @@ StatusOr<PackReport> PackDataset(const Dataset& d, const PackOptions& o) {
 
 namespace {
 
-Status CopyVerified(const std::string& from, const std::string& to, const ShardInfo& want) {
+Status CopyVerified(const std::string& from, const std::string& to, const ShardInfo& want,
+                    const std::function<bool()>& should_stop) {
   const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0) return Status::FailedPrecondition(from + ": cannot open: " + std::strerror(errno));
   AtomicFile out(to);
@@ -737,6 +738,13 @@ Status CopyVerified(const std::string& from, const std::string& to, const ShardI
   int64_t total = 0;
   std::string buf(8 << 20, '\0');
   while (st.ok()) {
+    // A stop (a preemption during staging) ends it within one 8 MiB block;
+    // the half-written copy is removed (AtomicFile) and nothing is marked.
+    if (should_stop && should_stop()) {
+      st = Status::Aborted("stopped while staging " + from + " (" + std::to_string(total >> 20) + " of " +
+                           std::to_string(want.bytes >> 20) + " MiB copied); the next staging starts it again");
+      break;
+    }
     const ssize_t got = ::read(in, buf.data(), buf.size());
     if (got < 0) st = Status::IOError(from + ": read failed: " + std::strerror(errno));
     if (got <= 0) break;
@@ -767,7 +775,8 @@ std::string StagedCopy(const PackedSet& set, const std::string& root) {
   return dir;
 }
 
-StatusOr<StageReport> StagePackedSet(const PackedSet& set, const std::string& root) {
+StatusOr<StageReport> StagePackedSet(const PackedSet& set, const std::string& root,
+                                     const std::function<bool()>& should_stop) {
   const auto t0 = std::chrono::steady_clock::now();
   StageReport r;
   r.dir = root + "/" + set.content_fingerprint();
@@ -795,7 +804,7 @@ StatusOr<StageReport> StagePackedSet(const PackedSet& set, const std::string& ro
   CleanStaleTemporaries(r.dir, false);
   const std::string src = set.files_dir();
   for (const auto& s : set.shards()) {
-    if (auto st = CopyVerified(src + "/" + s.file, r.dir + "/" + s.file, s); !st.ok()) return st;
+    if (auto st = CopyVerified(src + "/" + s.file, r.dir + "/" + s.file, s, should_stop); !st.ok()) return st;
   }
   // The index and manifest this set was opened with (a repack meanwhile is
   // refused, not mixed in).

@@ -193,9 +193,11 @@ struct StageReport {
 /// after checking free space there, verifying each shard's CRC-32 while
 /// copying; a verified copy (its `.staged` marker names the set's content
 /// fingerprint) is reused. FailedPrecondition when the space is short
-/// (naming both figures), DataLoss when a shard does not match; nothing
-/// unverified is marked staged.
-StatusOr<StageReport> StagePackedSet(const PackedSet& set, const std::string& root);
+/// (naming both figures), DataLoss when a shard does not match, Aborted
+/// when `should_stop` says so (asked every 8 MiB); nothing unverified is
+/// marked staged.
+StatusOr<StageReport> StagePackedSet(const PackedSet& set, const std::string& root,
+                                     const std::function<bool()>& should_stop = {});
 
 /// The verified staged copy of `set` under `root`, or "" when there is none.
 std::string StagedCopy(const PackedSet& set, const std::string& root);

@@ -20,6 +20,7 @@
 #include "runtime/command_line.h"
 #include "runtime/exit_codes.h"
 #include "runtime/service_plane.h"
+#include "runtime/shutdown.h"
 #include "runtime/signals.h"
 
 namespace {
@@ -81,7 +82,10 @@ int main(int argc, char** argv) {
     if (!s.ok()) return Fail(nullptr, kProgram, s.status());
     sets.push_back(std::move(s).value());
   }
-  return GuardMain(kProgram, [&]() -> int {
+  // Every part with threads lives in the work's scope and is stopped as it
+  // ends (the control API and metrics, then the rendezvous); then the
+  // process ends without library destructors (runtime/shutdown.h).
+  const int code = GuardMain(kProgram, [&]() -> int {
     scdino::run::LaunchInfo single;
     auto device = scdino::run::PickDevice(config, single);
     if (!device.ok()) return Fail(nullptr, kProgram, device.status());
@@ -158,4 +162,5 @@ int main(int argc, char** argv) {
     p->Finish(scdino::RunState::kCompleted);
     return kExitCompleted;
   });
+  EndProcess(kProgram, code);
 }

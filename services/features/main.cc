@@ -17,6 +17,7 @@
 #include "runtime/command_line.h"
 #include "runtime/exit_codes.h"
 #include "runtime/service_plane.h"
+#include "runtime/shutdown.h"
 #include "runtime/signals.h"
 
 namespace {
@@ -71,7 +72,10 @@ int main(int argc, char** argv) {
   }
   if (random_init) checkpoints.push_back("");  // the baseline, named random_init
   const int n_threads = cl.ConfigureCpu();
-  return GuardMain(kProgram, [&]() -> int {
+  // Every part with threads lives in the work's scope and is stopped as it
+  // ends (the control API and metrics, then the rendezvous); then the
+  // process ends without library destructors (runtime/shutdown.h).
+  const int code = GuardMain(kProgram, [&]() -> int {
     auto launch = scdino::run::LaunchFromEnv([](const char* k) { return std::getenv(k); });
     if (!launch.ok()) return Fail(nullptr, kProgram, launch.status());
     if (follow && launch->world_size > 1) {
@@ -146,4 +150,5 @@ int main(int argc, char** argv) {
     p->Finish(scdino::RunState::kCompleted);
     return kExitCompleted;
   });
+  EndProcess(kProgram, code);
 }

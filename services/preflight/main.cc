@@ -16,6 +16,7 @@
 #include "runtime/command_line.h"
 #include "runtime/exit_codes.h"
 #include "runtime/service_plane.h"
+#include "runtime/shutdown.h"
 #include "runtime/signals.h"
 
 namespace {
@@ -54,7 +55,10 @@ int main(int argc, char** argv) {
   auto& config = cl.config();
   if (cl.config_path().empty()) config.meta.name_of_run = "preflight";
   cl.ConfigureCpu();
-  return GuardMain("scdino-preflight", [&]() -> int {
+  // Every part with threads lives in the work's scope and is stopped as it
+  // ends (the control API and metrics, then the rendezvous); then the
+  // process ends without library destructors (runtime/shutdown.h).
+  const int code = GuardMain("scdino-preflight", [&]() -> int {
     auto launch = run::LaunchFromEnv([](const char* k) { return std::getenv(k); });
     if (!launch.ok()) return Fail(launch.status());
     auto device = run::PickDevice(config, *launch);
@@ -77,6 +81,16 @@ int main(int argc, char** argv) {
     mine.run_dir = config.run_dir();
     mine.free_gb = FreeGigabytes(mine.run_dir);
     CheckGpu(device->device, nvidia_smi, &mine);
+    // The binding as Slurm set it, judged across the node's tasks on rank 0
+    // (without a GPU driver too: the test cluster's GPUs are stand-ins).
+    auto binding = run::GpuBindingFromEnv([](const char* k) { return std::getenv(k); }, launch->local_rank);
+    if (binding.ok()) {
+      mine.gpu_job = binding->gpu_job;
+      mine.gpu = binding->gpu;
+    } else {
+      mine.gpu_job = true;
+      mine.binding_error = binding.status().message();
+    }
     // One task per node reads the data set, so that the figure is the node's.
     if (launch->local_rank == 0 && t.read_files > 0) {
       if (config.scdino.data_source == "synthetic" ||
@@ -90,13 +104,25 @@ int main(int argc, char** argv) {
         // A data set this node cannot index is a failed check of the node,
         // judged with the others' (every rank still meets the rest).
         mine.reads = true;
-        auto data = run::IndexDataset(config);
-        if (data.ok()) {
-          std::vector<std::string> paths;
-          for (const auto& e : data->entries) paths.push_back(e.path);
-          mine.read = ReadThroughput(paths, t.read_files);
+        // A packed set through the packed reader, from where the trainer
+        // will read it (this node's staged copy, when there is one).
+        auto packed = run::OpenPackedDataset(config);
+        if (packed.ok() && *packed) {
+          mine.read = ReadPackedThroughput(**packed, t.read_files);
+          mine.notes.push_back("read the packed set from " + (*packed)->files_dir() +
+                               ((*packed)->files_dir() == config.meta.dataset_dir ? " (the shared copy)"
+                                                                                  : " (this node's copy)"));
+        } else if (packed.ok()) {
+          auto data = run::IndexDataset(config);
+          if (data.ok()) {
+            std::vector<std::string> paths;
+            for (const auto& e : data->entries) paths.push_back(e.path);
+            mine.read = ReadThroughput(paths, t.read_files);
+          } else {
+            mine.read.error = data.status().message();
+          }
         } else {
-          mine.read.error = data.status().message();
+          mine.read.error = packed.status().message();
         }
       }
     }
@@ -129,6 +155,7 @@ int main(int argc, char** argv) {
         std::cout << "# rank " << r.rank << " on " << r.node << " (" << r.device << "): " << r.free_gb
                   << " GB free in " << r.run_dir;
         if (r.reads) std::cout << "; read " << r.read.files << " data-set files at " << r.read.mbps() << " MB/s";
+        if (!r.gpu.empty()) std::cout << "; bound to GPU " << r.gpu;
         if (r.gpu_free_gb >= 0) std::cout << "; GPU " << r.gpu_free_gb << " of " << r.gpu_total_gb << " GB free";
         for (const auto& n : r.notes) std::cout << "; " << n;
         std::cout << "\n";
@@ -170,4 +197,5 @@ int main(int argc, char** argv) {
     }
     return failed == 0 ? kExitCompleted : kExitPreflightFailed;
   });
+  EndProcess("scdino-preflight", code);
 }

@@ -140,6 +140,27 @@ ReadSample ReadThroughput(const std::vector<std::string>& paths, int64_t files) 
   return r;
 }
 
+ReadSample ReadPackedThroughput(const data::PackedSet& set, int64_t images) {
+  ReadSample r;
+  const auto& entries = set.entries();
+  const int64_t total = static_cast<int64_t>(entries.size());
+  const int64_t n = std::min(images, total);
+  if (n <= 0) return r;
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t index = i * total / n;
+    auto img = set.Read(index);
+    if (!img.ok()) {
+      r.error = img.status().message();
+      break;
+    }
+    r.bytes += entries[static_cast<size_t>(index)].bytes;
+    ++r.files;
+  }
+  r.seconds = Since(t0);
+  return r;
+}
+
 double FreeGigabytes(const std::string& dir) {
   std::filesystem::path p = std::filesystem::absolute(dir.empty() ? "." : dir);
   std::error_code ec;
@@ -203,6 +224,9 @@ nlohmann::json ToJson(const RankChecks& c) {
                    {"free_gb", c.free_gb},
                    {"gpus_visible", c.gpus_visible},
                    {"tasks_on_node", c.tasks_on_node},
+                   {"gpu_job", c.gpu_job},
+                   {"gpu", c.gpu},
+                   {"binding_error", c.binding_error},
                    {"gpu_free_gb", c.gpu_free_gb},
                    {"gpu_total_gb", c.gpu_total_gb},
                    {"ecc_errors", c.ecc_errors},
@@ -227,6 +251,9 @@ RankChecks RankChecksFromJson(const nlohmann::json& j) {
   c.free_gb = j.value("free_gb", -1.0);
   c.gpus_visible = j.value("gpus_visible", int64_t{0});
   c.tasks_on_node = j.value("tasks_on_node", int64_t{1});
+  c.gpu_job = j.value("gpu_job", false);
+  c.gpu = j.value("gpu", "");
+  c.binding_error = j.value("binding_error", "");
   c.gpu_free_gb = j.value("gpu_free_gb", -1.0);
   c.gpu_total_gb = j.value("gpu_total_gb", -1.0);
   c.ecc_errors = j.value("ecc_errors", int64_t{-1});
@@ -247,7 +274,14 @@ std::vector<std::string> Judge(const std::vector<SweepRow>& sweep, const std::ve
   if (!sweep.empty()) {
     const SweepRow& big = sweep.back();
     if (t.min_busbw_gbps > 0 && big.busbw_gbps < t.min_busbw_gbps) {
-      failed.push_back("all-reduce: bus bandwidth " + Fixed(big.busbw_gbps, 3) + " GB/s at " +
+      // The figure is the job's (its slowest link): every node is named.
+      std::vector<std::string> nodes;
+      for (const auto& r : ranks) {
+        if (std::find(nodes.begin(), nodes.end(), r.node) == nodes.end()) nodes.push_back(r.node);
+      }
+      std::string over;
+      for (size_t i = 0; i < nodes.size(); ++i) over += (i ? ", " : " over ") + nodes[i];
+      failed.push_back("all-reduce" + over + ": bus bandwidth " + Fixed(big.busbw_gbps, 3) + " GB/s at " +
                        std::to_string(big.bytes) + " B is below scdino.preflight.min_busbw_gbps " +
                        Fixed(t.min_busbw_gbps, 3) + " (the slowest link of the job: see the table)");
     }
@@ -270,11 +304,6 @@ std::vector<std::string> Judge(const std::vector<SweepRow>& sweep, const std::ve
                        Fixed(t.min_read_mbps, 1));
     }
     if (r.device.rfind("cuda", 0) == 0) {
-      if (r.gpus_visible < r.tasks_on_node) {
-        failed.push_back(where + ": sees " + std::to_string(r.gpus_visible) + " GPU(s) for " +
-                         std::to_string(r.tasks_on_node) + " task(s) on the node: the job's GPU binding "
-                         "(--gpus-per-task, CUDA_VISIBLE_DEVICES) does not give each task its own");
-      }
       if (t.min_gpu_free_gb > 0 && r.gpu_free_gb >= 0 && r.gpu_free_gb < t.min_gpu_free_gb) {
         failed.push_back(where + ": " + Fixed(r.gpu_free_gb, 2) + " GB free on " + r.device +
                          ", below scdino.preflight.min_gpu_free_gb " + Fixed(t.min_gpu_free_gb, 2) +
@@ -286,6 +315,9 @@ std::vector<std::string> Judge(const std::vector<SweepRow>& sweep, const std::ve
       }
     }
   }
+  std::vector<run::TaskGpu> bindings;
+  for (const auto& r : ranks) bindings.push_back({r.node, r.rank, r.local_rank, r.gpu_job, r.gpu, r.binding_error});
+  for (auto& p : run::CheckGpuBindings(bindings)) failed.push_back("GPU binding: " + p);
   return failed;
 }
 

@@ -16,8 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "data/packed.h"
 #include "run/config.h"
 #include "run/coordinator.h"
+#include "run/gpu_binding.h"
 #include "training/distributed.h"
 
 namespace scdino::preflight {
@@ -66,6 +68,12 @@ struct ReadSample {
 /// Reads `files` of `paths` (evenly spread over the list, in 1 MiB blocks).
 ReadSample ReadThroughput(const std::vector<std::string>& paths, int64_t files);
 
+/// Reads `images` images of a packed set (evenly spread over it) through
+/// the packed reader, from where the trainer will read them (the node's
+/// staged copy when there is one: set.files_dir()), each checked against
+/// its CRC.
+ReadSample ReadPackedThroughput(const data::PackedSet& set, int64_t images);
+
 /// What one rank finds on its node and GPU.
 struct RankChecks {
   int64_t rank = 0;
@@ -78,6 +86,12 @@ struct RankChecks {
   ReadSample read;
   int64_t gpus_visible = 0;      ///< CUDA devices this task sees
   int64_t tasks_on_node = 1;
+  /// What the environment binds this task to (run/gpu_binding.h): whether
+  /// the job has GPUs, the physical GPU ("" none), or why the binding is
+  /// wrong. Judged across the tasks of each node, with or without CUDA.
+  bool gpu_job = false;
+  std::string gpu;
+  std::string binding_error;
   double gpu_free_gb = -1.0;     ///< -1: no GPU
   double gpu_total_gb = -1.0;
   int64_t ecc_errors = -1;       ///< uncorrected, volatile (nvidia-smi); -1: not known
@@ -101,8 +115,9 @@ nlohmann::json ToJson(const RankChecks& c);
 RankChecks RankChecksFromJson(const nlohmann::json& j);
 
 /// Every figure below (latency: above) its threshold, as a line naming the
-/// check, the node (and rank), the figure and the key to change; empty
-/// when the job may train.
+/// check, the node (and rank), the figure and the key to change, and every
+/// wrong GPU binding (run::CheckGpuBindings: a task of a GPU job without a
+/// GPU, two tasks of a node on one GPU); empty when the job may train.
 std::vector<std::string> Judge(const std::vector<SweepRow>& sweep, const std::vector<RankChecks>& ranks,
                                const run::PreflightConfig& t);
 

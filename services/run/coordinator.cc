@@ -13,8 +13,11 @@
 #include <cerrno>
 #include <cstring>
 #include <iostream>
+#include <thread>
 #include <vector>
 
+#include "common/env.h"
+#include "common/fingerprint.h"
 #include "common/torch_compat.h"
 
 namespace scdino::run {
@@ -98,7 +101,7 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
   if (secret.size() < 16) {
     return Status::InvalidArgument("rendezvous: the job's secret is missing or shorter than 16 characters");
   }
-  if (const std::string w = EphemeralPortWarning(launch.master_port); !w.empty() && launch.rank == 0) {
+  if (const std::string w = EphemeralPortWarning(launch.master_port); !w.empty() && launch.local_rank == 0) {
     std::cerr << "scdino: warning: " << w << "\n";
   }
   c10d::TCPStoreOptions so = compat::TcpStoreOptions();
@@ -125,6 +128,23 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
   }
   try {
     auto store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
+    // Every rank's secret must be rank 0's. A run directory that is not the
+    // same directory on every node (node-local, or a mount one node lacks)
+    // gives each node a secret of its own, and the ranks would wait for keys
+    // that never come: said at once instead, with a mark that does not
+    // reveal the secret.
+    const std::string mark = Fingerprint("scdino-rundir:" + secret);
+    store->set("scdino-rundir/" + std::to_string(launch.rank), Bytes(mark));
+    if (launch.rank != 0) {
+      store->wait({"scdino-rundir/0"}, timeout);
+      if (Text(store->get("scdino-rundir/0")) != mark) {
+        return Status::FailedPrecondition(
+            "rank " + std::to_string(launch.rank) + " on " + ThisHostName() +
+            ": this node's run directory is not the one rank 0 uses (its rendezvous.secret differs): the run "
+            "directory must be the same directory on every node of the job (on a file system they all share, not "
+            "node-local storage such as /tmp); set meta.output_dir accordingly");
+      }
+    }
     auto job = c10::make_intrusive<c10d::PrefixStore>("scdino-job-" + secret, store);
     return OverStore(job, launch.rank, launch.world_size, timeout);
   } catch (const std::exception& e) {
@@ -187,6 +207,67 @@ std::vector<double> Coordinator::Sum(std::vector<double> values) {
     sum_(values);
   }
   return values;
+}
+
+Status Coordinator::ExchangeHosts(const std::string& host) {
+  hosts_.assign(static_cast<size_t>(world_size_), "");
+  hosts_[static_cast<size_t>(rank_)] = host;
+  if (!store_) return Status::Ok();
+  try {
+    store_->set("host/" + std::to_string(rank_), Bytes(host));
+    for (int64_t r = 0; r < world_size_; ++r) {
+      const std::string key = "host/" + std::to_string(r);
+      store_->wait({key}, timeout_);
+      hosts_[static_cast<size_t>(r)] = Text(store_->get(key));
+    }
+  } catch (const std::exception& e) {
+    return Status::Unavailable("rank " + std::to_string(rank_) + " waited " + std::to_string(timeout_.count() / 1000) +
+                               " s for the other ranks to name their nodes: " + e.what());
+  }
+  return Status::Ok();
+}
+
+std::vector<int64_t> Coordinator::RollCall(std::chrono::milliseconds wait) {
+  if (!store_ || world_size_ <= 1) return {};
+  std::vector<int64_t> missing;
+  try {
+    store_->set("rollcall/" + std::to_string(rank_), Bytes("here"));
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    do {
+      missing.clear();
+      for (int64_t r = 0; r < world_size_; ++r) {
+        if (!store_->check({"rollcall/" + std::to_string(r)})) missing.push_back(r);
+      }
+      if (missing.empty()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    } while (std::chrono::steady_clock::now() < deadline);
+  } catch (const std::exception&) {
+    return {0};  // the store's server is gone with rank 0
+  }
+  return missing;
+}
+
+std::string Coordinator::DescribeRanks(const std::vector<int64_t>& ranks) const {
+  // Grouped by node, in rank order.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> nodes;
+  for (int64_t r : ranks) {
+    const std::string host = r >= 0 && r < static_cast<int64_t>(hosts_.size()) ? hosts_[static_cast<size_t>(r)] : "";
+    auto it = std::find_if(nodes.begin(), nodes.end(), [&](const auto& n) { return n.first == host; });
+    if (it == nodes.end()) {
+      nodes.push_back({host, {r}});
+    } else {
+      it->second.push_back(r);
+    }
+  }
+  std::string out;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i > 0) out += i + 1 == nodes.size() ? " and " : ", ";
+    std::string list;
+    for (size_t k = 0; k < nodes[i].second.size(); ++k) list += (k ? ", " : "") + std::to_string(nodes[i].second[k]);
+    const std::string which = (nodes[i].second.size() > 1 ? "ranks " : "rank ") + list;
+    out += nodes[i].first.empty() ? which : nodes[i].first + " (" + which + ")";
+  }
+  return out;
 }
 
 std::vector<double> AgreementToVector(const Agreement& a) {

@@ -103,6 +103,23 @@ class Coordinator {
   /// Sums over ranks (identity for one process).
   std::vector<double> Sum(std::vector<double> values);
 
+  /// Every rank tells the others its node (`host`) and keeps the table, so
+  /// that a rank left alone can name the node of a peer it lost. Talks to
+  /// the ranks (each waits up to the timeout for the others).
+  Status ExchangeHosts(const std::string& host);
+  /// rank -> node, after ExchangeHosts (empty before).
+  const std::vector<std::string>& hosts() const { return hosts_; }
+  /// After a collective failed on every rank still running: which ranks are
+  /// gone. Each rank that can still reach the store signs in and waits
+  /// `wait` for the others; those that did not sign in are returned (none:
+  /// every rank is there, the failure was something else). When the store
+  /// cannot be reached, its server (rank 0, on its node) is the one lost:
+  /// {0}. Called once per process (after the failure that ends it).
+  std::vector<int64_t> RollCall(std::chrono::milliseconds wait);
+  /// "node2 (ranks 2, 3)", "node1 (rank 0) and node2 (rank 3)": the nodes of
+  /// `ranks` from the hosts table ("rank 3" where it is unknown).
+  std::string DescribeRanks(const std::vector<int64_t>& ranks) const;
+
  private:
   Coordinator() = default;
   c10::intrusive_ptr<c10d::Store> raw_, store_;  // store_: our keys, under a prefix
@@ -110,6 +127,7 @@ class Coordinator {
   std::chrono::milliseconds timeout_{std::chrono::minutes(5)};
   SumOverRanks sum_;
   RunRequests published_;
+  std::vector<std::string> hosts_;
 };
 
 }  // namespace scdino::run

@@ -110,9 +110,27 @@ StatusOr<DeviceDecision> DecideDevice(const RunConfig& config, const LaunchInfo&
         "scripts/build-image.sh --cuda --cudnn download (or --cudnn archive=FILE), or set scdino.device: cpu "
         "(docs/containers.md)");
   }
-  // A task bound to its own GPU (srun --gpus-per-task=1, which the batch
-  // scripts use; --gpu-bind) sees exactly that one: device 0. Otherwise the
-  // ranks of a node share its GPUs and rank i takes GPU i.
+  // The GPU the environment binds this task to (run/gpu_binding.h): the one
+  // it was given (srun --gpus-per-task=1, which the batch scripts use), or
+  // its local rank's entry of a list its node's tasks share.
+  if (!facts.binding.ok()) {
+    // auto on a task the job gave no GPU (a follower step with --gres=none
+    // on a node without device cgroups, which still sees every GPU): the CPU.
+    if (key == "auto") {
+      d.why = "scdino.device auto: the CPU, since " + facts.binding.status().message();
+      return d;
+    }
+    return facts.binding.status();
+  }
+  if (facts.binding->device >= 0) {
+    if (facts.binding->device >= gpus) {
+      return Status::InvalidArgument("this task is bound to " + facts.binding->why + " but sees " +
+                                     std::to_string(gpus) + " GPU(s)");
+    }
+    d.gpu = facts.binding->device;
+    d.why = "scdino.device " + key + ": " + facts.binding->why;
+    return d;
+  }
   if (gpus == 1) {
     d.gpu = 0;
     d.why = "scdino.device " + key + ": the one GPU visible";
@@ -138,6 +156,7 @@ StatusOr<DeviceChoice> PickDevice(RunConfig& config, const LaunchInfo& launch) {
 #endif
   facts.visible_gpus = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
   facts.cudnn_stub = CudnnIsStub();
+  facts.binding = GpuBindingFromEnv([](const char* k) { return std::getenv(k); }, launch.local_rank);
   auto d = DecideDevice(config, launch, facts);
   if (!d.ok()) return d.status();
   DeviceChoice c;

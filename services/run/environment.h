@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "run/config.h"
+#include "run/gpu_binding.h"
 #include "run/launch.h"
 
 namespace scdino::run {
@@ -53,6 +54,10 @@ struct DeviceFacts {
   bool cuda_build = false;   ///< compiled against a CUDA LibTorch
   int64_t visible_gpus = 0;  ///< torch::cuda::device_count()
   bool cudnn_stub = false;   ///< CudnnIsStub()
+  /// What the environment binds this task to (GpuBindingFromEnv), or why
+  /// it is wrong; without CUDA_VISIBLE_DEVICES the ranks of a node share
+  /// what they see and rank i takes GPU i.
+  StatusOr<GpuBinding> binding = GpuBinding{};
 };
 struct DeviceDecision {
   int64_t gpu = -1;  ///< the CUDA device index; -1: the CPU

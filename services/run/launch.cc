@@ -40,31 +40,10 @@ std::vector<std::string> SplitTop(const std::string& s) {
 
 }  // namespace
 
-PortRange EphemeralPortRange(const std::string& range_file) {
-  std::ifstream in(range_file);
-  PortRange r;
-  int64_t low = 0, high = 0;
-  if (in >> low >> high && low >= 1 && low <= high && high <= 65535) r = {low, high};
-  return r;
-}
-
-int64_t PortForJob(int64_t job_id, int64_t step_id, PortRange ephemeral) {
-  constexpr int64_t kWindow = 12000, kFirstUnprivileged = 1024, kLast = 65535;
-  // The window: below the range where there is room (from 20000 with
-  // Linux's default), else above it, else (a range over every port) the
-  // default window, which EphemeralPortWarning then names.
-  int64_t begin = 20000, size = kWindow;
-  const int64_t below = ephemeral.low - kFirstUnprivileged, above = kLast - ephemeral.high;
-  if (below >= 1000 || (below > 0 && below >= above)) {
-    size = std::min(kWindow, below);
-    begin = std::min<int64_t>(20000, ephemeral.low - size);
-  } else if (above > 0) {
-    size = std::min(kWindow, above);
-    begin = ephemeral.high + 1;
-  }
+int64_t PortForJob(int64_t job_id, int64_t step_id) {
   // A step of the same job moves by 7919 (prime to 12000), so the first
   // steps of a job never share a port.
-  return begin + (job_id + 7919 * step_id) % size;
+  return 20000 + (job_id + 7919 * step_id) % 12000;
 }
 
 std::string EphemeralPortWarning(int64_t port, const std::string& range_file) {
@@ -150,8 +129,7 @@ StatusOr<std::vector<int64_t>> ExpandTasksPerNode(const std::string& list) {
   return out;
 }
 
-StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>& getenv,
-                                   const std::string& port_range_file) {
+StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>& getenv) {
   LaunchInfo info;
   auto get_int = [&](const char* name, int64_t min, int64_t* out) -> Status {
     const char* v = getenv(name);
@@ -185,7 +163,7 @@ StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>
     if (const char* st = getenv("SLURM_STEP_ID"); st != nullptr && std::isdigit(static_cast<unsigned char>(st[0]))) {
       if (auto s = get_int("SLURM_STEP_ID", 0, &step); !s.ok()) return s;
     }
-    info.master_port = PortForJob(job, step, EphemeralPortRange(port_range_file));
+    info.master_port = PortForJob(job, step);
     // Tasks on this node: SLURM_STEP_TASKS_PER_NODE ("2(x3),1") at SLURM_NODEID.
     info.local_world_size = info.local_rank + 1;
     if (const char* tpn = getenv("SLURM_STEP_TASKS_PER_NODE") ? getenv("SLURM_STEP_TASKS_PER_NODE")

@@ -28,39 +28,25 @@ struct LaunchInfo {
 /// Where Linux reads the range of local ports that outgoing connections take.
 inline constexpr const char* kEphemeralPortRangeFile = "/proc/sys/net/ipv4/ip_local_port_range";
 
-/// A node's ephemeral port range (inclusive).
-struct PortRange {
-  int64_t low = 32768;   ///< Linux's default
-  int64_t high = 60999;  ///< Linux's default
-};
-
-/// The range in `range_file` (two numbers, as the kernel writes them);
-/// Linux's default where the file cannot be read or makes no sense.
-PortRange EphemeralPortRange(const std::string& range_file = kEphemeralPortRangeFile);
-
 /// Reads the environment through `getenv` (injectable for tests):
 /// torchrun-style RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
 /// when RANK and WORLD_SIZE are set; else Slurm's SLURM_PROCID,
 /// SLURM_NTASKS, SLURM_LOCALID, the first host of SLURM_STEP_NODELIST (or
-/// SLURM_JOB_NODELIST) and a port derived from SLURM_JOB_ID and
-/// SLURM_STEP_ID outside the ephemeral range read from `port_range_file`
-/// (MASTER_ADDR and MASTER_PORT override); else one process.
-/// Errors name the variable.
-StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>& getenv,
-                                   const std::string& port_range_file = kEphemeralPortRangeFile);
+/// SLURM_JOB_NODELIST) and PortForJob of SLURM_JOB_ID and SLURM_STEP_ID
+/// (MASTER_ADDR and MASTER_PORT override); else one process. Errors name
+/// the variable.
+StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>& getenv);
 
-/// The port of a Slurm job step's rendezvous: every task of a step agrees
-/// on it, steps running side by side (a trainer and an evaluator following
-/// it in one job) or jobs sharing a node rarely collide, and it lies
-/// outside the node's ephemeral range, from which outgoing connections take
-/// their local ports (one of those could otherwise hold the port when rank
-/// 0 binds it). With Linux's default range (32768-60999) it is in [20000,
-/// 32000); below a range that starts lower, or above one that leaves no
-/// room below it, in a window of up to 12000 ports. Only where the range
-/// covers every port above 1023 does it fall inside (and
-/// EphemeralPortWarning says so). Every node must have the same range, as
-/// clusters configure them; MASTER_PORT overrides.
-int64_t PortForJob(int64_t job_id, int64_t step_id = 0, PortRange ephemeral = {});
+/// The port of a Slurm job step's rendezvous: in [20000, 32000), a function
+/// of the job and step alone, so that every task of the step computes the
+/// same one on whatever node it runs (nodes tuned differently included),
+/// steps running side by side (a trainer and an evaluator following it in
+/// one job) and jobs sharing a node rarely collide. It lies below Linux's
+/// default ephemeral range (32768-60999), from which outgoing connections
+/// take their local ports; on a node whose range covers it,
+/// EphemeralPortWarning names the port, the range and the fix (MASTER_PORT
+/// overrides).
+int64_t PortForJob(int64_t job_id, int64_t step_id = 0);
 
 /// "" when `port` is outside this node's ephemeral port range (read from
 /// `range_file`), else a warning naming the port, the range and the fix.

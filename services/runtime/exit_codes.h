@@ -24,12 +24,21 @@ inline constexpr int kExitPreflightFailed = 6;
 /// features were no better than a random ViT's (docs/training.md): the
 /// checkpoints are there, the model did not learn; never requeued.
 inline constexpr int kExitDidNotLearn = 7;
+/// A write found the disk or the quota full (a checkpoint, the features):
+/// what was written before is complete; never requeued (it would fail again
+/// until space is made).
+inline constexpr int kExitNoSpace = 8;
+/// A peer rank or its node was lost mid-run (the ranks left name it): the
+/// last complete checkpoint is intact; the batch scripts requeue, and the
+/// job resumes on the nodes Slurm gives it (scdino.elastic_resume).
+inline constexpr int kExitPeerLost = 9;
 inline constexpr int kExitPreempted = 75;    ///< a signal: progress saved; requeue
 
 /// kExitBadInput for what the user can fix in the input (a bad config,
 /// data set, image, checkpoint or channel selection: InvalidArgument,
 /// NotFound, DataLoss, FailedPrecondition, AlreadyExists), else kExitFailed
-/// (disk, network, a dead peer, an internal error); kExitDiverged for Diverged.
+/// (disk, network, a dead peer, an internal error); kExitDiverged for
+/// Diverged, kExitNoSpace for NoSpace, kExitPeerLost for PeerLost.
 inline int ExitCodeFor(const Status& s) {
   switch (s.code()) {
     case StatusCode::kOk: return kExitCompleted;
@@ -39,6 +48,8 @@ inline int ExitCodeFor(const Status& s) {
     case StatusCode::kFailedPrecondition:
     case StatusCode::kAlreadyExists: return kExitBadInput;
     case StatusCode::kDiverged: return kExitDiverged;
+    case StatusCode::kNoSpace: return kExitNoSpace;
+    case StatusCode::kPeerLost: return kExitPeerLost;
     default: return kExitFailed;
   }
 }

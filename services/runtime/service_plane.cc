@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iostream>
 #include <thread>
+#include <vector>
 
 #include <c10/util/Exception.h>
 
@@ -57,6 +58,7 @@ struct ServicePlane::Parts {
   std::unique_ptr<metrics::ProgressMetrics> progress;
   std::unique_ptr<metrics::StatusMetrics> status;
   std::unique_ptr<control::ControlServer> server;
+  std::vector<std::shared_ptr<void>> kept;
   // Follows the RunControl so the state metrics change when the state does.
   std::thread status_watcher;
   std::atomic<bool> stopping{false};
@@ -244,7 +246,7 @@ void ServicePlane::Finish(RunState final_state, const std::string& error) {
     }
     control::RemoveEndpoint(parts_->run_dir, parts_->service);
   }
-  if (parts_->exporter && parts_->linger_seconds > 0) {
+  if (parts_->exporter && parts_->linger_seconds > 0 && !StopSignalReceived()) {
     std::cerr << "scdino-" << parts_->service << ": metrics stay up " << parts_->linger_seconds
               << " s for the last scrape (scdino.metrics.linger_seconds)\n";
     std::this_thread::sleep_for(std::chrono::seconds(parts_->linger_seconds));
@@ -252,13 +254,27 @@ void ServicePlane::Finish(RunState final_state, const std::string& error) {
 #endif
 }
 
-ServicePlane::~ServicePlane() {
-  if (parts_ && !IsFinal(control_.Snapshot().state)) Finish(RunState::kFailed, "the process ended early");
+void ServicePlane::Keep(std::shared_ptr<void> part) {
 #ifdef SCDINO_WITH_SERVICES
-  if (parts_ && parts_->status_watcher.joinable()) {
+  parts_->kept.push_back(std::move(part));
+#else
+  (void)part;
+#endif
+}
+
+ServicePlane::~ServicePlane() {
+  if (!parts_) return;
+  if (!IsFinal(control_.Snapshot().state)) Finish(RunState::kFailed, "the process ended early");
+#ifdef SCDINO_WITH_SERVICES
+  parts_->server.reset();  // Finish stopped it; here only when Finish never ran
+  if (parts_->status_watcher.joinable()) {
     parts_->stopping.store(true);
     parts_->status_watcher.join();
   }
+  parts_->kept.clear();
+  parts_->status.reset();
+  parts_->progress.reset();
+  parts_->exporter.reset();
 #endif
 }
 

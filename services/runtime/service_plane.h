@@ -35,19 +35,27 @@ class ServicePlane {
  public:
   static StatusOr<std::unique_ptr<ServicePlane>> Start(const run::RunConfig& config, const run::LaunchInfo& launch,
                                                        const ServiceOptions& options);
-  ~ServicePlane();
 
   RunControl& control() { return control_; }
   /// The process's metrics registry; null without metrics.
   prometheus::Registry* registry();
   /// A batch service's progress: the control status and the progress metrics.
   void ReportProgress(int64_t done, int64_t total);
+  /// Keeps `part` (something that feeds registry(), such as the trainer's
+  /// metrics) alive until the plane stops, and destroys it before the
+  /// exporter and its registry.
+  void Keep(std::shared_ptr<void> part);
   /// Marks the final state, lets open watchers see it, stops serving,
   /// replaces the endpoint file by the end record (control/endpoint.h; a
   /// crash leaves the endpoint file, naming a dead pid), then keeps the
   /// metrics up for scdino.metrics.linger_seconds so that Prometheus's
-  /// last scrape sees the final values.
+  /// last scrape sees the final values (not after a stop signal: the node
+  /// is being taken back, and the shutdown is bounded).
   void Finish(RunState final_state, const std::string& error = "");
+  /// Finishes as FAILED if no final state was set, then stops and joins the
+  /// plane's threads in order: the control server, the state watcher, what
+  /// Keep() holds, the exporter (its file_sd file removed).
+  ~ServicePlane();
 
  private:
   ServicePlane() = default;

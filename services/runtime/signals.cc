@@ -3,7 +3,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <cstring>
 
 #include "runtime/exit_codes.h"
@@ -12,26 +11,63 @@ namespace scdino::runtime {
 
 namespace {
 
-// Only lock-free atomics and write(2) in the handler: both are signal-safe.
-std::atomic<int> g_stop_signal{0};
+// Only lock-free atomics, write(2) and _exit(2) in the handler: all are
+// signal-safe.
+std::atomic<int> g_signals{0};
 std::atomic<const char*> g_program{""};
 std::atomic<const char*> g_doing{""};
 std::atomic<std::atomic<bool>*> g_flag{nullptr};
+std::atomic<bool> g_saved{false};
+std::atomic<bool> g_shutting_down{false};
+std::atomic<int> g_exit_code{kExitFailed};
+std::atomic<int> g_bound_seconds{0};
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<void*>::is_always_lock_free &&
               std::atomic<bool>::is_always_lock_free);
 
-void Say(const char* a, const char* b, const char* c) {
-  for (const char* s : {a, b, c}) (void)!::write(2, s, std::strlen(s));
+void Say(const char* s) { (void)!::write(2, s, std::strlen(s)); }
+
+// A non-negative number in decimal, without the allocator.
+void SayNumber(int n) {
+  char buf[16];
+  char* p = buf + sizeof buf;
+  *--p = '\0';
+  do {
+    *--p = static_cast<char>('0' + n % 10);
+    n /= 10;
+  } while (n > 0 && p > buf);
+  Say(p);
 }
 
-void OnStopSignal(int sig) {
-  if (g_stop_signal.exchange(sig) != 0) {
-    Say(g_program.load(), ": second signal, exiting now", "\n");
-    std::_Exit(kExitFailed);
+void OnStopSignal(int) {
+  const int n = g_signals.fetch_add(1) + 1;
+  Say(g_program.load());
+  if (g_shutting_down.load()) {
+    Say(": signal during the shutdown: it ends within ");
+    SayNumber(g_bound_seconds.load());
+    Say(" s with exit code ");
+    SayNumber(g_exit_code.load());
+    Say("\n");
+    return;
   }
-  Say(g_program.load(), ": signal received: ", g_doing.load());
-  Say("\n", "", "");
-  if (auto* f = g_flag.load()) f->store(true);
+  if (n == 1) {
+    Say(": signal received: ");
+    Say(g_doing.load());
+    Say("\n");
+    if (auto* f = g_flag.load()) f->store(true);
+    return;
+  }
+  if (n == 2) {
+    Say(": another signal: the stop is under way (");
+    Say(g_doing.load());
+    Say("); a third signal exits at once\n");
+    return;
+  }
+  if (g_saved.load()) {
+    Say(": third signal: exiting now (75; what the stop saved is complete)\n");
+    ::_exit(kExitPreempted);
+  }
+  Say(": third signal: exiting now without saving at the stop (1); the last complete checkpoint or output stays\n");
+  ::_exit(kExitFailed);
 }
 
 }  // namespace
@@ -46,10 +82,21 @@ void InstallStopSignals(const char* program, const char* doing) {
   // stream's); the loops see the flag at their next boundary.
   sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
+  // One stop signal at a time: a second one waits until the handler of the
+  // first returned, so their counts and messages never interleave.
+  for (int sig : {SIGTERM, SIGUSR1, SIGINT}) sigaddset(&sa.sa_mask, sig);
   for (int sig : {SIGTERM, SIGUSR1, SIGINT}) sigaction(sig, &sa, nullptr);
 }
 
-bool StopSignalReceived() { return g_stop_signal.load() != 0; }
+bool StopSignalReceived() { return g_signals.load() != 0; }
+
+void MarkStopSaved() { g_saved.store(true); }
+
+void MarkShuttingDown(int exit_code, int bound_seconds) {
+  g_exit_code.store(exit_code);
+  g_bound_seconds.store(bound_seconds);
+  g_shutting_down.store(true);
+}
 
 ScopedStopFlag::ScopedStopFlag(std::atomic<bool>* flag) {
   g_flag.store(flag);

@@ -1,7 +1,11 @@
 // Stop signals of every service: SIGTERM (Slurm's preemption and time limit,
 // scancel), SIGUSR1 (sbatch --signal=USR1@T) and SIGINT. The first asks the
 // work loop to stop at its next boundary (keeping what is complete); a
-// second ends the process at once.
+// second only says that the stop is under way, since srun sends one to
+// every task left as soon as the first task of a stopped step exits; a
+// third ends the process at once. Once the process has begun its ordered
+// shutdown (runtime/shutdown.h) no signal ends it: the shutdown is bounded
+// and ends with the code already decided (docs/trainer.md#shutdown).
 #pragma once
 
 #include <atomic>
@@ -9,16 +13,28 @@
 namespace scdino::runtime {
 
 /// The first signal sets StopSignalReceived(), prints "<program>: signal
-/// received: <doing>" and sets the registered stop flag (ScopedStopFlag); a
-/// second ends the process at once (exit 1; every file the services write is
-/// written atomically). `program` and `doing` must outlive the process
-/// (string literals). A handler rather than sigwait on a dedicated thread:
-/// OpenBLAS starts its threads when the library loads, before main could
-/// block signals for them.
+/// received: <doing>" and sets the registered stop flag (ScopedStopFlag);
+/// the second prints that the stop is under way; a third ends the process
+/// at once with _exit: 75 after MarkStopSaved(), else 1 (every file the
+/// services write is written atomically, so the last complete one stays).
+/// During the shutdown every signal only prints. `program` and `doing`
+/// must outlive the process (string literals). A handler rather than
+/// sigwait on a dedicated thread: OpenBLAS starts its threads when the
+/// library loads, before main could block signals for them.
 void InstallStopSignals(const char* program, const char* doing);
 
 /// Whether a stop signal has arrived.
 bool StopSignalReceived();
+
+/// The work saved what it had after a stop signal (the trainer's
+/// checkpoint): from now on the process leaves with 75 whatever signal
+/// comes next, so every rank of a preempted step reports the same code.
+void MarkStopSaved();
+
+/// The process began its ordered shutdown, which ends with `exit_code`
+/// within `bound_seconds`: later signals print that and are otherwise
+/// ignored (runtime/shutdown.h calls it).
+void MarkShuttingDown(int exit_code, int bound_seconds);
 
 /// Routes stop signals to `flag` while it lives, and to nothing after: it is
 /// declared after the object owning the flag, so it is cleared before that

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
     if (!set.ok()) return Fail(set.status());
     std::cerr << "scdino-pack: staging " << config.meta.dataset_dir << " (" << ((*set)->total_bytes() >> 20)
               << " MiB) to " << stage_to << " on " << ThisHostName() << "\n";
-    auto r = data::StagePackedSet(**set, stage_to);
+    auto r = data::StagePackedSet(**set, stage_to, StopSignalReceived);
     if (!r.ok()) return Fail(r.status());
     std::cerr << "scdino-pack: " << (r->reused ? "reused the verified copy " : "staged and verified ") << r->dir
               << ": " << (r->bytes >> 20) << " MiB in " << r->seconds << " s on " << ThisHostName() << "\n";

@@ -1,6 +1,6 @@
 // scdino-trainer: DINO pretraining from a YAML config. Wiring only: flags,
-// config, launch, rendezvous, data source, Trainer::Run, exit code (see
-// docs/trainer.md).
+// config, launch, rendezvous, data source, Trainer::Run, exit code, and the
+// ordered shutdown (see docs/trainer.md).
 
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "common/env.h"
 #include "model/cpu_gemm.h"
 #include "run/coordinator.h"
 #include "run/environment.h"
@@ -15,6 +16,7 @@
 #include "runtime/command_line.h"
 #include "runtime/exit_codes.h"
 #include "runtime/service_plane.h"
+#include "runtime/shutdown.h"
 #include "runtime/signals.h"
 #include "trainer/learning_check.h"
 #include "trainer/trainer_wiring.h"
@@ -25,6 +27,27 @@ namespace {
 using namespace scdino::runtime;  // the exit codes, CommandLine
 
 int Fail(ServicePlane* plane, const scdino::Status& s) { return scdino::runtime::Fail(plane, "scdino-trainer", s); }
+
+// Every part of the process that runs threads, held here rather than on
+// the stack of the work so that the shutdown stops them in a fixed order
+// however the work ended (done, stopped, failed, an exception).
+struct Parts {
+  std::shared_ptr<scdino::run::Coordinator> coordinator;      // rank 0: the store's server thread
+  std::shared_ptr<scdino::training::Collective> collective;   // Gloo's or NCCL's threads
+  std::unique_ptr<ServicePlane> plane;                        // gRPC, the exporter, the state watcher
+  std::shared_ptr<scdino::trainer::LearningCheck> check;
+  std::unique_ptr<scdino::training::Trainer> trainer;         // the data loader's threads
+
+  // Each part after what uses it: the trainer (and its loader) first, the
+  // store last, since other ranks' groups may still speak to it until theirs end.
+  std::vector<ShutdownStage> Stages() {
+    return {{"the trainer and its data loader", [this] { trainer.reset(); }},
+            {"the learning check", [this] { check.reset(); }},
+            {"the control API and metrics", [this] { plane.reset(); }},
+            {"the process group", [this] { collective.reset(); }},
+            {"the rendezvous store", [this] { coordinator.reset(); }}};
+  }
+};
 
 }  // namespace
 
@@ -39,6 +62,7 @@ int main(int argc, char** argv) {
                  "Exit codes: 0 completed, 1 failed, 2 bad input, 3 stopped by --stop-after-iterations,\n"
                  "4 stopped through the control API (scdinoctl stop) after a checkpoint, 5 diverged or collapsed,\n"
                  "7 completed but did not learn (scdino.learning_check: require: no better than a random ViT),\n"
+                 "8 a checkpoint could not be written: the disk or quota is full,\n"
                  "75 stopped by SIGTERM/SIGUSR1/SIGINT after a checkpoint (requeue to resume).");
   cl.app().add_option("--stop-after-iterations", options.stop_after_iterations,
                       "checkpoint and exit (code 3) once this many iterations are done in total; -1: run to the end")
@@ -46,11 +70,12 @@ int main(int argc, char** argv) {
   cl.app().add_flag("--no-resume", no_resume, "ignore an existing checkpoint in the run directory");
   if (auto code = cl.Parse(argc, argv)) return *code;
   options.resume = !no_resume;
+  Parts parts;
   auto& config = cl.config();
   const int threads = cl.ConfigureCpu();
   std::cerr << "scdino-trainer: run " << config.run_dir() << ", " << threads << " CPU threads, matrix products on "
             << scdino::model::CpuGemmDescription() << "\n";
-  return GuardMain("scdino-trainer", [&]() -> int {
+  const int code = GuardMain("scdino-trainer", [&]() -> int {
     auto launch = scdino::run::LaunchFromEnv([](const char* k) { return std::getenv(k); });
     if (!launch.ok()) return Fail(nullptr, launch.status());
     auto device = scdino::run::PickDevice(config, *launch);
@@ -79,7 +104,10 @@ int main(int argc, char** argv) {
     if (!secret.ok()) return Fail(nullptr, secret.status());
     auto coordinator = scdino::run::Coordinator::Connect(*launch, timeout, *secret);
     if (!coordinator.ok()) return Fail(nullptr, coordinator.status());
-    options.coordinator = *coordinator;
+    parts.coordinator = *coordinator;
+    options.coordinator = parts.coordinator;
+    // Every rank knows every rank's node: a rank left alone names the one it lost.
+    if (auto s = parts.coordinator->ExchangeHosts(scdino::ThisHostName()); !s.ok()) return Fail(nullptr, s);
     // A process group for several processes, or for one when torchrun-style
     // variables ask for it (scripts/gpu-check.sh runs NCCL at world size 1).
     if (launch->world_size > 1 || launch->source == "torchrun") {
@@ -90,48 +118,57 @@ int main(int argc, char** argv) {
       auto c = scdino::training::Collective::Connect((*coordinator)->store(), launch->rank, launch->world_size, dist,
                                                      device->device);
       if (!c.ok()) return Fail(nullptr, c.status());
-      options.collective = *c;
+      parts.collective = *c;
+      options.collective = parts.collective;
       std::cerr << "scdino-trainer: rank " << launch->rank << " of " << launch->world_size << ", "
                 << options.collective->backend() << " (" << launch->source << " launch, rendezvous "
                 << launch->master_addr << ":" << launch->master_port << ")\n";
     }
-    auto plane = ServicePlane::Start(config, *launch, {"trainer", ""});
-    if (!plane.ok()) return Fail(nullptr, plane.status());
-    AttachTrainer(**plane, &options, device->device);
+    auto started = ServicePlane::Start(config, *launch, {"trainer", ""});
+    if (!started.ok()) return Fail(nullptr, started.status());
+    parts.plane = std::move(started).value();
+    ServicePlane* plane = parts.plane.get();
+    AttachTrainer(*plane, &options, device->device);
     // The data against the batch and crops, and the recipe derived from it
     // (scdino.recipe: auto), before anything is built from the config.
     auto recipe = scdino::run::SettleRecipe(&config, launch->world_size, launch->rank == 0);
-    if (!recipe.ok()) return Fail(plane->get(), recipe.status());
+    if (!recipe.ok()) return Fail(plane, recipe.status());
     if (launch->rank == 0) {
       for (const auto& line : *recipe) std::cerr << "scdino-trainer: " << line << "\n";
     }
     // The statistics of a large data set take minutes: a stop ends them.
-    auto source = scdino::run::MakeSource(config, **coordinator, device->device, [raw = plane->get()] {
-      return StopSignalReceived() || raw->control().Requests().stop;
+    auto source = scdino::run::MakeSource(config, *parts.coordinator, device->device, [plane] {
+      return StopSignalReceived() || plane->control().Requests().stop;
     });
-    if (!source.ok()) return Fail(plane->get(), source.status());
-    if (auto s = config.CheckChannelCount((*source)->channels(), "the data"); !s.ok()) return Fail(plane->get(), s);
+    if (!source.ok()) return Fail(plane, source.status());
+    if (auto s = config.CheckChannelCount((*source)->channels(), "the data"); !s.ok()) return Fail(plane, s);
     const bool require_learning = config.scdino.learning_check == "require";
     if (launch->rank == 0 && config.scdino.learning_check != "off") {
       std::string why_not;
       auto check = scdino::trainer::LearningCheck::Make(config, device->device, &why_not);
-      if (!check.ok()) return Fail(plane->get(), check.status());
+      if (!check.ok()) return Fail(plane, check.status());
       if (*check) {
-        std::shared_ptr<scdino::trainer::LearningCheck> shared(std::move(check).value());
-        options.learning_check = [shared](scdino::model::VisionTransformer teacher, int64_t epoch, int64_t it) {
-          return shared->Measure(teacher, epoch, it);
-        };
+        parts.check = std::move(check).value();
+        options.learning_check = [raw = parts.check.get()](scdino::model::VisionTransformer teacher, int64_t epoch,
+                                                           int64_t it) { return raw->Measure(teacher, epoch, it); };
       } else {
         std::cerr << "scdino-trainer: no learning check: " << why_not << "\n";
       }
     }
-    scdino::training::Trainer trainer(std::move(config), std::move(source).value(), options);
-    // Declared after the trainer: signals stop reaching it before it goes,
+    // The options' copies of the shared parts go with the trainer; the
+    // shutdown holds the others.
+    parts.trainer = std::make_unique<scdino::training::Trainer>(std::move(config), std::move(source).value(),
+                                                               std::exchange(options, {}));
+    // Signals stop reaching the trainer before the shutdown destroys it,
     // also when an exception unwinds this scope.
-    ScopedStopFlag route_signals(trainer.stop_flag());
-    auto result = trainer.Run();
-    if (!result.ok()) return Fail(plane->get(), result.status());
-    (*plane)->Finish(result->completed ? scdino::RunState::kCompleted : scdino::RunState::kStopped);
+    ScopedStopFlag route_signals(parts.trainer->stop_flag());
+    auto result = parts.trainer->Run();
+    if (!result.ok()) return Fail(plane, result.status());
+    // Every rank's part of the stop is saved (rank 0 wrote the checkpoint,
+    // the others waited for its outcome): a later signal cannot change the
+    // exit code any more.
+    if (result->stopped_by == scdino::training::StopReason::kSignal) MarkStopSaved();
+    plane->Finish(result->completed ? scdino::RunState::kCompleted : scdino::RunState::kStopped);
     using scdino::training::StopReason;
     switch (result->stopped_by) {
       case StopReason::kNone: {
@@ -149,8 +186,9 @@ int main(int argc, char** argv) {
                       << "scdino.on_collapse: recover)"
                       << (require_learning ? "; exit 7 (scdino.learning_check: require)" : "") << "\n";
             if (require_learning) return kExitDidNotLearn;
+          } else {
+            std::cerr << "scdino-trainer: learned: " << buf << "\n";
           }
-          std::cerr << "scdino-trainer: learned: " << buf << "\n";
         }
         return kExitCompleted;
       }
@@ -165,4 +203,5 @@ int main(int argc, char** argv) {
     }
     return kExitFailed;
   });
+  EndProcess("scdino-trainer", code, parts.Stages(), kShutdownBound);
 }

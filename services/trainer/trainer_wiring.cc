@@ -10,8 +10,11 @@ void AttachTrainer(ServicePlane& plane, training::TrainerOptions* options, torch
   options->control = &plane.control();
 #ifdef SCDINO_WITH_SERVICES
   if (auto* registry = plane.registry()) {
-    // Lives as long as the process: the registry holds its families.
-    auto* m = new metrics::TrainerMetrics(*registry, device);
+    // The plane keeps it until it stops, before its registry goes; the
+    // trainer, whose reports call it, is gone by then.
+    auto owned = std::make_shared<metrics::TrainerMetrics>(*registry, device);
+    auto* m = owned.get();
+    plane.Keep(std::move(owned));
     options->on_step = [m](const training::StepReport& r) { m->OnStep(r); };
     options->on_checkpoint = [m](const training::CheckpointReport& r) { m->OnCheckpoint(r); };
     options->on_health = [m](const training::HealthReport& h) { m->OnHealth(h); };

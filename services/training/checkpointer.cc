@@ -53,12 +53,15 @@ Status Checkpointer::Write(const std::string& path, int64_t iteration, int64_t n
     info.epoch = iteration / niter;
     written = SaveCheckpoint(path, dino_, info);
   }
-  // Every rank learns whether rank 0's write worked, so that a failed write
-  // stops all of them now rather than leaving the others in the next
-  // collective until the timeout.
-  const bool failed = coordinator_.Sum({written.ok() ? 0.0 : 1.0})[0] > 0;
-  if (failed && written.ok()) {
-    return Status::IOError("rank 0 could not write checkpoint " + path + " (its log says why); stopping");
+  // Every rank learns whether rank 0's write worked (and whether the disk
+  // was full), so that a failed write stops all of them now, with the same
+  // exit code, rather than leaving the others in the next collective until
+  // the timeout.
+  const auto outcome = coordinator_.Sum({written.ok() ? 0.0 : 1.0,
+                                         written.code() == StatusCode::kNoSpace ? 1.0 : 0.0});
+  if (outcome[0] > 0 && written.ok()) {
+    const std::string m = "rank 0 could not write checkpoint " + path + " (its log says why); stopping";
+    return outcome[1] > 0 ? Status::NoSpace(m + ": no space left") : Status::IOError(m);
   }
   if (!written.ok()) return written;
   last_write_ = Clock::now();

@@ -98,13 +98,18 @@ c10::intrusive_ptr<c10d::Work> Collective::AllReduceSumAsync(torch::Tensor& t) {
 }
 
 void Collective::Wait(const c10::intrusive_ptr<c10d::Work>& work) {
-  try {
-    work->wait(options_.timeout);
-  } catch (const std::exception& e) {
+  auto failed = [&](const std::string& why) {
     ThrowIfError(Status::Aborted("rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) +
                                  ": a collective failed or did not complete within " +
                                  std::to_string(options_.timeout.count()) +
-                                 " ms; another rank has probably died or hangs: " + e.what()));
+                                 " ms; another rank has probably died or hangs: " + why));
+  };
+  try {
+    work->wait(options_.timeout);
+  } catch (const c10::Error& e) {
+    failed(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    failed(e.what());
   }
 }
 

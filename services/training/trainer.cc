@@ -42,6 +42,12 @@ Trainer::Trainer(run::RunConfig config, std::unique_ptr<data::MultiCropSource> s
   }
 }
 
+Trainer::~Trainer() {
+  // The sum captured the process group: the group now ends with its last
+  // owner (the process's shutdown), not with the coordinator.
+  if (options_.collective) coordinator_->set_sum(nullptr);
+}
+
 void Trainer::RebuildModel() {
   torch::manual_seed(static_cast<uint64_t>(config_.meta.seed));
   // In place: the checkpointer holds a reference to it.
@@ -143,6 +149,20 @@ StatusOr<TrainResult> Trainer::Run() {
     r = Status::Internal(e.what_without_backtrace());
   } catch (const std::exception& e) {
     r = Status::Internal(e.what());
+  }
+  // A collective that failed on a run of several ranks: which of them are
+  // gone, and on which node (a node lost, a rank killed), so that the
+  // message names it and the job is requeued to resume without it (also
+  // after a stop signal: Slurm signals the ranks left when a node fails).
+  if (!r.ok() && r.status().code() == StatusCode::kAborted && options_.collective) {
+    const auto lost = coordinator_->RollCall(std::chrono::seconds(3));
+    if (!lost.empty()) {
+      r = Status::PeerLost("rank " + std::to_string(coordinator_->rank()) + " of " +
+                           std::to_string(coordinator_->world_size()) + ": lost contact with " +
+                           coordinator_->DescribeRanks(lost) + " at iteration " + std::to_string(result_.iteration) +
+                           "; the last complete checkpoint, " + checkpointer_->latest() +
+                           ", is where the job resumes (" + r.status().message() + ")");
+    }
   }
   reporter_.End(r.ok() && r->completed, r.ok() ? Status::Ok() : r.status());
   if (r.ok() && options_.collective) options_.collective->Shutdown();

@@ -95,6 +95,9 @@ struct TrainResult {
 class Trainer {
  public:
   Trainer(run::RunConfig config, std::unique_ptr<data::MultiCropSource> source, TrainerOptions options = {});
+  /// Joins the data source's threads (the loader's) and releases the
+  /// coordinator's sum over the process group.
+  ~Trainer();
 
   /// Trains until the last epoch or a stop. Every error, an exception from
   /// a dead peer included, comes back as a Status and leaves the control

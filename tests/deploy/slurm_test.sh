@@ -31,14 +31,6 @@ submit() {  # name ntasks -> job id
     --export=ALL,SCDINO_BIN="$build/services/trainer" "$src/deploy/slurm/train.sbatch" "$work/$1.yaml"
 }
 
-wait_gone() {  # job id, seconds
-  for _ in $(seq 1 "$2"); do
-    squeue -h -j "$1" 2>/dev/null | grep -q . || return 0
-    sleep 1
-  done
-  echo "FAIL: job $1 still in the queue after $2 s"; squeue; exit 1
-}
-
 iteration() { python3 - "$1" <<'PY'
 import json, struct, sys
 b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]

@@ -160,8 +160,12 @@ TEST(Judge, NamesTheNodeTheFigureAndTheKey) {
   b.free_gb = 0.5;
   b.read.seconds = 10.0;
   b.device = "cuda:0";
+  // Bound to its own GPU, as lib.sh's --gpus-per-task=1 does: one visible
+  // among 4 tasks of the node is right, not a failure.
   b.gpus_visible = 1;
   b.tasks_on_node = 4;
+  b.gpu_job = true;
+  b.gpu = "2";
   b.gpu_free_gb = 2.0;
   b.ecc_errors = 3;
   run::PreflightConfig t;
@@ -172,11 +176,11 @@ TEST(Judge, NamesTheNodeTheFigureAndTheKey) {
   t.min_gpu_free_gb = 40;
   const auto f = Judge(sweep, {a, b}, t);
   const std::vector<std::string> expected{
-      "all-reduce: bus bandwidth 1.049 GB/s at 1048576 B is below scdino.preflight.min_busbw_gbps 20.000",
+      "all-reduce over gpu-st-1, gpu-st-2: bus bandwidth 1.049 GB/s at 1048576 B is below "
+      "scdino.preflight.min_busbw_gbps 20.000",
       "all-reduce: 8 B take 120.0 us, above scdino.preflight.max_latency_us 100.0",
       "gpu-st-2 (rank 1): 0.50 GB free in /fsx/runs/r, below scdino.preflight.min_free_gb 1.00",
       "gpu-st-2 (rank 1): reads the data set at 5.0 MB/s (100 files), below scdino.preflight.min_read_mbps 10.0",
-      "gpu-st-2 (rank 1): sees 1 GPU(s) for 4 task(s) on the node",
       "gpu-st-2 (rank 1): 2.00 GB free on cuda:0, below scdino.preflight.min_gpu_free_gb 40.00",
       "gpu-st-2 (rank 1): cuda:0 reports 3 uncorrected ECC error(s)"};
   ASSERT_EQ(f.size(), expected.size()) << ::testing::PrintToString(f);
@@ -193,6 +197,46 @@ TEST(Judge, NamesTheNodeTheFigureAndTheKey) {
   EXPECT_NE(prom.find("scdino_preflight_read_bytes_per_second{slurm_job_id=\"77\",node=\"gpu-st-2\"} 5000000\n"),
             std::string::npos)
       << prom;
+}
+
+// Every task of a GPU job bound to a GPU of its own passes; two tasks of a
+// node on one GPU, and a task given none, are named with node, task, rank
+// and GPU.
+TEST(Judge, OneGpuPerTaskPassesASharedOrMissingOneIsNamed) {
+  auto task = [](const std::string& node, int64_t rank, int64_t local, const std::string& gpu) {
+    RankChecks c;
+    c.node = node;
+    c.rank = rank;
+    c.local_rank = local;
+    c.tasks_on_node = 2;
+    c.gpu_job = true;
+    c.gpu = gpu;
+    return c;
+  };
+  run::PreflightConfig t;
+  t.min_free_gb = 0;
+  const std::vector<RankChecks> good{task("node1", 0, 0, "0"), task("node1", 1, 1, "1"), task("node2", 2, 0, "0"),
+                                     task("node2", 3, 1, "1")};
+  EXPECT_EQ(Judge({}, good, t), std::vector<std::string>{});
+  auto shared = good;
+  shared[3].gpu = "0";
+  shared[0].gpu = "";
+  EXPECT_EQ(Judge({}, shared, t),
+            (std::vector<std::string>{"GPU binding: node1: task 0 (rank 0): no GPU, in a job with GPUs",
+                                      "GPU binding: node2: tasks 0 and 1 (ranks 2 and 3) are both bound to GPU 0: "
+                                      "each task needs its own (srun --gpus-per-task=1)"}));
+  auto refused = good;
+  refused[1].gpu = "";
+  refused[1].binding_error = "this task (local rank 1) was given no GPU";
+  EXPECT_EQ(Judge({}, refused, t),
+            std::vector<std::string>{"GPU binding: node1: task 1 (rank 1): this task (local rank 1) was given no GPU"});
+  // A CPU job: no GPU anywhere is right.
+  auto cpu = good;
+  for (auto& c : cpu) {
+    c.gpu_job = false;
+    c.gpu = "";
+  }
+  EXPECT_EQ(Judge({}, cpu, t), std::vector<std::string>{});
 }
 
 }  // namespace

@@ -27,6 +27,29 @@ std::vector<std::shared_ptr<Coordinator>> Ranks(int n, std::chrono::milliseconds
   return out;
 }
 
+// Every rank learns every rank's node; after a failed collective the ranks
+// still there call the roll and name the ones that did not answer by node.
+TEST(Coordinator, TheRollCallNamesTheLostRanksByNode) {
+  auto ranks = Ranks(4);
+  const std::vector<std::string> nodes{"node1", "node1", "node2", "node2"};
+  std::vector<Status> named(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) threads.emplace_back([&, r] { named[r] = ranks[r]->ExchangeHosts(nodes[r]); });
+  for (auto& t : threads) t.join();
+  for (const auto& s : named) ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(ranks[3]->hosts(), nodes);
+  // Ranks 2 and 3 (node2) are gone: 0 and 1 sign in and wait for them.
+  std::vector<std::vector<int64_t>> lost(2);
+  threads.clear();
+  for (int r = 0; r < 2; ++r) threads.emplace_back([&, r] { lost[r] = ranks[r]->RollCall(std::chrono::milliseconds(300)); });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(lost[0], (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(lost[1], (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(ranks[0]->DescribeRanks(lost[0]), "node2 (ranks 2, 3)");
+  EXPECT_EQ(ranks[0]->DescribeRanks({0, 3}), "node1 (rank 0) and node2 (rank 3)");
+  EXPECT_EQ(ranks[0]->DescribeRanks({1, 2, 7}), "node1 (rank 1), node2 (rank 2) and rank 7");
+}
+
 TEST(Coordinator, RankZeroWorksFirstAndTheOthersSeeItsOutcome) {
   auto ranks = Ranks(3);
   std::atomic<int> written{0}, seen_before_written{0};

@@ -56,12 +56,14 @@ size_t MappedBytes() { return ::mallinfo2().hblkhd; }
 // defaults, which ConfigureCpu leaves alone (features, eval and GPU runs
 // keep them): a large block is a mapping of its own, given back when freed.
 TEST(ConfigureCpu, LeavesTheAllocatorAsItIs) {
+  if (scdino::testing::kSanitizedAllocator) GTEST_SKIP() << "a sanitizer's allocator replaces glibc's";
   ConfigureCpu(1);
   auto t = torch::empty({6 << 20}).fill_(1.0f);  // 24 MiB
   EXPECT_GE(MappedBytes(), size_t{24} << 20) << "the 24 MiB block came from the heap: something tuned the allocator";
 }
 
 TEST(KeepFreedMemoryForCpuTraining, FreedLargeTensorsAreReusedWithoutPageFaults) {
+  if (scdino::testing::kSanitizedAllocator) GTEST_SKIP() << "a sanitizer's allocator replaces glibc's";
   ConfigureCpu(1);
   EXPECT_NE(KeepFreedMemoryForCpuTraining().find("CPU training"), std::string::npos);
   {
@@ -155,6 +157,35 @@ TEST(DecideDevice, EachRankTakesItsGpuOrTheOneItIsBoundTo) {
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("this node runs 4 ranks but has 2 GPU(s)"), std::string::npos)
       << d.status().message();
+}
+
+// The binding Slurm's variables give (run/gpu_binding.h) decides the device
+// index; a task the job gave no GPU runs on the CPU under auto and is
+// refused under cuda, naming the variables.
+TEST(DecideDevice, TheEnvironmentsBindingDecidesTheGpu) {
+  LaunchInfo rank1;
+  rank1.local_rank = 1;
+  rank1.local_world_size = 2;
+  DeviceFacts f = Facts(true, 4);
+  GpuBinding b;
+  b.gpu_job = true;
+  b.visible = {"0", "1", "2", "3"};
+  b.device = 1;
+  b.gpu = "1";
+  b.why = "GPU 1 (entry 1 of CUDA_VISIBLE_DEVICES=0,1,2,3, by local rank)";
+  f.binding = b;
+  auto d = DecideDevice(WithDevice("cuda"), rank1, f);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ(d->gpu, 1);
+  EXPECT_EQ(d->why, "scdino.device cuda: GPU 1 (entry 1 of CUDA_VISIBLE_DEVICES=0,1,2,3, by local rank)");
+  f.binding = Status::InvalidArgument("this task (local rank 1) was given no GPU (CUDA_VISIBLE_DEVICES unset)");
+  d = DecideDevice(WithDevice("auto"), rank1, f);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->gpu, -1);
+  EXPECT_NE(d->why.find("the CPU, since this task (local rank 1) was given no GPU"), std::string::npos) << d->why;
+  d = DecideDevice(WithDevice("cuda"), rank1, f);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("was given no GPU"), std::string::npos);
 }
 
 RunConfig RunIn(const std::string& out_dir, const std::string& extra = "") {

@@ -39,6 +39,21 @@ submit_train() {
   [ -n "$code" ] || { echo "FAIL: Slurm no longer knows job $job's exit code"; exit 1; }
 }
 
+# wait_gone JOB SECONDS: until Slurm no longer holds JOB. A requeued job is
+# held for two minutes by Slurm (its begin time; the previous run's revoked
+# credential must be older than the next one's): lifted to 3 s, so that a
+# test of requeueing does not wait out the hold.
+wait_gone() {
+  local state
+  for _ in $(seq 1 $(($2 * 2))); do
+    state=$(squeue -h -j "$1" -o '%T %r' 2>/dev/null) || state=""
+    [ -n "$state" ] || return 0
+    case $state in *BeginTime*) scontrol update JobId="$1" StartTime=now+3 >/dev/null 2>&1 || true ;; esac
+    sleep 0.5
+  done
+  echo "FAIL: job $1 still in the queue after $2 s"; squeue; exit 1
+}
+
 # path_without TOOL...: a PATH with every command of this one except the
 # named tools (a directory of links to the rest), to test a machine that
 # lacks them whether or not this one has them.

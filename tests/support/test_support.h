@@ -14,6 +14,14 @@
 
 namespace scdino::testing {
 
+/// A build with AddressSanitizer or ThreadSanitizer (SCDINO_SANITIZE): its
+/// allocator replaces glibc's, so tests of glibc's allocator settings skip.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitizedAllocator = true;
+#else
+inline constexpr bool kSanitizedAllocator = false;
+#endif
+
 /// ../shared beside the repository (CI has it there), or $SCDINO_SHARED_DIR.
 inline std::string SharedDir() {
   if (const char* d = std::getenv("SCDINO_SHARED_DIR")) return d;

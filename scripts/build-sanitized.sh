@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds the sanitizer trees that the test command runs beside the normal
+# build (docs/architecture.md#sanitizers), each in its own directory next to
+# BUILD_DIR (default build):
+#
+#   BUILD_DIR-asan  AddressSanitizer + UndefinedBehaviorSanitizer: every unit
+#                   test suite and scdino-trainer (the Slurm stop test runs it)
+#   BUILD_DIR-tsan  ThreadSanitizer: the suites whose code starts threads of
+#                   its own (the loader, the control server, the checkpoint
+#                   follower, the metrics exporter, the parallel loop and the
+#                   shutdown)
+#
+#   bash scripts/build-sanitized.sh              # both
+#   bash scripts/build-sanitized.sh address      # one of address, thread
+#
+# Benchmarks and the other programs are left out: nothing runs them under a
+# sanitizer, and on two cores every target costs the test run minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh build
+build_dir=${BUILD_DIR:-build}
+kinds=("$@")
+[ ${#kinds[@]} -gt 0 ] || kinds=(address thread)
+for kind in "${kinds[@]}"; do
+  case $kind in
+    address)
+      dir="$build_dir-asan" sanitize=address,undefined
+      targets=(scdino_common_tests scdino_model_tests scdino_data_tests scdino_run_tests scdino_training_tests
+               scdino_features_tests scdino_eval_tests scdino_runtime_tests scdino_preflight_tests
+               scdino_control_tests scdino_metrics_tests scdino_trainer_tests scdino_follower_tests scdino-trainer) ;;
+    thread)
+      dir="$build_dir-tsan" sanitize=thread
+      targets=(scdino_common_tests scdino_data_tests scdino_runtime_tests scdino_follower_tests
+               scdino_control_tests scdino_metrics_tests) ;;
+    *) echo "scdino: build-sanitized.sh: unknown kind '$kind' (expected address or thread)" >&2; exit 2 ;;
+  esac
+  if [ ! -f "$dir/build.ninja" ]; then
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSCDINO_SANITIZE="$sanitize" -DSCDINO_BUILD_BENCH=OFF \
+      ${SCDINO_CMAKE_ARGS:-} > /dev/null
+  fi
+  args=()
+  for t in "${targets[@]}"; do args+=(--target "$t"); done
+  echo "scdino: building $dir (sanitizers $sanitize): ${targets[*]}"
+  cmake --build "$dir" --parallel "${SCDINO_BUILD_JOBS:-$(nproc)}" "${args[@]}"
+done

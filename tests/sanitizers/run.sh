@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs a sanitizer tree's tests (scripts/build-sanitized.sh builds them) and
+# fails on any sanitizer report, also one a test would have tolerated (a
+# death test's child, a process whose exit code nobody checks).
+#
+#   tests/sanitizers/run.sh address|thread SOURCE_DIR BUILD_DIR
+#
+# address: every unit test of BUILD_DIR-asan (ASan + UBSan; LeakSanitizer at
+# exit). thread: the suites of BUILD_DIR-tsan whose code runs threads.
+set -euo pipefail
+kind=$1 src=$2 build=$3
+supp="$src/tests/sanitizers"
+case $kind in
+  address)
+    tree="$build-asan"
+    export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=0:strict_string_checks=1"
+    export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+    export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+    select=(-L unit) ;;
+  thread)
+    tree="$build-tsan"
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp:print_suppressions=0"
+    select=(-L unit -R "$(sed 's/#.*//' "$supp/tsan-tests.txt" | sed '/^$/d' | paste -sd'|')") ;;
+  *) echo "FAIL: unknown sanitizer kind '$kind'"; exit 1 ;;
+esac
+[ -f "$tree/CTestTestfile.cmake" ] ||
+  { echo "FAIL: no sanitizer tree $tree (bash scripts/build-sanitized.sh $kind builds it)"; exit 1; }
+log="$tree/sanitizer-tests.log"
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+set +e
+ctest --test-dir "$tree" "${select[@]}" --output-on-failure --parallel "$(nproc)" --timeout 900 > "$log" 2>&1
+rc=$?
+set -e
+grep -E "tests passed|tests failed|Total Test time" "$log" || true
+reports=$(grep -cE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|WARNING: ThreadSanitizer" "$log" || true)
+if [ "$reports" -gt 0 ]; then
+  echo "FAIL: $reports sanitizer report(s) in $log:"
+  grep -nE -A25 "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|WARNING: ThreadSanitizer" "$log" | head -150
+  exit 1
+fi
+if [ "$rc" -ne 0 ]; then
+  echo "FAIL: the $kind-sanitized tests failed (exit $rc):"
+  grep -E "\(Failed\)|\(Timeout\)|\(Subprocess aborted\)|\*\*\*" "$log" | head -40
+  exit 1
+fi
+echo "ok: $kind-sanitized tests, no report ($log)"
