@@ -134,8 +134,10 @@ scdino_requeue_or_exit() {
 
 # Node-local staging of a packed data set (scdino-pack; docs/data.md).
 # scdino_stage_setup: sets SCDINO_STAGE_DIR, where each node keeps its copy
-# (default: $SLURM_TMPDIR, else $TMPDIR, else /tmp, then scdino-stage-$USER),
-# and for a Pyxis container mounts its parent (SCDINO_CONTAINER_MOUNTS), which
+# (default: $SLURM_TMPDIR, the site's per-job directory, else $TMPDIR, else
+# /tmp, then scdino-stage-$USER; scdino-pack creates it 0700 and refuses one
+# that is not the user's own: docs/data.md#trust-model-of-staged-data), and
+# for a Pyxis container mounts its parent (SCDINO_CONTAINER_MOUNTS), which
 # must exist on every node. Call before scdino_container_args.
 scdino_stage_setup() {
   [ "${SCDINO_STAGE:-1}" != 0 ] || return 0

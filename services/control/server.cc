@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 #include <mutex>
 #include <tuple>
@@ -114,9 +116,17 @@ class ControlServer::Impl {
         // the previous token is refused at once, even by a caller who never
         // learnt the new one.
         ReloadToken();
-        if (TokensEqual(presented, Token())) return grpc::Status::OK;
+        const std::string token = Token();
+        if (token.empty()) {
+          why = "the run's token file is missing or unusable";
+        } else if (TokensEqual(presented, token)) {
+          return grpc::Status::OK;
+        } else {
+          why = "wrong token";
+        }
+      } else {
+        why = "wrong token";
       }
-      why = "wrong token";
     }
     refused_->fetch_add(1);
     if (o_.on_unauthenticated) o_.on_unauthenticated();
@@ -132,21 +142,43 @@ class ControlServer::Impl {
   }
 
   // Reads the token file again when it changed since it was last read
-  // (another inode, size or modification time: an atomic replacement).
+  // (another inode, size or modification time: an atomic replacement). A
+  // token file that is gone or cannot be read (removed, replaced by a
+  // symlink or another user's file, made readable by others) leaves no
+  // valid token: every call is refused until a good file is back, and the
+  // refusal is logged once, when it starts.
   void ReloadToken() {
     if (o_.token_file.empty()) return;
     struct stat st {};
-    if (::stat(o_.token_file.c_str(), &st) != 0) return;
     std::lock_guard<std::mutex> lock(token_mu_);
+    if (::lstat(o_.token_file.c_str(), &st) != 0) {
+      Unusable(o_.token_file + ": " + std::strerror(errno));
+      return;
+    }
     const auto stamp = std::make_tuple(st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-    if (stamp == token_stamp_) return;
+    if (stamp == token_stamp_ && !token_.empty()) return;
     auto fresh = ReadToken(o_.token_file);
-    if (!fresh.ok()) return;  // asked again at the next call
+    if (!fresh.ok()) {
+      Unusable(fresh.status().message());
+      return;
+    }
     token_stamp_ = stamp;
     if (*fresh == token_) return;
+    const bool was_unusable = token_.empty();
     token_ = *fresh;
-    Log("scdino-" + o_.service + ": control: the run's token was replaced (" + o_.token_file +
-        "); the previous one is refused from now on");
+    Log("scdino-" + o_.service + ": control: " +
+        (was_unusable ? "the run's token file is readable again (" + o_.token_file + "); calls with its token are served"
+                      : "the run's token was replaced (" + o_.token_file + "); the previous one is refused from now on"));
+  }
+
+  // Called under token_mu_.
+  void Unusable(const std::string& why) {
+    token_stamp_ = {};
+    if (token_.empty()) return;  // said already
+    token_.clear();
+    Log("scdino-" + o_.service + ": control: the run's token file cannot be used (" + why +
+        "): every call is refused until a valid token file (0600, yours) is back; scdinoctl rotate-token --run-dir " +
+        o_.run_dir + " writes one");
   }
 
   void Fill(const RunStatus& s, v1::Status* out) const {

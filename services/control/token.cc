@@ -1,10 +1,8 @@
 #include "control/token.h"
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
 #include <algorithm>
 
+#include "common/digest.h"
 #include "common/files.h"
 
 namespace scdino::control {
@@ -14,16 +12,6 @@ namespace {
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
   return s;
-}
-
-std::string Hex(const unsigned char* p, size_t n) {
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    out += hex[p[i] >> 4];
-    out += hex[p[i] & 15];
-  }
-  return out;
 }
 
 }  // namespace
@@ -52,12 +40,6 @@ bool TokensEqual(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-std::string TokenProof(const std::string& token, const std::string& message) {
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &len);
-  return Hex(mac, len);
-}
+std::string TokenProof(const std::string& token, const std::string& message) { return HmacSha256Hex(token, message); }
 
 }  // namespace scdino::control

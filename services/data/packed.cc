@@ -1,11 +1,13 @@
 #include "data/packed.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +18,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/digest.h"
 #include "common/files.h"
 #include "common/fingerprint.h"
 #include "data/sampler.h"
@@ -123,6 +126,19 @@ std::string Hex32(uint32_t v) {
 }
 
 uint32_t ParseHex32(const std::string& s) { return static_cast<uint32_t>(std::stoul(s, nullptr, 16)); }
+
+// shard-NNNNN.tar (five digits or more), as PackDataset names shards.
+bool IsShardName(const std::string& name) {
+  const std::string head = "shard-", tail = ".tar";
+  if (name.size() < head.size() + 5 + tail.size() || name.compare(0, head.size(), head) != 0 ||
+      name.compare(name.size() - tail.size(), tail.size(), tail) != 0) {
+    return false;
+  }
+  for (size_t i = head.size(); i < name.size() - tail.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+  }
+  return true;
+}
 
 // CSV fields: a field with a comma, quote or line break is quoted.
 std::string CsvField(const std::string& s) {
@@ -270,14 +286,24 @@ StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& di
     set->index_crc32_ = ParseHex32(m.at("index").at("crc32").get<std::string>());
     for (const auto& s : m.at("shards")) {
       set->shards_.push_back({s.at("file").get<std::string>(), s.at("samples").get<int64_t>(),
-                              s.at("bytes").get<int64_t>(), ParseHex32(s.at("crc32").get<std::string>())});
+                              s.at("bytes").get<int64_t>(), ParseHex32(s.at("crc32").get<std::string>()),
+                              s.contains("sha256") ? s.at("sha256").get<std::string>() : std::string()});
     }
   } catch (const std::exception& e) {
     return Status::DataLoss(manifest_path + ": " + e.what());
   }
   set->content_fingerprint_ = Fingerprint(*text);
-  if (set->block_samples_ < 1) {
-    return Status::DataLoss(manifest_path + ": block_samples is " + std::to_string(set->block_samples_) + ", expected >= 1");
+  // Shard names as scdino writes them, nothing else: a name from another
+  // writer never reaches outside the set's directory ("../", "/").
+  for (const auto& s : set->shards_) {
+    if (!IsShardName(s.file)) {
+      return Status::DataLoss(manifest_path + ": shard file '" + s.file + "': expected a name shard-NNNNN.tar");
+    }
+    if (s.bytes < 0) return Status::DataLoss(manifest_path + ": shard " + s.file + ": bytes " + std::to_string(s.bytes));
+  }
+  if (set->block_samples_ < 1 || set->block_samples_ > (int64_t{1} << 32)) {
+    return Status::DataLoss(manifest_path + ": block_samples is " + std::to_string(set->block_samples_) +
+                            ", expected 1 to 2^32");
   }
   if (n_total < 1) return Status::DataLoss(manifest_path + ": samples is " + std::to_string(n_total) + ", expected >= 1");
   // Every shard, with the size pack.json gives it (opened when first read).
@@ -295,6 +321,11 @@ StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& di
   const std::string index_path = dir + "/index.csv";
   auto index = ReadFile(index_path);
   if (!index.ok()) return index.status();
+  // At least a line of ~20 bytes per image: a hostile count allocates nothing.
+  if (n_total > static_cast<int64_t>(index->size()) / 20 + 1) {
+    return Status::DataLoss(manifest_path + ": samples is " + std::to_string(n_total) + ", more than " + index_path +
+                            " (" + std::to_string(index->size()) + " bytes) can list");
+  }
   const uint32_t index_crc = Crc32(index->data(), index->size());
   if (static_cast<int64_t>(index->size()) != set->index_bytes_ || index_crc != set->index_crc32_) {
     return Status::DataLoss(index_path + ": " + std::to_string(index->size()) + " bytes with CRC-32 " + Hex32(index_crc) +
@@ -340,7 +371,9 @@ StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& di
     if (e.bytes < 10 || e.bytes > shard_bytes || e.offset < 0 || e.offset > shard_bytes - e.bytes) {
       return bad("offset and bytes", f[4] + " and " + f[5], "outside the shard's " + std::to_string(shard_bytes) + " bytes");
     }
-    if (e.shape[0] < 1 || e.shape[1] < 1 || e.shape[2] < 1 || e.shape[0] * e.shape[1] * e.shape[2] > e.bytes) {
+    // Each side at most the member's bytes, so the product cannot overflow.
+    if (e.shape[0] < 1 || e.shape[1] < 1 || e.shape[2] < 1 || e.shape[0] > e.bytes || e.shape[1] > e.bytes ||
+        e.shape[2] > e.bytes || e.shape[0] * e.shape[1] > e.bytes || e.shape[0] * e.shape[1] * e.shape[2] > e.bytes) {
       return bad("shape", f[7] + "x" + f[8] + "x" + f[9], "not an image of " + f[5] + " bytes");
     }
     if (e.position < 0 || e.position >= n_total) {
@@ -356,12 +389,26 @@ StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& di
     return Status::DataLoss(index_path + ": " + std::to_string(set->entries_.size()) + " rows, pack.json says " +
                             std::to_string(n_total) + " images");
   }
-  // A block is read with one pread: it must lie in one shard.
+  // A block is read with one pread: every image of it must lie in its
+  // shard, between its first image's start and its last image's end (an
+  // index from another writer, reordered, would be read outside the block).
   for (int64_t b = 0; b < set->blocks(); ++b) {
     const int64_t first = b * set->block_samples_, last = std::min(first + set->block_samples_, n_total) - 1;
-    if (set->entries_[set->pack_order_[first]].shard != set->entries_[set->pack_order_[last]].shard) {
-      return Status::DataLoss(index_path + ": block " + std::to_string(b) + " spans two shards (block_samples " +
-                              std::to_string(set->block_samples_) + "); pack again");
+    const auto [begin, end] = set->BlockRange(b);
+    const int64_t shard = set->entries_[set->pack_order_[first]].shard;
+    for (int64_t p = first; p <= last; ++p) {
+      const auto& e = set->entries_[set->pack_order_[p]];
+      if (e.shard != shard) {
+        return Status::DataLoss(index_path + ": block " + std::to_string(b) + " spans two shards (block_samples " +
+                                std::to_string(set->block_samples_) + "); pack again");
+      }
+      if (e.offset < begin || e.offset + e.bytes > end) {
+        return Status::DataLoss(index_path + ": the image at position " + std::to_string(p) + " (" +
+                                set->dataset_.entries[set->pack_order_[p]].path + ") lies at bytes " +
+                                std::to_string(e.offset) + " to " + std::to_string(e.offset + e.bytes) +
+                                ", outside its block's " + std::to_string(begin) + " to " + std::to_string(end) +
+                                ": not an index scdino wrote; pack again");
+      }
     }
   }
   return std::shared_ptr<const PackedSet>(std::move(set));
@@ -377,6 +424,7 @@ StatusOr<RawImage> PackedSet::Decode(int64_t index, const char* data) const {
   // The .npy header scdino writes: magic, version 1.0, little-endian length.
   if (std::memcmp(data, "\x93NUMPY\x01\x00", 8) != 0) return Status::DataLoss(where + ": not a .npy member");
   const size_t hlen = static_cast<unsigned char>(data[8]) | (static_cast<unsigned char>(data[9]) << 8);
+  if (static_cast<int64_t>(hlen) > e.bytes - 10) return Status::DataLoss(where + ": a .npy header longer than its member");
   const std::string header(data + 10, std::min<size_t>(hlen, static_cast<size_t>(e.bytes) - 10));
   const int64_t h = e.shape[0], w = e.shape[1], c = e.shape[2];
   const char* pixels = data + 10 + hlen;
@@ -504,8 +552,8 @@ struct Plan {
 };
 
 json ShardManifest(const std::string& plan_fp, const ShardInfo& info, const json& rows) {
-  return {{"plan", plan_fp}, {"file", info.file}, {"samples", info.samples}, {"bytes", info.bytes},
-          {"crc32", Hex32(info.crc32)}, {"rows", rows}};
+  return {{"plan", plan_fp}, {"file", info.file},          {"samples", info.samples}, {"bytes", info.bytes},
+          {"crc32", Hex32(info.crc32)}, {"sha256", info.sha256}, {"rows", rows}};
 }
 
 // Writes shard `s` of the plan; its manifest rows are [entry, offset, bytes, crc, h, w, c, dtype].
@@ -519,8 +567,10 @@ StatusOr<json> WriteShard(const Dataset& d, const Plan& plan, int64_t s, const P
   json rows = json::array();
   int64_t offset = 0;
   uint32_t crc = 0;
+  Sha256 sha;
   auto append = [&](const std::string& bytes) -> Status {
     crc = Crc32(bytes.data(), bytes.size(), crc);
+    sha.Update(bytes.data(), bytes.size());
     offset += static_cast<int64_t>(bytes.size());
     return out.file()->Append(bytes);
   };
@@ -553,7 +603,7 @@ StatusOr<json> WriteShard(const Dataset& d, const Plan& plan, int64_t s, const P
   }
   if (auto st = append(std::string(1024, '\0')); !st.ok()) return st;  // the end-of-archive blocks
   if (auto st = out.Commit(); !st.ok()) return st;
-  ShardInfo info{name, last - first, offset, crc};
+  ShardInfo info{name, last - first, offset, crc, sha.HexDigest()};
   auto manifest = ShardManifest(plan.fingerprint, info, rows);
   if (auto st = WriteFileAtomic(o.out + "/" + ShardName(s) + ".json", manifest.dump()); !st.ok()) return st;
   return manifest;
@@ -564,7 +614,8 @@ std::optional<json> DoneShard(const Plan& plan, int64_t s, const PackOptions& o)
   auto text = ReadFile(o.out + "/" + ShardName(s) + ".json");
   if (!text.ok()) return std::nullopt;
   auto j = json::parse(*text, nullptr, false);
-  if (!j.is_object() || j.value("plan", "") != plan.fingerprint) return std::nullopt;
+  // A shard of an older scdino (no SHA-256) is packed again.
+  if (!j.is_object() || j.value("plan", "") != plan.fingerprint || !j.contains("sha256")) return std::nullopt;
   std::error_code ec;
   const auto size = fs::file_size(o.out + "/" + j.value("file", ""), ec);
   if (ec || static_cast<int64_t>(size) != j.value("bytes", int64_t{-1})) return std::nullopt;
@@ -583,7 +634,11 @@ Status WriteIndex(const Dataset& d, const Plan& plan, const std::vector<json>& m
   int64_t channels = 0;
   for (size_t s = 0; s < manifests.size(); ++s) {
     const auto& m = manifests[s];
-    shards.push_back({{"file", m["file"]}, {"samples", m["samples"]}, {"bytes", m["bytes"]}, {"crc32", m["crc32"]}});
+    shards.push_back({{"file", m["file"]},
+                      {"samples", m["samples"]},
+                      {"bytes", m["bytes"]},
+                      {"crc32", m["crc32"]},
+                      {"sha256", m["sha256"]}});
     int64_t pos = static_cast<int64_t>(s) * plan.shard_samples;
     for (const auto& r : m["rows"]) {
       const int64_t idx = r[0].get<int64_t>();
@@ -728,6 +783,71 @@ StatusOr<PackReport> PackDataset(const Dataset& d, const PackOptions& o) {
 
 namespace {
 
+std::string ModeText(mode_t m) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(m & 07777));
+  return buf;
+}
+
+// A directory of the stage: created 0700 when missing; otherwise it must be
+// a real directory (no symlink) of this user with no permission for group
+// or others. Refusals name the path, the owner and mode found and what was
+// expected, and remove nothing (it may not be ours).
+Status OwnPrivateDir(const std::string& dir, const std::string& what) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::IOError(dir + ": cannot create " + what + ": " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return Status::IOError(dir + ": " + std::strerror(errno));
+  const uid_t me = ::geteuid();
+  // One of ours that others may only read (an older scdino made it 0755):
+  // made private. Writable by others, it may hold what they put there.
+  if (S_ISDIR(st.st_mode) && st.st_uid == me && (st.st_mode & 022) == 0 && (st.st_mode & 077) != 0 &&
+      ::chmod(dir.c_str(), 0700) == 0) {
+    st.st_mode &= ~static_cast<mode_t>(077);
+  }
+  if (!S_ISDIR(st.st_mode) || st.st_uid != me || (st.st_mode & 077) != 0) {
+    const std::string found = S_ISLNK(st.st_mode) ? "a symbolic link" : !S_ISDIR(st.st_mode) ? "not a directory"
+                                                                                           : "a directory";
+    return Status::FailedPrecondition(
+        dir + ": " + what + " is " + found + " of uid " + std::to_string(st.st_uid) + " with mode " +
+        ModeText(st.st_mode) + "; expected a directory of yours (uid " + std::to_string(me) +
+        ") with mode 0700: another user may have made it to plant data. It is left as it is; set "
+        "SCDINO_STAGE_DIR to a directory of your own (a per-job $SLURM_TMPDIR where the site gives one)");
+  }
+  return Status::Ok();
+}
+
+// What proves a shard of a staged copy unchanged since it was verified: its
+// inode, size and times. Only its owner (this user) or root can change a
+// file in a 0700 directory, and any change, even a chmod or a rename in
+// and back, moves its ctime, which no user can set.
+struct ShardProof {
+  std::string file;
+  int64_t ino = 0, bytes = 0, mtime_ns = 0, ctime_ns = 0;
+};
+
+StatusOr<ShardProof> ProveShard(const std::string& dir, const std::string& file) {
+  const std::string path = dir + "/" + file;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return Status::NotFound(path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || st.st_nlink != 1 || (st.st_mode & 022) != 0) {
+    return Status::FailedPrecondition(path + ": a staged shard must be a regular file of yours (uid " +
+                                      std::to_string(::geteuid()) + ") with one link and no write permission for "
+                                      "others; found uid " + std::to_string(st.st_uid) + ", mode " +
+                                      ModeText(st.st_mode) + ", " + std::to_string(st.st_nlink) + " link(s)");
+  }
+  return ShardProof{file, static_cast<int64_t>(st.st_ino), static_cast<int64_t>(st.st_size),
+                    static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
+                    static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec};
+}
+
+json ProofJson(const ShardProof& p) {
+  return {{"file", p.file}, {"ino", p.ino}, {"bytes", p.bytes}, {"mtime_ns", p.mtime_ns}, {"ctime_ns", p.ctime_ns}};
+}
+
+// Copies `from` to `to`, checking its size, CRC-32 and SHA-256 against
+// pack.json's as it goes.
 Status CopyVerified(const std::string& from, const std::string& to, const ShardInfo& want,
                     const std::function<bool()>& should_stop) {
   const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
@@ -735,6 +855,7 @@ Status CopyVerified(const std::string& from, const std::string& to, const ShardI
   AtomicFile out(to);
   Status st = out.Create();
   uint32_t crc = 0;
+  Sha256 sha;
   int64_t total = 0;
   std::string buf(8 << 20, '\0');
   while (st.ok()) {
@@ -749,78 +870,143 @@ Status CopyVerified(const std::string& from, const std::string& to, const ShardI
     if (got < 0) st = Status::IOError(from + ": read failed: " + std::strerror(errno));
     if (got <= 0) break;
     crc = Crc32(buf.data(), static_cast<size_t>(got), crc);
+    sha.Update(buf.data(), static_cast<size_t>(got));
     total += got;
     st = out.file()->Append(std::string_view(buf.data(), static_cast<size_t>(got)));
   }
   ::close(in);
   if (!st.ok()) return st;
-  if (total != want.bytes || crc != want.crc32) {
-    return Status::DataLoss(from + ": " + std::to_string(total) + " bytes with CRC-32 " + Hex32(crc) +
-                            ", pack.json says " + std::to_string(want.bytes) + " bytes with " + Hex32(want.crc32) +
+  const std::string digest = sha.HexDigest();
+  if (total != want.bytes || crc != want.crc32 || digest != want.sha256) {
+    return Status::DataLoss(from + ": " + std::to_string(total) + " bytes with CRC-32 " + Hex32(crc) + " and SHA-256 " +
+                            digest + ", pack.json says " + std::to_string(want.bytes) + " bytes with " +
+                            Hex32(want.crc32) + " and " + want.sha256 +
                             ": the shared copy is corrupt or changed; pack it again");
   }
   return out.Commit();
 }
 
+// Copies under `root` beyond the newest `keep` (by last use: the marker's
+// modification time, set again at each reuse), except `current`. Only
+// directories of this user named as a copy is (16 hex digits) are removed.
+std::vector<std::string> EvictStagedCopies(const std::string& root, int64_t keep, const std::string& current) {
+  std::vector<std::pair<int64_t, std::string>> copies;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() != 16 || name.find_first_not_of("0123456789abcdef") != std::string::npos) continue;
+    struct stat st {};
+    if (::lstat(e.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) continue;
+    struct stat marker {};
+    const bool staged = ::lstat((e.path().string() + "/.staged").c_str(), &marker) == 0;
+    const auto& t = staged ? marker.st_mtim : st.st_mtim;
+    copies.emplace_back(static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec, e.path().string());
+  }
+  std::sort(copies.rbegin(), copies.rend());
+  std::vector<std::string> removed;
+  int64_t kept = 0;
+  for (const auto& [when, path] : copies) {
+    if (path == current || kept < keep - 1) {
+      if (path != current) ++kept;
+      continue;
+    }
+    fs::remove_all(path, ec);
+    if (!ec) removed.push_back(path);
+  }
+  return removed;
+}
+
 }  // namespace
 
-std::string StagedCopy(const PackedSet& set, const std::string& root) {
+StatusOr<std::string> StagedCopy(const PackedSet& set, const std::string& root) {
+  if (!fs::exists(root)) return std::string();
+  if (auto st = OwnPrivateDir(root, "the stage directory"); !st.ok()) return st;
   const std::string dir = root + "/" + set.content_fingerprint();
+  if (!fs::exists(dir)) return std::string();
+  if (auto st = OwnPrivateDir(dir, "the staged copy"); !st.ok()) return st;
   auto marker = ReadFile(dir + "/.staged");
-  if (!marker.ok() || *marker != set.content_fingerprint() + "\n") return "";
-  for (const auto& s : set.shards()) {
-    std::error_code ec;
-    if (static_cast<int64_t>(fs::file_size(dir + "/" + s.file, ec)) != s.bytes || ec) return "";
+  if (!marker.ok()) return std::string();
+  auto m = json::parse(*marker, nullptr, false);
+  if (!m.is_object() || m.value("pack", "") != set.content_fingerprint() || !m.contains("shards") ||
+      m["shards"].size() != set.shards().size()) {
+    return std::string();
+  }
+  for (size_t i = 0; i < set.shards().size(); ++i) {
+    auto proof = ProveShard(dir, set.shards()[i].file);
+    if (!proof.ok()) return proof.status();
+    if (ProofJson(*proof) != m["shards"][i]) {
+      return Status::DataLoss(dir + "/" + set.shards()[i].file +
+                              ": changed since it was verified (its inode, size or times differ from the .staged "
+                              "record); it is staged again");
+    }
   }
   return dir;
 }
 
 StatusOr<StageReport> StagePackedSet(const PackedSet& set, const std::string& root,
-                                     const std::function<bool()>& should_stop) {
+                                     const std::function<bool()>& should_stop, int64_t keep) {
   const auto t0 = std::chrono::steady_clock::now();
   StageReport r;
   r.dir = root + "/" + set.content_fingerprint();
   r.bytes = set.total_bytes();
-  if (!StagedCopy(set, root).empty()) {
-    r.reused = true;
-    return r;
-  }
-  if (auto st = MakeDirs(r.dir); !st.ok()) return st;
-  ::unlink((r.dir + "/.staged").c_str());
-  // Room for what is not there yet.
-  int64_t need = 0;
   for (const auto& s : set.shards()) {
-    std::error_code ec;
-    if (static_cast<int64_t>(fs::file_size(r.dir + "/" + s.file, ec)) != s.bytes || ec) need += s.bytes;
-  }
-  struct statvfs v {};
-  if (::statvfs(r.dir.c_str(), &v) == 0) {
-    const int64_t avail = static_cast<int64_t>(v.f_bavail) * static_cast<int64_t>(v.f_frsize);
-    if (avail < need + (need >> 6)) {
-      return Status::FailedPrecondition(r.dir + ": " + std::to_string(avail >> 20) + " MiB free, staging " +
-                                        set.dataset().root + " needs " + std::to_string(need >> 20) + " MiB");
+    if (s.sha256.size() != 64) {
+      return Status::FailedPrecondition(set.files_dir() + "/pack.json: shard " + s.file +
+                                        " has no SHA-256 (packed by an older scdino): pack the data set again to "
+                                        "stage it; reading the shared copy meanwhile");
     }
   }
-  CleanStaleTemporaries(r.dir, false);
-  const std::string src = set.files_dir();
-  for (const auto& s : set.shards()) {
-    if (auto st = CopyVerified(src + "/" + s.file, r.dir + "/" + s.file, s, should_stop); !st.ok()) return st;
+  if (const auto parent = fs::path(root).parent_path(); !parent.empty() && !fs::exists(parent)) {
+    if (auto st = MakeDirs(parent.string()); !st.ok()) return st;
   }
-  // The index and manifest this set was opened with (a repack meanwhile is
-  // refused, not mixed in).
-  auto index = ReadFile(src + "/index.csv");
-  if (!index.ok()) return index.status();
-  if (static_cast<int64_t>(index->size()) != set.index_bytes() || Crc32(index->data(), index->size()) != set.index_crc32()) {
-    return Status::DataLoss(src + "/index.csv changed while staging (packed again?); stage again");
+  if (auto st = OwnPrivateDir(root, "the stage directory"); !st.ok()) return st;
+  auto staged = StagedCopy(set, root);
+  if (staged.ok() && !staged->empty()) {
+    r.reused = true;
+    ::utimensat(AT_FDCWD, (r.dir + "/.staged").c_str(), nullptr, 0);  // its last use, for the eviction
+  } else {
+    // A copy's directory that is not ours is refused as it is, untouched.
+    if (auto st = OwnPrivateDir(r.dir, "the staged copy"); !st.ok()) return st;
+    ::unlink((r.dir + "/.staged").c_str());
+    // Room for the whole set (any file already there is copied again: only
+    // a copy verified by this process is trusted).
+    struct statvfs v {};
+    if (::statvfs(r.dir.c_str(), &v) == 0) {
+      const int64_t avail = static_cast<int64_t>(v.f_bavail) * static_cast<int64_t>(v.f_frsize);
+      if (avail < r.bytes + (r.bytes >> 6)) {
+        return Status::FailedPrecondition(r.dir + ": " + std::to_string(avail >> 20) + " MiB free, staging " +
+                                          set.dataset().root + " needs " + std::to_string(r.bytes >> 20) + " MiB");
+      }
+    }
+    CleanStaleTemporaries(r.dir, false);
+    const std::string src = set.files_dir();
+    json proofs = json::array();
+    for (const auto& s : set.shards()) {
+      ::unlink((r.dir + "/" + s.file).c_str());
+      if (auto st = CopyVerified(src + "/" + s.file, r.dir + "/" + s.file, s, should_stop); !st.ok()) return st;
+      auto proof = ProveShard(r.dir, s.file);
+      if (!proof.ok()) return proof.status();
+      proofs.push_back(ProofJson(*proof));
+    }
+    // The index and manifest this set was opened with (a repack meanwhile
+    // is refused, not mixed in).
+    auto index = ReadFile(src + "/index.csv");
+    if (!index.ok()) return index.status();
+    if (static_cast<int64_t>(index->size()) != set.index_bytes() ||
+        Crc32(index->data(), index->size()) != set.index_crc32()) {
+      return Status::DataLoss(src + "/index.csv changed while staging (packed again?); stage again");
+    }
+    auto manifest = ReadFile(src + "/pack.json");
+    if (!manifest.ok()) return manifest.status();
+    if (Fingerprint(*manifest) != set.content_fingerprint()) {
+      return Status::DataLoss(src + "/pack.json changed while staging (packed again?); stage again");
+    }
+    if (auto st = WriteFileAtomic(r.dir + "/index.csv", *index, 0600); !st.ok()) return st;
+    if (auto st = WriteFileAtomic(r.dir + "/pack.json", *manifest, 0600); !st.ok()) return st;
+    const json marker = {{"pack", set.content_fingerprint()}, {"shards", proofs}};
+    if (auto st = WriteFileAtomic(r.dir + "/.staged", marker.dump() + "\n", 0600); !st.ok()) return st;
   }
-  auto manifest = ReadFile(src + "/pack.json");
-  if (!manifest.ok()) return manifest.status();
-  if (Fingerprint(*manifest) != set.content_fingerprint()) {
-    return Status::DataLoss(src + "/pack.json changed while staging (packed again?); stage again");
-  }
-  if (auto st = WriteFileAtomic(r.dir + "/index.csv", *index); !st.ok()) return st;
-  if (auto st = WriteFileAtomic(r.dir + "/pack.json", *manifest); !st.ok()) return st;
-  if (auto st = WriteFileAtomic(r.dir + "/.staged", set.content_fingerprint() + "\n"); !st.ok()) return st;
+  if (keep > 0) r.evicted = EvictStagedCopies(root, keep, r.dir);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -5,7 +5,8 @@
 // Layout of a packed set's directory (docs/data.md#packed-data-sets):
 //   pack.json        what the set is: classes, channel count and dtype,
 //                    label depth, block and shard sizes, the pack's seed,
-//                    its fingerprint, and each shard's size and CRC-32
+//                    its fingerprint, and each shard's size, CRC-32 and
+//                    SHA-256
 //   index.csv        one row per image, sorted by its path in the source:
 //                    path,label,class,shard,offset,bytes,crc32,height,width,
 //                    channels,dtype,position
@@ -54,6 +55,7 @@ struct ShardInfo {
   int64_t samples = 0;
   int64_t bytes = 0;
   uint32_t crc32 = 0;  ///< of the whole file
+  std::string sha256;  ///< of the whole file, hex ("" in packs of older versions)
 };
 
 class PackedSet {
@@ -187,19 +189,32 @@ struct StageReport {
   bool reused = false;
   int64_t bytes = 0;
   double seconds = 0;
+  std::vector<std::string> evicted;  ///< older copies removed (keep)
 };
 
-/// Copies a packed set into `<root>/<content fingerprint>` (node-local storage)
-/// after checking free space there, verifying each shard's CRC-32 while
-/// copying; a verified copy (its `.staged` marker names the set's content
-/// fingerprint) is reused. FailedPrecondition when the space is short
-/// (naming both figures), DataLoss when a shard does not match, Aborted
-/// when `should_stop` says so (asked every 8 MiB); nothing unverified is
-/// marked staged.
+/// Copies a packed set into `<root>/<content fingerprint>` (node-local
+/// storage) after checking free space there, verifying each shard's size,
+/// CRC-32 and SHA-256 (pack.json's) while copying. The root and the copy's
+/// directory are created 0700, or must already be directories of this user
+/// with no permission for others (FailedPrecondition naming the path, the
+/// owner and mode found, and what was expected; nothing in them touched).
+/// A verified copy is reused while StagedCopy finds it unchanged. With
+/// `keep` > 0, the copies under `root` beyond the newest `keep` (by last
+/// use) are removed. FailedPrecondition when the space is short (naming both
+/// figures) or pack.json has no SHA-256 (an older pack), DataLoss when a
+/// shard does not match, Aborted when `should_stop` says so (asked every 8
+/// MiB); nothing unverified is marked staged.
 StatusOr<StageReport> StagePackedSet(const PackedSet& set, const std::string& root,
-                                     const std::function<bool()>& should_stop = {});
+                                     const std::function<bool()>& should_stop = {}, int64_t keep = 0);
 
-/// The verified staged copy of `set` under `root`, or "" when there is none.
-std::string StagedCopy(const PackedSet& set, const std::string& root);
+/// The verified staged copy of `set` under `root`; "" when there is none.
+/// Reuse trusts what staging verified: the copy's shards are proven
+/// unchanged since (regular files of this user, one link, in this user's
+/// 0700 directories, with the inode, size and times the .staged record
+/// holds; only the owner or root can change them, and any change moves the
+/// ctime, which no one sets). An error, naming the path and what was
+/// found, when the root, the copy or a shard is not this user's, or a
+/// shard changed.
+StatusOr<std::string> StagedCopy(const PackedSet& set, const std::string& root);
 
 }  // namespace scdino::data

@@ -92,10 +92,8 @@ int main(int argc, char** argv) {
     // on the same node would otherwise try to bind the trainer's port.
     scdino::StatusOr<std::shared_ptr<scdino::run::Coordinator>> coordinator = scdino::run::Coordinator::Single();
     if (launch->world_size > 1) {
-      auto secret = scdino::run::RendezvousSecret(config);
-      if (!secret.ok()) return Fail(nullptr, kProgram, secret.status());
       coordinator =
-          scdino::run::Coordinator::Connect(*launch, std::chrono::seconds(config.scdino.distributed_timeout_s), *secret);
+          scdino::run::Rendezvous(config, *launch, std::chrono::seconds(config.scdino.distributed_timeout_s));
     }
     if (!coordinator.ok()) return Fail(nullptr, kProgram, coordinator.status());
     auto plane = ServicePlane::Start(config, *launch, {"features", "images"});

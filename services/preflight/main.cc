@@ -65,9 +65,7 @@ int main(int argc, char** argv) {
     if (!device.ok()) return Fail(device.status());
     if (auto s = run::PrepareRunDir(config); !s.ok()) return Fail(s);
     const auto timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
-    auto secret = run::RendezvousSecret(config);
-    if (!secret.ok()) return Fail(secret.status());
-    auto coordinator = run::Coordinator::Connect(*launch, timeout, *secret);
+    auto coordinator = run::Rendezvous(config, *launch, timeout);
     if (!coordinator.ok()) return Fail(coordinator.status());
     const bool zero = launch->rank == 0;
     const auto& t = config.scdino.preflight;

@@ -279,6 +279,9 @@ struct RuntimeConfig {
   /// of shuffle_buffer images) or auto (blocks for a packed set).
   std::string shuffle = "auto";
   int64_t shuffle_buffer = 4096;
+  /// Staged copies of packed sets (scdino-pack --stage) kept per user and
+  /// node, the newest by last use; older ones are removed. 0: keep all.
+  int64_t stage_keep = 2;
   /// Also checkpoint (the resume point, checkpoint.safetensors) every this
   /// many minutes, so a crash loses minutes rather than an epoch; 0: only at
   /// epoch ends.

@@ -173,6 +173,9 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
       {"scdino.shuffle_buffer", Int(&r.shuffle_buffer, 1),
        "images shuffled together under shuffle: blocks (rounded down to whole blocks; each rank keeps about "
        "three times this many raw images in memory, more with many ranks)"},
+      {"scdino.stage_keep", Int(&r.stage_keep, 0),
+       "staged copies of packed data sets (deploy/slurm, node-local storage) kept per user and node, the newest by "
+       "last use; older ones are removed; 0: all"},
       {"scdino.checkpoint_every_minutes", Real(&r.checkpoint_every_minutes, 0, kIn),
        "also write the resume checkpoint every this many minutes (a crash loses minutes, not an epoch); 0: off"},
       {"scdino.keep_checkpoints", Int(&r.keep_checkpoints, 0), "numbered checkpoints kept, oldest removed first; 0: all"},

@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/digest.h"
 #include "common/env.h"
-#include "common/fingerprint.h"
 #include "common/torch_compat.h"
 
 namespace scdino::run {
@@ -76,6 +76,10 @@ StatusOr<ListeningSocket> ListenOn(const std::string& host, int64_t port) {
   return Status::Unavailable("rendezvous: cannot listen on " + where + ": " + why);
 }
 
+std::string AttemptPrefix(const std::string& secret, const std::string& attempt) {
+  return HmacSha256Hex(secret, "scdino-rendezvous\n" + attempt).substr(0, 32);
+}
+
 std::shared_ptr<Coordinator> Coordinator::Single() { return std::shared_ptr<Coordinator>(new Coordinator()); }
 
 std::shared_ptr<Coordinator> Coordinator::OverStore(c10::intrusive_ptr<c10d::Store> store, int64_t rank,
@@ -131,21 +135,29 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
     // Every rank's secret must be rank 0's. A run directory that is not the
     // same directory on every node (node-local, or a mount one node lacks)
     // gives each node a secret of its own, and the ranks would wait for keys
-    // that never come: said at once instead, with a mark that does not
-    // reveal the secret.
-    const std::string mark = Fingerprint("scdino-rundir:" + secret);
-    store->set("scdino-rundir/" + std::to_string(launch.rank), Bytes(mark));
+    // that never come: said at once instead. Each rank's mark is keyed by
+    // the secret, this attempt and the rank, so neither a mark nor a key
+    // name reveals the secret, and a process that took the port cannot
+    // answer rank 0's mark by replaying another rank's.
+    const auto mark = [&](int64_t rank) {
+      return HmacSha256Hex(secret, "scdino-rundir\n" + launch.attempt + "\nrank " + std::to_string(rank)).substr(0, 32);
+    };
+    store->set("scdino-rundir/" + std::to_string(launch.rank), Bytes(mark(launch.rank)));
     if (launch.rank != 0) {
       store->wait({"scdino-rundir/0"}, timeout);
-      if (Text(store->get("scdino-rundir/0")) != mark) {
+      if (Text(store->get("scdino-rundir/0")) != mark(0)) {
         return Status::FailedPrecondition(
-            "rank " + std::to_string(launch.rank) + " on " + ThisHostName() +
-            ": this node's run directory is not the one rank 0 uses (its rendezvous.secret differs): the run "
-            "directory must be the same directory on every node of the job (on a file system they all share, not "
-            "node-local storage such as /tmp); set meta.output_dir accordingly");
+            "rank " + std::to_string(launch.rank) + " on " + ThisHostName() + ": the process serving the rendezvous at " +
+            launch.master_addr + ":" + std::to_string(launch.master_port) +
+            " does not hold this run's rendezvous.secret: either this node's run directory is not the one rank 0 "
+            "uses (the run directory must be the same directory on every node of the job, on a file system they "
+            "all share, not node-local storage such as /tmp; set meta.output_dir accordingly), or another process "
+            "holds the port");
       }
     }
-    auto job = c10::make_intrusive<c10d::PrefixStore>("scdino-job-" + secret, store);
+    // Every key of the job under a prefix of this attempt alone: what a
+    // listener on the port could learn is worth one failed attempt.
+    auto job = c10::make_intrusive<c10d::PrefixStore>("scdino-job-" + AttemptPrefix(secret, launch.attempt), store);
     return OverStore(job, launch.rank, launch.world_size, timeout);
   } catch (const std::exception& e) {
     return Status::Unavailable("rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world_size) +
@@ -155,22 +167,33 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
 }
 
 Status Coordinator::RankZeroFirst(const std::string& name, const std::function<Status()>& work) {
-  if (!store_) return work();
+  return RankZeroDecides(name, [&]() -> StatusOr<std::string> {
+           if (auto s = work(); !s.ok()) return s;
+           return std::string();
+         })
+      .status();
+}
+
+StatusOr<std::string> Coordinator::RankZeroDecides(const std::string& name,
+                                                   const std::function<StatusOr<std::string>()>& decide) {
+  const auto run = [&]() -> StatusOr<std::string> {
+    try {
+      return decide();
+    } catch (const std::exception& e) {
+      return Status::Internal(e.what());
+    }
+  };
+  if (!store_) return run();
   const std::string key = "rank0/" + name;
   if (rank_ == 0) {
-    Status s;
-    try {
-      s = work();
-    } catch (const std::exception& e) {
-      s = Status::Internal(e.what());
-    }
-    store_->set(key, Bytes(s.ok() ? std::string("ok") : "error:" + s.ToString()));
-    return s;
+    auto d = run();
+    store_->set(key, Bytes(d.ok() ? "ok:" + *d : "error:" + d.status().ToString()));
+    return d;
   }
   try {
     store_->wait({key}, timeout_);
     const std::string outcome = Text(store_->get(key));
-    if (outcome == "ok") return Status::Ok();
+    if (outcome.rfind("ok:", 0) == 0) return outcome.substr(3);
     return Status::Aborted("rank 0 failed at '" + name + "' (" + outcome.substr(6) + "); rank " +
                            std::to_string(rank_) + " stops too");
   } catch (const std::exception& e) {

@@ -41,6 +41,11 @@ constexpr int kAgreementSize = 5;
 std::vector<double> AgreementToVector(const Agreement& a);
 Agreement AgreementFromSums(const std::vector<double>& sums);
 
+/// The prefix of every rendezvous key of one attempt (LaunchInfo::attempt)
+/// of a run: HMAC-SHA256 of the attempt keyed by the run's secret, 32 hex
+/// digits. Another attempt (a requeue, another step) has another prefix.
+std::string AttemptPrefix(const std::string& secret, const std::string& attempt);
+
 /// A socket bound to the address `host` resolves to (the first that binds)
 /// at `port`, listening: rank 0's store then listens where the other ranks
 /// connect, not on every interface. `loopback` says whether that address
@@ -86,6 +91,12 @@ class Coordinator {
   /// outcome and returns it: OK, or an error saying rank 0 failed and why.
   /// Each `name` is used once per run of the step.
   Status RankZeroFirst(const std::string& name, const std::function<Status()>& work);
+  /// Rank 0 decides, every rank follows: rank 0 runs `decide` and every
+  /// rank returns its outcome (the value, or rank 0's error), so that what
+  /// one node reads from a shared or node-local file system (a file there
+  /// or not, NFS's cached view) is never decided per rank. Each `name` is
+  /// used once per run of the step.
+  StatusOr<std::string> RankZeroDecides(const std::string& name, const std::function<StatusOr<std::string>()>& decide);
 
   /// Rank 0: its control requests, for ranks that do not step together.
   void Publish(const RunRequests& r);

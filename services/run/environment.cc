@@ -3,6 +3,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <iostream>
 #include <limits>
 #include <thread>
 
@@ -197,6 +198,25 @@ Status PrepareRunDir(const RunConfig& config) {
 
 StatusOr<std::string> RendezvousSecret(const RunConfig& config) {
   return LoadOrCreateSecret(config.run_dir() + "/rendezvous.secret", "the run's rendezvous secret");
+}
+
+StatusOr<std::shared_ptr<Coordinator>> Rendezvous(const RunConfig& config, const LaunchInfo& launch,
+                                                  std::chrono::milliseconds timeout) {
+  auto secret = RendezvousSecret(config);
+  if (!secret.ok()) return secret.status();
+  auto coordinator = Coordinator::Connect(launch, timeout, *secret);
+  if (coordinator.ok() || launch.rank != 0 || coordinator.status().code() != StatusCode::kUnavailable) {
+    return coordinator;
+  }
+  const std::string path = config.run_dir() + "/rendezvous.secret";
+  const Status rotated = WriteFileAtomic(path, NewSecret() + "\n", 0600);
+  std::cerr << "scdino: rendezvous: rank 0 could not serve the rendezvous at " << launch.master_addr << ":"
+            << launch.master_port << "; another process may hold the port and have heard the other ranks: "
+            << (rotated.ok() ? "the run's rendezvous secret is replaced (" + path + "), so the next attempt shares "
+                               "nothing with this one"
+                             : "replacing " + path + " failed too (" + rotated.message() + ")")
+            << "\n";
+  return coordinator;
 }
 
 }  // namespace scdino::run

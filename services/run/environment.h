@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "run/config.h"
+#include "run/coordinator.h"
 #include "run/gpu_binding.h"
 #include "run/launch.h"
 
@@ -88,5 +89,13 @@ Status PrepareRunDir(const RunConfig& config);
 /// <run_dir>/rendezvous.secret, 0600, created by whichever rank comes first
 /// (LoadOrCreateSecret), so only the user's own processes know it.
 StatusOr<std::string> RendezvousSecret(const RunConfig& config);
+
+/// The ranks of the job meet (Coordinator::Connect) under the run's secret.
+/// When rank 0 cannot serve the rendezvous (the port is taken: another
+/// process may listen there and have learnt what the other ranks sent),
+/// it replaces rendezvous.secret with a new one, saying so, so that the
+/// next attempt shares nothing with this one.
+StatusOr<std::shared_ptr<Coordinator>> Rendezvous(const RunConfig& config, const LaunchInfo& launch,
+                                                  std::chrono::milliseconds timeout);
 
 }  // namespace scdino::run

@@ -150,6 +150,9 @@ StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>
     }
     if (getenv("LOCAL_WORLD_SIZE") == nullptr) info.local_world_size = info.local_rank + 1;
     if (const char* a = getenv("MASTER_ADDR")) info.master_addr = a;
+    const char* run_id = getenv("TORCHELASTIC_RUN_ID");
+    const char* restart = getenv("TORCHELASTIC_RESTART_COUNT");
+    info.attempt = std::string("torchrun run ") + (run_id ? run_id : "-") + " restart " + (restart ? restart : "0");
   } else if (getenv("SLURM_PROCID") != nullptr && getenv("SLURM_NTASKS") != nullptr) {
     info.source = "slurm";
     int64_t job = 0, step = 0;
@@ -164,6 +167,9 @@ StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>
       if (auto s = get_int("SLURM_STEP_ID", 0, &step); !s.ok()) return s;
     }
     info.master_port = PortForJob(job, step);
+    const char* restart = getenv("SLURM_RESTART_COUNT");
+    info.attempt = "slurm job " + std::to_string(job) + " step " + std::to_string(step) + " restart " +
+                   (restart ? restart : "0");
     // Tasks on this node: SLURM_STEP_TASKS_PER_NODE ("2(x3),1") at SLURM_NODEID.
     info.local_world_size = info.local_rank + 1;
     if (const char* tpn = getenv("SLURM_STEP_TASKS_PER_NODE") ? getenv("SLURM_STEP_TASKS_PER_NODE")
@@ -189,6 +195,7 @@ StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>
     if (const char* a = getenv("MASTER_ADDR")) info.master_addr = a;
     if (auto s = get_int("MASTER_PORT", 1, &info.master_port); !s.ok()) return s;
   }
+  info.attempt += " at " + info.master_addr + ":" + std::to_string(info.master_port);
   if (info.rank >= info.world_size) {
     return Status::InvalidArgument("rank " + std::to_string(info.rank) + " is not below the world size " +
                                    std::to_string(info.world_size) + " (" + info.source + " variables)");

@@ -23,6 +23,11 @@ struct LaunchInfo {
   std::string master_addr = "127.0.0.1";
   int64_t master_port = 29500;
   std::string source = "single";  ///< slurm | torchrun | single
+  /// What tells this attempt from every other of the same run: Slurm's job,
+  /// step and restart count (a requeue is another attempt), torchrun's run
+  /// id and restart count; with the rendezvous address. The rendezvous keys
+  /// are under a prefix keyed by the run's secret and this text.
+  std::string attempt;
 };
 
 /// Where Linux reads the range of local ports that outgoing connections take.

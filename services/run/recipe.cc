@@ -183,21 +183,51 @@ Status WriteRecipe(const std::string& path, const DataShape& d, const std::vecto
   return WriteFileAtomic(path, j.dump(2) + "\n");
 }
 
-StatusOr<std::vector<RecipeValue>> ReadRecipe(const std::string& path) {
+StatusOr<RecipeFile> ReadRecipe(const std::string& path) {
   if (!FileExists(path)) return Status::NotFound(path + ": no recipe written yet");
   auto text = ReadFile(path);
   if (!text.ok()) return text.status();
-  std::vector<RecipeValue> out;
+  RecipeFile out;
   try {
     const auto j = nlohmann::json::parse(*text);
+    const auto& d = j.at("data");
+    out.data.origin = d.at("origin").get<std::string>();
+    out.data.first_image = d.at("first_image").get<std::string>();
+    out.data.images = d.at("images").get<int64_t>();
+    out.data.height = d.at("height").get<int64_t>();
+    out.data.width = d.at("width").get<int64_t>();
+    out.data.channels = d.at("channels").get<int64_t>();
+    out.data.ranks = d.at("ranks").get<int64_t>();
+    out.data.global_batch = d.at("global_batch").get<int64_t>();
     for (const auto& v : j.at("values")) {
-      out.push_back({v.at("key").get<std::string>(), v.at("value").get<std::string>(), v.at("why").get<std::string>(),
-                     v.at("from_file").get<bool>()});
+      out.values.push_back({v.at("key").get<std::string>(), v.at("value").get<std::string>(),
+                            v.at("why").get<std::string>(), v.at("from_file").get<bool>()});
     }
   } catch (const std::exception& e) {
     return Status::InvalidArgument(path + ": not a recipe file (" + e.what() + "); delete it to derive the recipe again");
   }
   return out;
+}
+
+bool SameData(const DataShape& a, const DataShape& b) {
+  return a.origin == b.origin && a.images == b.images && a.height == b.height && a.width == b.width &&
+         a.channels == b.channels;
+}
+
+std::string DescribeData(const DataShape& d) {
+  return std::to_string(d.images) + " images of " + ImageDims(d) + ", " + std::to_string(d.channels) +
+         " channels, from " + d.origin;
+}
+
+Status ResetRecipe(const std::vector<RecipeValue>& recipe, RunConfig* c) {
+  const auto keys = ConfigKeys();
+  for (const auto& v : recipe) {
+    if (c->given_keys.count(v.key) > 0) continue;
+    const auto k = std::find_if(keys.begin(), keys.end(), [&](const KeyDoc& d) { return d.path == v.key; });
+    if (k == keys.end()) return Status::InvalidArgument("the recipe's key " + v.key + " is not a configuration key");
+    if (auto s = SetConfigKey(v.key, YAML::Load(k->default_value), c); !s.ok()) return s;
+  }
+  return Status::Ok();
 }
 
 std::vector<RecipeValue> SaferSettings(const RunConfig& c, const std::string& verdict) {

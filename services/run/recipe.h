@@ -59,8 +59,24 @@ std::vector<std::string> DescribeRecipe(const std::vector<RecipeValue>& recipe);
 /// which its resumes and the other services (features, evaluation) apply.
 std::string RecipePath(const RunConfig& c);
 Status WriteRecipe(const std::string& path, const DataShape& d, const std::vector<RecipeValue>& recipe);
+struct RecipeFile {
+  DataShape data;  ///< what the values were derived for
+  std::vector<RecipeValue> values;
+};
 /// NotFound when the file is not there.
-StatusOr<std::vector<RecipeValue>> ReadRecipe(const std::string& path);
+StatusOr<RecipeFile> ReadRecipe(const std::string& path);
+
+/// Whether a recipe derived for `a` holds for `b`: the same data set
+/// (origin, image count, size after the crop, channels). The ranks and
+/// the global batch may differ (an elastic resume).
+bool SameData(const DataShape& a, const DataShape& b);
+/// "1200 images of 64 x 64 px, 5 channels, from data/cells".
+std::string DescribeData(const DataShape& d);
+
+/// Sets every key of `recipe` that the file does not give back to its
+/// default (the values a stale recipe.json applied), before a recipe is
+/// derived anew.
+Status ResetRecipe(const std::vector<RecipeValue>& recipe, RunConfig* c);
 
 /// The changes after the `recovery`-th collapse (1-based) judged `verdict`
 /// (uniform_collapse, onehot_collapse) from the settings of `c`: a lower

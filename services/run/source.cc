@@ -33,18 +33,19 @@ StatusOr<std::shared_ptr<const data::PackedSet>> OpenPackedDataset(const RunConf
   const char* stage_root = env ? env("SCDINO_STAGE_DIR") : nullptr;
   if (stage_root && *stage_root) {
     static bool said = false;
-    const std::string staged = data::StagedCopy(**set, stage_root);
-    if (!staged.empty()) {
-      auto local = data::PackedSet::Shared(c.meta.dataset_dir, staged);
+    const auto staged = data::StagedCopy(**set, stage_root);
+    if (staged.ok() && !staged->empty()) {
+      auto local = data::PackedSet::Shared(c.meta.dataset_dir, *staged);
       if (local.ok() && (*local)->content_fingerprint() == (*set)->content_fingerprint()) {
-        if (!said) std::cerr << "scdino: reading " << c.meta.dataset_dir << " from its copy on this node, " << staged << "\n";
+        if (!said) std::cerr << "scdino: reading " << c.meta.dataset_dir << " from its copy on this node, " << *staged << "\n";
         said = true;
         return local;
       }
     }
     if (!said) {
       std::cerr << "scdino: warning: no verified copy of " << c.meta.dataset_dir << " under SCDINO_STAGE_DIR="
-                << stage_root << " on " << ThisHostName() << "; reading the shared copy\n";
+                << stage_root << " on " << ThisHostName()
+                << (staged.ok() ? std::string() : " (" + staged.status().message() + ")") << "; reading the shared copy\n";
     }
     said = true;
   }
@@ -184,31 +185,47 @@ StatusOr<DataShape> MeasureData(const RunConfig& c, int64_t ranks) {
   return last;
 }
 
-StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* c, int64_t ranks, bool rank_zero) {
+StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* c, int64_t ranks, bool rank_zero, bool resuming) {
   auto shape = MeasureData(*c, ranks);
   if (!shape.ok()) return shape.status();
   std::vector<std::string> lines;
   if (c->scdino.recipe == "auto") {
     const std::string path = RecipePath(*c);
-    auto recipe = ReadRecipe(path);
-    if (recipe.ok()) {
+    auto file = ReadRecipe(path);
+    if (!file.ok() && file.status().code() != StatusCode::kNotFound) return file.status();
+    std::vector<RecipeValue> recipe;
+    if (file.ok() && SameData(file->data, *shape)) {
+      recipe = file->values;
       lines.push_back("recipe auto, as " + path + " holds it (the run's start derived it):");
-    } else if (recipe.status().code() == StatusCode::kNotFound) {
-      recipe = DeriveRecipe(*shape, *c);
-      if (!recipe.ok()) return recipe.status();
+    } else {
+      if (file.ok()) {
+        // Derived for other data: a resume of those weights on this data
+        // would train another run under the old one's name.
+        if (resuming) {
+          return Status::InvalidArgument(path + " was derived for " + DescribeData(file->data) +
+                                         ", but the data now is " + DescribeData(*shape) +
+                                         ": a resume trains on the data its run started with; point the config at "
+                                         "that data, or start afresh with --no-resume (a new recipe is derived)");
+        }
+        lines.push_back(path + " was derived for " + DescribeData(file->data) + "; this fresh start's data is " +
+                        DescribeData(*shape) + ": the recipe is derived anew");
+        // The command line applied the stale values: back to the defaults.
+        if (auto s = ResetRecipe(file->values, c); !s.ok()) return s;
+      }
+      auto derived = DeriveRecipe(*shape, *c);
+      if (!derived.ok()) return derived.status();
+      recipe = std::move(derived).value();
       if (rank_zero) {
         if (auto s = MakeDirs(c->run_dir()); !s.ok()) return s;
-        if (auto s = WriteRecipe(path, *shape, *recipe); !s.ok()) return s;
+        if (auto s = WriteRecipe(path, *shape, recipe); !s.ok()) return s;
       }
       lines.push_back("recipe auto for " + std::to_string(shape->images) + " images of " +
                       std::to_string(shape->height) + " x " + std::to_string(shape->width) + " px, " +
                       std::to_string(shape->channels) + " channels, global batch " +
                       std::to_string(shape->global_batch) + " (written to " + path + "; keys the config sets win):");
-    } else {
-      return recipe.status();
     }
-    if (auto s = ApplyRecipe(*recipe, c); !s.ok()) return s;
-    for (auto& l : DescribeRecipe(*recipe)) lines.push_back("  " + l);
+    if (auto s = ApplyRecipe(recipe, c); !s.ok()) return s;
+    for (auto& l : DescribeRecipe(recipe)) lines.push_back("  " + l);
   }
   if (auto s = CheckDataFitsRun(*shape, *c); !s.ok()) return s;
   return lines;

@@ -59,9 +59,12 @@ StatusOr<DataShape> MeasureData(const RunConfig& config, int64_t ranks);
 /// The trainer's start: the data measured and checked against the batch
 /// and crops (CheckDataFitsRun) and, with scdino.recipe: auto, the recipe
 /// applied to `config`: the one recipe.json in the run directory holds (a
-/// run started before), else derived from the data and written there by
-/// rank 0. Returns the lines to log.
-StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* config, int64_t ranks, bool rank_zero);
+/// run started before on the same data), else derived from the data and
+/// written there by rank 0. A recipe.json derived for other data is
+/// derived anew on a fresh start (saying so) and refused, naming both
+/// data sets, when `resuming` (a checkpoint is there and --no-resume was
+/// not given). Returns the lines to log.
+StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* config, int64_t ranks, bool rank_zero, bool resuming);
 
 /// The multi-crop source of the trainer on `device`, sharded for the
 /// coordinator's rank: in memory for synthetic data, else the threaded file

@@ -38,7 +38,7 @@ std::optional<int> CommandLine::Parse(int argc, const char* const* argv, std::os
   // so that every service sees the model and crops it trained with.
   if (config_.scdino.recipe == "auto") {
     auto recipe = run::ReadRecipe(run::RecipePath(config_));
-    Status applied = recipe.ok() ? run::ApplyRecipe(*recipe, &config_) : recipe.status();
+    Status applied = recipe.ok() ? run::ApplyRecipe(recipe->values, &config_) : recipe.status();
     if (recipe.status().code() == StatusCode::kNotFound) {
       // The trainer derives it (run::SettleRecipe); the others go on with
       // the file as it is.

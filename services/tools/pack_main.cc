@@ -64,10 +64,14 @@ int main(int argc, char** argv) {
     if (!set.ok()) return Fail(set.status());
     std::cerr << "scdino-pack: staging " << config.meta.dataset_dir << " (" << ((*set)->total_bytes() >> 20)
               << " MiB) to " << stage_to << " on " << ThisHostName() << "\n";
-    auto r = data::StagePackedSet(**set, stage_to, StopSignalReceived);
+    auto r = data::StagePackedSet(**set, stage_to, StopSignalReceived, config.scdino.stage_keep);
     if (!r.ok()) return Fail(r.status());
     std::cerr << "scdino-pack: " << (r->reused ? "reused the verified copy " : "staged and verified ") << r->dir
               << ": " << (r->bytes >> 20) << " MiB in " << r->seconds << " s on " << ThisHostName() << "\n";
+    for (const auto& old : r->evicted) {
+      std::cerr << "scdino-pack: removed the older staged copy " << old << " (scdino.stage_keep: "
+                << config.scdino.stage_keep << ")\n";
+    }
     const std::string dir = TextfileDir();
     if (!dir.empty()) {
       const std::string labels = "{slurm_job_id=\"" + std::string(std::getenv("SLURM_JOB_ID") ? std::getenv("SLURM_JOB_ID") : "") +

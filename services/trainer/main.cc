@@ -100,9 +100,7 @@ int main(int argc, char** argv) {
       config.train.batch_size_per_gpu = *b;
     }
     const auto timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
-    auto secret = scdino::run::RendezvousSecret(config);
-    if (!secret.ok()) return Fail(nullptr, secret.status());
-    auto coordinator = scdino::run::Coordinator::Connect(*launch, timeout, *secret);
+    auto coordinator = scdino::run::Rendezvous(config, *launch, timeout);
     if (!coordinator.ok()) return Fail(nullptr, coordinator.status());
     parts.coordinator = *coordinator;
     options.coordinator = parts.coordinator;
@@ -131,7 +129,8 @@ int main(int argc, char** argv) {
     AttachTrainer(*plane, &options, device->device);
     // The data against the batch and crops, and the recipe derived from it
     // (scdino.recipe: auto), before anything is built from the config.
-    auto recipe = scdino::run::SettleRecipe(&config, launch->world_size, launch->rank == 0);
+    const bool resuming = options.resume && scdino::FileExists(config.run_dir() + "/checkpoint.safetensors");
+    auto recipe = scdino::run::SettleRecipe(&config, launch->world_size, launch->rank == 0, resuming);
     if (!recipe.ok()) return Fail(plane, recipe.status());
     if (launch->rank == 0) {
       for (const auto& line : *recipe) std::cerr << "scdino-trainer: " << line << "\n";

@@ -79,8 +79,33 @@ Status Trainer::ApplyRecoverySettings(const std::vector<run::RecipeValue>& setti
 StatusOr<int64_t> Trainer::Rollback(const std::string& verdict, int64_t it) {
   // Back to the last epoch end judged healthy or, when none was (the first
   // epoch is not judged), to the start: fresh weights of the run's seed.
+  // Rank 0 decides which; its view of the run directory is the one that
+  // counts, and its weights reach every rank (a node whose file system
+  // shows no last_healthy, or an older one, trains the same weights).
   const std::string path = checkpointer_->HealthyPath();
-  const bool from_start = !FileExists(path);
+  auto target = coordinator_->RankZeroDecides("rollback-" + std::to_string(recoveries_ + 1),
+                                              [&]() -> StatusOr<std::string> {
+                                                if (FileExists(path)) return std::string("healthy");
+                                                // The latest checkpoint holds weights trained under
+                                                // another on_collapse setting: never replaced by
+                                                // untrained ones.
+                                                if (resumed_from_ > 0 && !resumed_under_recover_) {
+                                                  return Status::Diverged(
+                                                      "training collapsed (" + verdict + " at iteration " +
+                                                      std::to_string(it) + "), and no checkpoint was judged "
+                                                      "healthy to roll back to (" + path + " is not there): " +
+                                                      checkpointer_->latest() + " (iteration " +
+                                                      std::to_string(resumed_from_) + ") was trained without "
+                                                      "scdino.on_collapse: recover, and a rollback to the start "
+                                                      "would replace it with untrained weights; it is kept as it "
+                                                      "is. Start afresh with the safer settings "
+                                                      "(docs/training.md) in another run directory, or with "
+                                                      "--no-resume");
+                                                }
+                                                return std::string("start");
+                                              });
+  if (!target.ok()) return target.status();
+  const bool from_start = *target == "start";
   ++recoveries_;
   RecoveryReport r;
   r.recovery = recoveries_;
@@ -91,19 +116,54 @@ StatusOr<int64_t> Trainer::Rollback(const std::string& verdict, int64_t it) {
   const auto settings = run::SaferSettings(config_, verdict);
   for (const auto& v : settings) r.changes.push_back(v.key + ": " + v.value + " (" + v.why + ")");
   if (auto s = ApplyRecoverySettings(settings); !s.ok()) return s;  // the model is rebuilt: fresh weights
-  if (!from_start) {
-    auto info = LoadCheckpoint(path, *dino_);
-    if (!info.ok()) return info.status();
-    r.to_iteration = info->iteration;
-  }
   resumed_epoch_ = -1;
+  if (!from_start) {
+    // Rank 0 reads the file; its iteration, position and weights go to
+    // every rank.
+    auto info = coordinator_->RankZeroDecides("rollback-info-" + std::to_string(recoveries_),
+                                              [&]() -> StatusOr<std::string> {
+                                                auto loaded = LoadCheckpoint(path, *dino_);
+                                                if (!loaded.ok()) return loaded.status();
+                                                return nlohmann::json{{"iteration", loaded->iteration},
+                                                                      {"epoch_position", loaded->epoch_position},
+                                                                      {"has_run", loaded->has_run_shape},
+                                                                      {"run", loaded->run.ToJson()}}
+                                                    .dump();
+                                              });
+    if (!info.ok()) return info.status();
+    CheckpointInfo saved;
+    try {
+      const auto j = nlohmann::json::parse(*info);
+      saved.iteration = j.at("iteration").get<int64_t>();
+      saved.epoch_position = j.at("epoch_position").get<int64_t>();
+      saved.has_run_shape = j.at("has_run").get<bool>();
+      if (saved.has_run_shape) {
+        auto run = RunShape::FromJson(j.at("run").get<std::string>(), path);
+        if (!run.ok()) return run.status();
+        saved.run = *run;
+      }
+    } catch (const std::exception& e) {
+      return Status::Internal("rank 0's rollback point is not what it sends: " + std::string(e.what()));
+    }
+    if (options_.collective) {
+      if (auto s = TakeRankZeroState(); !s.ok()) return s;
+    } else if (!coordinator_->is_rank_zero()) {
+      auto loaded = LoadCheckpoint(path, *dino_);
+      if (!loaded.ok()) return loaded.status();
+    }
+    // Converted like a resume: the healthy point may be of another global
+    // batch (an elastic resume since).
+    auto place = PlaceAt(saved, path);
+    if (!place.ok()) return place.status();
+    r.to_iteration = place->iteration;
+  }
   collapse_ = from_start ? "" : "healthy";
   interval_health_ = model::HealthAverage();
   interval_loss_ = 0.0;
   epoch_log_.Reset();
   result_.recoveries = recoveries_;
   // A restart now goes on from here, with these settings.
-  checkpointer_->set_epoch_position(0);
+  checkpointer_->set_epoch_position(EpochPosition(r.to_iteration));
   if (auto s = checkpointer_->ResumePoint(r.to_iteration, niter_); !s.ok()) return s;
   if (options_.progress && coordinator_->is_rank_zero()) {
     *options_.progress << "scdino-trainer: recovering from " << verdict << " at iteration " << it << " ("
@@ -116,6 +176,19 @@ StatusOr<int64_t> Trainer::Rollback(const std::string& verdict, int64_t it) {
   reporter_.Recovery(r);
   if (options_.on_recovery) options_.on_recovery(r);
   return r.to_iteration;
+}
+
+Status Trainer::TakeRankZeroState() {
+  // An all-reduce in which every other rank adds zeros: one per tensor, at
+  // a rollback only.
+  TensorMap state = dino_->StateDict();
+  for (auto& [name, t] : state) {
+    torch::Tensor x = t.detach().clone().contiguous();
+    if (!coordinator_->is_rank_zero()) x.zero_();
+    options_.collective->AllReduceSum(x);
+    t = x;
+  }
+  return dino_->LoadStateDict(state, "rank 0's rollback point");
 }
 
 std::optional<LearningReport> Trainer::CheckLearning(int64_t epoch, int64_t it) {
@@ -171,7 +244,13 @@ StatusOr<TrainResult> Trainer::Run() {
 
 StatusOr<int64_t> Trainer::Resume() {
   const std::string& latest = checkpointer_->latest();
-  if (!options_.resume || !FileExists(latest)) return int64_t{0};
+  // Rank 0 decides whether there is a checkpoint to resume from: a node
+  // whose view of the shared file system lags must not start afresh alone.
+  auto decided = coordinator_->RankZeroDecides("resume", [&]() -> StatusOr<std::string> {
+    return std::string(options_.resume && FileExists(latest) ? "resume" : "fresh");
+  });
+  if (!decided.ok()) return decided.status();
+  if (*decided == "fresh") return int64_t{0};
   if (auto s = CheckOwnPath(latest, "the checkpoint to resume from"); !s.ok()) return s;
   auto info = LoadCheckpoint(latest, *dino_);
   if (!info.ok()) return info.status();
@@ -196,6 +275,20 @@ StatusOr<int64_t> Trainer::Resume() {
       std::cerr << "scdino-trainer: resume: with the settings of " << recoveries_ << " recovery(ies) from a collapse\n";
     }
   }
+  // Every rank loaded the same iteration (the sums of it and its square
+  // tell every rank at once whether any differs).
+  const auto world = static_cast<double>(coordinator_->world_size());
+  const auto at = static_cast<double>(info->iteration);
+  const auto sums = coordinator_->Sum({at, at * at});
+  if (sums[1] * world != sums[0] * sums[0]) {
+    return Status::FailedPrecondition(
+        "rank " + std::to_string(coordinator_->rank()) + " loaded iteration " + std::to_string(info->iteration) +
+        " from " + latest + ", but the ranks' mean is " + std::to_string(sums[0] / world) +
+        ": the nodes do not see the same file (a shared file system's cache?); run again once every node sees it");
+  }
+  resumed_from_ = info->iteration;
+  auto parsed = run::ParseRunConfig(info->config_text, latest);
+  resumed_under_recover_ = recoveries_ > 0 || (parsed.ok() && parsed->scdino.on_collapse == "recover");
   const RunShape now{coordinator_->world_size(), config_.train.batch_size_per_gpu, config_.train.epochs, niter_,
                      source_->dataset_size(), config_.channels(), source_->epoch_order()};
   if (info->has_run_shape) {
@@ -209,29 +302,38 @@ StatusOr<int64_t> Trainer::Resume() {
               << "run's shape (batch, epochs, channels); they are not checked\n";
   }
   result_.checkpoint = latest;
-  // Where the epoch goes on: the checkpoint's position in the epoch's
-  // order, laid over this run's global batch.
-  const int64_t saved_niter = info->has_run_shape ? info->run.niter_per_epoch : niter_;
-  const int64_t saved_global = info->has_run_shape ? info->run.global_batch() : now.global_batch();
-  const int64_t epoch = info->iteration / saved_niter, done = info->iteration % saved_niter;
-  const int64_t position = info->epoch_position >= 0 ? info->epoch_position : done * saved_global;
-  int64_t it = info->iteration;
-  epoch_start_ = data::EpochStart(done);
-  if (saved_niter != niter_ || position != done * now.global_batch()) {
-    try {
-      epoch_start_ = source_->ResumeAt(position);
-    } catch (const std::exception& e) {
-      return Status::FailedPrecondition(latest + ": " + e.what());
-    }
-    it = epoch * niter_ + epoch_start_.batch;
-  }
-  resumed_epoch_ = epoch;
+  auto place = PlaceAt(*info, latest);
+  if (!place.ok()) return place.status();
   if (options_.progress && coordinator_->is_rank_zero()) {
-    *options_.progress << "scdino-trainer: resuming from iteration " << it << " (epoch " << epoch + 1 << ", batch "
-                       << it % niter_ << " of " << niter_ << ", image " << position << " of the epoch's order) of "
-                       << latest << std::endl;
+    *options_.progress << "scdino-trainer: resuming from iteration " << place->iteration << " (epoch "
+                       << place->epoch + 1 << ", batch " << place->iteration % niter_ << " of " << niter_ << ", image "
+                       << place->position << " of the epoch's order) of " << latest << std::endl;
   }
-  return it;
+  return place->iteration;
+}
+
+StatusOr<Trainer::Place> Trainer::PlaceAt(const CheckpointInfo& info, const std::string& path) {
+  // The checkpoint's position in the epoch's order, laid over this run's
+  // global batch (another world size or batch per GPU: an elastic resume).
+  const int64_t global = config_.train.batch_size_per_gpu * coordinator_->world_size();
+  const int64_t saved_niter = info.has_run_shape ? info.run.niter_per_epoch : niter_;
+  const int64_t saved_global = info.has_run_shape ? info.run.global_batch() : global;
+  Place p;
+  p.epoch = info.iteration / saved_niter;
+  const int64_t done = info.iteration % saved_niter;
+  p.position = info.epoch_position >= 0 ? info.epoch_position : done * saved_global;
+  p.iteration = info.iteration;
+  epoch_start_ = data::EpochStart(done);
+  if (saved_niter != niter_ || p.position != done * global) {
+    try {
+      epoch_start_ = source_->ResumeAt(p.position);
+    } catch (const std::exception& e) {
+      return Status::FailedPrecondition(path + ": " + e.what());
+    }
+    p.iteration = p.epoch * niter_ + epoch_start_.batch;
+  }
+  resumed_epoch_ = p.epoch;
+  return p;
 }
 
 int64_t Trainer::EpochPosition(int64_t it) const {

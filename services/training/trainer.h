@@ -150,6 +150,15 @@ class Trainer {
   /// safer settings (run::SaferSettings) for `verdict`; returns the
   /// iteration to go on from.
   StatusOr<int64_t> Rollback(const std::string& verdict, int64_t it);
+  /// Rank 0's model and optimizer state on every rank (after rank 0 alone
+  /// loaded a rollback point).
+  Status TakeRankZeroState();
+  /// Where this run goes on from a checkpoint saved at `info`'s run shape:
+  /// sets epoch_start_ and resumed_epoch_ (a resume, a rollback).
+  struct Place {
+    int64_t iteration = 0, epoch = 0, position = 0;
+  };
+  StatusOr<Place> PlaceAt(const CheckpointInfo& info, const std::string& path);
 
   run::RunConfig config_;
   std::unique_ptr<data::MultiCropSource> source_;
@@ -168,6 +177,11 @@ class Trainer {
   /// A collapse verdict the loop rolls back from after this step (recover).
   std::string rollback_;
   int64_t recoveries_ = 0;
+  /// The iteration this process resumed from (0: it started afresh), and
+  /// whether that checkpoint was trained under on_collapse: recover (a
+  /// rollback to the start may then replace it).
+  int64_t resumed_from_ = 0;
+  bool resumed_under_recover_ = false;
   /// The settings of the recoveries so far, in order (later ones win).
   std::vector<run::RecipeValue> recovery_settings_;
   model::Schedules schedules_;

@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <mutex>
 #include <fstream>
 #include <thread>
 
@@ -658,6 +660,60 @@ TEST(Token, RotationReplacesTheTokenOfARunningServer) {
   auto r = ResolveRun(dir.path(), "trainer");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->token, *fresh);
+}
+
+// A token file that is removed, or made readable by others, leaves no
+// valid token: every call is refused (logged once) until a good file is
+// back, and then its token is served.
+TEST(Token, AMissingOrUnusableTokenFileRefusesEveryCall) {
+  ScratchDir dir;
+  const std::string file = dir.file("control.token");
+  auto token = LoadOrCreateToken(file);
+  ASSERT_TRUE(token.ok());
+  RunControl control;
+  ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.token = *token;
+  o.token_file = file;
+  o.run_dir = dir.path();
+  std::mutex mu;
+  std::vector<std::string> lines;
+  o.log = [&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(line);
+  };
+  auto server = ControlServer::Start(o, &control);
+  ASSERT_TRUE(server.ok());
+  auto stub = v1::Control::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials()));
+  auto status_with = [&](const std::string& t) {
+    grpc::ClientContext ctx;
+    AddToken(&ctx, t);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::Status out;
+    return stub->GetStatus(&ctx, v1::GetStatusRequest(), &out).error_code();
+  };
+  auto count = [&](const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::count_if(lines.begin(), lines.end(),
+                         [&](const std::string& l) { return l.find(what) != std::string::npos; });
+  };
+  EXPECT_EQ(status_with(*token), grpc::StatusCode::OK);
+  ASSERT_EQ(::unlink(file.c_str()), 0);
+  EXPECT_EQ(status_with(*token), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(status_with(*token), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(status_with(""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(count("token file cannot be used (" + file + ": No such file"), 1) << "logged once, naming the file";
+
+  // Back, but readable by others: still refused, and not logged again.
+  ASSERT_TRUE(WriteFileAtomic(file, *token + "\n", 0644).ok());
+  ASSERT_EQ(::chmod(file.c_str(), 0644), 0);
+  EXPECT_EQ(status_with(*token), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(count("token file cannot be used"), 1);
+
+  ASSERT_EQ(::chmod(file.c_str(), 0600), 0);
+  EXPECT_EQ(status_with(*token), grpc::StatusCode::OK);
+  EXPECT_EQ(count("readable again"), 1);
 }
 
 }  // namespace

@@ -3,14 +3,18 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 
 #include "common/files.h"
 #include "data/loader.h"
 #include "data/synthetic.h"
+#include "support/other_user.h"
 #include "support/test_support.h"
 
 namespace scdino::data {
@@ -161,6 +165,183 @@ TEST(PackedSet, ACorruptByteNamesTheShardOffsetAndImage) {
   EXPECT_NE(through_path.status().message().find("cut short"), std::string::npos) << through_path.status().message();
 }
 
+// pack.json and index.csv from another writer: truncated, reordered, with
+// hostile values (index.csv's size and CRC fixed up in pack.json, as such a
+// writer would). Opening never crashes; a set that opens reads every image
+// and block inside its shards or says why not (the AddressSanitizer tree
+// runs this test too: a read out of bounds fails it there).
+TEST(PackedSet, FuzzedManifestsAndIndexesNeverReadOutOfBounds) {
+  scdino::testing::ScratchDir dir;
+  auto d = WriteCells(dir.path() + "/src", 2, 6);
+  const std::string set_dir = dir.path() + "/packed";
+  ASSERT_TRUE(PackDataset(d, Small(set_dir)).ok());
+  const std::string manifest = *ReadFile(set_dir + "/pack.json");
+  const std::string index = *ReadFile(set_dir + "/index.csv");
+  std::vector<std::string> rows;
+  {
+    std::istringstream in(index);
+    for (std::string line; std::getline(in, line);) rows.push_back(line);
+  }
+  std::mt19937_64 rng(20261127);
+  auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  const std::vector<std::string> hostile = {"-1", "0", "1", "9223372036854775807", "-9223372036854775808",
+                                            "99999999999999999999", "", "abc", "0x10", "4294967296", "12abc", "\"\""};
+  auto join = [](const std::vector<std::string>& lines) {
+    std::string out;
+    for (const auto& l : lines) out += l + "\n";
+    return out;
+  };
+  auto split = [](const std::string& row) {
+    std::vector<std::string> f;
+    std::string cur;
+    for (char c : row) {
+      if (c == ',') {
+        f.push_back(cur);
+        cur.clear();
+      } else {
+        cur += c;
+      }
+    }
+    f.push_back(cur);
+    return f;
+  };
+  auto join_fields = [](const std::vector<std::string>& f) {
+    std::string out;
+    for (size_t i = 0; i < f.size(); ++i) out += (i ? "," : "") + f[i];
+    return out;
+  };
+  auto mutate_index = [&]() -> std::string {
+    std::vector<std::string> r = rows;
+    switch (pick(7)) {
+      case 0:
+        return index.substr(0, pick(index.size()));
+      case 1:
+        std::shuffle(r.begin() + 1, r.end(), rng);
+        break;
+      case 2: {  // two images' offsets (or sizes) exchanged
+        const size_t a = 1 + pick(r.size() - 1), b = 1 + pick(r.size() - 1), field = 4 + pick(2);
+        auto fa = split(r[a]), fb = split(r[b]);
+        if (fa.size() > field && fb.size() > field) std::swap(fa[field], fb[field]);
+        r[a] = join_fields(fa);
+        r[b] = join_fields(fb);
+        break;
+      }
+      case 3: {  // one field hostile
+        const size_t a = 1 + pick(r.size() - 1);
+        auto f = split(r[a]);
+        f[pick(f.size())] = hostile[pick(hostile.size())];
+        r[a] = join_fields(f);
+        break;
+      }
+      case 4:
+        r.erase(r.begin() + 1 + static_cast<long>(pick(r.size() - 1)));
+        break;
+      case 5:
+        r.push_back(r[1 + pick(r.size() - 1)]);
+        break;
+      default: {  // an offset moved by a few bytes
+        const size_t a = 1 + pick(r.size() - 1);
+        auto f = split(r[a]);
+        if (f.size() > 4) f[4] = std::to_string(std::atoll(f[4].c_str()) + static_cast<long long>(pick(4097)) - 2048);
+        r[a] = join_fields(f);
+        break;
+      }
+    }
+    return join(r);
+  };
+  auto mutate_manifest = [&]() -> std::string {
+    auto j = nlohmann::json::parse(manifest);
+    switch (pick(8)) {
+      case 0:
+        return manifest.substr(0, pick(manifest.size()));
+      case 1:
+        j["samples"] = std::stoll(hostile[pick(5)]);
+        break;
+      case 2:
+        j["block_samples"] = std::stoll(hostile[pick(5)]);
+        break;
+      case 3:
+        j["shards"][0]["file"] = std::vector<std::string>{"../packed/shard-00000.tar", "/etc/passwd", "shard-0.tar",
+                                                          "shard-00000.tar/", "index.csv"}[pick(5)];
+        break;
+      case 4:
+        j["shards"][0]["bytes"] = std::stoll(hostile[pick(5)]);
+        break;
+      case 5:
+        j["classes"] = nlohmann::json::array();
+        break;
+      case 6:
+        j.erase(std::vector<std::string>{"shards", "classes", "index", "samples", "channels"}[pick(5)]);
+        break;
+      default:
+        j["shards"].push_back(j["shards"][0]);
+        break;
+    }
+    return j.dump();
+  };
+  auto with_index = [&](std::string m, const std::string& idx) {
+    auto j = nlohmann::json::parse(m, nullptr, false);
+    if (!j.is_object() || !j.contains("index") || !j["index"].is_object()) return m;
+    char crc[16];
+    std::snprintf(crc, sizeof crc, "%08lx",
+                  ::crc32(0, reinterpret_cast<const Bytef*>(idx.data()), static_cast<uInt>(idx.size())));
+    j["index"]["bytes"] = idx.size();
+    j["index"]["crc32"] = crc;
+    return j.dump();
+  };
+  int opened = 0, refused = 0;
+  for (int round = 0; round < 400; ++round) {
+    const bool both = round % 5 == 4;
+    const std::string idx = round % 2 == 0 || both ? mutate_index() : index;
+    const std::string m = round % 2 == 1 || both ? mutate_manifest() : manifest;
+    ASSERT_TRUE(WriteFileAtomic(set_dir + "/index.csv", idx).ok());
+    ASSERT_TRUE(WriteFileAtomic(set_dir + "/pack.json", with_index(m, idx)).ok());
+    auto set = PackedSet::Open(set_dir);
+    if (!set.ok()) {
+      ++refused;
+      EXPECT_FALSE(set.status().message().empty());
+      continue;
+    }
+    ++opened;
+    const auto& s = **set;
+    for (size_t i = 0; i < s.entries().size(); ++i) (void)s.Read(static_cast<int64_t>(i));
+    for (int64_t b = 0; b < s.blocks(); ++b) {
+      auto bytes = s.ReadBlock(b);
+      if (!bytes.ok()) continue;
+      const int64_t first = b * s.block_samples();
+      const int64_t last = std::min<int64_t>(first + s.block_samples(), static_cast<int64_t>(s.pack_order().size()));
+      for (int64_t p = first; p < last; ++p) (void)s.DecodeFromBlock(s.pack_order()[p], **bytes, b);
+    }
+  }
+  EXPECT_GT(refused, 100) << "most mutations are refused at open";
+  EXPECT_GT(opened, 10) << "some mutations (rows reordered) still make a readable set";
+  // Restored, the set reads as packed.
+  ASSERT_TRUE(WriteFileAtomic(set_dir + "/index.csv", index).ok());
+  ASSERT_TRUE(WriteFileAtomic(set_dir + "/pack.json", manifest).ok());
+  auto good = PackedSet::Open(set_dir);
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  for (size_t i = 0; i < (*good)->entries().size(); ++i) EXPECT_TRUE((*good)->Read(static_cast<int64_t>(i)).ok());
+}
+
+// A shard name from pack.json is never joined unchecked: "../" and
+// absolute names are refused naming the name and what was expected.
+TEST(PackedSet, AShardNameOutsideTheSetIsRefused) {
+  scdino::testing::ScratchDir dir;
+  auto d = WriteCells(dir.path() + "/src", 2, 3);
+  const std::string set_dir = dir.path() + "/packed";
+  ASSERT_TRUE(PackDataset(d, Small(set_dir)).ok());
+  auto j = nlohmann::json::parse(*ReadFile(set_dir + "/pack.json"));
+  fs::copy_file(set_dir + "/shard-00000.tar", dir.path() + "/elsewhere.tar");
+  j["shards"][0]["file"] = "../elsewhere.tar";
+  ASSERT_TRUE(WriteFileAtomic(set_dir + "/pack.json", j.dump()).ok());
+  auto set = PackedSet::Open(set_dir);
+  ASSERT_FALSE(set.ok());
+  EXPECT_EQ(set.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(set.status().message().find("shard file '../elsewhere.tar': expected a name shard-NNNNN.tar"),
+            std::string::npos)
+      << set.status().message();
+}
+
 TEST(PackedSet, MixedChannelCountsAreRefusedNamingTheFile) {
   scdino::testing::ScratchDir dir;
   WriteCells(dir.path() + "/src", 2, 3, 3);
@@ -272,12 +453,12 @@ TEST(PackedSet, StagingCopiesVerifiesAndReusesAndRefusesACorruptSource) {
   auto d = WriteCells(dir.path() + "/src", 2, 6);
   ASSERT_TRUE(PackDataset(d, Small(dir.path() + "/packed")).ok());
   auto set = Open(dir.path() + "/packed");
-  EXPECT_EQ(StagedCopy(*set, dir.path() + "/local"), "");
+  EXPECT_EQ(*StagedCopy(*set, dir.path() + "/local"), "");
   auto first = StagePackedSet(*set, dir.path() + "/local");
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_FALSE(first->reused);
   EXPECT_EQ(first->dir, dir.path() + "/local/" + set->content_fingerprint());
-  EXPECT_EQ(StagedCopy(*set, dir.path() + "/local"), first->dir);
+  EXPECT_EQ(*StagedCopy(*set, dir.path() + "/local"), first->dir);
   auto staged = Open(first->dir);
   for (size_t i = 0; i < d.entries.size(); ++i) EXPECT_TRUE(staged->Read(i)->equal(*set->Read(i)));
   // Read in place of the shared set: the shared set's paths, the copy's files.
@@ -308,7 +489,7 @@ TEST(PackedSet, StagingCopiesVerifiesAndReusesAndRefusesACorruptSource) {
   ::setrlimit(RLIMIT_FSIZE, &old);
   ASSERT_FALSE(full.ok());
   EXPECT_NE(full.status().message().find(set->shards()[0].file), std::string::npos) << full.status().message();
-  EXPECT_EQ(StagedCopy(*set, dir.path() + "/full"), "");
+  EXPECT_EQ(*StagedCopy(*set, dir.path() + "/full"), "");
   for (const auto& e : fs::directory_iterator(dir.path() + "/full/" + set->content_fingerprint())) {
     ADD_FAILURE() << "left behind: " << e.path();
   }
@@ -316,7 +497,157 @@ TEST(PackedSet, StagingCopiesVerifiesAndReusesAndRefusesACorruptSource) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(bad.status().message().find(set->shards()[0].file), std::string::npos) << bad.status().message();
-  EXPECT_EQ(StagedCopy(*set, dir.path() + "/other"), "");
+  EXPECT_EQ(*StagedCopy(*set, dir.path() + "/other"), "");
+}
+
+// Makes zlib's CRC-32 of `data` equal `wanted` by rewriting the 4 bytes at
+// `pos`: what another user does to keep a CRC while changing the data
+// (CRC-32 is linear, so 4 bytes force any value).
+std::string ForgeCrc32(const std::string& data, size_t pos, uint32_t wanted) {
+  uint32_t table[256], reverse[256];
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    table[i] = c;
+  }
+  for (uint32_t i = 0; i < 256; ++i) reverse[table[i] >> 24] = (table[i] << 8) ^ i;
+  uint32_t fwd = 0xFFFFFFFFu;
+  for (size_t i = 0; i < pos; ++i) fwd = (fwd >> 8) ^ table[(fwd ^ static_cast<unsigned char>(data[i])) & 0xFF];
+  uint32_t bkd = wanted ^ 0xFFFFFFFFu;
+  for (size_t i = data.size(); i-- > pos + 4;) {
+    bkd = (bkd << 8) ^ reverse[bkd >> 24] ^ static_cast<unsigned char>(data[i]);
+  }
+  for (int k = 3; k >= 0; --k) bkd = (bkd << 8) ^ reverse[bkd >> 24] ^ ((fwd >> (8 * k)) & 0xFF);
+  std::string out = data;
+  for (int k = 0; k < 4; ++k) out[pos + static_cast<size_t>(k)] = static_cast<char>((bkd >> (8 * k)) & 0xFF);
+  return out;
+}
+
+uint32_t ZlibCrc(const std::string& s) {
+  return static_cast<uint32_t>(::crc32(0, reinterpret_cast<const Bytef*>(s.data()), static_cast<uInt>(s.size())));
+}
+
+// The first image of `set` altered, with its CRC and the shard's CRC kept:
+// a shard of the same size that every CRC check takes for the packed one.
+std::string ForgedShard(const PackedSet& set, const std::string& shard_path) {
+  std::string shard = *ReadFile(shard_path);
+  const auto& e = set.entries()[set.pack_order()[0]];
+  std::string image = shard.substr(static_cast<size_t>(e.offset), static_cast<size_t>(e.bytes));
+  for (size_t i = 128; i < 160 && i + 4 < image.size(); ++i) image[i] = '\xff';  // past the .npy header
+  image = ForgeCrc32(image, image.size() - 4, e.crc32);
+  shard.replace(static_cast<size_t>(e.offset), image.size(), image);
+  // The shard's own CRC, through 4 bytes of the end-of-archive zeros.
+  return ForgeCrc32(shard, shard.size() - 8, set.shards()[e.shard].crc32);
+}
+
+// Another user makes the stage directory first (or a copy in it) and puts
+// in a shard of the same size whose altered image keeps every CRC: the
+// staging refuses the directory, naming it, its owner and mode, and
+// touches nothing in it. A shard changed after staging is found and staged
+// again; a source shard with forged CRCs fails its SHA-256.
+TEST(PackedSet, AStageDirectoryOrShardAnotherUserPlantedIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving files to another user needs root (CI runs as root)";
+  scdino::testing::ScratchDir dir;
+  auto d = WriteCells(dir.path() + "/src", 2, 6);
+  ASSERT_TRUE(PackDataset(d, Small(dir.path() + "/packed")).ok());
+  auto set = Open(dir.path() + "/packed");
+  const std::string shard_name = set->shards()[0].file;
+  const std::string forged = ForgedShard(*set, dir.path() + "/packed/" + shard_name);
+  ASSERT_EQ(static_cast<int64_t>(forged.size()), set->shards()[0].bytes);
+  ASSERT_EQ(ZlibCrc(forged), set->shards()[0].crc32) << "the forged shard keeps the shard's CRC-32";
+  ASSERT_NE(forged, *ReadFile(dir.path() + "/packed/" + shard_name));
+
+  // The planted stage directory: uid 65534, mode 0755, a copy in it with
+  // the forged shard and the markers a copy has.
+  const std::string plant = dir.path() + "/stage-of-someone", copy = plant + "/" + set->content_fingerprint();
+  fs::create_directories(copy);
+  ASSERT_TRUE(WriteFileAtomic(copy + "/" + shard_name, forged).ok());
+  fs::copy_file(dir.path() + "/packed/index.csv", copy + "/index.csv");
+  fs::copy_file(dir.path() + "/packed/pack.json", copy + "/pack.json");
+  ASSERT_TRUE(WriteFileAtomic(copy + "/.staged", set->content_fingerprint() + "\n").ok());
+  for (const auto& p : {plant, copy, copy + "/" + shard_name, copy + "/.staged"}) {
+    ASSERT_TRUE(scdino::testing::GiveToOtherUser(p));
+    ::chmod(p.c_str(), fs::is_directory(p) ? 0755 : 0644);
+  }
+  auto found = StagedCopy(*set, plant);
+  ASSERT_FALSE(found.ok()) << "a planted copy was taken for a staged one: " << *found;
+  EXPECT_EQ(found.status().code(), StatusCode::kFailedPrecondition);
+  for (const auto& part : std::vector<std::string>{plant + ": the stage directory is a directory of uid 65534 with mode 0755",
+                                                  "expected a directory of yours (uid 0) with mode 0700",
+                                                  "SCDINO_STAGE_DIR"}) {
+    EXPECT_NE(found.status().message().find(part), std::string::npos) << found.status().message();
+  }
+  auto staged = StagePackedSet(*set, plant);
+  ASSERT_FALSE(staged.ok());
+  EXPECT_EQ(staged.status().message(), found.status().message());
+  EXPECT_EQ(*ReadFile(copy + "/" + shard_name), forged) << "nothing another user made is touched";
+  // The root ours but the copy in it not (made while the root was open).
+  const std::string mine = dir.path() + "/stage", theirs = mine + "/" + set->content_fingerprint();
+  fs::create_directories(theirs);
+  ::chmod(mine.c_str(), 0700);
+  ASSERT_TRUE(scdino::testing::GiveToOtherUser(theirs));
+  auto refused = StagePackedSet(*set, mine);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find(theirs + ": the staged copy is a directory of uid 65534"),
+            std::string::npos)
+      << refused.status().message();
+  EXPECT_TRUE(fs::exists(theirs));
+
+  // A copy of ours whose shard is replaced after staging (same size, same
+  // CRCs): found changed, staged again, and the images read as packed.
+  const std::string own = dir.path() + "/own";
+  auto first = StagePackedSet(*set, own);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(WriteFileAtomic(first->dir + "/" + shard_name, forged, 0644).ok());
+  auto changed = StagedCopy(*set, own);
+  ASSERT_FALSE(changed.ok());
+  EXPECT_EQ(changed.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(changed.status().message().find("changed since it was verified"), std::string::npos);
+  auto again = StagePackedSet(*set, own);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_FALSE(again->reused);
+  auto reread = Open(again->dir);
+  for (size_t i = 0; i < d.entries.size(); ++i) EXPECT_TRUE(reread->Read(i)->equal(*set->Read(i))) << i;
+
+  // The shared set's own shard forged: its CRCs pass, its SHA-256 does not.
+  ASSERT_TRUE(WriteFileAtomic(dir.path() + "/packed/" + shard_name, forged, 0644).ok());
+  auto from_forged = StagePackedSet(*set, dir.path() + "/fresh");
+  ASSERT_FALSE(from_forged.ok());
+  EXPECT_EQ(from_forged.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(from_forged.status().message().find("SHA-256"), std::string::npos) << from_forged.status().message();
+  EXPECT_EQ(*StagedCopy(*set, dir.path() + "/fresh"), "");
+}
+
+// Every staging keeps the newest copies per user (scdino.stage_keep) and
+// removes the older ones it made, nothing else.
+TEST(PackedSet, StagingEvictsTheOldestCopiesBeyondTheKeptNumber) {
+  scdino::testing::ScratchDir dir;
+  auto d = WriteCells(dir.path() + "/src", 2, 4);
+  const std::string root = dir.path() + "/stage";
+  std::vector<std::string> copies;
+  for (uint64_t seed : {1, 2, 3}) {
+    PackOptions o = Small(dir.path() + "/packed" + std::to_string(seed));
+    o.seed = seed;
+    ASSERT_TRUE(PackDataset(d, o).ok());
+    auto set = Open(o.out);
+    auto r = StagePackedSet(*set, root, {}, 2);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    copies.push_back(r->dir);
+    if (seed == 1) fs::create_directories(root + "/notes");  // not a copy: kept
+    if (seed < 3) EXPECT_TRUE(r->evicted.empty());
+    if (seed == 3) EXPECT_EQ(r->evicted, std::vector<std::string>{copies[0]});
+  }
+  EXPECT_FALSE(fs::exists(copies[0]));
+  EXPECT_TRUE(fs::exists(copies[1]));
+  EXPECT_TRUE(fs::exists(copies[2]));
+  EXPECT_TRUE(fs::exists(root + "/notes"));
+  // A reuse counts as a use: the second copy is now the newest.
+  auto second = Open(dir.path() + "/packed2");
+  auto reused = StagePackedSet(*second, root, {}, 1);
+  ASSERT_TRUE(reused.ok());
+  EXPECT_TRUE(reused->reused);
+  EXPECT_EQ(reused->evicted, std::vector<std::string>{copies[2]});
+  EXPECT_EQ(fs::status(root).permissions() & fs::perms::all, fs::perms::owner_all) << "the stage root is 0700";
 }
 
 // Batches of a loader over `d` (the packed set's dataset or the folders').

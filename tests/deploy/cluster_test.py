@@ -219,7 +219,7 @@ def part_box():
     code = wait_job(job, 300, out)
     # node2's rank exits 2 at once; srun ends the step (rank 0, waiting for
     # it, is killed after Slurm's KillWait).
-    if code == 0 or "rank 1 on node2: this node's run directory is not the one rank 0 uses" not in text(out) or \
+    if code == 0 or "rank 1 on node2: the process serving the rendezvous at" not in text(out) or \
             "scdino-trainer: run" in text(out) or "requeueing" in text(out):
         fail(f"a run directory on node-local /tmp: expected a refusal naming node2 before training, got {code}", out)
     print("ok: a run directory that is not the same on every node (node-local /tmp) is refused, naming node2")

@@ -8,14 +8,20 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
 #include "common/torch_compat.h"
+#include "run/environment.h"
+#include "support/test_support.h"
 
 namespace scdino::run {
 namespace {
@@ -77,6 +83,32 @@ TEST(Coordinator, RankZeroWorksFirstAndTheOthersSeeItsOutcome) {
   ASSERT_EQ(failed[1].code(), StatusCode::kAborted);
   EXPECT_NE(failed[1].message().find("rank 0 failed at 'classes'"), std::string::npos) << failed[1].message();
   EXPECT_NE(failed[1].message().find("disk full"), std::string::npos) << failed[1].message();
+}
+
+// Rank 0 decides, every rank follows: what another rank would have found
+// on its own (here: a different answer) never counts.
+TEST(Coordinator, RankZeroDecidesAndEveryRankFollows) {
+  auto ranks = Ranks(3);
+  std::vector<StatusOr<std::string>> got(3, Status::Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      got[r] = ranks[r]->RankZeroDecides("rollback-1", [r]() -> StatusOr<std::string> {
+        return r == 0 ? std::string("healthy") : std::string("start");
+      });
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(got[r].ok()) << got[r].status().ToString();
+    EXPECT_EQ(*got[r], "healthy") << "rank " << r;
+  }
+  // An empty decision is a decision too.
+  std::thread zero([&] { got[0] = ranks[0]->RankZeroDecides("empty", []() -> StatusOr<std::string> { return std::string(); }); });
+  got[1] = ranks[1]->RankZeroDecides("empty", []() -> StatusOr<std::string> { return std::string("mine"); });
+  zero.join();
+  ASSERT_TRUE(got[1].ok());
+  EXPECT_EQ(*got[1], "");
 }
 
 TEST(Coordinator, AnotherRankGivesUpWhenRankZeroNeverAnswers) {
@@ -202,6 +234,160 @@ TEST(Coordinator, RankZerosStoreListensOnTheAddressTheOtherRanksUse) {
     ranks[1].reset();
     ranks[0].reset();
   }
+}
+
+// Another user's process that took a job's rendezvous port before rank 0:
+// it listens on 127.0.0.1:`port`, forwards every connection to a store of
+// its own at `to`, and records what the job's ranks send it.
+class Squatter {
+ public:
+  Squatter(int64_t port, int64_t to) : to_(to) {
+    listen_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << std::strerror(errno);
+    EXPECT_EQ(::listen(listen_, 16), 0);
+    accepting_ = std::thread([this] { Accept(); });
+  }
+  ~Squatter() {
+    stop_ = true;
+    accepting_.join();
+    for (auto& t : pumps_) t.join();
+    ::close(listen_);
+  }
+  std::string heard() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return heard_;
+  }
+
+ private:
+  void Accept() {
+    while (!stop_) {
+      pollfd p{listen_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int client = ::accept(listen_, nullptr, nullptr);
+      if (client < 0) continue;
+      const int store = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(to_));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::connect(store, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+        ::close(client);
+        ::close(store);
+        continue;
+      }
+      pumps_.emplace_back([this, client, store] { Pump(client, store); });
+    }
+  }
+  static bool WriteAll(int fd, const char* p, ssize_t n) {
+    while (n > 0) {
+      const ssize_t w = ::write(fd, p, static_cast<size_t>(n));
+      if (w <= 0) return false;
+      p += w;
+      n -= w;
+    }
+    return true;
+  }
+  void Pump(int client, int store) {
+    char buf[4096];
+    while (!stop_) {
+      pollfd p[2] = {{client, POLLIN, 0}, {store, POLLIN, 0}};
+      if (::poll(p, 2, 50) <= 0) continue;
+      if (p[0].revents != 0) {
+        const ssize_t n = ::read(client, buf, sizeof buf);
+        if (n <= 0) break;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          heard_.append(buf, static_cast<size_t>(n));
+        }
+        if (!WriteAll(store, buf, n)) break;
+      }
+      if (p[1].revents != 0) {
+        const ssize_t n = ::read(store, buf, sizeof buf);
+        if (n <= 0 || !WriteAll(client, buf, n)) break;
+      }
+    }
+    ::close(client);
+    ::close(store);
+  }
+
+  int64_t to_;
+  int listen_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread accepting_;
+  std::vector<std::thread> pumps_;
+  std::mutex mu_;
+  std::string heard_;
+};
+
+// The squatter answers rank 0's mark with the one rank 1 sent it: rank 1
+// refuses it, and nothing rank 1 sent reveals the run's secret or a key of
+// the job; rank 0, unable to serve the rendezvous, replaces the secret, and
+// another attempt's keys share nothing with this one's.
+TEST(Coordinator, ASquatterOnTheRendezvousPortLearnsNothingOfUse) {
+  scdino::testing::ScratchDir dir;
+  auto config = ParseRunConfig("meta: {name_of_run: r, output_dir: \"" + dir.path() +
+                                   "\", selected_channel_combination_per_run: [\"012\"]}\n"
+                                   "scdino: {data_source: synthetic}\n",
+                               "cfg.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_TRUE(PrepareRunDir(*config).ok());
+  auto secret = RendezvousSecret(*config);
+  ASSERT_TRUE(secret.ok());
+  auto own = compat::TcpStoreOptions();
+  own.port = static_cast<uint16_t>(FreePort());
+  own.isServer = true;
+  own.waitWorkers = false;
+  own.timeout = std::chrono::seconds(20);
+  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", own);
+  LaunchInfo launch;
+  launch.world_size = 2;
+  launch.local_world_size = 2;
+  launch.master_addr = "127.0.0.1";
+  launch.master_port = FreePort();
+  launch.source = "slurm";
+  launch.attempt = "slurm job 7 step 0 restart 0 at 127.0.0.1:" + std::to_string(launch.master_port);
+  Squatter squatter(launch.master_port, own.port);
+  std::thread replay([&] {
+    for (int i = 0; i < 200 && !store->check({"scdino-rundir/1"}); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (store->check({"scdino-rundir/1"})) store->set("scdino-rundir/0", store->get("scdino-rundir/1"));
+  });
+  LaunchInfo one = launch;
+  one.rank = 1;
+  auto c1 = Coordinator::Connect(one, std::chrono::seconds(5), *secret);
+  // Today's code would go on: what it then sends is what a squatter hears.
+  if (c1.ok()) (void)(*c1)->ExchangeHosts("node2");
+  replay.join();
+  ASSERT_FALSE(c1.ok()) << "rank 1 took a replayed mark for rank 0's";
+  EXPECT_EQ(c1.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(c1.status().message().find("does not hold this run's rendezvous.secret"), std::string::npos)
+      << c1.status().message();
+  EXPECT_NE(c1.status().message().find("or another process holds the port"), std::string::npos);
+  const std::string heard = squatter.heard();
+  EXPECT_NE(heard.find("scdino-rundir/1"), std::string::npos) << "the squatter heard rank 1";
+  EXPECT_EQ(heard.find(*secret), std::string::npos) << "the squatter heard the run's secret";
+  EXPECT_EQ(heard.find("scdino-job-"), std::string::npos) << "the squatter heard a key of the job";
+
+  // Rank 0 cannot listen on the port: the secret is replaced.
+  LaunchInfo zero = launch;
+  zero.rank = 0;
+  auto c0 = Rendezvous(*config, zero, std::chrono::seconds(3));
+  ASSERT_FALSE(c0.ok());
+  EXPECT_EQ(c0.status().code(), StatusCode::kUnavailable) << c0.status().ToString();
+  auto fresh = RendezvousSecret(*config);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_NE(*fresh, *secret);
+  // Each attempt's keys under a prefix of its own.
+  const std::string prefix = AttemptPrefix(*secret, launch.attempt);
+  EXPECT_EQ(prefix.size(), 32u);
+  EXPECT_NE(prefix, AttemptPrefix(*secret, "slurm job 7 step 0 restart 1 at 127.0.0.1:" +
+                                               std::to_string(launch.master_port)));
+  EXPECT_NE(prefix, AttemptPrefix(*fresh, launch.attempt));
 }
 
 TEST(ListenOn, NamesTheHostItCannotResolveAndSaysWhatIsLoopback) {

@@ -59,6 +59,22 @@ TEST(Launch, FromSlurm) {
   EXPECT_EQ(l->master_port, PortForJob(123456));
   EXPECT_EQ(l->master_port, 20000 + 123456 % 12000);
   EXPECT_EQ(l->local_world_size, 2) << "local rank 1: at least 2 ranks on this node";
+  EXPECT_EQ(l->attempt, "slurm job 123456 step 0 restart 0 at gpu-st-3:" + std::to_string(PortForJob(123456)));
+}
+
+// Each attempt of a run is told apart (its rendezvous keys are under a
+// prefix of its own): a requeue counts up SLURM_RESTART_COUNT, torchrun
+// its restarts.
+TEST(Launch, EveryAttemptOfARunIsToldApart) {
+  const Env first{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "77"}, {"SLURM_STEP_ID", "1"}};
+  Env requeued = first;
+  requeued["SLURM_RESTART_COUNT"] = "1";
+  EXPECT_EQ(From(first)->attempt, "slurm job 77 step 1 restart 0 at 127.0.0.1:" + std::to_string(PortForJob(77, 1)));
+  EXPECT_EQ(From(requeued)->attempt,
+            "slurm job 77 step 1 restart 1 at 127.0.0.1:" + std::to_string(PortForJob(77, 1)));
+  const Env torchrun{{"RANK", "0"},        {"WORLD_SIZE", "2"}, {"TORCHELASTIC_RUN_ID", "abc"},
+                     {"MASTER_PORT", "29600"}, {"TORCHELASTIC_RESTART_COUNT", "2"}};
+  EXPECT_EQ(From(torchrun)->attempt, "torchrun run abc restart 2 at 127.0.0.1:29600");
 }
 
 // Derived ports stay below the default ephemeral range (32768-60999), where

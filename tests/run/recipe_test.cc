@@ -114,7 +114,10 @@ TEST(Recipe, WrittenOnceAndReadByTheOtherServices) {
   ASSERT_TRUE(WriteRecipe(path, Shape(1800, 32), *r).ok());
   auto back = ReadRecipe(path);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
-  ASSERT_TRUE(ApplyRecipe(*back, &c).ok());
+  EXPECT_TRUE(SameData(back->data, Shape(1800, 32)));
+  EXPECT_FALSE(SameData(back->data, Shape(1801, 32)));
+  EXPECT_FALSE(SameData(back->data, Shape(1800, 64)));
+  ASSERT_TRUE(ApplyRecipe(back->values, &c).ok());
   EXPECT_EQ(c.train.hyperparameters.patch_size, 4);
   EXPECT_EQ(c.downstream.resize_length, 32);
   ASSERT_TRUE(WriteFileAtomic(path, "{\"values\": 3}").ok());
@@ -195,7 +198,7 @@ TEST(Recipe, SettledFromTheDataOnDisk) {
   EXPECT_EQ(shape->images, 20);
   EXPECT_EQ(shape->height, 20);
   EXPECT_EQ(shape->channels, 3);
-  auto lines = SettleRecipe(&c, 1, true);
+  auto lines = SettleRecipe(&c, 1, true, false);
   ASSERT_TRUE(lines.ok()) << lines.status().ToString();
   EXPECT_EQ(c.train.hyperparameters.patch_size, 4);
   EXPECT_EQ(c.train.hyperparameters.global_crops_size, 20);
@@ -205,7 +208,58 @@ TEST(Recipe, SettledFromTheDataOnDisk) {
   RunConfig two = *parsed;
   two.train.batch_size_per_gpu = 16;
   std::filesystem::remove(RecipePath(two));
-  ExpectInvalid(SettleRecipe(&two, 2, true).status(), "20 images, fewer than one global batch of 32");
+  ExpectInvalid(SettleRecipe(&two, 2, true, false).status(), "20 images, fewer than one global batch of 32");
+}
+
+// recipe.json records the data it was derived for: the same run directory
+// over other data derives anew on a fresh start and refuses a resume.
+TEST(Recipe, OtherDataDerivesAnewOnAFreshStartAndRefusesAResume) {
+  ScratchDir dir;
+  WriteRecipeCells(dir.file("small"), 10);
+  WriteRecipeCells(dir.file("large"), 40);
+  auto config_for = [&](const std::string& data) {
+    auto parsed = ParseRunConfig("meta: {name_of_run: r, output_dir: \"" + dir.path() + "\", dataset_dir: \"" +
+                                     dir.file(data) + "\", selected_channel_combination_per_run: [\"012\"]}\n"
+                                     "train_scDINO: {batch_size_per_gpu: 8}\nscdino: {recipe: auto}\n",
+                                 "cfg.yaml");
+    EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
+    return *parsed;
+  };
+  RunConfig small = config_for("small");
+  ASSERT_TRUE(SettleRecipe(&small, 1, true, false).ok());
+  const std::string path = RecipePath(small);
+  auto written = ReadRecipe(path);
+  ASSERT_TRUE(written.ok());
+  EXPECT_EQ(written->data.images, 20);
+
+  // What every service's command line does first: the file's values applied.
+  RunConfig large = config_for("large");
+  ASSERT_TRUE(ApplyRecipe(written->values, &large).ok());
+  const auto refused = SettleRecipe(&large, 1, true, /*resuming=*/true);
+  ExpectInvalid(refused.status(), path + " was derived for 20 images of 20 x 20 px, 3 channels, from " +
+                                      dir.file("small") + ", but the data now is 80 images of 20 x 20 px, 3 "
+                                      "channels, from " + dir.file("large"));
+  ExpectInvalid(refused.status(), "--no-resume");
+  EXPECT_EQ(ReadRecipe(path)->data.images, 20) << "a refused resume leaves the file as it was";
+
+  auto lines = SettleRecipe(&large, 1, true, /*resuming=*/false);
+  ASSERT_TRUE(lines.ok()) << lines.status().ToString();
+  ASSERT_FALSE(lines->empty());
+  EXPECT_NE(lines->front().find("this fresh start's data is 80 images"), std::string::npos) << lines->front();
+  auto rewritten = ReadRecipe(path);
+  ASSERT_TRUE(rewritten.ok());
+  EXPECT_EQ(rewritten->data.images, 80);
+  // The values are those of the large data alone, as if no stale file had been there.
+  RunConfig fresh = config_for("large");
+  auto shape = MeasureData(fresh, 1);
+  ASSERT_TRUE(shape.ok());
+  auto derived = DeriveRecipe(*shape, fresh);
+  ASSERT_TRUE(derived.ok());
+  ASSERT_TRUE(ApplyRecipe(*derived, &fresh).ok());
+  EXPECT_EQ(large.train.epochs, fresh.train.epochs);
+  EXPECT_EQ(large.train.hyperparameters.lr, fresh.train.hyperparameters.lr);
+  EXPECT_EQ(large.train.hyperparameters.momentum_teacher, fresh.train.hyperparameters.momentum_teacher);
+  EXPECT_NE(large.train.epochs, small.train.epochs) << "the recipe depends on the image count";
 }
 
 }  // namespace

@@ -217,6 +217,53 @@ TEST(Trainer, ACollapseIsReportedOrStopsTheRunNamingTheIterationAndTheSignal) {
   EXPECT_EQ(f->metadata.at("iteration"), "5");
 }
 
+// A run trained under on_collapse: warn (collapsed, nothing judged healthy)
+// and resumed with recover: no rollback replaces its checkpoint with
+// untrained weights; it stops saying why and keeps the checkpoint.
+TEST(Trainer, ARecoveryNeverReplacesTrainedWeightsWithUntrainedOnes) {
+  ScratchDir dir;
+  TrainerOptions first;
+  first.stop_after_iterations = 8;
+  auto warned = RunOnce(Uniform(TinyConfig(dir.path(), "run"), "warn"), first);
+  ASSERT_TRUE(warned.ok()) << warned.status().ToString();
+  const std::string latest = dir.path() + "/run/checkpoint.safetensors";
+  ASSERT_FALSE(FileExists(dir.path() + "/run/last_healthy.safetensors"));
+  const auto trained = Tensors(latest);
+
+  auto recovered = RunOnce(Uniform(TinyConfig(dir.path(), "run"), "recover"));
+  ASSERT_FALSE(recovered.ok());
+  EXPECT_EQ(recovered.status().code(), StatusCode::kDiverged);
+  const std::string msg = recovered.status().message();
+  EXPECT_NE(msg.find("was trained without scdino.on_collapse: recover"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(latest + " (iteration 8)"), std::string::npos) << msg;
+  auto kept = ReadSafetensors(latest);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->metadata.at("iteration"), "8");
+  ExpectIdentical(kept->tensors, trained);
+}
+
+// The healthy point of a run resumed on another global batch (elastic
+// resume, batch_per_gpu) is converted like a resume: 8 iterations of 4
+// images are 2 epochs, which at 2 images a step are iteration 16.
+TEST(Trainer, ARollbackAfterAnElasticResumeLandsAtTheEpochItSaved) {
+  ScratchDir dir;
+  TrainerOptions first;
+  first.stop_after_iterations = 8;
+  ASSERT_TRUE(RunOnce(TinyConfig(dir.path(), "run"), first).ok());
+  std::filesystem::copy_file(dir.path() + "/run/checkpoint.safetensors", dir.path() + "/run/last_healthy.safetensors");
+  auto yaml = With(Uniform(TinyConfig(dir.path(), "run"), "recover"), "batch_size_per_gpu: 4", "batch_size_per_gpu: 2");
+  yaml = With(yaml, "  on_collapse: recover", "  on_collapse: recover\n  elastic_resume: batch_per_gpu");
+  std::vector<RecoveryReport> recoveries;
+  TrainerOptions opts;
+  opts.on_recovery = [&](const RecoveryReport& r) { recoveries.push_back(r); };
+  const auto ignored = RunOnce(yaml, opts);  // collapses again: the end does not matter here
+  (void)ignored;
+  ASSERT_FALSE(recoveries.empty());
+  EXPECT_EQ(recoveries[0].from_iteration, 17);
+  EXPECT_EQ(recoveries[0].to_iteration, 16);
+  EXPECT_EQ(recoveries[0].checkpoint, dir.path() + "/run/last_healthy.safetensors");
+}
+
 class ExactResume : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(ExactResume, StoppedAndResumedRunEndsWithTheSameWeights) {
@@ -374,20 +421,25 @@ TEST(Trainer, NonFiniteLossStopsNamingTheIterationOrIsSkipped) {
 
 
 // Two ranks as threads over one store, rank 0 with a control channel.
-std::vector<StatusOr<TrainResult>> RunTwoRanks(const std::string& yaml, RunControl* control,
-                                               const std::function<void(int64_t rank, Trainer&)>& before = {}) {
+// Ranks as threads over one store, each with its own config (a rank's own
+// view of the file system: another output_dir).
+std::vector<StatusOr<TrainResult>> RunRanks(const std::vector<std::string>& yamls, RunControl* control,
+                                            const std::function<void(int64_t rank, Trainer&)>& before = {},
+                                            const std::function<void(int64_t rank, TrainerOptions&)>& configure = {}) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   DistributedOptions dist;
   dist.timeout = std::chrono::seconds(60);
-  std::vector<StatusOr<TrainResult>> results(2, Status::Internal("not run"));
+  const auto world = static_cast<int64_t>(yamls.size());
+  std::vector<StatusOr<TrainResult>> results(yamls.size(), Status::Internal("not run"));
   std::vector<std::thread> ranks;
-  for (int64_t rank = 0; rank < 2; ++rank) {
+  for (int64_t rank = 0; rank < world; ++rank) {
     ranks.emplace_back([&, rank] {
-      auto config = Parse(yaml);
+      auto config = Parse(yamls[static_cast<size_t>(rank)]);
       TrainerOptions opts;
-      opts.coordinator = run::Coordinator::OverStore(store, rank, 2, dist.timeout);
-      opts.collective = Collective::Create(store, rank, 2, dist, torch::kCPU);
+      opts.coordinator = run::Coordinator::OverStore(store, rank, world, dist.timeout);
+      opts.collective = Collective::Create(store, rank, world, dist, torch::kCPU);
       opts.control = rank == 0 ? control : nullptr;
+      if (configure) configure(rank, opts);
       auto source = run::MakeSource(config, *opts.coordinator, torch::kCPU);
       if (!source.ok()) {
         results[rank] = source.status();
@@ -400,6 +452,45 @@ std::vector<StatusOr<TrainResult>> RunTwoRanks(const std::string& yaml, RunContr
   }
   for (auto& t : ranks) t.join();
   return results;
+}
+
+std::vector<StatusOr<TrainResult>> RunTwoRanks(const std::string& yaml, RunControl* control,
+                                               const std::function<void(int64_t rank, Trainer&)>& before = {}) {
+  return RunRanks({yaml, yaml}, control, before);
+}
+
+// Rank 0 decides the rollback target and its weights reach every rank:
+// rank 1, whose view of the run directory (its own copy, as a node with a
+// stale NFS cache sees it) has no last_healthy, trains the same weights.
+TEST(Trainer, EveryRankRollsBackToRankZerosHealthyPoint) {
+  ScratchDir dir;
+  TrainerOptions first;
+  first.stop_after_iterations = 2;
+  ASSERT_TRUE(RunOnce(With(TinyConfig(dir.path(), "run"), "batch_size_per_gpu: 4", "batch_size_per_gpu: 8"), first).ok());
+  namespace fs = std::filesystem;
+  fs::copy_file(dir.path() + "/run/checkpoint.safetensors", dir.path() + "/run/last_healthy.safetensors");
+  fs::create_directories(dir.path() + "/view1");
+  fs::copy(dir.path() + "/run", dir.path() + "/view1/run", fs::copy_options::recursive);
+  fs::remove(dir.path() + "/view1/run/last_healthy.safetensors");
+  const auto yaml = Uniform(TinyConfig(dir.path(), "run"), "recover");
+  const auto yaml1 = Uniform(TinyConfig(dir.path() + "/view1", "run"), "recover");
+  std::vector<Trainer*> trainers(2, nullptr);
+  std::vector<TensorMap> at_recovery(2);
+  std::vector<int64_t> to(2, -1);
+  auto results = RunRanks(
+      {yaml, yaml1}, nullptr, [&](int64_t rank, Trainer& t) { trainers[rank] = &t; },
+      [&](int64_t rank, TrainerOptions& o) {
+        o.on_recovery = [&, rank](const RecoveryReport& r) {
+          if (to[rank] >= 0) return;
+          to[rank] = r.to_iteration;
+          for (const auto& [k, v] : trainers[rank]->dino().StateDict()) at_recovery[rank][k] = v.detach().clone();
+        };
+      });
+  ASSERT_GE(to[0], 0) << (results[0].ok() ? "no recovery" : results[0].status().ToString());
+  EXPECT_EQ(to[1], to[0]);
+  EXPECT_EQ(to[0], 2);
+  ExpectIdentical(at_recovery[1], at_recovery[0]);
+  ExpectIdentical(at_recovery[0], Tensors(dir.path() + "/run/last_healthy.safetensors"));
 }
 
 // Only rank 0 has the control API; every rank must still say the run was
