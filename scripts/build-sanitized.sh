@@ -3,8 +3,14 @@
 # build (docs/architecture.md#sanitizers), each in its own directory next to
 # BUILD_DIR (default build):
 #
-#   BUILD_DIR-asan  AddressSanitizer + UndefinedBehaviorSanitizer: every unit
-#                   test suite and scdino-trainer (the Slurm stop test runs it)
+#   BUILD_DIR-asan  AddressSanitizer + UndefinedBehaviorSanitizer: the suites
+#                   of the code that parses what it reads, owns threads and
+#                   processes, or stops (common, data, run, runtime, control,
+#                   training, trainer, follower) and scdino-trainer (the
+#                   Slurm stop test runs it); not model, eval, features,
+#                   preflight, metrics: numeric kernels over tensors, whose
+#                   tests take minutes under ASan and whose memory LibTorch
+#                   owns
 #   BUILD_DIR-tsan  ThreadSanitizer: the suites whose code starts threads of
 #                   its own (the loader, the control server, the checkpoint
 #                   follower, the metrics exporter, the parallel loop and the
@@ -25,9 +31,8 @@ for kind in "${kinds[@]}"; do
   case $kind in
     address)
       dir="$build_dir-asan" sanitize=address,undefined
-      targets=(scdino_common_tests scdino_model_tests scdino_data_tests scdino_run_tests scdino_training_tests
-               scdino_features_tests scdino_eval_tests scdino_runtime_tests scdino_preflight_tests
-               scdino_control_tests scdino_metrics_tests scdino_trainer_tests scdino_follower_tests scdino-trainer) ;;
+      targets=(scdino_common_tests scdino_data_tests scdino_run_tests scdino_training_tests scdino_runtime_tests
+               scdino_control_tests scdino_trainer_tests scdino_follower_tests scdino-trainer) ;;
     thread)
       dir="$build_dir-tsan" sanitize=thread
       targets=(scdino_common_tests scdino_data_tests scdino_runtime_tests scdino_follower_tests

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/env.h"
+#include "common/files.h"
 #include "model/cpu_gemm.h"
 #include "run/coordinator.h"
 #include "run/environment.h"

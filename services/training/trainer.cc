@@ -124,16 +124,26 @@ StatusOr<int64_t> Trainer::Rollback(const std::string& verdict, int64_t it) {
                                               [&]() -> StatusOr<std::string> {
                                                 auto loaded = LoadCheckpoint(path, *dino_);
                                                 if (!loaded.ok()) return loaded.status();
+                                                // What the state holds (the optimizer's moments
+                                                // included), for ranks that have not trained it.
+                                                nlohmann::json tensors = nlohmann::json::array();
+                                                for (const auto& [name, t] : dino_->StateDict()) {
+                                                  tensors.push_back({name, static_cast<int>(t.scalar_type()),
+                                                                     t.sizes().vec()});
+                                                }
                                                 return nlohmann::json{{"iteration", loaded->iteration},
                                                                       {"epoch_position", loaded->epoch_position},
                                                                       {"has_run", loaded->has_run_shape},
-                                                                      {"run", loaded->run.ToJson()}}
+                                                                      {"run", loaded->run.ToJson()},
+                                                                      {"tensors", tensors}}
                                                     .dump();
                                               });
     if (!info.ok()) return info.status();
     CheckpointInfo saved;
+    nlohmann::json tensors;
     try {
       const auto j = nlohmann::json::parse(*info);
+      tensors = j.at("tensors");
       saved.iteration = j.at("iteration").get<int64_t>();
       saved.epoch_position = j.at("epoch_position").get<int64_t>();
       saved.has_run_shape = j.at("has_run").get<bool>();
@@ -146,7 +156,7 @@ StatusOr<int64_t> Trainer::Rollback(const std::string& verdict, int64_t it) {
       return Status::Internal("rank 0's rollback point is not what it sends: " + std::string(e.what()));
     }
     if (options_.collective) {
-      if (auto s = TakeRankZeroState(); !s.ok()) return s;
+      if (auto s = TakeRankZeroState(tensors); !s.ok()) return s;
     } else if (!coordinator_->is_rank_zero()) {
       auto loaded = LoadCheckpoint(path, *dino_);
       if (!loaded.ok()) return loaded.status();
@@ -178,15 +188,28 @@ StatusOr<int64_t> Trainer::Rollback(const std::string& verdict, int64_t it) {
   return r.to_iteration;
 }
 
-Status Trainer::TakeRankZeroState() {
-  // An all-reduce in which every other rank adds zeros: one per tensor, at
-  // a rollback only.
-  TensorMap state = dino_->StateDict();
-  for (auto& [name, t] : state) {
-    torch::Tensor x = t.detach().clone().contiguous();
-    if (!coordinator_->is_rank_zero()) x.zero_();
-    options_.collective->AllReduceSum(x);
-    t = x;
+Status Trainer::TakeRankZeroState(const nlohmann::json& tensors) {
+  // An all-reduce per tensor in which every other rank adds zeros of the
+  // shape rank 0 names (its optimizer state may hold tensors theirs does
+  // not yet): at a rollback only.
+  const TensorMap mine = dino_->StateDict();
+  TensorMap state;
+  try {
+    for (const auto& entry : tensors) {
+      const auto name = entry.at(0).get<std::string>();
+      torch::Tensor x;
+      if (coordinator_->is_rank_zero()) {
+        x = mine.at(name).detach().clone().contiguous();
+      } else {
+        x = torch::zeros(entry.at(2).get<std::vector<int64_t>>(),
+                         torch::TensorOptions(static_cast<torch::ScalarType>(entry.at(1).get<int>())).device(device_));
+      }
+      options_.collective->AllReduceSum(x);
+      state[name] = x;
+    }
+  } catch (const std::exception& e) {
+    return Status::Internal("rank 0's rollback state did not reach rank " + std::to_string(coordinator_->rank()) +
+                            ": " + e.what());
   }
   return dino_->LoadStateDict(state, "rank 0's rollback point");
 }

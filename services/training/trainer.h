@@ -11,6 +11,7 @@
 #include <atomic>
 #include <functional>
 #include <iosfwd>
+#include <nlohmann/json_fwd.hpp>
 #include <memory>
 #include <optional>
 #include <string>
@@ -151,8 +152,8 @@ class Trainer {
   /// iteration to go on from.
   StatusOr<int64_t> Rollback(const std::string& verdict, int64_t it);
   /// Rank 0's model and optimizer state on every rank (after rank 0 alone
-  /// loaded a rollback point).
-  Status TakeRankZeroState();
+  /// loaded a rollback point); `tensors`: rank 0's [name, dtype, shape]s.
+  Status TakeRankZeroState(const nlohmann::json& tensors);
   /// Where this run goes on from a checkpoint saved at `info`'s run shape:
   /// sets epoch_start_ and resumed_epoch_ (a resume, a rollback).
   struct Place {

@@ -634,8 +634,11 @@ TEST(PackedSet, StagingEvictsTheOldestCopiesBeyondTheKeptNumber) {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     copies.push_back(r->dir);
     if (seed == 1) fs::create_directories(root + "/notes");  // not a copy: kept
-    if (seed < 3) EXPECT_TRUE(r->evicted.empty());
-    if (seed == 3) EXPECT_EQ(r->evicted, std::vector<std::string>{copies[0]});
+    if (seed < 3) {
+      EXPECT_TRUE(r->evicted.empty());
+    } else {
+      EXPECT_EQ(r->evicted, std::vector<std::string>{copies[0]});
+    }
   }
   EXPECT_FALSE(fs::exists(copies[0]));
   EXPECT_TRUE(fs::exists(copies[1]));
