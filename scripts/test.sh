@@ -38,7 +38,12 @@ if [ -n "$image_pid" ]; then
   wait "$image_pid" && echo "scdino: GPU image built: $(grep '^scdino: built' "$build_dir/gpu-image-build.log")" ||
     echo "scdino: the GPU image build failed ($build_dir/gpu-image-build.log); the gpu-image test repeats it and says why"
 fi
-# One intra-op thread per test process: CTest already runs tests in parallel.
+# One intra-op thread per test process: CTest already runs tests in parallel
+# (counted first: nproc reports OMP_NUM_THREADS once it is set). The tests
+# of one Slurm share a lock, the cluster's run alone (tests/deploy). A test
+# that fails is run once more and must then pass: a failure that repeats
+# fails the run, one that does not is still shown in the log.
+jobs=$(nproc)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 cd "$build_dir"
-ctest --output-on-failure --parallel "$(nproc)" --timeout 900 "${exclude[@]}"
+ctest --output-on-failure --parallel "$jobs" --repeat until-pass:2 --timeout 900 "${exclude[@]}"

@@ -58,7 +58,7 @@ grep -q "^scdino_preflight_passed{slurm_job_id=\"[0-9]*\"} 1$" "$work/textfile/s
 # 2. Thresholds above what the machine can do: exit 6, no training.
 config fail "{max_bytes: 65536, seconds_per_size: 0.1, read_files: 0, min_busbw_gbps: 1000, min_free_gb: 1000000000}"
 submit_train fail ""
-grep -q "scdino-preflight: FAILED: all-reduce: bus bandwidth .* GB/s at 65536 B is below scdino.preflight.min_busbw_gbps 1000.000" "$out" &&
+grep -q "scdino-preflight: FAILED: all-reduce over $(hostname): bus bandwidth .* GB/s at 65536 B is below scdino.preflight.min_busbw_gbps 1000.000" "$out" &&
   grep -q "scdino-preflight: FAILED: $(hostname) (rank 0): .* GB free in $work/runs/fail, below scdino.preflight.min_free_gb 1000000000.00" "$out" ||
   { echo "FAIL: the failures are not named"; cat "$out"; exit 1; }
 grep -q "scdino: the preflight ended with 6; not training" "$out" || { echo "FAIL: no 'not training' line"; cat "$out"; exit 1; }

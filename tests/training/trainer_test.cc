@@ -860,7 +860,8 @@ TEST(TrainerBinary, SignalStopsWithACheckpointAndResumesExactly) {
     kill(pid, sig);
     int status = 0;
     waitpid(pid, &status, 0);
-    ASSERT_TRUE(WIFEXITED(status));
+    ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status) << "; its stderr:\n"
+                                   << *ReadFile(dir.file("sig.err"));
     EXPECT_EQ(WEXITSTATUS(status), 75) << *ReadFile(dir.file("sig.err"));
     auto ckpt = ReadSafetensors(dir.path() + "/sig/checkpoint.safetensors");
     ASSERT_TRUE(ckpt.ok());
