@@ -173,12 +173,16 @@ def main():
     # (65,536 prototypes) whose write takes long enough to land a signal in.
     sh(os.path.join(args.build, "services/tools/scdino-synth"), "--out", f"{args.work}/cells", "--classes", "2",
        "--per-class", "120", "--channels", "3", "--size", "24", "--seed", "3")
+    # Each stop costs about 1.3 epochs of progress (a resume, then the wait
+    # for its moment): two epochs a stop leave the last ones for the killed
+    # writer and the resubmission, and no stop meets the run's end.
+    epochs = 2 * args.repeats + 6
     for name in ("stop", "reference"):
         open(f"{args.work}/{name}.yaml", "w").write(f"""
 meta: {{name_of_run: "{name}", output_dir: "{args.work}", dataset_dir: "{args.work}/cells", seed: 5,
        selected_channel_combination_per_run: ["012"]}}
 train_scDINO:
-  epochs: {args.repeats + 6}
+  epochs: {epochs}
   saveckp_freq: 1
   batch_size_per_gpu: 4
   num_workers: 1
@@ -193,7 +197,7 @@ scdino: {{threads: 1, log_every: 30, keep_checkpoints: 1}}
     if "tasks 0-1: Exited with exit code" in reference.text() or not os.path.exists(
             f"{reference.run_dir}/checkpoint.safetensors"):
         fail("the uninterrupted reference run did not complete", reference.out)
-    print(f"ok: reference run of {args.repeats + 6} epochs on 2 ranks")
+    print(f"ok: reference run of {epochs} epochs on 2 ranks")
 
     job = Job(args, "stop")
     job.submit()
