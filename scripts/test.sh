@@ -39,10 +39,11 @@ if [ -n "$image_pid" ]; then
     echo "scdino: the GPU image build failed ($build_dir/gpu-image-build.log); the gpu-image test repeats it and says why"
 fi
 # One intra-op thread per test process: CTest already runs tests in parallel
-# (counted first: nproc reports OMP_NUM_THREADS once it is set). The tests
-# of one Slurm share a lock, the cluster's run alone (tests/deploy). A test
-# that fails is run once more and must then pass: a failure that repeats
-# fails the run, one that does not is still shown in the log.
+# (counted first: nproc reports OMP_NUM_THREADS once it is set). The Slurm,
+# cluster and live-monitoring tests run alone (RUN_SERIAL: their bounds are
+# in seconds); the others two at a time. A test that fails is run once
+# more and must then pass: a failure that repeats fails the run, one that
+# does not is still shown in the log.
 jobs=$(nproc)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 cd "$build_dir"
