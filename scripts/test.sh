@@ -41,7 +41,8 @@ fi
 # One intra-op thread per test process: CTest already runs tests in parallel
 # (counted first: nproc reports OMP_NUM_THREADS once it is set). The Slurm,
 # cluster and live-monitoring tests run alone (RUN_SERIAL: their bounds are
-# in seconds); the others two at a time. A test that fails is run once
+# in seconds), the podman tests one at a time (RESOURCE_LOCK podman); the
+# others two at a time. A test that fails is run once
 # more and must then pass: a failure that repeats fails the run, one that
 # does not is still shown in the log.
 jobs=$(nproc)
