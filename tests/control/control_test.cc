@@ -618,6 +618,15 @@ TEST(Endpoint, AStaleEndpointOfAGoneProcessIsNamedAndNothingIsSent) {
       << r.status().message();
 }
 
+// The code of a GetStatus call to `stub` presenting `token`.
+grpc::StatusCode StatusCodeWith(v1::Control::Stub& stub, const std::string& token) {
+  grpc::ClientContext ctx;
+  AddToken(&ctx, token);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::Status out;
+  return stub.GetStatus(&ctx, v1::GetStatusRequest(), &out).error_code();
+}
+
 // scdinoctl rotate-token: a new token, the running server takes it at the
 // next call that presents it, the old one is refused from then on, and the
 // endpoint file is signed with the new one.
@@ -638,13 +647,7 @@ TEST(Token, RotationReplacesTheTokenOfARunningServer) {
   ASSERT_TRUE(WriteEndpoint(dir.path(), e, *old).ok());
   auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials());
   auto stub = v1::Control::NewStub(channel);
-  auto status_with = [&](const std::string& token) {
-    grpc::ClientContext ctx;
-    AddToken(&ctx, token);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    v1::Status out;
-    return stub->GetStatus(&ctx, v1::GetStatusRequest(), &out).error_code();
-  };
+  auto status_with = [&](const std::string& token) { return StatusCodeWith(*stub, token); };
   EXPECT_EQ(status_with(*old), grpc::StatusCode::OK);
   auto rotated = RotateToken(dir.path());
   ASSERT_TRUE(rotated.ok()) << rotated.status().ToString();
@@ -686,13 +689,7 @@ TEST(Token, AMissingOrUnusableTokenFileRefusesEveryCall) {
   ASSERT_TRUE(server.ok());
   auto stub = v1::Control::NewStub(
       grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials()));
-  auto status_with = [&](const std::string& t) {
-    grpc::ClientContext ctx;
-    AddToken(&ctx, t);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    v1::Status out;
-    return stub->GetStatus(&ctx, v1::GetStatusRequest(), &out).error_code();
-  };
+  auto status_with = [&](const std::string& token) { return StatusCodeWith(*stub, token); };
   auto count = [&](const std::string& what) {
     std::lock_guard<std::mutex> lock(mu);
     return std::count_if(lines.begin(), lines.end(),
