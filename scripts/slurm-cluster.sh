@@ -124,6 +124,8 @@ AuthType=auth/munge
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SchedulerType=sched/backfill
+# A requeued job starts within a second of its hold (as in slurm-local.sh).
+SchedulerParameters=bf_interval=1,sched_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu
@@ -261,6 +263,11 @@ cmd_start() {
   fi
   mkdir -p "$state"
   if [ -f "$state/nodes.count" ] && cluster_up; then
+    # Up from an older checkout's configuration: its daemons read this one.
+    local before
+    before=$(cat "$conf")
+    write_conf "$n" "$g" "$c"
+    [ "$before" = "$(cat "$conf")" ] || scontrol reconfigure
     [ -z "$bw" ] || cmd_shape "$bw"
     return 0
   fi

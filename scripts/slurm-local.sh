@@ -40,16 +40,12 @@ chmod 0700 /etc/munge; chmod 0400 /etc/munge/munge.key
 pgrep -x munged >/dev/null || su -s /bin/sh munge -c /usr/sbin/munged 2>/dev/null || /usr/sbin/munged --force
 [ "${1:-start}" != install ] || exit 0
 
-if sinfo -h -o '%T' 2>/dev/null | grep -qE 'idle|mixed|allocated'; then
-  exit 0
-fi
-
 host=$(hostname -s)
 cpus=$(nproc)
 mem_mb=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 - 1024 ))
 mkdir -p "$state"/{ctld,d} /var/log/slurm "$conf_dir"
 
-cat > "$conf_dir/slurm.conf" <<CONF
+cat > "$conf_dir/slurm.conf.new" <<CONF
 ClusterName=scdino-test
 SlurmctldHost=$host
 SlurmUser=root
@@ -58,6 +54,10 @@ AuthType=auth/munge
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SchedulerType=sched/backfill
+# A job made eligible by a time (a requeued job's hold, lifted by the tests)
+# starts at the next scheduling pass: every second here, not after the
+# 30 s of backfill's default interval, which was most of a stop test's time.
+SchedulerParameters=bf_interval=1,sched_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 StateSaveLocation=$state/ctld
@@ -73,6 +73,19 @@ KillWait=30
 NodeName=$host CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
+
+# A running Slurm is left as it is; one started from another configuration
+# (an older checkout's) reads this one.
+if sinfo -h -o '%T' 2>/dev/null | grep -qE 'idle|mixed|allocated'; then
+  if cmp -s "$conf_dir/slurm.conf.new" "$conf_dir/slurm.conf"; then
+    rm "$conf_dir/slurm.conf.new"
+  else
+    mv "$conf_dir/slurm.conf.new" "$conf_dir/slurm.conf"
+    scontrol reconfigure
+  fi
+  exit 0
+fi
+mv "$conf_dir/slurm.conf.new" "$conf_dir/slurm.conf"
 
 # Slurm's own container support (srun --container=OCI_BUNDLE) through
 # Debian's runc: one task per node in Slurm 22.05. crun does not run on
