@@ -38,7 +38,25 @@ FileLoader::FileLoader(Dataset dataset, LoaderOptions options, torch::Device dev
     const int64_t window = so.window_blocks * so.block;
     const int64_t in_flight = (options_.prefetch + std::max(1, options_.threads)) * so.batch_size * so.world_size;
     const int64_t windows = (in_flight + window - 1) / window + 2;
-    block_capacity_ = static_cast<size_t>(windows * so.window_blocks);
+    const auto& set = *options_.packed;
+    for (int64_t b = 0; b < set.blocks(); ++b) {
+      const auto [begin, end] = set.BlockRange(b);
+      max_block_bytes_ = std::max(max_block_bytes_, end - begin);
+    }
+    const int64_t wanted = windows * so.window_blocks;
+    const auto mib = [](int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; };
+    if (wanted * max_block_bytes_ <= options_.block_cache_max_bytes) {
+      block_capacity_ = static_cast<size_t>(wanted);
+      read_plan_ = "read in blocks of " + std::to_string(set.block_samples()) + " images, at most " +
+                   std::to_string(wanted) + " blocks (" + mib(wanted * max_block_bytes_) + ") held per rank";
+    } else {
+      read_plan_ = "read image by image: the blocks of the windows in flight at " + std::to_string(so.world_size) +
+                   " rank(s) (" + std::to_string(wanted) + " of up to " + mib(max_block_bytes_) + ", " +
+                   mib(wanted * max_block_bytes_) + ") exceed the bound of " + mib(options_.block_cache_max_bytes) +
+                   " (scdino.block_cache_mb; a smaller scdino.shuffle_buffer needs less)";
+    }
+  } else if (options_.packed) {
+    read_plan_ = "read image by image (shuffle: global)";
   }
   const int n = std::max(1, options_.threads);
   for (int i = 0; i < n; ++i) workers_.emplace_back([this] { Worker(); });

@@ -44,6 +44,12 @@ struct LoaderOptions {
   /// block_samples, sampler.storage_order = its pack_order) a whole block at
   /// a time, the blocks of the current and next windows kept in memory.
   std::shared_ptr<const PackedSet> packed;
+  /// Bytes those blocks may hold. The windows the batches in flight reach
+  /// grow with the ranks (a global batch spans them all) and the image
+  /// size: when their blocks would need more, the images are read one at a
+  /// time instead (the same order; more, smaller reads). read_plan() says
+  /// which, with the figures.
+  int64_t block_cache_max_bytes = int64_t{2048} << 20;
 };
 
 /// Thread-safe towards its own workers; Next() and StartEpoch() are called
@@ -71,6 +77,11 @@ class FileLoader : public MultiCropSource {
   /// Images left out under kSkip so far.
   int64_t skipped_images() const { return skipped_count_.load(); }
   const Dataset& dataset() const { return dataset_; }
+  /// How a packed set is read: in blocks, with the most bytes they may hold,
+  /// or image by image and why; "" for image files.
+  const std::string& read_plan() const { return read_plan_; }
+  /// The most bytes the blocks held may take (0: no blocks held).
+  int64_t block_cache_bytes() const { return static_cast<int64_t>(block_capacity_) * max_block_bytes_; }
 
  private:
   struct RawBatch {
@@ -115,6 +126,8 @@ class FileLoader : public MultiCropSource {
   std::set<int64_t> loading_;
   std::vector<int64_t> block_lru_;
   size_t block_capacity_ = 0;
+  int64_t max_block_bytes_ = 0;
+  std::string read_plan_;
   // This rank's blocks of the epoch in the order it first needs them, and
   // each block's place in it: a miss reads the next blocks ahead.
   std::vector<int64_t> block_sequence_;

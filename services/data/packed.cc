@@ -558,7 +558,7 @@ json ShardManifest(const std::string& plan_fp, const ShardInfo& info, const json
 
 // Writes shard `s` of the plan; its manifest rows are [entry, offset, bytes, crc, h, w, c, dtype].
 StatusOr<json> WriteShard(const Dataset& d, const Plan& plan, int64_t s, const PackOptions& o,
-                          std::string* first_kind) {
+                          std::string* first_kind, const std::function<void()>& packed_one) {
   const std::string name = ShardName(s) + ".tar";
   AtomicFile out(o.out + "/" + name);
   if (auto st = out.Create(); !st.ok()) return st;
@@ -598,6 +598,7 @@ StatusOr<json> WriteShard(const Dataset& d, const Plan& plan, int64_t s, const P
     const std::string cls = std::to_string(d.entries[idx].label);
     if (auto st = append(TarHeader(key + ".cls", static_cast<int64_t>(cls.size()))); !st.ok()) return st;
     if (auto st = append(cls + Padding(static_cast<int64_t>(cls.size()))); !st.ok()) return st;
+    packed_one();
     rows.push_back({idx, data_at, static_cast<int64_t>(npy.size()), Hex32(sample_crc), img->size(0), img->size(1),
                     img->size(2), DtypeName(*img)});
   }
@@ -737,12 +738,22 @@ StatusOr<PackReport> PackDataset(const Dataset& d, const PackOptions& o) {
       }
     }
   }
+  std::vector<int64_t> todo;
+  int64_t todo_images = 0, packed = 0;
   for (int64_t s = o.rank; s < plan.shards; s += o.world_size) {
-    if (auto done = DoneShard(plan, s, o)) {
+    if (DoneShard(plan, s, o)) {
       ++report.shards_reused;
       continue;
     }
-    auto m = WriteShard(d, plan, s, o, &first_kind);
+    todo.push_back(s);
+    todo_images += std::min<int64_t>(plan.shard_samples, static_cast<int64_t>(plan.order.size()) - s * plan.shard_samples);
+  }
+  auto packed_one = [&] {
+    if (o.on_progress) o.on_progress(++packed, todo_images);
+  };
+  if (o.on_progress && todo_images > 0) o.on_progress(0, todo_images);
+  for (const int64_t s : todo) {
+    auto m = WriteShard(d, plan, s, o, &first_kind, packed_one);
     if (!m.ok()) return m.status();
     ++report.shards_written;
     report.images += (*m)["samples"].get<int64_t>();
@@ -849,7 +860,7 @@ json ProofJson(const ShardProof& p) {
 // Copies `from` to `to`, checking its size, CRC-32 and SHA-256 against
 // pack.json's as it goes.
 Status CopyVerified(const std::string& from, const std::string& to, const ShardInfo& want,
-                    const std::function<bool()>& should_stop) {
+                    const std::function<bool()>& should_stop, const std::function<void(int64_t)>& copied) {
   const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0) return Status::FailedPrecondition(from + ": cannot open: " + std::strerror(errno));
   AtomicFile out(to);
@@ -873,6 +884,7 @@ Status CopyVerified(const std::string& from, const std::string& to, const ShardI
     sha.Update(buf.data(), static_cast<size_t>(got));
     total += got;
     st = out.file()->Append(std::string_view(buf.data(), static_cast<size_t>(got)));
+    if (copied) copied(got);
   }
   ::close(in);
   if (!st.ok()) return st;
@@ -944,7 +956,8 @@ StatusOr<std::string> StagedCopy(const PackedSet& set, const std::string& root) 
 }
 
 StatusOr<StageReport> StagePackedSet(const PackedSet& set, const std::string& root,
-                                     const std::function<bool()>& should_stop, int64_t keep) {
+                                     const std::function<bool()>& should_stop, int64_t keep,
+                                     const std::function<void(int64_t, int64_t)>& on_progress) {
   const auto t0 = std::chrono::steady_clock::now();
   StageReport r;
   r.dir = root + "/" + set.content_fingerprint();
@@ -981,9 +994,15 @@ StatusOr<StageReport> StagePackedSet(const PackedSet& set, const std::string& ro
     CleanStaleTemporaries(r.dir, false);
     const std::string src = set.files_dir();
     json proofs = json::array();
+    int64_t copied = 0;
+    auto count = [&](int64_t bytes) {
+      copied += bytes;
+      if (on_progress) on_progress(copied, r.bytes);
+    };
+    count(0);
     for (const auto& s : set.shards()) {
       ::unlink((r.dir + "/" + s.file).c_str());
-      if (auto st = CopyVerified(src + "/" + s.file, r.dir + "/" + s.file, s, should_stop); !st.ok()) return st;
+      if (auto st = CopyVerified(src + "/" + s.file, r.dir + "/" + s.file, s, should_stop, count); !st.ok()) return st;
       auto proof = ProveShard(r.dir, s.file);
       if (!proof.ok()) return proof.status();
       proofs.push_back(ProofJson(*proof));

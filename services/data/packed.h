@@ -166,6 +166,8 @@ struct PackOptions {
   int64_t folder_depth_for_labels = 0;
   std::function<bool()> should_stop;
   std::function<void(const std::string&)> log;
+  /// (images packed, images this process packs), after each image.
+  std::function<void(int64_t, int64_t)> on_progress;
 };
 
 struct PackReport {
@@ -203,9 +205,11 @@ struct StageReport {
 /// use) are removed. FailedPrecondition when the space is short (naming both
 /// figures) or pack.json has no SHA-256 (an older pack), DataLoss when a
 /// shard does not match, Aborted when `should_stop` says so (asked every 8
-/// MiB); nothing unverified is marked staged.
+/// MiB); nothing unverified is marked staged. `on_progress` gets (bytes
+/// copied, bytes to copy) every 8 MiB.
 StatusOr<StageReport> StagePackedSet(const PackedSet& set, const std::string& root,
-                                     const std::function<bool()>& should_stop = {}, int64_t keep = 0);
+                                     const std::function<bool()>& should_stop = {}, int64_t keep = 0,
+                                     const std::function<void(int64_t, int64_t)>& on_progress = {});
 
 /// The verified staged copy of `set` under `root`; "" when there is none.
 /// Reuse trusts what staging verified: the copy's shards are proven

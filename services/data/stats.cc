@@ -31,7 +31,8 @@ StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& pr
   };
   const int threads = std::max(1, o.threads);
   std::vector<Acc> acc(threads);
-  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> next{0}, done{0};
+  if (o.on_progress) o.on_progress(0, take);
   std::mutex err_mu;
   Status error;
   auto work = [&](int t) {
@@ -46,6 +47,7 @@ StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& pr
       }
       const auto& e = d.entries[order[k]];
       auto img = LoadImage(e.path, prep);
+      if (o.on_progress) o.on_progress(++done, take);
       if (!img.ok()) {
         if (o.on_bad_image == BadImagePolicy::kSkip) continue;
         std::lock_guard<std::mutex> l(err_mu);

@@ -31,6 +31,9 @@ struct StatsOptions {
   BadImagePolicy on_bad_image = BadImagePolicy::kFail;
   /// Checked before each image; true ends the computation with Aborted.
   std::function<bool()> should_stop;
+  /// Called after each image with (images done, images to read), from the
+  /// worker threads (it must be thread-safe).
+  std::function<void(int64_t, int64_t)> on_progress;
 };
 
 StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& prep, const StatsOptions& o);

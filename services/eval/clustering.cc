@@ -75,7 +75,9 @@ StatusOr<KMeansResult> KMeans(const torch::Tensor& x_in, int64_t k, const KMeans
   std::mt19937_64 rng(o.seed);
   KMeansResult best;
   best.inertia = std::numeric_limits<double>::infinity();
-  for (int64_t restart = 0; restart < std::max<int64_t>(1, o.restarts); ++restart) {
+  const int64_t restarts = std::max<int64_t>(1, o.restarts);
+  if (o.on_progress) o.on_progress(0, restarts);
+  for (int64_t restart = 0; restart < restarts; ++restart) {
     if (o.should_stop && o.should_stop()) return Status::Aborted("stopped during k-means");
     auto centres = SeedCentres(x, k, rng);
     torch::Tensor assign;
@@ -102,6 +104,7 @@ StatusOr<KMeansResult> KMeans(const torch::Tensor& x_in, int64_t k, const KMeans
       auto a = assign.contiguous();
       best.assignment.assign(a.data_ptr<int64_t>(), a.data_ptr<int64_t>() + n);
     }
+    if (o.on_progress) o.on_progress(restart + 1, restarts);
   }
   return best;
 }

@@ -21,6 +21,8 @@ struct KMeansOptions {
   uint64_t seed = 0;
   /// Asked between restarts: true ends with Aborted.
   std::function<bool()> should_stop;
+  /// Called after each restart with (restarts done, restarts).
+  std::function<void(int64_t, int64_t)> on_progress;
 };
 
 struct KMeansResult {

@@ -6,10 +6,12 @@
 #include <chrono>
 #include <iomanip>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 
 #include "common/files.h"
+#include "common/progress.h"
 #include "data/split.h"
 #include "eval/embedding.h"
 #include "eval/knn.h"
@@ -159,10 +161,10 @@ StatusOr<EmbeddingResult> WriteEmbeddings(const features::FeatureSet& set, const
     graph = std::move(g).value();
     result.summary["neighbor_graph"] = {{"k", k}, {"seconds", Since(t0)}};
   }
-  auto progress = [&](const char* what) {
-    return [&o, what](int64_t done, int64_t total) {
-      if (o.log && (done % 250 == 0 || done == total)) *o.log << "scdino-eval: " << what << " " << done << "/" << total << "\n";
-    };
+  // Progress lines at a bounded rate, with the rate and an ETA (common/progress.h).
+  auto progress = [&](const char* what, const char* unit) {
+    auto log = std::make_shared<ProgressLog>(o.log, std::string("scdino-eval: ") + what, unit);
+    return [log](int64_t done, int64_t total) { log->Report(done, total); };
   };
   if (do_tsne) {
     if (o.log) *o.log << "scdino-eval: t-SNE of " << n << " rows (Barnes-Hut, perplexity " << perplexity << ")\n";
@@ -173,7 +175,7 @@ StatusOr<EmbeddingResult> WriteEmbeddings(const features::FeatureSet& set, const
     to.threads = o.threads;
     to.seed = o.seed;
     to.should_stop = o.should_stop;
-    to.on_progress = progress("t-SNE iteration");
+    to.on_progress = progress("t-SNE", "iterations");
     t0 = Clock::now();
     auto tsne = BarnesHutTsne(graph, to);
     if (!tsne.ok()) return tsne.status();
@@ -191,7 +193,7 @@ StatusOr<EmbeddingResult> WriteEmbeddings(const features::FeatureSet& set, const
     uo.seed = o.seed;
     uo.threads = o.threads;
     uo.should_stop = o.should_stop;
-    uo.on_progress = progress("UMAP epoch");
+    uo.on_progress = progress("UMAP", "epochs");
     if (uo.n_components == 2) uo.initial_layout = pca->xy;  // the fallback of the spectral start
     NeighborGraph umap_graph = graph;
     if (o.umap_metric == "cosine") {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/files.h"
+#include "common/progress.h"
 #include "data/dataset.h"
 #include "eval/clustering.h"
 #include "eval/knn.h"
@@ -155,6 +156,8 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
     lo.c_grid = o.linear_probe_c;
     lo.seed = o.seed;
     lo.should_stop = should_stop;
+    ProgressLog probe_log(o.log, "scdino-eval: linear probe", "fits");
+    lo.on_progress = [&](int64_t done, int64_t total) { probe_log.Report(done, total); };
     auto lp = LinearProbe(set.features.index_select(0, train_idx), labels.index_select(0, train_idx),
                           set.features.index_select(0, test_idx), classes, lo);
     if (lp.ok()) {
@@ -191,6 +194,8 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
     ko2.restarts = o.kmeans_restarts;
     ko2.seed = o.seed;
     ko2.should_stop = should_stop;
+    ProgressLog kmeans_log(o.log, "scdino-eval: k-means", "restarts");
+    ko2.on_progress = [&](int64_t done, int64_t total) { kmeans_log.Report(done, total); };
     const auto k = static_cast<int64_t>(test_classes.size());
     auto km = KMeans(set.features.index_select(0, test_idx), k, ko2);
     if (!km.ok() && km.status().code() == StatusCode::kAborted) {

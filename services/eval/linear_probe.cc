@@ -19,12 +19,12 @@ struct LogisticFit {
 // Minimises mean cross-entropy + ||w||^2 / (2 c n), starting from `start`.
 LogisticFit FitLogistic(const torch::Tensor& x, const torch::Tensor& y, int64_t classes, double c, const LogisticFit* start,
                 const LinearProbeOptions& o) {
-  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
   LogisticFit fit;
-  fit.w = (start ? start->w.clone() : torch::zeros({x.size(1), classes}, f64)).set_requires_grad(true);
-  fit.b = (start ? start->b.clone() : torch::zeros({classes}, f64)).set_requires_grad(true);
+  fit.w = (start ? start->w.clone() : torch::zeros({x.size(1), classes}, f32)).set_requires_grad(true);
+  fit.b = (start ? start->b.clone() : torch::zeros({classes}, f32)).set_requires_grad(true);
   const double strength = 1.0 / (2.0 * c * static_cast<double>(x.size(0)));
-  constexpr int64_t kChunk = 50;
+  constexpr int64_t kChunk = 25;
   torch::optim::LBFGS lbfgs({fit.w, fit.b}, torch::optim::LBFGSOptions(1)
                                                 .max_iter(kChunk)
                                                 .history_size(20)
@@ -64,9 +64,9 @@ StatusOr<LinearProbeResult> LinearProbe(const torch::Tensor& x_train_in, const t
                                         const torch::Tensor& x_test_in, int64_t classes,
                                         const LinearProbeOptions& o) {
   torch::NoGradGuard outer;  // the fits enable gradients themselves
-  auto x_train = x_train_in.to(torch::kCPU, torch::kFloat64).contiguous();
+  auto x_train = x_train_in.to(torch::kCPU, torch::kFloat32).contiguous();
   auto y_train = y_train_in.to(torch::kCPU, torch::kInt64).contiguous();
-  auto x_test = x_test_in.to(torch::kCPU, torch::kFloat64).contiguous();
+  auto x_test = x_test_in.to(torch::kCPU, torch::kFloat32).contiguous();
   std::map<int64_t, std::vector<int64_t>> by_class;
   const int64_t* y = y_train.data_ptr<int64_t>();
   for (int64_t i = 0; i < y_train.size(0); ++i) by_class[y[i]].push_back(i);
@@ -87,7 +87,10 @@ StatusOr<LinearProbeResult> LinearProbe(const torch::Tensor& x_train_in, const t
     fit_rows.insert(fit_rows.end(), rows.begin() + take, rows.end());
   }
   r.c = 1.0;
-  if (!val_rows.empty() && o.c_grid.size() > 1) {
+  const bool choose = !val_rows.empty() && o.c_grid.size() > 1;
+  const auto fits = static_cast<int64_t>(choose ? o.c_grid.size() + 1 : 1);
+  if (o.on_progress) o.on_progress(0, fits);
+  if (choose) {
     auto fi = torch::tensor(fit_rows), vi = torch::tensor(val_rows);
     auto xf = x_train.index_select(0, fi), yf = y_train.index_select(0, fi);
     auto xv = x_train.index_select(0, vi), yv = y_train.index_select(0, vi);
@@ -107,6 +110,7 @@ StatusOr<LinearProbeResult> LinearProbe(const torch::Tensor& x_train_in, const t
         r.c = grid[i];
       }
       previous = std::move(f);
+      if (o.on_progress) o.on_progress(static_cast<int64_t>(i) + 1, fits);
     }
     r.n_validation = static_cast<int64_t>(val_rows.size());
   } else if (o.c_grid.size() == 1) {
@@ -114,6 +118,7 @@ StatusOr<LinearProbeResult> LinearProbe(const torch::Tensor& x_train_in, const t
   }
   LogisticFit final_fit = FitLogistic(x_train, y_train, classes, r.c, nullptr, o);
   if (final_fit.stopped) return Status::Aborted("stopped while fitting the linear probe");
+  if (o.on_progress) o.on_progress(fits, fits);
   r.iterations = final_fit.iterations;
   auto pred = Predict(final_fit, x_test).contiguous();
   r.predicted.assign(pred.data_ptr<int64_t>(), pred.data_ptr<int64_t>() + pred.numel());

@@ -126,9 +126,14 @@ int main(int argc, char** argv) {
       if (r->already_complete) {
         std::cerr << kProgram << ": " << eo.out_dir << " is already complete\n";
       } else {
-        std::cerr << kProgram << ": rank " << launch->rank << ": " << r->images_written << " images in " << r->seconds
-                  << " s (" << (r->seconds > 0 ? r->images_written / r->seconds : 0.0) << " images/s), "
-                  << r->shards_written << " shards written, " << r->shards_skipped << " already complete\n";
+        // Rank 0's time and rate are its progress line's (ServicePlane).
+        std::cerr << kProgram << ": rank " << launch->rank << ": " << r->images_written << " images, "
+                  << r->shards_written << " shards written, " << r->shards_skipped << " already complete";
+        if (launch->rank > 0) {
+          std::cerr << " (" << r->seconds << " s, " << (r->seconds > 0 ? r->images_written / r->seconds : 0.0)
+                    << " images/s)";
+        }
+        std::cerr << "\n";
       }
       return scdino::Status::Ok();
     };

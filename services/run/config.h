@@ -261,6 +261,8 @@ struct RuntimeConfig {
   /// says at the end whether they did; require: also exit 7 when they did
   /// not; off: no check.
   std::string learning_check = "auto";
+  /// Upper bound of the learning check's images in memory (MiB).
+  int64_t learning_check_mb = 1024;
   /// The teacher's targets: center (DINO, scDINO) or sinkhorn_knopp
   /// (DINOv2's equipartition over the global batch).
   std::string teacher_centering = "center";
@@ -279,6 +281,9 @@ struct RuntimeConfig {
   /// of shuffle_buffer images) or auto (blocks for a packed set).
   std::string shuffle = "auto";
   int64_t shuffle_buffer = 4096;
+  /// Upper bound per rank of the packed set's blocks in memory (MiB); when
+  /// the windows in flight need more, images are read one at a time.
+  int64_t block_cache_mb = 2048;
   /// Staged copies of packed sets (scdino-pack --stage) kept per user and
   /// node, the newest by last use; older ones are removed. 0: keep all.
   int64_t stage_keep = 2;

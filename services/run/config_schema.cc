@@ -172,7 +172,14 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
        "packed set, else global) (docs/data.md)"},
       {"scdino.shuffle_buffer", Int(&r.shuffle_buffer, 1),
        "images shuffled together under shuffle: blocks (rounded down to whole blocks; each rank keeps about "
-       "three times this many raw images in memory, more with many ranks)"},
+       "three times this many raw images in memory, more with many ranks, within block_cache_mb)"},
+      {"scdino.block_cache_mb", Int(&r.block_cache_mb, 1),
+       "upper bound per rank of the packed set's blocks held in memory under shuffle: blocks; when the windows "
+       "in flight need more (many ranks, large images), images are read one at a time instead: the same order, "
+       "more reads"},
+      {"scdino.learning_check_mb", Int(&r.learning_check_mb, 1),
+       "upper bound of the learning check's images in memory (float32 at the crop size): up to 1,000 held out and "
+       "2,000 neighbours, fewer when they need more"},
       {"scdino.stage_keep", Int(&r.stage_keep, 0),
        "staged copies of packed data sets (deploy/slurm, node-local storage) kept per user and node, the newest by "
        "last use; older ones are removed; 0: all"},

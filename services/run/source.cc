@@ -7,6 +7,7 @@
 #include "common/env.h"
 #include "common/files.h"
 #include "common/fingerprint.h"
+#include "common/progress.h"
 #include "data/in_memory_source.h"
 #include "data/loader.h"
 #include "data/packed.h"
@@ -93,6 +94,8 @@ StatusOr<data::ChannelStats> ComputeAndWrite(const RunConfig& c, const data::Dat
   so.seed = static_cast<uint64_t>(c.meta.seed);
   so.threads = static_cast<int>(std::max<int64_t>(1, c.train.num_workers));
   so.on_bad_image = c.bad_image_policy();
+  ProgressLog progress(&std::cerr, "scdino: channel statistics", "images");
+  so.on_progress = [&progress](int64_t done, int64_t total) { progress.Report(done, total); };
   auto s = data::ComputeChannelStats(d, prep, so);
   if (!s.ok()) return s.status();
   s->dataset_fingerprint = fingerprint;
@@ -289,10 +292,14 @@ StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, 
   lo.prefetch = static_cast<int>(c.scdino.prefetch_batches);
   lo.cache = c.scdino.cache_images;
   lo.cache_max_bytes = c.scdino.cache_max_mb << 20;
+  lo.block_cache_max_bytes = c.scdino.block_cache_mb << 20;
   lo.on_bad_image = c.bad_image_policy();
   try {
-    std::unique_ptr<data::MultiCropSource> src =
-        std::make_unique<data::FileLoader>(std::move(dataset).value(), lo, device);
+    auto loader = std::make_unique<data::FileLoader>(std::move(dataset).value(), lo, device);
+    if (coordinator.is_rank_zero() && !loader->read_plan().empty()) {
+      std::cerr << "scdino: packed set " << c.meta.dataset_dir << ": " << loader->read_plan() << "\n";
+    }
+    std::unique_ptr<data::MultiCropSource> src = std::move(loader);
     return src;
   } catch (const StatusError& e) {
     return e.status();

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "common/progress.h"
 #include "common/run_control.h"
 #include "common/status.h"
 #include "run/config.h"
@@ -39,7 +40,8 @@ class ServicePlane {
   RunControl& control() { return control_; }
   /// The process's metrics registry; null without metrics.
   prometheus::Registry* registry();
-  /// A batch service's progress: the control status and the progress metrics.
+  /// A batch service's progress: the control status, the progress metrics
+  /// and (rank 0) the progress lines on stderr (common/progress.h).
   void ReportProgress(int64_t done, int64_t total);
   /// Keeps `part` (something that feeds registry(), such as the trainer's
   /// metrics) alive until the plane stops, and destroys it before the
@@ -63,7 +65,8 @@ class ServicePlane {
   RunControl control_;
   std::unique_ptr<Parts> parts_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  int64_t first_done_ = -1;
+  int64_t first_done_ = -1, last_done_ = 0;
+  std::unique_ptr<ProgressLog> progress_log_;
 };
 
 /// How a service main ends on an error: the message (prefixed with the

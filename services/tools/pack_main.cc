@@ -9,6 +9,7 @@
 
 #include "common/env.h"
 #include "common/files.h"
+#include "common/progress.h"
 #include "data/packed.h"
 #include "run/source.h"
 #include "runtime/command_line.h"
@@ -64,7 +65,9 @@ int main(int argc, char** argv) {
     if (!set.ok()) return Fail(set.status());
     std::cerr << "scdino-pack: staging " << config.meta.dataset_dir << " (" << ((*set)->total_bytes() >> 20)
               << " MiB) to " << stage_to << " on " << ThisHostName() << "\n";
-    auto r = data::StagePackedSet(**set, stage_to, StopSignalReceived, config.scdino.stage_keep);
+    ProgressLog progress(&std::cerr, "scdino-pack: staging", "MiB");
+    auto r = data::StagePackedSet(**set, stage_to, StopSignalReceived, config.scdino.stage_keep,
+                                  [&](int64_t done, int64_t total) { progress.Report(done >> 20, total >> 20); });
     if (!r.ok()) return Fail(r.status());
     std::cerr << "scdino-pack: " << (r->reused ? "reused the verified copy " : "staged and verified ") << r->dir
               << ": " << (r->bytes >> 20) << " MiB in " << r->seconds << " s on " << ThisHostName() << "\n";
@@ -113,6 +116,8 @@ int main(int argc, char** argv) {
   o.folder_depth_for_labels = config.scdino.data_source == "folder" ? config.meta.folder_depth_for_labels : 0;
   o.should_stop = StopSignalReceived;
   o.log = [&](const std::string& line) { std::cerr << "scdino-pack: [" << o.rank << "] " << line << "\n"; };
+  ProgressLog progress(&std::cerr, "scdino-pack: [" + std::to_string(o.rank) + "] packing", "images");
+  o.on_progress = [&](int64_t done, int64_t total) { progress.Report(done, total); };
   auto r = data::PackDataset(*dataset, o);
   if (!r.ok()) return Fail(r.status());
   std::cerr << "scdino-pack: [" << o.rank << "] " << r->shards_written << " shard(s) written (" << r->images

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iostream>
 #include <random>
 
+#include "common/progress.h"
 #include "eval/knn.h"
 #include "features/backbone.h"
 #include "features/extractor.h"
@@ -48,39 +50,100 @@ StatusOr<std::unique_ptr<LearningCheck>> LearningCheck::Make(const run::RunConfi
   }
   std::vector<size_t> train, test;
   for (size_t i = 0; i < entries.size(); ++i) (run->splits[i] == data::Split::kTrain ? train : test).push_back(i);
+  // As many as scdino.learning_check_mb holds (float32 at the crop size),
+  // up to 1,000 held out and 2,000 neighbours, a third held out.
+  const int64_t size = run->prep.resize;
+  const int64_t image_bytes = config.dino_options().vit.in_chans() * size * size * 4;
+  const int64_t bound = config.scdino.learning_check_mb << 20;
+  const int64_t fit = bound / std::max<int64_t>(1, image_bytes);
+  const int64_t max_test = std::min(kMaxTest, fit / 3), max_train = std::min(kMaxTrain, fit - max_test);
   const auto seed = static_cast<uint64_t>(config.meta.seed);
-  train = Sample(std::move(train), kMaxTrain, seed ^ 0x1ea4);
-  test = Sample(std::move(test), kMaxTest, seed ^ 0x7e57);
+  train = Sample(std::move(train), max_train, seed ^ 0x1ea4);
+  test = Sample(std::move(test), max_test, seed ^ 0x7e57);
+  if (fit < 6) {
+    *why_not = "scdino.learning_check_mb (" + std::to_string(config.scdino.learning_check_mb) + " MiB) holds " +
+               std::to_string(fit) + " images of " + std::to_string(image_bytes >> 10) + " KiB (" +
+               std::to_string(config.dino_options().vit.in_chans()) + " x " + std::to_string(size) + " x " +
+               std::to_string(size) + " float32): at least 6 are needed";
+    return std::unique_ptr<LearningCheck>();
+  }
   if (test.size() < 2 || train.size() < 2) {
     *why_not = "the held-out split has fewer than 2 images";
     return std::unique_ptr<LearningCheck>();
   }
-  auto load = [&](const std::vector<size_t>& rows, torch::Tensor* x, torch::Tensor* y) -> Status {
-    std::vector<torch::Tensor> images;
-    std::vector<int64_t> labels;
-    for (size_t i : rows) {
-      auto img = features::LoadForModel(entries[i].path, run->prep);
-      // A bad image the run skips (on_bad_image: skip) is left out here too.
-      if (!img.ok()) {
-        if (config.bad_image_policy() == data::BadImagePolicy::kSkip) continue;
-        return img.status();
-      }
-      images.push_back(*img);
-      labels.push_back(entries[i].label);
-    }
-    // On the CPU: moved to the device a batch at a time.
-    *x = torch::stack(images);
-    *y = torch::tensor(labels, torch::kInt64).to(device);
-    return Status::Ok();
-  };
   std::unique_ptr<LearningCheck> c(new LearningCheck());
-  if (auto s = load(train, &c->train_x_, &c->train_y_); !s.ok()) return s;
-  if (auto s = load(test, &c->test_x_, &c->test_y_); !s.ok()) return s;
   c->classes_ = static_cast<int64_t>(run->dataset.classes.size());
   c->device_ = device;
   c->vit_ = config.dino_options().vit;
   c->seed_ = seed;
+  c->wait_ = std::chrono::seconds(std::max<int64_t>(1, config.scdino.distributed_timeout_s / 3));
+  const auto images = static_cast<int64_t>(train.size() + test.size());
+  std::cerr << "scdino-trainer: learning check: " << test.size() << " held-out images and " << train.size()
+            << " neighbours, " << ((images * image_bytes) >> 20) << " MiB (scdino.learning_check_mb: "
+            << config.scdino.learning_check_mb << "), loading beside the training\n";
+  // Read by a thread of its own while the ranks train: no rank waits for it
+  // in a collective (Measure waits a bounded time, then skips the check).
+  std::vector<std::pair<std::string, int64_t>> train_rows, test_rows;
+  for (size_t i : train) train_rows.emplace_back(entries[i].path, entries[i].label);
+  for (size_t i : test) test_rows.emplace_back(entries[i].path, entries[i].label);
+  c->loader_ = std::thread([raw = c.get(), prep = run->prep, skip = config.bad_image_policy() == data::BadImagePolicy::kSkip,
+                            train_rows = std::move(train_rows), test_rows = std::move(test_rows), images] {
+    ProgressLog progress(&std::cerr, "scdino-trainer: learning check: loading", "images");
+    int64_t loaded = 0;
+    auto load = [&](const std::vector<std::pair<std::string, int64_t>>& rows, torch::Tensor* x,
+                    torch::Tensor* y) -> Status {
+      std::vector<torch::Tensor> stack;
+      std::vector<int64_t> labels;
+      for (const auto& [path, label] : rows) {
+        if (raw->stop_.load()) return Status::Aborted("the learning check's loading was stopped");
+        progress.Report(loaded++, images);
+        auto img = features::LoadForModel(path, prep);
+        // A bad image the run skips (on_bad_image: skip) is left out here too.
+        if (!img.ok()) {
+          if (skip) continue;
+          return img.status();
+        }
+        stack.push_back(*img);
+        labels.push_back(label);
+      }
+      if (stack.size() < 2) return Status::FailedPrecondition("fewer than 2 of its images could be read");
+      // On the CPU: moved to the device a batch at a time.
+      *x = torch::stack(stack);
+      *y = torch::tensor(labels, torch::kInt64).to(raw->device_);
+      return Status::Ok();
+    };
+    torch::Tensor train_x, train_y, test_x, test_y;
+    Status s;
+    try {
+      torch::NoGradGuard no_grad;
+      s = load(train_rows, &train_x, &train_y);
+      if (s.ok()) s = load(test_rows, &test_x, &test_y);
+    } catch (const std::exception& e) {
+      s = Status::Internal(std::string("the learning check's loading failed: ") + e.what());
+    }
+    if (s.ok()) progress.Report(images, images);
+    std::lock_guard<std::mutex> lock(raw->mu_);
+    raw->load_status_ = s;
+    if (s.ok()) {
+      raw->train_x_ = train_x;
+      raw->train_y_ = train_y;
+      raw->test_x_ = test_x;
+      raw->test_y_ = test_y;
+    }
+    raw->loaded_ = true;
+    raw->cv_.notify_all();
+  });
   return c;
+}
+
+LearningCheck::~LearningCheck() {
+  stop_ = true;
+  if (loader_.joinable()) loader_.join();
+}
+
+bool LearningCheck::WaitLoaded(std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, wait, [&] { return loaded_; });
 }
 
 double LearningCheck::Top1(model::VisionTransformer vit) const {
@@ -104,8 +167,24 @@ double LearningCheck::Top1(model::VisionTransformer vit) const {
   return top1.eq(test_y_).to(torch::kFloat64).mean().item<double>();
 }
 
-training::LearningReport LearningCheck::Measure(model::VisionTransformer teacher, int64_t epoch, int64_t iteration) {
+std::optional<training::LearningReport> LearningCheck::Measure(model::VisionTransformer teacher, int64_t epoch,
+                                                              int64_t iteration) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (!WaitLoaded(wait_)) {
+    std::cerr << "scdino-trainer: learning check at epoch " << epoch << " skipped: its images are still loading after "
+              << wait_.count() << " s (a third of scdino.distributed_timeout_s, which the other ranks wait at most)\n";
+    return std::nullopt;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!load_status_.ok()) {
+      if (!said_why_) {
+        said_why_ = true;
+        std::cerr << "scdino-trainer: no learning check: " << load_status_.message() << "\n";
+      }
+      return std::nullopt;
+    }
+  }
   if (random_top1_ < 0) {
     // scdino-features --random-init's baseline: the same shape and seed
     // (it reseeds the generator, which every training step seeds anew).

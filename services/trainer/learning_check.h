@@ -3,17 +3,24 @@
 // ViT's, measured while training, so that a run that made its model worse
 // than not training it says so (docs/training.md, "Did it learn?"). The
 // held-out images of scdino-features' seeded split (up to 1,000, with up to
-// 2,000 of the train split as neighbours) are read once, prepared as
-// scdino-features prepares them, at the global crop size; each check is one
-// forward pass over them and a weighted 20-NN vote (eval/knn.h), the random
-// ViT's once per run.
-// Rank 0 only; not thread-safe.
+// 2,000 of the train split as neighbours, as many as
+// scdino.learning_check_mb holds) are read once by a thread of their own
+// while training starts, prepared as scdino-features prepares them, at the
+// global crop size; each check is one forward pass over them and a weighted
+// 20-NN vote (eval/knn.h), the random ViT's once per run.
+// Rank 0 only; Measure from one thread.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "common/status.h"
 #include "model/vit.h"
@@ -25,20 +32,38 @@ namespace scdino::trainer {
 class LearningCheck {
  public:
   /// Null, with the reason in `why_not`, where there is nothing to check
-  /// against: no labels (one class), a synthetic source, or fewer than 2
-  /// test images. Errors are the data set's (unreadable images, statistics).
+  /// against: no labels (one class), a synthetic source, fewer than 2 test
+  /// images, or a bound that holds fewer than 6 images. Errors are the data
+  /// set's (its index, statistics). Starts loading the images.
   static StatusOr<std::unique_ptr<LearningCheck>> Make(const run::RunConfig& config, torch::Device device,
                                                        std::string* why_not);
+  /// Stops the loading (within one image) and waits for it.
+  ~LearningCheck();
 
-  /// The check of `teacher` (put back in training mode after).
-  training::LearningReport Measure(model::VisionTransformer teacher, int64_t epoch, int64_t iteration);
+  /// The check of `teacher` (put back in training mode after). Nullopt, with
+  /// a line on stderr, when the images are not loaded within a third of
+  /// scdino.distributed_timeout_s (the other ranks wait in the next
+  /// collective) or could not be read.
+  std::optional<training::LearningReport> Measure(model::VisionTransformer teacher, int64_t epoch,
+                                                  int64_t iteration);
 
-  int64_t test_images() const { return test_y_.size(0); }
+  /// Whether the images are loaded (or their loading failed) within `wait`.
+  bool WaitLoaded(std::chrono::milliseconds wait);
+  /// Once loaded: the images checked against, and the neighbours.
+  int64_t test_images() const { return test_y_.defined() ? test_y_.size(0) : 0; }
+  int64_t train_images() const { return train_y_.defined() ? train_y_.size(0) : 0; }
 
  private:
   LearningCheck() = default;
   double Top1(model::VisionTransformer vit) const;
 
+  std::thread loader_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool loaded_ = false, said_why_ = false;
+  Status load_status_;
+  std::chrono::seconds wait_{100};
   torch::Tensor train_x_, train_y_, test_x_, test_y_;
   int64_t classes_ = 0;
   torch::Device device_ = torch::kCPU;

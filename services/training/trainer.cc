@@ -217,7 +217,9 @@ Status Trainer::TakeRankZeroState(const nlohmann::json& tensors) {
 std::optional<LearningReport> Trainer::CheckLearning(int64_t epoch, int64_t it) {
   const bool numbered = (epoch + 1) % config_.train.saveckp_freq == 0 || it == total_;
   if (!options_.learning_check || !numbered || !coordinator_->is_rank_zero()) return std::nullopt;
-  LearningReport r = options_.learning_check(dino_->teacher->backbone, epoch + 1, it);
+  const std::optional<LearningReport> checked = options_.learning_check(dino_->teacher->backbone, epoch + 1, it);
+  if (!checked) return std::nullopt;
+  const LearningReport& r = *checked;
   result_.learning = r;
   reporter_.Learning(r);
   if (options_.on_learning) options_.on_learning(r);

@@ -66,8 +66,10 @@ struct TrainerOptions {
   std::ostream* progress = nullptr;
   /// Rank 0's learning check of the teacher's backbone at the end of each
   /// epoch with a numbered checkpoint (trainer/learning_check.h); null:
-  /// none. Its report goes to the log line, the status and on_learning.
-  std::function<LearningReport(model::VisionTransformer teacher, int64_t epoch, int64_t iteration)> learning_check;
+  /// none; nullopt: skipped this time. Its report goes to the log line, the
+  /// status and on_learning.
+  std::function<std::optional<LearningReport>(model::VisionTransformer teacher, int64_t epoch, int64_t iteration)>
+      learning_check;
   std::function<void(const LearningReport&)> on_learning;
   /// Called on every rank after a rollback (scdino.on_collapse: recover).
   std::function<void(const RecoveryReport&)> on_recovery;

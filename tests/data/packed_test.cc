@@ -662,13 +662,10 @@ std::vector<MultiCropBatch> LoaderBatches(const Dataset& d, LoaderOptions o, int
   return out;
 }
 
-TEST(PackedSet, TheLoaderGivesTheFoldersBatchesInEitherShuffleAndOnResume) {
-  scdino::testing::ScratchDir dir;
-  auto d = WriteCells(dir.path() + "/src", 3, 11);
-  ASSERT_TRUE(PackDataset(d, Small(dir.path() + "/packed")).ok());
-  auto set = Open(dir.path() + "/packed");
+// Rank 1 of 2, small crops of 3 channels, two reading threads.
+LoaderOptions RankOneOfTwo(int64_t batch_size) {
   LoaderOptions o;
-  o.sampler.batch_size = 4;
+  o.sampler.batch_size = batch_size;
   o.sampler.seed = 5;
   o.sampler.world_size = 2;
   o.sampler.rank = 1;
@@ -678,6 +675,15 @@ TEST(PackedSet, TheLoaderGivesTheFoldersBatchesInEitherShuffleAndOnResume) {
   o.crops.mean.assign(3, 0.5);
   o.crops.std.assign(3, 0.2);
   o.threads = 2;
+  return o;
+}
+
+TEST(PackedSet, TheLoaderGivesTheFoldersBatchesInEitherShuffleAndOnResume) {
+  scdino::testing::ScratchDir dir;
+  auto d = WriteCells(dir.path() + "/src", 3, 11);
+  ASSERT_TRUE(PackDataset(d, Small(dir.path() + "/packed")).ok());
+  auto set = Open(dir.path() + "/packed");
+  LoaderOptions o = RankOneOfTwo(4);
   for (bool blocks : {false, true}) {
     LoaderOptions folder = o;
     if (blocks) {
@@ -695,6 +701,50 @@ TEST(PackedSet, TheLoaderGivesTheFoldersBatchesInEitherShuffleAndOnResume) {
         for (size_t c = 0; c < a[i].crops.size(); ++c) EXPECT_TRUE(a[i].crops[c].equal(b[i].crops[c]));
       }
     }
+  }
+}
+
+// The blocks held grow with the ranks (a global batch spans them all): at
+// 64 ranks they would need many times what 2 ranks need. Held to a bound in
+// bytes, the loader reads image by image beyond it, in the same order, and
+// says so with the figures and the key.
+TEST(PackedSet, TheBlocksHeldStayWithinTheirByteBoundAtAnyWorldSize) {
+  scdino::testing::ScratchDir dir;
+  auto d = WriteCells(dir.path() + "/src", 4, 40);
+  ASSERT_TRUE(PackDataset(d, Small(dir.path() + "/packed")).ok());
+  auto set = Open(dir.path() + "/packed");
+  LoaderOptions o = RankOneOfTwo(2);
+  UseBlockShuffle(*set, 2 * set->block_samples(), &o.sampler);  // windows of 2 blocks
+  LoaderOptions packed = o;
+  packed.packed = set;
+  int64_t two_ranks = 0;
+  {
+    FileLoader l(set->dataset(), packed);
+    EXPECT_NE(l.read_plan().find("read in blocks of 4 images"), std::string::npos) << l.read_plan();
+    two_ranks = l.block_cache_bytes();
+    EXPECT_GT(two_ranks, 0);
+    EXPECT_LE(two_ranks, packed.block_cache_max_bytes);
+  }
+  // What 2 ranks hold is the bound; 64 ranks of 2 images a batch would need
+  // the blocks of 4 more windows.
+  packed.block_cache_max_bytes = two_ranks;
+  for (LoaderOptions* many : {&o, &packed}) {
+    many->sampler.world_size = 64;
+    many->sampler.rank = 63;
+  }
+  FileLoader l(set->dataset(), packed);
+  EXPECT_LE(l.block_cache_bytes(), packed.block_cache_max_bytes);
+  EXPECT_EQ(l.block_cache_bytes(), 0);
+  EXPECT_NE(l.read_plan().find("read image by image: the blocks of the windows in flight at 64 rank(s)"),
+            std::string::npos) << l.read_plan();
+  EXPECT_NE(l.read_plan().find("scdino.block_cache_mb"), std::string::npos) << l.read_plan();
+  // The same batches as the image files give.
+  auto a = LoaderBatches(d, o, 1, 0), b = LoaderBatches(set->dataset(), packed, 1, 0);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(a[i].indices.equal(b[i].indices)) << "batch " << i;
+    for (size_t c = 0; c < a[i].crops.size(); ++c) EXPECT_TRUE(a[i].crops[c].equal(b[i].crops[c]));
   }
 }
 

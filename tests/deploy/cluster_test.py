@@ -95,7 +95,12 @@ def wait_job(job, seconds, out=None, release_holds=True):
             m = re.search(r" ExitCode=(\d+):(\d+)", info)
             return int(m.group(1)) if m else -1
         if release_holds and "BeginTime" in st:
-            slurm("scontrol", "update", f"JobId={job}", "StartTime=now+3", check=False)
+            # Only Slurm's two-minute hold, not the lifted one (lifting that
+            # again would push the start on for ever).
+            info = slurm("scontrol", "show", "job", "-o", job, check=False).stdout
+            m = re.search(r" StartTime=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d) ", info)
+            if m and time.mktime(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S")) > time.time() + 5:
+                slurm("scontrol", "update", f"JobId={job}", "StartTime=now+3", check=False)
         time.sleep(0.5)
     slurm("scancel", job, check=False)
     fail(f"job {job} still in the queue after {seconds} s", out)

@@ -43,6 +43,15 @@ done
 [ "$(ls "$run"/eval/checkpoint/attention/*.png 2>/dev/null | wc -l)" -ge 4 ] || fail "fewer than 4 attention maps"
 [ ! -d "$run/features/checkpoint/shards" ] || fail "the shards were left behind after assembly"
 echo "ok: main job wrote checkpoints, features, kNN results and plots"
+# Every long stage said how far it got and, at its end, its count and time
+# (common/progress.h).
+for want in "scdino: channel statistics: [0-9]+ images in" "scdino-trainer: learning check: loading: [0-9]+ images in" \
+            "scdino-features: [0-9]+ images in" "scdino-eval: [0-9]+ queries in" "scdino-eval: linear probe: [0-9]+ fits in" \
+            "scdino-eval: k-means: [0-9]+ restarts in" "scdino-eval: t-SNE: [0-9]+ iterations in" \
+            "scdino-eval: UMAP: [0-9]+ epochs in"; do
+  grep -qE "$want" "$work/example.err" || fail "the main job printed no progress line like '$want'"
+done
+echo "ok: the statistics, learning check, features and every evaluation step printed their progress"
 
 # 1b. The report a person reads (eval/report.html), as headless Chromium
 # renders it: a screenshot, every figure loaded (the page's own count of

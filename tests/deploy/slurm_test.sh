@@ -175,7 +175,7 @@ job=$(sbatch --parsable --ntasks=2 --cpus-per-task=1 --output="$work/evaluate-%j
 wait_gone "$job" 300
 out=$(cat "$work"/evaluate-*.out)
 grep -q "rank 1 of 2" <<<"$out" || { echo "FAIL: scdino-features did not run on 2 ranks"; echo "$out"; exit 1; }
-grep -qE "rank 1: [0-9]+ images .* [23] shards written" <<<"$out" ||
+grep -qE "rank 1: [0-9]+ images.* [23] shards written" <<<"$out" ||
   { echo "FAIL: rank 1 did not write its shards"; echo "$out"; exit 1; }
 /usr/bin/python3 - "$work/cells" <<'PY' || { echo "FAIL: features or evaluation of the 2-task job"; echo "$out"; exit 1; }
 import csv, os, sys

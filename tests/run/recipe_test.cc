@@ -14,6 +14,7 @@
 #include "data/image_io.h"
 #include "data/synthetic.h"
 #include "run/source.h"
+#include "support/cell_folders.h"
 #include "support/test_support.h"
 
 namespace scdino::run {
@@ -174,14 +175,7 @@ void WriteRecipeCells(const std::string& dir, int64_t n) {
   so.per_class = n;
   so.channels = 3;
   so.size = 20;
-  for (int64_t k = 0; k < so.classes; ++k) {
-    const std::string d = dir + "/type_" + std::to_string(k);
-    std::filesystem::create_directories(d);
-    for (int64_t i = 0; i < n; ++i) {
-      auto hwc = (data::SyntheticCell(so, k, i).permute({1, 2, 0}) * 255).round().to(torch::kUInt8);
-      ASSERT_TRUE(data::WriteTiff(d + "/" + std::to_string(i) + ".tif", hwc).ok());
-    }
-  }
+  scdino::testing::WriteCellFolders(dir, so, "type_");
 }
 
 TEST(Recipe, SettledFromTheDataOnDisk) {

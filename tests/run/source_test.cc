@@ -11,6 +11,7 @@
 #include "data/image_io.h"
 #include "data/packed.h"
 #include "data/synthetic.h"
+#include "support/cell_folders.h"
 #include "support/test_support.h"
 
 namespace scdino::run {
@@ -25,14 +26,7 @@ void WriteCells(const std::string& dir, int64_t n, int64_t first = 0) {
   so.per_class = n;
   so.channels = 4;
   so.size = 16;
-  for (int64_t k = 0; k < so.classes; ++k) {
-    const std::string d = dir + "/cells/type_" + std::to_string(k);
-    std::filesystem::create_directories(d);
-    for (int64_t i = first; i < first + n; ++i) {
-      auto hwc = (data::SyntheticCell(so, k, i).permute({1, 2, 0}) * 255).round().to(torch::kUInt8);
-      ASSERT_TRUE(data::WriteTiff(d + "/" + std::to_string(i) + ".tif", hwc).ok());
-    }
-  }
+  scdino::testing::WriteCellFolders(dir + "/cells", so, "type_", first);
 }
 
 RunConfig Config(const std::string& dir, const std::string& extra = "", const std::string& channels = "021") {

@@ -42,13 +42,21 @@ submit_train() {
 # wait_gone JOB SECONDS: until Slurm no longer holds JOB. A requeued job is
 # held for two minutes by Slurm (its begin time; the previous run's revoked
 # credential must be older than the next one's): lifted to 3 s, so that a
-# test of requeueing does not wait out the hold.
+# test of requeueing does not wait out the hold. Only a hold still more
+# than 5 s away is lifted: lifting the lifted one again would push it on for
+# ever (the test Slurm schedules every second, and shows BeginTime until then).
 wait_gone() {
-  local state
+  local state begin
   for _ in $(seq 1 $(($2 * 2))); do
     state=$(squeue -h -j "$1" -o '%T %r' 2>/dev/null) || state=""
     [ -n "$state" ] || return 0
-    case $state in *BeginTime*) scontrol update JobId="$1" StartTime=now+3 >/dev/null 2>&1 || true ;; esac
+    case $state in
+      *BeginTime*)
+        begin=$(scontrol show job -o "$1" 2>/dev/null | sed -n 's/.* StartTime=\([0-9T:-]*\) .*/\1/p')
+        if [ -n "$begin" ] && [ "$(date -d "$begin" +%s 2>/dev/null || echo 0)" -gt $(($(date +%s) + 5)) ]; then
+          scontrol update JobId="$1" StartTime=now+3 >/dev/null 2>&1 || true
+        fi ;;
+    esac
     sleep 0.5
   done
   echo "FAIL: job $1 still in the queue after $2 s"; squeue; exit 1
