@@ -62,12 +62,17 @@ ProgressLog::~ProgressLog() {
   if (open_line_) *out_ << "\n" << std::flush;
 }
 
+double ProgressLog::rate() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rate_;
+}
+
 int64_t ProgressLog::lines() const {
   std::lock_guard<std::mutex> lock(mu_);
   return lines_;
 }
 
-std::string ProgressLog::Line(int64_t done, int64_t total, double seconds) const {
+std::string ProgressLog::Line(int64_t done, int64_t total) const {
   std::ostringstream line;
   line.setf(std::ios::fixed);
   line << prefix_ << ": " << unit_ << " " << done;
@@ -76,7 +81,7 @@ std::string ProgressLog::Line(int64_t done, int64_t total, double seconds) const
     line.precision(0);
     line << " (" << std::floor(100.0 * static_cast<double>(done) / static_cast<double>(total)) << "%)";
   }
-  const double rate = seconds > 0 ? static_cast<double>(done - first_done_) / seconds : 0.0;
+  const double rate = rate_;
   if (rate > 0) {
     line.precision(rate < 10 ? 2 : 1);
     line << ", " << rate << " " << unit_ << "/s";
@@ -98,6 +103,8 @@ void ProgressLog::Report(int64_t done, int64_t total) {
     first_done_ = done;
     first_at_ = last_line_at_ = now;
   }
+  const double seconds = std::chrono::duration<double>(now - first_at_).count();
+  rate_ = seconds > 0 ? static_cast<double>(done - first_done_) / seconds : 0.0;
   if (total > 0 && done >= total) {
     DoneLocked(done);
     return;
@@ -106,7 +113,7 @@ void ProgressLog::Report(int64_t done, int64_t total) {
   if (out_ == nullptr || now - last_line_at_ < style_.interval) return;
   last_line_at_ = now;
   ++lines_;
-  const std::string line = Line(done, total, std::chrono::duration<double>(now - first_at_).count());
+  const std::string line = Line(done, total);
   // One write a line: other threads' lines do not cut into it.
   if (style_.redraw) {
     // Clear what a longer line before left.

@@ -52,11 +52,13 @@ class ProgressLog {
   void Done(int64_t done);
   ~ProgressLog();
 
+  /// Units a second of this round, as of the last report.
+  double rate() const;
   /// Lines printed so far (tests).
   int64_t lines() const;
 
  private:
-  std::string Line(int64_t done, int64_t total, double seconds) const;
+  std::string Line(int64_t done, int64_t total) const;
   void DoneLocked(int64_t done);
 
   std::ostream* out_;
@@ -65,6 +67,7 @@ class ProgressLog {
   mutable std::mutex mu_;
   std::chrono::steady_clock::time_point first_at_, last_line_at_;
   int64_t first_done_ = -1, last_done_ = 0, lines_ = 0;
+  double rate_ = 0.0;
   bool open_line_ = false, done_ = false;
 };
 

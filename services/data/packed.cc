@@ -738,21 +738,21 @@ StatusOr<PackReport> PackDataset(const Dataset& d, const PackOptions& o) {
       }
     }
   }
-  std::vector<int64_t> todo;
-  int64_t todo_images = 0, packed = 0;
+  std::vector<int64_t> to_write;
+  int64_t images_to_write = 0, packed = 0;
   for (int64_t s = o.rank; s < plan.shards; s += o.world_size) {
     if (DoneShard(plan, s, o)) {
       ++report.shards_reused;
       continue;
     }
-    todo.push_back(s);
-    todo_images += std::min<int64_t>(plan.shard_samples, static_cast<int64_t>(plan.order.size()) - s * plan.shard_samples);
+    to_write.push_back(s);
+    images_to_write += std::min<int64_t>(plan.shard_samples, static_cast<int64_t>(plan.order.size()) - s * plan.shard_samples);
   }
   auto packed_one = [&] {
-    if (o.on_progress) o.on_progress(++packed, todo_images);
+    if (o.on_progress) o.on_progress(++packed, images_to_write);
   };
-  if (o.on_progress && todo_images > 0) o.on_progress(0, todo_images);
-  for (const int64_t s : todo) {
+  if (o.on_progress && images_to_write > 0) o.on_progress(0, images_to_write);
+  for (const int64_t s : to_write) {
     auto m = WriteShard(d, plan, s, o, &first_kind, packed_one);
     if (!m.ok()) return m.status();
     ++report.shards_written;

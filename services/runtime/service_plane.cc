@@ -75,9 +75,11 @@ StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const run::RunConfig
   p.run_dir = std::filesystem::absolute(config.run_dir()).string();
   p.linger_seconds = config.scdino.metrics.linger_seconds;
   const std::string tool = "scdino-" + options.service;
-  // The terminal's progress lines: rank 0's (the status is rank 0's too).
-  if (!options.progress_unit.empty() && launch.rank == 0) {
-    plane->progress_log_ = std::make_unique<ProgressLog>(&std::cerr, tool, options.progress_unit);
+  // The progress's rate on every rank, its lines on rank 0's stderr (the
+  // status is rank 0's too).
+  if (!options.progress_unit.empty()) {
+    plane->progress_ = std::make_unique<ProgressLog>(launch.rank == 0 ? &std::cerr : nullptr, tool,
+                                                     options.progress_unit);
   }
 #ifdef SCDINO_WITH_SERVICES
   const std::string host = ThisHostName();
@@ -202,17 +204,13 @@ prometheus::Registry* ServicePlane::registry() {
 }
 
 void ServicePlane::ReportProgress(int64_t done, int64_t total) {
-  const auto now = std::chrono::steady_clock::now();
-  // A count below the last one is a new round (scdino-features: the next
-  // checkpoint's images): its rate starts anew.
-  if (first_done_ < 0 || done < last_done_) {
-    first_done_ = done;
-    started_ = now;
+  // A count below the last one after the end is a new round (scdino-features:
+  // the next checkpoint's images): its rate starts anew.
+  double rate = 0.0;
+  if (progress_) {
+    progress_->Report(done, total);
+    rate = progress_->rate();
   }
-  last_done_ = done;
-  const double seconds = std::chrono::duration<double>(now - started_).count();
-  const double rate = seconds > 0 ? static_cast<double>(done - first_done_) / seconds : 0.0;
-  if (progress_log_) progress_log_->Report(done, total);
   control_.Update([&](RunStatus& s) {
     if (s.state == RunState::kStarting) s.state = RunState::kRunning;
     s.items_done = done;

@@ -64,9 +64,7 @@ class ServicePlane {
   struct Parts;
   RunControl control_;
   std::unique_ptr<Parts> parts_;
-  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  int64_t first_done_ = -1, last_done_ = 0;
-  std::unique_ptr<ProgressLog> progress_log_;
+  std::unique_ptr<ProgressLog> progress_;
 };
 
 /// How a service main ends on an error: the message (prefixed with the

@@ -28,6 +28,8 @@ TEST(Progress, ALogGetsDoneTotalRateAndEtaThenTheStagesTime) {
   log.Report(0, 400);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   log.Report(100, 400);
+  EXPECT_GT(log.rate(), 0.0);
+  EXPECT_LT(log.rate(), 100 / 0.05) << "100 images in at least 50 ms";
   log.Report(400, 400);
   const std::string text = out.str();
   EXPECT_NE(text.find("scdino-features: images 0/400 (0%)\n"), std::string::npos) << text;
