@@ -12,9 +12,11 @@
 #      host build runs at full priority;
 #   2. Slurm and the test cluster start, the sanitizer trees start building
 #      (niced), and the Slurm, cluster and monitoring tests run, alone;
-#   3. the other tests, two at a time (the podman tests one at a time, the
-#      pipeline test alone), while the niced builds go on;
-#   4. once both builds are done: the sanitizer suites and the GPU image test.
+#   3. the other tests, two at a time (the pipeline test alone), while the
+#      niced builds go on;
+#   4. once both builds are done: the sanitizer suites, and the podman tests
+#      one at a time (the CPU image's and the GPU image's: a podman build
+#      beside the GPU image's build waited on the store they share).
 # SCDINO_SKIP_GPU_IMAGE=1 leaves the image and its test out (a quick local
 # run; CI runs everything).
 set -euo pipefail
@@ -58,17 +60,18 @@ run_tests() {  # PHASE CTEST-SELECTION...
 }
 run_tests "bounded in seconds (Slurm, the test cluster, live monitoring)" \
   -L 'slurm|cluster|monitoring' -LE 'sanitizers|container'
-run_tests "the others but the sanitizer and GPU image suites" \
-  -LE 'cluster|monitoring|sanitizers|gpu-image' -E '^slurm\.'
+run_tests "the others but the sanitizer and container suites" \
+  -LE 'cluster|monitoring|sanitizers|container' -E '^slurm\.'
 # The builds beneath: a failed one is reported by its tests, which say why.
 wait "$sanitizers_pid" && echo "scdino: sanitizer trees built ($build_dir/sanitizers-build.log)" ||
   { echo "scdino: building the sanitizer trees failed:"; tail -30 "$build_dir/sanitizers-build.log"; }
 if [ -n "$image_pid" ]; then
   wait "$image_pid" && echo "scdino: GPU image built: $(grep '^scdino: built' "$build_dir/gpu-image-build.log")" ||
-    echo "scdino: the GPU image build failed ($build_dir/gpu-image-build.log); the gpu-image test repeats it and says why"
-  run_tests "the sanitizer suites and the GPU image" -L 'sanitizers|gpu-image'
+    { echo "scdino: the GPU image build failed ($build_dir/gpu-image-build.log); the gpu-image test repeats it:"
+      tail -15 "$build_dir/gpu-image-build.log"; }
+  run_tests "the sanitizer suites and the container images" -L 'sanitizers|container'
 else
-  run_tests "the sanitizer suites" -L sanitizers
+  run_tests "the sanitizer suites and the CPU image" -L 'sanitizers|container' -LE gpu-image
 fi
 if [ ${#failed[@]} -gt 0 ]; then
   printf 'scdino: tests failed in: %s\n' "${failed[@]}"

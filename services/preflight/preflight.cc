@@ -1,8 +1,14 @@
 #include "preflight/preflight.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -171,17 +177,49 @@ double FreeGigabytes(const std::string& dir) {
 }
 
 int64_t EccErrors(const std::string& nvidia_smi, int64_t gpu) {
-  const std::string cmd = nvidia_smi + " --query-gpu=ecc.errors.uncorrected.volatile.total --format=csv,noheader,nounits -i " +
-                          std::to_string(gpu) + " 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return -1;
-  char line[128] = {};
-  const bool got = std::fgets(line, sizeof line, p) != nullptr;
-  const int rc = ::pclose(p);
-  if (!got || rc != 0) return -1;
+  // Spawned, not popen'ed: the child starts with the stop signals unblocked
+  // and handled by default (the service's threads block them, and a child
+  // inherits that; runtime/signals.h), so a hung nvidia-smi still ends on
+  // the step's SIGTERM.
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return -1;
+  posix_spawn_file_actions_t files;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_adddup2(&files, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addopen(&files, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawnattr_init(&attr);
+  sigset_t none, stop;
+  sigemptyset(&none);
+  sigemptyset(&stop);
+  for (int sig : {SIGTERM, SIGUSR1, SIGINT}) sigaddset(&stop, sig);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &stop);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  const std::string query = "--query-gpu=ecc.errors.uncorrected.volatile.total", index = std::to_string(gpu);
+  std::vector<char*> argv{const_cast<char*>(nvidia_smi.c_str()), const_cast<char*>(query.c_str()),
+                          const_cast<char*>("--format=csv,noheader,nounits"), const_cast<char*>("-i"),
+                          const_cast<char*>(index.c_str()), nullptr};
+  pid_t pid = -1;
+  const int spawned = ::posix_spawnp(&pid, nvidia_smi.c_str(), &files, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&files);
+  posix_spawnattr_destroy(&attr);
+  ::close(out[1]);
+  std::string line;
+  char buf[128];
+  for (ssize_t n; spawned == 0 && (n = ::read(out[0], buf, sizeof buf)) != 0;) {
+    if (n > 0) line.append(buf, static_cast<size_t>(n));
+    else if (errno != EINTR) break;
+  }
+  ::close(out[0]);
+  int status = 0;
+  if (spawned != 0) return -1;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || line.empty()) return -1;
   char* end = nullptr;
-  const long long v = std::strtoll(line, &end, 10);
-  return end == line ? -1 : static_cast<int64_t>(v);  // "[N/A]": no ECC on this GPU
+  const long long v = std::strtoll(line.c_str(), &end, 10);
+  return end == line.c_str() ? -1 : static_cast<int64_t>(v);  // "[N/A]": no ECC on this GPU
 }
 
 void CheckGpu(torch::Device device, const std::string& nvidia_smi, RankChecks* c) {

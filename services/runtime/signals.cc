@@ -1,9 +1,11 @@
 #include "runtime/signals.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <thread>
 
 #include "runtime/exit_codes.h"
 
@@ -21,6 +23,7 @@ std::atomic<bool> g_saved{false};
 std::atomic<bool> g_shutting_down{false};
 std::atomic<int> g_exit_code{kExitFailed};
 std::atomic<int> g_bound_seconds{0};
+std::atomic<pid_t> g_catcher_pid{0};  // the process whose signal thread runs
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<void*>::is_always_lock_free &&
               std::atomic<bool>::is_always_lock_free);
 
@@ -70,6 +73,27 @@ void OnStopSignal(int) {
   ::_exit(kExitFailed);
 }
 
+constexpr int kStopSignals[] = {SIGTERM, SIGUSR1, SIGINT};
+
+void StopSignalSet(sigset_t* set) {
+  sigemptyset(set);
+  for (int sig : kStopSignals) sigaddset(set, sig);
+}
+
+// The thread the stop signals are delivered to (signals.h says why): it
+// only waits. Started once per process, and again in a forked child, which
+// has only the thread that forked.
+void StartSignalThread() {
+  if (g_catcher_pid.exchange(::getpid()) == ::getpid()) return;
+  std::thread([] {
+    (void)pthread_setname_np(pthread_self(), "scdino-signals");
+    sigset_t stop;
+    StopSignalSet(&stop);
+    pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
+    for (;;) ::pause();
+  }).detach();
+}
+
 }  // namespace
 
 void InstallStopSignals(const char* program, const char* doing) {
@@ -81,14 +105,19 @@ void InstallStopSignals(const char* program, const char* doing) {
   // failing with EINTR in code that does not retry (a library's, a
   // stream's); the loops see the flag at their next boundary.
   sa.sa_flags = SA_RESTART;
-  sigemptyset(&sa.sa_mask);
   // One stop signal at a time: a second one waits until the handler of the
   // first returned, so their counts and messages never interleave.
-  for (int sig : {SIGTERM, SIGUSR1, SIGINT}) sigaddset(&sa.sa_mask, sig);
-  for (int sig : {SIGTERM, SIGUSR1, SIGINT}) sigaction(sig, &sa, nullptr);
+  StopSignalSet(&sa.sa_mask);
+  for (int sig : kStopSignals) sigaction(sig, &sa, nullptr);
+  // The calling thread, and every thread it starts from now on (LibTorch's
+  // OpenMP workers, the loaders, gRPC's), never takes one.
+  pthread_sigmask(SIG_BLOCK, &sa.sa_mask, nullptr);
+  StartSignalThread();
 }
 
 bool StopSignalReceived() { return g_signals.load() != 0; }
+
+int StopSignalCount() { return g_signals.load(); }
 
 void MarkStopSaved() { g_saved.store(true); }
 

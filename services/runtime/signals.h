@@ -18,13 +18,25 @@ namespace scdino::runtime {
 /// at once with _exit: 75 after MarkStopSaved(), else 1 (every file the
 /// services write is written atomically, so the last complete one stays).
 /// During the shutdown every signal only prints. `program` and `doing`
-/// must outlive the process (string literals). A handler rather than
-/// sigwait on a dedicated thread: OpenBLAS starts its threads when the
-/// library loads, before main could block signals for them.
+/// must outlive the process (string literals).
+///
+/// The signals are handled on a thread of their own that only waits: the
+/// calling thread and every thread it starts afterwards block them, so call
+/// it first in main. A signal handled on a computing thread can corrupt the
+/// heap (oneDNN's JIT sgemm runs with its stack pointer in the heap, where
+/// the kernel then writes the signal frame). Still a handler rather than
+/// sigwait: OpenBLAS starts its threads when the library loads, before main
+/// could block signals for them, so one of them may take a signal too. A
+/// child process started from a blocking thread inherits the block: start
+/// children with the stop signals unblocked (posix_spawnattr_setsigmask).
 void InstallStopSignals(const char* program, const char* doing);
 
 /// Whether a stop signal has arrived.
 bool StopSignalReceived();
+
+/// How many stop signals have arrived (tests wait for one to be handled:
+/// it is handled on the signal thread, not by the thread that sent it).
+int StopSignalCount();
 
 /// The work saved what it had after a stop signal (the trainer's
 /// checkpoint): from now on the process leaves with 75 whatever signal

@@ -1,14 +1,13 @@
 // The service mains' command line on the shared CLI: flags with defaults in
 // --help, --version, errors naming the flag and value with exit code 2, the
 // config loaded (its ignored keys said once), threads; device choice; and
-// the stop signals with the registration that outlives no trainer.
+// the exit codes.
 #include "runtime/command_line.h"
 
 #include <gtest/gtest.h>
 
 #include <signal.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <sstream>
 
@@ -18,6 +17,7 @@
 #include "runtime/exit_codes.h"
 #include "runtime/service_plane.h"
 #include "runtime/signals.h"
+#include "support/stop_signals.h"
 #include "support/test_support.h"
 
 namespace scdino::runtime {
@@ -172,52 +172,13 @@ TEST(ExitCodes, ADivergedRunMeetingASignalIsNeverAPreemption) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   auto signalled_then_fail = [](const Status& s) {
     InstallStopSignals("scdino-x", "finishing the step");
-    (void)::raise(SIGTERM);
+    if (!scdino::testing::SendStopSignal(SIGTERM)) std::_Exit(9);
     std::exit(Fail(nullptr, "scdino-x", s));
   };
   EXPECT_EXIT(signalled_then_fail(Status::Diverged("loss is nan at iteration 7")),
               ::testing::ExitedWithCode(kExitDiverged), "scdino-x: loss is nan at iteration 7");
   EXPECT_EXIT(signalled_then_fail(Status::Aborted("stopped; 3 shards written")),
               ::testing::ExitedWithCode(kExitPreempted), "stopped; 3 shards written");
-}
-
-// Interrupted system calls resume (SA_RESTART): a read in a library that
-// does not retry on EINTR is not failed by the signal.
-TEST(StopSignals, AreInstalledWithSaRestart) {
-  InstallStopSignals("scdino-x", "finishing the batch");
-  for (int sig : {SIGTERM, SIGUSR1, SIGINT}) {
-    struct sigaction now {};
-    ASSERT_EQ(::sigaction(sig, nullptr, &now), 0);
-    EXPECT_TRUE(now.sa_flags & SA_RESTART) << "signal " << sig;
-  }
-}
-
-// The registration is cleared when its scope ends, also by an exception, so
-// a signal in a shutdown window never reaches a destroyed trainer.
-TEST(StopSignals, TheFirstSignalSetsTheRegisteredFlagOnlyWhileItLives) {
-  InstallStopSignals("scdino-x", "finishing the batch");
-  EXPECT_FALSE(StopSignalReceived());
-  std::atomic<bool> flag{false};
-  try {
-    ScopedStopFlag route(&flag);
-    EXPECT_EQ(RegisteredStopFlagForTesting(), &flag);
-    throw std::runtime_error("a peer died");
-  } catch (const std::runtime_error&) {
-  }
-  EXPECT_EQ(RegisteredStopFlagForTesting(), nullptr);
-  std::atomic<bool> live{false};
-  ScopedStopFlag route(&live);
-  ::testing::internal::CaptureStderr();
-  ASSERT_EQ(::raise(SIGUSR1), 0);  // handled synchronously on this thread
-  const std::string said = ::testing::internal::GetCapturedStderr();
-  EXPECT_TRUE(StopSignalReceived());
-  EXPECT_TRUE(live.load());
-  EXPECT_FALSE(flag.load());
-  EXPECT_EQ(said, "scdino-x: signal received: finishing the batch\n");
-  // A registration after the signal is stopped at once.
-  std::atomic<bool> late{false};
-  ScopedStopFlag again(&late);
-  EXPECT_TRUE(late.load());
 }
 
 }  // namespace

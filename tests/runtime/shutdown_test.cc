@@ -16,10 +16,12 @@
 
 #include "runtime/exit_codes.h"
 #include "runtime/signals.h"
+#include "support/stop_signals.h"
 
 namespace scdino::runtime {
 namespace {
 
+using scdino::testing::SendStopSignal;
 using std::chrono::milliseconds;
 
 class Shutdown : public ::testing::Test {
@@ -35,9 +37,7 @@ TEST_F(Shutdown, ASecondSignalLetsTheStopFinish) {
     InstallStopSignals("scdino-x", "finishing the step");
     std::atomic<bool> flag{false};
     ScopedStopFlag route(&flag);
-    (void)::raise(SIGTERM);
-    (void)::raise(SIGTERM);
-    if (!flag.load()) std::_Exit(9);
+    if (!SendStopSignal(SIGTERM) || !SendStopSignal(SIGTERM) || !flag.load()) std::_Exit(9);
     EndProcess("scdino-x", kExitPreempted);
   };
   EXPECT_EXIT(two_signals_then_exit(), ::testing::ExitedWithCode(kExitPreempted),
@@ -52,7 +52,7 @@ TEST_F(Shutdown, AThirdSignalExitsAtOnceWith75OnlyOnceTheStopIsSaved) {
   auto three = [](bool saved) {
     InstallStopSignals("scdino-x", "finishing the step");
     if (saved) MarkStopSaved();
-    for (int i = 0; i < 3; ++i) (void)::raise(SIGUSR1);
+    for (int i = 0; i < 3; ++i) (void)SendStopSignal(SIGUSR1);
     std::_Exit(9);  // not reached
   };
   EXPECT_EXIT(three(false), ::testing::ExitedWithCode(kExitFailed),
@@ -65,11 +65,11 @@ TEST_F(Shutdown, AThirdSignalExitsAtOnceWith75OnlyOnceTheStopIsSaved) {
 TEST_F(Shutdown, SignalsDuringTheShutdownOnlyPrint) {
   auto signalled_shutdown = [] {
     InstallStopSignals("scdino-x", "finishing the step");
-    (void)::raise(SIGTERM);
+    if (!SendStopSignal(SIGTERM)) std::_Exit(9);
     MarkStopSaved();
     EndProcess("scdino-x", kExitPreempted,
                {{"the loader", [] {
-                   for (int i = 0; i < 4; ++i) (void)::raise(SIGTERM);
+                   for (int i = 0; i < 4; ++i) (void)SendStopSignal(SIGTERM);
                  }}});
   };
   EXPECT_EXIT(signalled_shutdown(), ::testing::ExitedWithCode(kExitPreempted),
