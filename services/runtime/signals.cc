@@ -15,7 +15,8 @@ namespace {
 
 // Only lock-free atomics, write(2) and _exit(2) in the handler: all are
 // signal-safe.
-std::atomic<int> g_signals{0};
+std::atomic<int> g_signals{0};  // arrived
+std::atomic<int> g_handled{0};  // handled: printed, flag set
 std::atomic<const char*> g_program{""};
 std::atomic<const char*> g_doing{""};
 std::atomic<std::atomic<bool>*> g_flag{nullptr};
@@ -41,7 +42,7 @@ void SayNumber(int n) {
   Say(p);
 }
 
-void OnStopSignal(int) {
+void HandleStopSignal() {
   const int n = g_signals.fetch_add(1) + 1;
   Say(g_program.load());
   if (g_shutting_down.load()) {
@@ -71,6 +72,11 @@ void OnStopSignal(int) {
   }
   Say(": third signal: exiting now without saving at the stop (1); the last complete checkpoint or output stays\n");
   ::_exit(kExitFailed);
+}
+
+void OnStopSignal(int) {
+  HandleStopSignal();
+  g_handled.fetch_add(1);
 }
 
 constexpr int kStopSignals[] = {SIGTERM, SIGUSR1, SIGINT};
@@ -117,7 +123,7 @@ void InstallStopSignals(const char* program, const char* doing) {
 
 bool StopSignalReceived() { return g_signals.load() != 0; }
 
-int StopSignalCount() { return g_signals.load(); }
+int StopSignalsHandled() { return g_handled.load(); }
 
 void MarkStopSaved() { g_saved.store(true); }
 

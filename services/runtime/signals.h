@@ -34,9 +34,10 @@ void InstallStopSignals(const char* program, const char* doing);
 /// Whether a stop signal has arrived.
 bool StopSignalReceived();
 
-/// How many stop signals have arrived (tests wait for one to be handled:
-/// it is handled on the signal thread, not by the thread that sent it).
-int StopSignalCount();
+/// How many stop signals have been handled (their line printed, the flag
+/// set): a test waits for one, since it is handled on the signal thread,
+/// not by the thread that sent it.
+int StopSignalsHandled();
 
 /// The work saved what it had after a stop signal (the trainer's
 /// checkpoint): from now on the process leaves with 75 whatever signal

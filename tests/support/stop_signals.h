@@ -15,10 +15,10 @@ namespace scdino::testing {
 
 /// False when the signal was not handled within 5 s.
 inline bool SendStopSignal(int sig) {
-  const int before = runtime::StopSignalCount();
+  const int before = runtime::StopSignalsHandled();
   if (::kill(::getpid(), sig) != 0) return false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (runtime::StopSignalCount() == before) {
+  while (runtime::StopSignalsHandled() == before) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
