@@ -86,17 +86,19 @@ void StopSignalSet(sigset_t* set) {
   for (int sig : kStopSignals) sigaddset(set, sig);
 }
 
-// The thread the stop signals are delivered to (signals.h says why): it
-// only waits. Started once per process, and again in a forked child, which
-// has only the thread that forked.
+// The thread that takes the stop signals (signals.h says why): it waits for
+// them with sigwaitinfo, blocked like the others, and handles each as the
+// handler would. Started once per process, and again in a forked child,
+// which has only the thread that forked.
 void StartSignalThread() {
   if (g_catcher_pid.exchange(::getpid()) == ::getpid()) return;
   std::thread([] {
     (void)pthread_setname_np(pthread_self(), "scdino-signals");
     sigset_t stop;
     StopSignalSet(&stop);
-    pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
-    for (;;) ::pause();
+    for (;;) {
+      if (::sigwaitinfo(&stop, nullptr) > 0) OnStopSignal(0);
+    }
   }).detach();
 }
 

@@ -20,13 +20,13 @@ namespace scdino::runtime {
 /// During the shutdown every signal only prints. `program` and `doing`
 /// must outlive the process (string literals).
 ///
-/// The signals are handled on a thread of their own that only waits: the
-/// calling thread and every thread it starts afterwards block them, so call
-/// it first in main. A signal handled on a computing thread can corrupt the
+/// The signals are taken by a thread of their own that only waits for them
+/// (sigwaitinfo): the calling thread and every thread it starts afterwards
+/// block them, so call it first in main. A signal handled on a computing thread can corrupt the
 /// heap (oneDNN's JIT sgemm runs with its stack pointer in the heap, where
-/// the kernel then writes the signal frame). Still a handler rather than
-/// sigwait: OpenBLAS starts its threads when the library loads, before main
-/// could block signals for them, so one of them may take a signal too. A
+/// the kernel then writes the signal frame). The handler stays installed:
+/// OpenBLAS starts its threads when the library loads, before main could
+/// block signals for them, so one of them may take a signal too. A
 /// child process started from a blocking thread inherits the block: start
 /// children with the stop signals unblocked (posix_spawnattr_setsigmask).
 void InstallStopSignals(const char* program, const char* doing);
