@@ -178,9 +178,9 @@ double FreeGigabytes(const std::string& dir) {
 
 int64_t EccErrors(const std::string& nvidia_smi, int64_t gpu) {
   // Spawned, not popen'ed: the child starts with the stop signals unblocked
-  // and handled by default (the service's threads block them, and a child
-  // inherits that; runtime/signals.h), so a hung nvidia-smi still ends on
-  // the step's SIGTERM.
+  // (the service's threads block them, and a child inherits the mask;
+  // runtime/signals.h), so a hung nvidia-smi still ends on the step's
+  // SIGTERM. Their handlers are reset by the exec itself.
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return -1;
   posix_spawn_file_actions_t files;
@@ -189,13 +189,10 @@ int64_t EccErrors(const std::string& nvidia_smi, int64_t gpu) {
   posix_spawn_file_actions_adddup2(&files, out[1], STDOUT_FILENO);
   posix_spawn_file_actions_addopen(&files, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
   posix_spawnattr_init(&attr);
-  sigset_t none, stop;
+  sigset_t none;
   sigemptyset(&none);
-  sigemptyset(&stop);
-  for (int sig : {SIGTERM, SIGUSR1, SIGINT}) sigaddset(&stop, sig);
   posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &stop);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
   const std::string query = "--query-gpu=ecc.errors.uncorrected.volatile.total", index = std::to_string(gpu);
   std::vector<char*> argv{const_cast<char*>(nvidia_smi.c_str()), const_cast<char*>(query.c_str()),
                           const_cast<char*>("--format=csv,noheader,nounits"), const_cast<char*>("-i"),
@@ -205,15 +202,18 @@ int64_t EccErrors(const std::string& nvidia_smi, int64_t gpu) {
   posix_spawn_file_actions_destroy(&files);
   posix_spawnattr_destroy(&attr);
   ::close(out[1]);
+  if (spawned != 0) {
+    ::close(out[0]);
+    return -1;
+  }
   std::string line;
   char buf[128];
-  for (ssize_t n; spawned == 0 && (n = ::read(out[0], buf, sizeof buf)) != 0;) {
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) != 0;) {
     if (n > 0) line.append(buf, static_cast<size_t>(n));
     else if (errno != EINTR) break;
   }
   ::close(out[0]);
   int status = 0;
-  if (spawned != 0) return -1;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || line.empty()) return -1;

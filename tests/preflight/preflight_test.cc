@@ -5,6 +5,9 @@
 #include "preflight/preflight.h"
 
 #include <gtest/gtest.h>
+
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
@@ -143,6 +146,16 @@ TEST(EccErrors, ReadsNvidiaSmisAnswer) {
   EXPECT_EQ(EccErrors(smi("na", "echo '[N/A]'"), 0), -1);
   EXPECT_EQ(EccErrors(smi("fails", "exit 9"), 0), -1);
   EXPECT_EQ(EccErrors(d.file("no-such-command"), 0), -1);
+  // Asked from a thread that blocks SIGTERM (every service thread does), the
+  // child still takes it: it answers 1 where SIGTERM (bit 14) is blocked.
+  sigset_t term, was;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &term, &was), 0);
+  const int64_t blocked = EccErrors(
+      smi("mask", "blk=$(awk '/^SigBlk/ {print $2}' /proc/$$/status); echo $(( (0x$blk >> 14) & 1 ))"), 0);
+  pthread_sigmask(SIG_SETMASK, &was, nullptr);
+  EXPECT_EQ(blocked, 0) << "nvidia-smi was started with SIGTERM blocked";
 }
 
 TEST(Judge, NamesTheNodeTheFigureAndTheKey) {
