@@ -46,8 +46,7 @@ int main(int argc, char** argv) {
     if (!packed) return scdino::data::IndexFolder(a.str("data"));
     auto set = scdino::data::PackedSet::Shared(a.str("data"));
     if (!set.ok()) return set.status();
-    o.packed = *set;
-    return (*set)->dataset();
+    return scdino::data::DatasetOf(*set);
   }();
   if (!dataset.ok()) {
     std::cerr << dataset.status().ToString() << "\n";
@@ -59,7 +58,7 @@ int main(int argc, char** argv) {
       std::cerr << "--shuffle blocks needs a packed set\n";
       return 2;
     }
-    scdino::data::UseBlockShuffle(*o.packed, num("shuffle-buffer"), &o.sampler);
+    scdino::data::UseBlockShuffle(*dataset->packed, num("shuffle-buffer"), &o.sampler);
   }
   o.sampler.batch_size = num("batch");
   o.crops.global_size = num("global");

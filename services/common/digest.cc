@@ -6,10 +6,10 @@
 #include <stdexcept>
 
 namespace scdino {
-namespace {
 
-std::string Hex(const unsigned char* p, size_t n) {
+std::string HexEncode(const void* data, size_t n) {
   static const char* hex = "0123456789abcdef";
+  const auto* p = static_cast<const unsigned char*>(data);
   std::string out;
   out.reserve(2 * n);
   for (size_t i = 0; i < n; ++i) {
@@ -18,8 +18,6 @@ std::string Hex(const unsigned char* p, size_t n) {
   }
   return out;
 }
-
-}  // namespace
 
 struct Sha256::Ctx {
   EVP_MD_CTX* md = EVP_MD_CTX_new();
@@ -40,7 +38,7 @@ std::string Sha256::HexDigest() {
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_DigestFinal_ex(ctx_->md, out, &len);
-  return Hex(out, len);
+  return HexEncode(out, len);
 }
 
 std::string Sha256Hex(std::string_view data) {
@@ -54,7 +52,7 @@ std::string HmacSha256Hex(std::string_view key, std::string_view message) {
   unsigned int len = 0;
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(message.data()),
        message.size(), mac, &len);
-  return Hex(mac, len);
+  return HexEncode(mac, len);
 }
 
 }  // namespace scdino

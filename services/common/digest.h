@@ -30,6 +30,10 @@ class Sha256 {
 
 std::string Sha256Hex(std::string_view data);
 
+/// `n` bytes as lowercase hex, two digits a byte: the one encoder of
+/// digests, secrets and certificate fingerprints.
+std::string HexEncode(const void* data, size_t n);
+
 /// HMAC-SHA256 of `message` keyed by `key`, as 64 hex digits.
 std::string HmacSha256Hex(std::string_view key, std::string_view message);
 

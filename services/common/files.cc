@@ -10,6 +10,8 @@
 #include <cstring>
 #include <random>
 
+#include "common/digest.h"
+
 namespace scdino {
 
 Status WriteFileAtomic(const std::string& path, std::string_view data, int mode) {
@@ -132,14 +134,9 @@ Status MakeOwnDir(const std::string& path, int mode, const std::string& what) {
 
 std::string NewSecret() {
   std::random_device rd;  // /dev/urandom (or the CPU's generator) on Linux
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (int i = 0; i < 32; ++i) {
-    const auto b = static_cast<unsigned char>(rd());
-    out += hex[b >> 4];
-    out += hex[b & 15];
-  }
-  return out;
+  unsigned char bytes[32];
+  for (auto& b : bytes) b = static_cast<unsigned char>(rd());
+  return HexEncode(bytes, sizeof bytes);
 }
 
 StatusOr<std::string> LoadOrCreateSecret(const std::string& path, const std::string& what) {

@@ -8,10 +8,27 @@
 #include <torch/types.h>
 
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
 namespace scdino {
+
+/// The one .npy codec's two halves, shared by the features' files and the
+/// packed data sets' members (data/packed.h).
+/// The header of an array of `descr` ('<f4', '|u1', ...) and `shape`, C
+/// order: magic, version 1.0, length, the dict padded to a multiple of 64.
+std::string NpyHeader(const std::string& descr, const std::vector<int64_t>& shape);
+
+struct NpyLayout {
+  std::string descr;           ///< as written: '<f4', '|u1', 'f8', ...
+  std::vector<int64_t> shape;
+  bool fortran_order = false;
+  size_t data_offset = 0;      ///< where the data begins
+};
+/// The header at the start of `size` bytes (versions 1 to 3); DataLoss,
+/// naming `where`, when it does not parse or its sizes are not sizes.
+StatusOr<NpyLayout> ParseNpyHeader(const char* data, size_t size, const std::string& where);
 
 /// Writes a float32, float64, int32 or int64 tensor (any device and shape;
 /// copied to contiguous CPU memory) atomically: a failed write keeps an

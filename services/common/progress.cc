@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
 namespace scdino {
@@ -54,8 +55,54 @@ std::string FormatDuration(double seconds) {
   return buf;
 }
 
+namespace {
+
+std::mutex sink_mu;
+std::shared_ptr<const std::function<void(const StageProgress&)>> sink;
+
+void Publish(const std::optional<StageProgress>& p) {
+  if (!p) return;
+  std::shared_ptr<const std::function<void(const StageProgress&)>> to;
+  {
+    std::lock_guard<std::mutex> lock(sink_mu);
+    to = sink;
+  }
+  if (to) (*to)(*p);
+}
+
+}  // namespace
+
+void SetStageSink(std::function<void(const StageProgress&)> f) {
+  std::lock_guard<std::mutex> lock(sink_mu);
+  sink = f ? std::make_shared<const std::function<void(const StageProgress&)>>(std::move(f)) : nullptr;
+}
+
 ProgressLog::ProgressLog(std::ostream* out, std::string prefix, std::string unit, ProgressStyle style)
-    : out_(style.quiet ? nullptr : out), prefix_(std::move(prefix)), unit_(std::move(unit)), style_(style) {}
+    : out_(style.quiet ? nullptr : out), prefix_(std::move(prefix)), unit_(std::move(unit)), style_(style) {
+  const auto colon = prefix_.find(": ");
+  stage_ = colon == std::string::npos ? prefix_ : prefix_.substr(colon + 2);
+}
+
+void ProgressLog::set_stage(std::string stage) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stage_ = std::move(stage);
+}
+
+std::optional<StageProgress> ProgressLog::ForSinkLocked(int64_t done, int64_t total, bool finished) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!finished && sunk_ && now - last_sink_at_ < std::chrono::seconds(1)) return std::nullopt;
+  sunk_ = true;
+  last_sink_at_ = now;
+  StageProgress p;
+  p.stage = stage_;
+  p.unit = unit_;
+  p.done = done;
+  p.total = total;
+  p.per_second = rate_;
+  p.eta_seconds = !finished && total > 0 && rate_ > 0 ? static_cast<double>(total - done) / rate_ : 0.0;
+  p.finished = finished;
+  return p;
+}
 
 ProgressLog::~ProgressLog() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -91,11 +138,20 @@ std::string ProgressLog::Line(int64_t done, int64_t total) const {
 }
 
 void ProgressLog::Report(int64_t done, int64_t total) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::optional<StageProgress> publish;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ReportLocked(done, total, &publish);
+  }
+  Publish(publish);
+}
+
+void ProgressLog::ReportLocked(int64_t done, int64_t total, std::optional<StageProgress>* publish) {
   if (done_) {
     if (done >= last_done_) return;
     done_ = false;
     first_done_ = -1;
+    sunk_ = false;
   }
   last_done_ = done;
   const auto now = std::chrono::steady_clock::now();
@@ -107,8 +163,10 @@ void ProgressLog::Report(int64_t done, int64_t total) {
   rate_ = seconds > 0 ? static_cast<double>(done - first_done_) / seconds : 0.0;
   if (total > 0 && done >= total) {
     DoneLocked(done);
+    *publish = ForSinkLocked(done, total, true);
     return;
   }
+  *publish = ForSinkLocked(done, total, false);
   // A stage shorter than the interval prints its last line only.
   if (out_ == nullptr || now - last_line_at_ < style_.interval) return;
   last_line_at_ = now;
@@ -125,8 +183,15 @@ void ProgressLog::Report(int64_t done, int64_t total) {
 }
 
 void ProgressLog::Done(int64_t done) {
-  std::lock_guard<std::mutex> lock(mu_);
-  DoneLocked(done);
+  std::optional<StageProgress> publish;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_) {
+      DoneLocked(done);
+      publish = ForSinkLocked(done, done, true);
+    }
+  }
+  Publish(publish);
 }
 
 void ProgressLog::DoneLocked(int64_t done) {

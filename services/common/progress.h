@@ -10,7 +10,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -34,6 +36,22 @@ ProgressStyle ProgressStyleFor(const std::ostream* out);
 /// "42 s", "6:42", "1:05:03".
 std::string FormatDuration(double seconds);
 
+/// A stage's progress as a service publishes it beside its log (the control
+/// status, the metrics): what ProgressLog reports.
+struct StageProgress {
+  std::string stage;  ///< "channel statistics", "linear probe", "features"
+  std::string unit;   ///< plural: "images", "fits"
+  int64_t done = 0, total = 0;  ///< total <= 0: unknown
+  double per_second = 0.0, eta_seconds = 0.0;  ///< 0: not known yet
+  bool finished = false;
+};
+
+/// Where every ProgressLog of the process also reports: at its first
+/// report, at most once a second after, and at its end. The service plane
+/// (runtime/service_plane.h) sets it for its lifetime; an empty function
+/// stops it. Called on the reporting thread, outside the log's lock.
+void SetStageSink(std::function<void(const StageProgress&)> sink);
+
 /// Thread-safe: Report may come from any thread.
 class ProgressLog {
  public:
@@ -42,6 +60,10 @@ class ProgressLog {
   ProgressLog(std::ostream* out, std::string prefix, std::string unit, ProgressStyle style);
   ProgressLog(std::ostream* out, std::string prefix, std::string unit)
       : ProgressLog(out, std::move(prefix), std::move(unit), ProgressStyleFor(out)) {}
+  /// The stage's name for the stage sink: by default what follows the
+  /// program in `prefix` ("linear probe" of "scdino-eval: linear probe"),
+  /// or the whole prefix.
+  void set_stage(std::string stage);
 
   /// `done` of `total` (total <= 0: unknown; no percentage, no ETA); done
   /// reaching total is Done(done). After Done(), a report below the last
@@ -59,13 +81,17 @@ class ProgressLog {
 
  private:
   std::string Line(int64_t done, int64_t total) const;
+  void ReportLocked(int64_t done, int64_t total, std::optional<StageProgress>* publish);
   void DoneLocked(int64_t done);
+  /// What the stage sink gets now, or nothing (once a second, and the end).
+  std::optional<StageProgress> ForSinkLocked(int64_t done, int64_t total, bool finished);
 
   std::ostream* out_;
-  std::string prefix_, unit_;
+  std::string prefix_, unit_, stage_;
   ProgressStyle style_;
   mutable std::mutex mu_;
-  std::chrono::steady_clock::time_point first_at_, last_line_at_;
+  std::chrono::steady_clock::time_point first_at_, last_line_at_, last_sink_at_;
+  bool sunk_ = false;
   int64_t first_done_ = -1, last_done_ = 0, lines_ = 0;
   double rate_ = 0.0;
   bool open_line_ = false, done_ = false;

@@ -41,6 +41,11 @@ struct RunStatus {
   int64_t epoch = 0, epochs = 0, iteration = 0, iterations = 0;
   int64_t items_done = 0, items_total = 0;
   double items_per_second = 0.0, eta_seconds = 0.0;
+  /// The long stage in progress or last finished (common/progress.h).
+  std::string stage, stage_unit;
+  int64_t stage_done = 0, stage_total = 0;
+  double stage_per_second = 0.0, stage_eta_seconds = 0.0;
+  bool stage_finished = false;
   // Trainer.
   double loss = 0.0, learning_rate = 0.0, weight_decay = 0.0, teacher_temperature = 0.0, teacher_momentum = 0.0;
   std::string last_checkpoint;

@@ -195,6 +195,13 @@ class ControlServer::Impl {
     p->set_items_total(s.items_total);
     p->set_items_per_second(s.items_per_second);
     p->set_eta_seconds(s.eta_seconds);
+    p->set_stage(s.stage);
+    p->set_stage_unit(s.stage_unit);
+    p->set_stage_done(s.stage_done);
+    p->set_stage_total(s.stage_total);
+    p->set_stage_per_second(s.stage_per_second);
+    p->set_stage_eta_seconds(s.stage_eta_seconds);
+    p->set_stage_finished(s.stage_finished);
     if (o_.service == "trainer") {
       auto* t = out->mutable_trainer();
       t->set_loss(s.loss);

@@ -8,6 +8,7 @@
 
 #include <memory>
 
+#include "common/digest.h"
 #include "common/files.h"
 
 namespace scdino::control {
@@ -37,13 +38,7 @@ std::string Fingerprint(X509* cert) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   X509_digest(cert, EVP_sha256(), md, &n);
-  static const char* hex = "0123456789abcdef";
-  std::string out = "sha256:";
-  for (unsigned int i = 0; i < n; ++i) {
-    out += hex[md[i] >> 4];
-    out += hex[md[i] & 15];
-  }
-  return out;
+  return "sha256:" + HexEncode(md, n);
 }
 
 bool AddExtension(X509* cert, int nid, const std::string& value) {

@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -77,6 +78,28 @@ std::string Duration(double s) {
   return buf;
 }
 
+// "linear probe: fits 3/6 (50%), 0.40 fits/s, ETA 8s" or "...: 6 fits, done".
+std::string Stage(const v1::Progress& p) {
+  char buf[256];
+  if (p.stage_finished()) {
+    std::snprintf(buf, sizeof buf, "%s: %lld %s, done", p.stage().c_str(), static_cast<long long>(p.stage_done()),
+                  p.stage_unit().c_str());
+    return buf;
+  }
+  std::string out = p.stage() + ": " + p.stage_unit() + " " + std::to_string(p.stage_done());
+  if (p.stage_total() > 0) {
+    std::snprintf(buf, sizeof buf, "/%lld (%.0f%%)", static_cast<long long>(p.stage_total()),
+                  std::floor(100.0 * static_cast<double>(p.stage_done()) / static_cast<double>(p.stage_total())));
+    out += buf;
+  }
+  if (p.stage_per_second() > 0) {
+    std::snprintf(buf, sizeof buf, ", %.2f %s/s", p.stage_per_second(), p.stage_unit().c_str());
+    out += buf;
+  }
+  if (p.stage_eta_seconds() > 0) out += ", ETA " + Duration(p.stage_eta_seconds());
+  return out;
+}
+
 void PrintTable(const v1::Status& s) {
   const auto& p = s.progress();
   const auto& r = s.run();
@@ -99,6 +122,7 @@ void PrintTable(const v1::Status& s) {
   }
   std::printf("%-12s%s\n", "progress", buf);
   std::printf("%-12s%.1f items/s, ETA %s\n", "speed", p.items_per_second(), Duration(p.eta_seconds()).c_str());
+  if (!p.stage().empty()) std::printf("%-12s%s\n", "stage", Stage(p).c_str());
   if (s.has_trainer()) {
     const auto& t = s.trainer();
     std::printf("%-12s%.5f\n", "loss", t.loss());
@@ -144,6 +168,7 @@ void PrintLine(const v1::Status& s) {
               static_cast<long long>(p.iterations()), static_cast<long long>(p.epoch() + 1),
               static_cast<long long>(p.epochs()), p.items_per_second(), Duration(p.eta_seconds()).c_str());
   if (s.has_trainer()) std::printf(" loss %.5f", s.trainer().loss());
+  if (!p.stage().empty() && !p.stage_finished()) std::printf(" [%s]", Stage(p).c_str());
   if (!s.error().empty()) std::printf(" error: %s", s.error().c_str());
   std::printf("\n");
   std::fflush(stdout);

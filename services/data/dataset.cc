@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -37,7 +38,12 @@ Status Unreadable(const std::string& path, const std::string& what, const std::e
                                     std::to_string(::geteuid()) + "); check its permissions");
 }
 
+std::atomic<int64_t> index_passes{0};
+
 }  // namespace
+
+int64_t IndexPasses() { return index_passes.load(); }
+void CountIndexPass() { ++index_passes; }
 
 StatusOr<Dataset> IndexFolder(const std::string& root, const IndexOptions& o) {
   std::error_code ec;
@@ -46,6 +52,7 @@ StatusOr<Dataset> IndexFolder(const std::string& root, const IndexOptions& o) {
   const bool is_dir = fs::is_directory(root, ec);
   if (ec && ec != std::errc::no_such_file_or_directory) return Unreadable(root, "the data set folder", ec);
   if (!is_dir) return Status::NotFound("data set folder " + root + " does not exist or is not a folder");
+  CountIndexPass();
   Dataset d;
   d.root = root;
   std::map<std::string, std::string> labels;
@@ -101,6 +108,7 @@ StatusOr<Dataset> IndexFolder(const std::string& root, const IndexOptions& o) {
     }
     labels[p.string()] = parts[parts.size() - 1 - o.folder_depth_for_labels];
     dirs_with_images.insert(p.parent_path().string());
+    if (o.on_progress) o.on_progress(static_cast<int64_t>(labels.size()));
   }
   for (const auto& dir : leaf_dirs) {
     if (dirs_with_images.count(dir)) continue;
@@ -115,6 +123,7 @@ StatusOr<Dataset> IndexFolder(const std::string& root, const IndexOptions& o) {
 StatusOr<Dataset> IndexCsv(const std::string& csv_path) {
   std::ifstream in(csv_path);
   if (!in) return Status::NotFound("cannot open index CSV " + csv_path);
+  CountIndexPass();
   Dataset d;
   d.root = fs::path(csv_path).parent_path().string();
   std::map<std::string, std::string> labels;
@@ -238,6 +247,17 @@ StatusOr<torch::Tensor> LoadImage(const std::string& path, const ImagePrep& prep
     if (!raw.ok()) return raw.status();
   }
   return PrepareImage(*raw, prep, path);
+}
+
+StatusOr<RawImage> ReadEntry(const Dataset& d, size_t i) {
+  if (d.packed) return d.packed->Read(static_cast<int64_t>(i));
+  return ReadImage(d.entries[i].path);
+}
+
+StatusOr<torch::Tensor> LoadEntry(const Dataset& d, size_t i, const ImagePrep& prep) {
+  auto raw = ReadEntry(d, i);
+  if (!raw.ok()) return raw.status();
+  return PrepareImage(*raw, prep, d.entries[i].path);
 }
 
 }  // namespace scdino::data

@@ -7,12 +7,17 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "data/image_io.h"
 
 namespace scdino::data {
+
+class PackedSet;
 
 enum class BadImagePolicy {
   kFail,  ///< stop with the file and the reason
@@ -29,12 +34,23 @@ struct Dataset {
   std::vector<std::string> classes;  ///< sorted; index = label
   std::vector<DatasetEntry> entries; ///< sorted by path
   std::vector<std::string> skipped;  ///< files left out under kSkip, with the reason
+  /// The packed set the entries are read from, by their position (its
+  /// index order), or null: files. ReadEntry and LoadEntry use it.
+  std::shared_ptr<const PackedSet> packed;
 };
+
+/// How many times this process has indexed a data set (IndexFolder,
+/// IndexCsv, PackedSet::Open): a process indexes its data once and hands
+/// the index on (tests and the benchmarks count).
+int64_t IndexPasses();
+void CountIndexPass();
 
 struct IndexOptions {
   /// 0: the folder holding an image names its class; 1: the folder above; ...
   int64_t folder_depth_for_labels = 0;
   BadImagePolicy on_bad_image = BadImagePolicy::kFail;
+  /// Images found so far, after each (a large tree takes minutes to walk).
+  std::function<void(int64_t)> on_progress;
 };
 
 /// Walks `root`. Files starting with '.' are ignored; other non-image files
@@ -57,7 +73,14 @@ struct ImagePrep {
 StatusOr<torch::Tensor> PrepareImage(const torch::Tensor& hwc, const ImagePrep& prep, const std::string& path);
 
 /// Reads and prepares one image; `<packed set>/<source path>` reads it from
-/// a packed set (data/packed.h).
+/// a packed set (data/packed.h), found by probing the folders above it: for
+/// a path a user names. A service reading a data set's images reads them
+/// by index (LoadEntry).
 StatusOr<torch::Tensor> LoadImage(const std::string& path, const ImagePrep& prep);
+
+/// Entry `i` of `d`, raw: from d.packed by its index (one pread), else its file.
+StatusOr<RawImage> ReadEntry(const Dataset& d, size_t i);
+/// Entry `i` of `d`, read (ReadEntry) and prepared.
+StatusOr<torch::Tensor> LoadEntry(const Dataset& d, size_t i, const ImagePrep& prep);
 
 }  // namespace scdino::data

@@ -31,14 +31,14 @@ FileLoader::FileLoader(Dataset dataset, LoaderOptions options, torch::Device dev
       else if (options_.on_bad_image == BadImagePolicy::kFail) ThrowIfError(img.status());
     }
   }
-  if (options_.packed && options_.sampler.block > 0) {
+  if (dataset_.packed && options_.sampler.block > 0) {
     // The blocks of every window the batches being loaded or waiting reach
     // (with many ranks a rank's batches cross windows sooner), plus one.
     const auto& so = options_.sampler;
     const int64_t window = so.window_blocks * so.block;
     const int64_t in_flight = (options_.prefetch + std::max(1, options_.threads)) * so.batch_size * so.world_size;
     const int64_t windows = (in_flight + window - 1) / window + 2;
-    const auto& set = *options_.packed;
+    const auto& set = *dataset_.packed;
     for (int64_t b = 0; b < set.blocks(); ++b) {
       const auto [begin, end] = set.BlockRange(b);
       max_block_bytes_ = std::max(max_block_bytes_, end - begin);
@@ -55,7 +55,7 @@ FileLoader::FileLoader(Dataset dataset, LoaderOptions options, torch::Device dev
                    mib(wanted * max_block_bytes_) + ") exceed the bound of " + mib(options_.block_cache_max_bytes) +
                    " (scdino.block_cache_mb; a smaller scdino.shuffle_buffer needs less)";
     }
-  } else if (options_.packed) {
+  } else if (dataset_.packed) {
     read_plan_ = "read image by image (shuffle: global)";
   }
   const int n = std::max(1, options_.threads);
@@ -68,7 +68,7 @@ std::string FileLoader::epoch_order() const {
   const auto& so = options_.sampler;
   if (so.block <= 0) return "global";
   return "blocks of " + std::to_string(so.block) + " in windows of " + std::to_string(so.window_blocks) +
-         (options_.packed ? " of packed set " + options_.packed->content_fingerprint() : std::string());
+         (dataset_.packed ? " of packed set " + dataset_.packed->content_fingerprint() : std::string());
 }
 
 void FileLoader::StopWorkers() {
@@ -86,10 +86,10 @@ void FileLoader::StartEpoch(int64_t epoch, EpochStart start) {
   if (block_capacity_ > 0) {
     std::vector<int64_t> sequence;
     std::unordered_map<int64_t, size_t> place;
-    const auto& entries = options_.packed->entries();
+    const auto& entries = dataset_.packed->entries();
     const int64_t bs = options_.sampler.batch_size;
     for (size_t k = static_cast<size_t>(start.batch * bs); k < indices.size(); ++k) {
-      const int64_t block = entries[indices[k]].position / options_.packed->block_samples();
+      const int64_t block = entries[indices[k]].position / dataset_.packed->block_samples();
       if (place.emplace(block, sequence.size()).second) sequence.push_back(block);
     }
     std::lock_guard<std::mutex> l(block_mu_);
@@ -112,7 +112,7 @@ StatusOr<torch::Tensor> FileLoader::LoadOne(int64_t index) {
     if (it != cache_.end()) return it->second;
   }
   StatusOr<torch::Tensor> img = Status::Internal("not read");
-  if (options_.packed) {
+  if (dataset_.packed) {
     auto raw = ReadPacked(index);
     img = raw.ok() ? PrepareImage(*raw, options_.prep, dataset_.entries[index].path) : raw.status();
   } else {
@@ -128,7 +128,7 @@ StatusOr<torch::Tensor> FileLoader::LoadOne(int64_t index) {
 }
 
 StatusOr<RawImage> FileLoader::ReadPacked(int64_t index) {
-  const auto& set = *options_.packed;
+  const auto& set = *dataset_.packed;
   if (block_capacity_ == 0) return set.Read(index);
   const int64_t block = set.entries()[index].position / set.block_samples();
   std::shared_ptr<const std::string> bytes;

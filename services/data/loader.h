@@ -39,12 +39,10 @@ struct LoaderOptions {
   /// How a file becomes an image (LoadImage); replaced by tests to make a
   /// reading thread fail the ways real ones do (an exception, no memory).
   std::function<StatusOr<torch::Tensor>(const std::string& path, const ImagePrep& prep)> read = LoadImage;
-  /// The packed set the data set is (its dataset()): images are read from
-  /// its shards, and with a block shuffle (sampler.block = its
-  /// block_samples, sampler.storage_order = its pack_order) a whole block at
-  /// a time, the blocks of the current and next windows kept in memory.
-  std::shared_ptr<const PackedSet> packed;
-  /// Bytes those blocks may hold. The windows the batches in flight reach
+  /// Bytes the blocks of a packed data set (Dataset::packed) may hold:
+  /// with a block shuffle (sampler.block = its block_samples,
+  /// sampler.storage_order = its pack_order) images are read a whole block
+  /// at a time, the blocks of the current and next windows kept in memory. The windows the batches in flight reach
   /// grow with the ranks (a global batch spans them all) and the image
   /// size: when their blocks would need more, the images are read one at a
   /// time instead (the same order; more, smaller reads). read_plan() says

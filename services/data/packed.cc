@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "common/digest.h"
 #include "common/files.h"
 #include "common/fingerprint.h"
+#include "common/npy.h"
 #include "data/sampler.h"
 
 namespace scdino::data {
@@ -43,6 +45,12 @@ uint32_t Crc32(const char* data, size_t n, uint32_t crc = 0) {
   return crc;
 }
 
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string out = "(";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + ")";
+}
+
 std::string DtypeName(const torch::Tensor& t) {
   if (t.scalar_type() == torch::kUInt8) return "uint8";
   if (t.scalar_type() == torch::kInt32) return "uint16";  // ReadImage widens 16-bit samples
@@ -53,16 +61,7 @@ std::string DtypeName(const torch::Tensor& t) {
 std::string EncodeNpy(const RawImage& hwc) {
   const std::string dtype = DtypeName(hwc);
   const std::string descr = dtype == "uint8" ? "|u1" : dtype == "uint16" ? "<u2" : "<f4";
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" +
-                       std::to_string(hwc.size(0)) + ", " + std::to_string(hwc.size(1)) + ", " +
-                       std::to_string(hwc.size(2)) + "), }";
-  const size_t total = 10 + header.size() + 1;
-  header.append((64 - total % 64) % 64, ' ');
-  header += '\n';
-  std::string out("\x93NUMPY\x01\x00", 8);
-  out += static_cast<char>(header.size() & 0xff);
-  out += static_cast<char>(header.size() >> 8);
-  out += header;
+  std::string out = NpyHeader(descr, hwc.sizes().vec());
   auto c = hwc.contiguous();
   if (dtype == "uint16") {
     auto u = c.to(torch::kInt32);
@@ -260,6 +259,7 @@ ssize_t PreadFully(int fd, char* buf, size_t n, int64_t offset) {
 
 StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& dir, const std::string& logical_root) {
   RaiseOpenFileLimit();
+  CountIndexPass();
   const std::string manifest_path = dir + "/pack.json";
   auto text = ReadFile(manifest_path);
   if (!text.ok()) return text.status();
@@ -421,29 +421,32 @@ StatusOr<RawImage> PackedSet::Decode(int64_t index, const char* data) const {
     return Status::DataLoss(where + ": CRC-32 mismatch: the shard is corrupt or was changed after packing; pack the "
                             "data set again");
   }
-  // The .npy header scdino writes: magic, version 1.0, little-endian length.
-  if (std::memcmp(data, "\x93NUMPY\x01\x00", 8) != 0) return Status::DataLoss(where + ": not a .npy member");
-  const size_t hlen = static_cast<unsigned char>(data[8]) | (static_cast<unsigned char>(data[9]) << 8);
-  if (static_cast<int64_t>(hlen) > e.bytes - 10) return Status::DataLoss(where + ": a .npy header longer than its member");
-  const std::string header(data + 10, std::min<size_t>(hlen, static_cast<size_t>(e.bytes) - 10));
+  auto layout = ParseNpyHeader(data, static_cast<size_t>(e.bytes), where);
+  if (!layout.ok()) return layout.status();
   const int64_t h = e.shape[0], w = e.shape[1], c = e.shape[2];
-  const char* pixels = data + 10 + hlen;
+  const char* pixels = data + layout->data_offset;
   const int64_t n = h * w * c;
-  const int64_t have = e.bytes - 10 - static_cast<int64_t>(hlen);
-  if (header.find("'|u1'") != std::string::npos && have == n) {
+  const int64_t have = e.bytes - static_cast<int64_t>(layout->data_offset);
+  const std::string& descr = layout->descr;
+  if (layout->shape != std::vector<int64_t>{h, w, c} || layout->fortran_order) {
+    return Status::DataLoss(where + ": .npy member of shape " + ShapeText(layout->shape) +
+                            " where the index says " + ShapeText({h, w, c}));
+  }
+  if (descr == "|u1" && have == n) {
     return torch::from_blob(const_cast<char*>(pixels), {h, w, c}, torch::kUInt8).clone();
   }
-  if (header.find("'<u2'") != std::string::npos && have == 2 * n) {
+  if (descr == "<u2" && have == 2 * n) {
     auto out = torch::empty({h, w, c}, torch::kInt32);
     int32_t* o = out.data_ptr<int32_t>();
     const auto* p = reinterpret_cast<const unsigned char*>(pixels);
     for (int64_t i = 0; i < n; ++i) o[i] = p[2 * i] | (p[2 * i + 1] << 8);
     return out;
   }
-  if (header.find("'<f4'") != std::string::npos && have == 4 * n) {
+  if (descr == "<f4" && have == 4 * n) {
     return torch::from_blob(const_cast<char*>(pixels), {h, w, c}, torch::kFloat32).clone();
   }
-  return Status::DataLoss(where + ": .npy header " + header + " does not match the index's shape");
+  return Status::DataLoss(where + ": .npy member of dtype '" + descr + "' with " + std::to_string(have) +
+                          " data bytes does not match the index's " + ShapeText({h, w, c}));
 }
 
 StatusOr<RawImage> PackedSet::Read(int64_t index) const {
@@ -510,7 +513,10 @@ namespace {
 
 // The packed set above `path` (or the error opening it) and `path` relative
 // to it; a null set when no folder above `path` holds one.
+std::atomic<int64_t> path_lookups{0};
+
 StatusOr<std::pair<std::shared_ptr<const PackedSet>, std::string>> FindPackedSet(const std::string& path) {
+  ++path_lookups;
   for (fs::path dir = fs::path(path).parent_path(); !dir.empty(); dir = dir.parent_path()) {
     if (IsPackedSet(dir.string())) {
       auto set = PackedSet::Shared(dir.string());
@@ -523,6 +529,14 @@ StatusOr<std::pair<std::shared_ptr<const PackedSet>, std::string>> FindPackedSet
 }
 
 }  // namespace
+
+Dataset DatasetOf(std::shared_ptr<const PackedSet> set) {
+  Dataset d = set->dataset();
+  d.packed = std::move(set);
+  return d;
+}
+
+int64_t PackedPathLookups() { return path_lookups.load(); }
 
 StatusOr<std::shared_ptr<const PackedSet>> PackedSetOf(const std::string& path) {
   auto found = FindPackedSet(path);

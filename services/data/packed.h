@@ -135,6 +135,9 @@ class PackedSet {
   std::string fingerprint_, content_fingerprint_;
 };
 
+/// `set`'s data set, read from `set` by index (Dataset::packed).
+Dataset DatasetOf(std::shared_ptr<const PackedSet> set);
+
 /// Sets `sampler` to a block shuffle of `set` in its pack order: its
 /// blocks, windows of `shuffle_buffer` images (rounded down to whole
 /// blocks, at least one).
@@ -147,6 +150,12 @@ bool IsPackedSet(const std::string& dir);
 /// opened once per process; nullptr when no folder above `path` is one; the
 /// error opening it (a shard cut short, an index not the pack's) when one is.
 StatusOr<std::shared_ptr<const PackedSet>> PackedSetOf(const std::string& path);
+
+/// How many times this process looked a packed image up by its path
+/// (PackedSetOf, ReadPackedImage, LoadImage): the folders above the path
+/// probed, the set found, the path hashed. A data set's reader reads by
+/// index (ReadEntry) and never does (tests count).
+int64_t PackedPathLookups();
 
 /// The image `path` names in its packed set (PackedSetOf); NotFound when
 /// it names none.

@@ -45,8 +45,7 @@ StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& pr
         next = take;
         return;
       }
-      const auto& e = d.entries[order[k]];
-      auto img = LoadImage(e.path, prep);
+      auto img = LoadEntry(d, static_cast<size_t>(order[k]), prep);
       if (o.on_progress) o.on_progress(++done, take);
       if (!img.ok()) {
         if (o.on_bad_image == BadImagePolicy::kSkip) continue;

@@ -16,6 +16,7 @@
 #include "features/feature_set.h"
 #include "run/coordinator.h"
 #include "run/environment.h"
+#include "run/source.h"
 #include "runtime/checkpoint_follower.h"
 #include "runtime/command_line.h"
 #include "runtime/exit_codes.h"
@@ -93,7 +94,7 @@ int main(int argc, char** argv) {
               << " CPU threads\n";
     // Temporaries of evaluations that were killed go; a live writer's stay.
     if (auto s = scdino::run::PrepareRunDir(config); !s.ok()) return Fail(nullptr, kProgram, s);
-    auto plane = ServicePlane::Start(config, single, {"eval", "queries"});
+    auto plane = ServicePlane::Start(config, single, {"eval", "queries", "kNN"});
     if (!plane.ok()) return Fail(nullptr, kProgram, plane.status());
     ServicePlane* p = plane->get();
     auto stop = [p] { return StopSignalReceived() || p->control().Requests().stop; };
@@ -125,7 +126,10 @@ int main(int argc, char** argv) {
     }
     if (follow) {
       auto coordinator = scdino::run::Coordinator::Single();
-      auto run = scdino::features::PrepareFeatureRun(config, cl.config_path(), single, *coordinator, stop);
+      auto dataset = scdino::run::IndexDataset(config);
+      if (!dataset.ok()) return Fail(p, kProgram, dataset.status());
+      auto run = scdino::features::PrepareFeatureRun(config, std::move(dataset).value(), cl.config_path(), single,
+                                                     *coordinator, stop);
       if (!run.ok()) return Fail(p, kProgram, run.status());
       const std::string key = config.downstream.checkpoint_key;
       FollowOptions fo;

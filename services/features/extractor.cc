@@ -39,11 +39,11 @@ torch::Tensor PrepareForModel(const torch::Tensor& chw, const FeaturePrep& prep)
   return x.contiguous();
 }
 
-StatusOr<torch::Tensor> LoadForModel(const std::string& path, const FeaturePrep& prep) {
-  auto img = data::LoadImage(path, prep.image);
+StatusOr<torch::Tensor> LoadForModel(const data::Dataset& d, size_t i, const FeaturePrep& prep) {
+  auto img = data::LoadEntry(d, i, prep.image);
   if (!img.ok()) return img.status();
   if (!prep.mean.empty() && static_cast<int64_t>(prep.mean.size()) != img->size(0)) {
-    return Status::InvalidArgument(path + ": " + std::to_string(img->size(0)) + " channels after selection, but the "
+    return Status::InvalidArgument(d.entries[i].path + ": " + std::to_string(img->size(0)) + " channels after selection, but the "
                                    "statistics have " + std::to_string(prep.mean.size()));
   }
   return PrepareForModel(*img, prep);
@@ -110,7 +110,7 @@ StatusOr<torch::Tensor> LoadBatch(const ExtractJob& job, int64_t first, int64_t 
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
       for (int64_t i = t; i < count; i += threads) {
-        auto img = LoadForModel(job.dataset.entries[static_cast<size_t>(first + i)].path, job.prep);
+        auto img = LoadForModel(job.dataset, static_cast<size_t>(first + i), job.prep);
         if (!img.ok()) {
           errors[static_cast<size_t>(t)] = img.status();
           return;

@@ -36,8 +36,9 @@ struct FeaturePrep {
 
 /// C x H x W in [0, 1] -> C x S x S, normalised.
 torch::Tensor PrepareForModel(const torch::Tensor& chw, const FeaturePrep& prep);
-/// Reads and prepares one image; errors name the file.
-StatusOr<torch::Tensor> LoadForModel(const std::string& path, const FeaturePrep& prep);
+/// Reads (data::ReadEntry: by index from a packed set) and prepares entry
+/// `i` of `d`; errors name the file.
+StatusOr<torch::Tensor> LoadForModel(const data::Dataset& d, size_t i, const FeaturePrep& prep);
 
 struct ExtractOptions {
   /// The features directory (created).

@@ -21,14 +21,13 @@ nlohmann::json ChannelNames(const run::RunConfig& config) {
 
 }  // namespace
 
-StatusOr<FeatureRun> PrepareFeatureRun(const run::RunConfig& config, const std::string& config_path,
+StatusOr<FeatureRun> PrepareFeatureRun(const run::RunConfig& config, data::Dataset dataset,
+                                       const std::string& config_path,
                                        const run::LaunchInfo& launch, run::Coordinator& coordinator,
                                        const std::function<bool()>& should_stop) {
   const auto& down = config.downstream;
   FeatureRun r;
-  auto dataset = run::IndexDataset(config);
-  if (!dataset.ok()) return dataset.status();
-  r.dataset = std::move(dataset).value();
+  r.dataset = std::move(dataset);
   r.prep.image = config.image_prep();
   r.prep.resize = down.resize ? down.resize_length : 0;
   if (auto s = run::CheckChannels(r.dataset, r.prep.image); !s.ok()) return s;

@@ -27,10 +27,11 @@ struct FeatureRun {
   std::string metadata_json;
 };
 
-/// Indexes the data set, checks the channels, loads or computes the
-/// statistics (rank 0 first; `should_stop` ends that with Aborted) and
-/// assigns the split.
-StatusOr<FeatureRun> PrepareFeatureRun(const run::RunConfig& config, const std::string& config_path,
+/// Of `dataset` (run::IndexDataset, indexed once by the caller): checks the
+/// channels, loads or computes the statistics (rank 0 first; `should_stop`
+/// ends that with Aborted) and assigns the split.
+StatusOr<FeatureRun> PrepareFeatureRun(const run::RunConfig& config, data::Dataset dataset,
+                                       const std::string& config_path,
                                        const run::LaunchInfo& launch, run::Coordinator& coordinator,
                                        const std::function<bool()>& should_stop = {});
 

@@ -13,6 +13,7 @@
 #include "features/feature_job.h"
 #include "run/coordinator.h"
 #include "run/environment.h"
+#include "run/source.h"
 #include "runtime/checkpoint_follower.h"
 #include "runtime/command_line.h"
 #include "runtime/exit_codes.h"
@@ -96,11 +97,14 @@ int main(int argc, char** argv) {
           scdino::run::Rendezvous(config, *launch, std::chrono::seconds(config.scdino.distributed_timeout_s));
     }
     if (!coordinator.ok()) return Fail(nullptr, kProgram, coordinator.status());
-    auto plane = ServicePlane::Start(config, *launch, {"features", "images"});
+    auto plane = ServicePlane::Start(config, *launch, {"features", "images", "features"});
     if (!plane.ok()) return Fail(nullptr, kProgram, plane.status());
     ServicePlane* p = plane->get();
     auto stop = [p] { return StopSignalReceived() || p->control().Requests().stop; };
-    auto run = scdino::features::PrepareFeatureRun(config, cl.config_path(), *launch, **coordinator, stop);
+    auto dataset = scdino::run::IndexDataset(config, launch->rank == 0 ? &std::cerr : nullptr);
+    if (!dataset.ok()) return Fail(p, kProgram, dataset.status());
+    auto run = scdino::features::PrepareFeatureRun(config, std::move(dataset).value(), cl.config_path(), *launch,
+                                                   **coordinator, stop);
     if (!run.ok()) return Fail(p, kProgram, run.status());
 
     auto extract = [&](const std::string& checkpoint) -> scdino::Status {

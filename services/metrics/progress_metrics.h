@@ -25,4 +25,19 @@ class ProgressMetrics {
   double reported_ = 0.0;
 };
 
+/// The stages of any service (common/progress.h's StageProgress), one
+/// series per stage: scdino_<service>_stage_done{stage,unit},
+/// _stage_total{stage,unit} (0: unknown), _stage_eta_seconds{stage} and
+/// _stage_running{stage} (1 from its first report to its end, then 0).
+/// Thread-safe.
+class StageMetrics {
+ public:
+  StageMetrics(prometheus::Registry& registry, const std::string& service);
+  void Set(const std::string& stage, const std::string& unit, int64_t done, int64_t total, double eta_seconds,
+           bool finished);
+
+ private:
+  prometheus::Family<prometheus::Gauge> *done_, *total_, *eta_, *running_;
+};
+
 }  // namespace scdino::metrics

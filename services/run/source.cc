@@ -53,15 +53,20 @@ StatusOr<std::shared_ptr<const data::PackedSet>> OpenPackedDataset(const RunConf
   return set;
 }
 
-StatusOr<data::Dataset> IndexDataset(const RunConfig& c) {
+StatusOr<data::Dataset> IndexDataset(const RunConfig& c, std::ostream* progress) {
+  if (c.scdino.data_source == "synthetic") return data::Dataset{};
   if (c.scdino.data_source == "csv") return data::IndexCsv(c.scdino.index_csv);
   auto packed = OpenPackedDataset(c);
   if (!packed.ok()) return packed.status();
-  if (*packed) return (*packed)->dataset();
+  if (*packed) return data::DatasetOf(*packed);
   data::IndexOptions io;
   io.folder_depth_for_labels = c.meta.folder_depth_for_labels;
   io.on_bad_image = c.bad_image_policy();
-  return data::IndexFolder(c.meta.dataset_dir, io);
+  ProgressLog log(progress, "scdino: indexing", "images");
+  io.on_progress = [&log](int64_t found) { log.Report(found, 0); };
+  auto d = data::IndexFolder(c.meta.dataset_dir, io);
+  if (d.ok()) log.Done(static_cast<int64_t>(d->entries.size()));
+  return d;
 }
 
 std::string DatasetFingerprint(const data::Dataset& d, const data::ImagePrep& prep) {
@@ -76,7 +81,7 @@ std::string DatasetFingerprint(const data::Dataset& d, const data::ImagePrep& pr
 Status CheckChannels(const data::Dataset& d, const data::ImagePrep& prep) {
   // The first few files: under on_bad_image: skip the first may be bad.
   for (size_t i = 0; i < d.entries.size() && i < 16; ++i) {
-    auto img = data::LoadImage(d.entries[i].path, prep);
+    auto img = data::LoadEntry(d, i, prep);
     if (img.ok()) return Status::Ok();
     // A selection the image cannot satisfy is the run's error, not the file's.
     if (img.status().code() == StatusCode::kInvalidArgument) return img.status();
@@ -154,7 +159,7 @@ StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& c, const data::
   return s;
 }
 
-StatusOr<DataShape> MeasureData(const RunConfig& c, int64_t ranks) {
+StatusOr<DataShape> MeasureData(const RunConfig& c, const data::Dataset& dataset, int64_t ranks) {
   DataShape d;
   d.ranks = ranks;
   d.global_batch = c.train.batch_size_per_gpu * ranks;
@@ -166,20 +171,18 @@ StatusOr<DataShape> MeasureData(const RunConfig& c, int64_t ranks) {
     d.channels = static_cast<int64_t>(c.channels().size());
     return d;
   }
-  auto dataset = IndexDataset(c);
-  if (!dataset.ok()) return dataset.status();
   d.origin = c.scdino.data_source == "csv" ? c.scdino.index_csv : c.meta.dataset_dir;
-  d.images = static_cast<int64_t>(dataset->entries.size());
+  d.images = static_cast<int64_t>(dataset.entries.size());
   const data::ImagePrep prep = c.image_prep();
   // The first readable image (under on_bad_image: skip the first may be bad).
   Status last = Status::NotFound(d.origin + ": no images");
-  for (size_t i = 0; i < dataset->entries.size() && i < 16; ++i) {
-    auto img = data::LoadImage(dataset->entries[i].path, prep);
+  for (size_t i = 0; i < dataset.entries.size() && i < 16; ++i) {
+    auto img = data::LoadEntry(dataset, i, prep);
     if (!img.ok()) {
       last = img.status();
       continue;
     }
-    d.first_image = dataset->entries[i].path;
+    d.first_image = dataset.entries[i].path;
     d.channels = img->size(0);
     d.height = img->size(1);
     d.width = img->size(2);
@@ -188,8 +191,9 @@ StatusOr<DataShape> MeasureData(const RunConfig& c, int64_t ranks) {
   return last;
 }
 
-StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* c, int64_t ranks, bool rank_zero, bool resuming) {
-  auto shape = MeasureData(*c, ranks);
+StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* c, const data::Dataset& dataset, int64_t ranks,
+                                                bool rank_zero, bool resuming) {
+  auto shape = MeasureData(*c, dataset, ranks);
   if (!shape.ok()) return shape.status();
   std::vector<std::string> lines;
   if (c->scdino.recipe == "auto") {
@@ -234,8 +238,8 @@ StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* c, int64_t ranks, boo
   return lines;
 }
 
-StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, Coordinator& coordinator,
-                                                            torch::Device device,
+StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, data::Dataset dataset,
+                                                            Coordinator& coordinator, torch::Device device,
                                                             const std::function<bool()>& should_stop) {
   data::MultiCropOptions crops = c.multicrop_options();
   data::SamplerOptions sampler;
@@ -257,34 +261,30 @@ StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, 
         std::make_unique<data::InMemorySource>(images, set.labels, sampler, crops, device, set.class_names);
     return src;
   }
-  auto dataset = IndexDataset(c);
-  if (!dataset.ok()) return dataset.status();
   if (coordinator.is_rank_zero()) {
-    for (const auto& why : dataset->skipped) std::cerr << "scdino: skipping " << why << "\n";
+    for (const auto& why : dataset.skipped) std::cerr << "scdino: skipping " << why << "\n";
   }
   const data::ImagePrep prep = c.image_prep();
-  if (auto s = CheckChannels(*dataset, prep); !s.ok()) return s;
-  auto stats = LoadOrComputeStats(c, *dataset, prep, coordinator, should_stop);
+  if (auto s = CheckChannels(dataset, prep); !s.ok()) return s;
+  auto stats = LoadOrComputeStats(c, dataset, prep, coordinator, should_stop);
   if (!stats.ok()) return stats.status();
   crops.mean = stats->mean;
   crops.std = stats->std;
   Status classes = coordinator.RankZeroFirst("classes", [&] {
     if (auto s = MakeDirs(c.run_dir()); !s.ok()) return s;
-    return WriteFileAtomic(c.run_dir() + "/classes.json", nlohmann::json(dataset->classes).dump() + "\n");
+    return WriteFileAtomic(c.run_dir() + "/classes.json", nlohmann::json(dataset.classes).dump() + "\n");
   });
   if (!classes.ok()) return classes;
   data::LoaderOptions lo;
-  auto packed = OpenPackedDataset(c);
-  if (!packed.ok()) return packed.status();
-  const std::string shuffle = c.scdino.shuffle == "auto" ? (*packed ? "blocks" : "global") : c.scdino.shuffle;
+  const auto packed = dataset.packed;
+  const std::string shuffle = c.scdino.shuffle == "auto" ? (packed ? "blocks" : "global") : c.scdino.shuffle;
   if (shuffle == "blocks") {
-    if (!*packed) {
+    if (!packed) {
       return Status::InvalidArgument("scdino.shuffle: blocks needs a packed data set (scdino-pack); " +
                                      c.meta.dataset_dir + " is not one (use global or auto)");
     }
-    data::UseBlockShuffle(**packed, c.scdino.shuffle_buffer, &sampler);
+    data::UseBlockShuffle(*packed, c.scdino.shuffle_buffer, &sampler);
   }
-  lo.packed = *packed;
   lo.prep = prep;
   lo.sampler = sampler;
   lo.crops = crops;
@@ -295,7 +295,7 @@ StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, 
   lo.block_cache_max_bytes = c.scdino.block_cache_mb << 20;
   lo.on_bad_image = c.bad_image_policy();
   try {
-    auto loader = std::make_unique<data::FileLoader>(std::move(dataset).value(), lo, device);
+    auto loader = std::make_unique<data::FileLoader>(std::move(dataset), lo, device);
     if (coordinator.is_rank_zero() && !loader->read_plan().empty()) {
       std::cerr << "scdino: packed set " << c.meta.dataset_dir << ": " << loader->read_plan() << "\n";
     }

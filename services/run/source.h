@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <string>
 
@@ -28,9 +29,16 @@ namespace scdino::run {
 StatusOr<std::shared_ptr<const data::PackedSet>> OpenPackedDataset(
     const RunConfig& config, const std::function<const char*(const char*)>& env = ::getenv);
 
-/// The indexed data set of a folder or csv data source, or of a packed set (bad files listed in
-/// Dataset::skipped under on_bad_image: skip).
-StatusOr<data::Dataset> IndexDataset(const RunConfig& config);
+/// The indexed data set of a folder or csv data source, or of a packed set
+/// (Dataset::packed: read by index; bad files listed in Dataset::skipped
+/// under on_bad_image: skip); an empty one for the synthetic source (its
+/// images are made in memory). A process indexes once (a walk of a large
+/// folder tree takes minutes on a parallel file system) and hands the
+/// index to every stage: the recipe, the statistics, the source, the
+/// learning check, the features. A folder's walk reports its progress
+/// (common/progress.h) with its lines on `progress` (null: none, e.g. on
+/// ranks other than 0).
+StatusOr<data::Dataset> IndexDataset(const RunConfig& config, std::ostream* progress = &std::cerr);
 
 /// What statistics are for: the data set's files (relative to its root), the
 /// channel selection and the preprocessing before them.
@@ -52,9 +60,10 @@ StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& config, const d
                                                 const std::function<bool()>& should_stop = {});
 
 /// The data's shape for the recipe and the checks of run/recipe.h: the
-/// number of images and the size (after center_crop) and channels of the
-/// first readable one, with the global batch of `ranks`.
-StatusOr<DataShape> MeasureData(const RunConfig& config, int64_t ranks);
+/// number of images of `dataset` (IndexDataset) and the size (after
+/// center_crop) and channels of the first readable one, with the global
+/// batch of `ranks`.
+StatusOr<DataShape> MeasureData(const RunConfig& config, const data::Dataset& dataset, int64_t ranks);
 
 /// The trainer's start: the data measured and checked against the batch
 /// and crops (CheckDataFitsRun) and, with scdino.recipe: auto, the recipe
@@ -64,13 +73,15 @@ StatusOr<DataShape> MeasureData(const RunConfig& config, int64_t ranks);
 /// derived anew on a fresh start (saying so) and refused, naming both
 /// data sets, when `resuming` (a checkpoint is there and --no-resume was
 /// not given). Returns the lines to log.
-StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* config, int64_t ranks, bool rank_zero, bool resuming);
+StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* config, const data::Dataset& dataset, int64_t ranks,
+                                                bool rank_zero, bool resuming);
 
 /// The multi-crop source of the trainer on `device`, sharded for the
 /// coordinator's rank: in memory for synthetic data, else the threaded file
-/// loader (after the statistics, and classes.json written by rank 0).
-StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& config, Coordinator& coordinator,
-                                                            torch::Device device,
+/// loader of `dataset` (IndexDataset; after the statistics, and
+/// classes.json written by rank 0).
+StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& config, data::Dataset dataset,
+                                                            Coordinator& coordinator, torch::Device device,
                                                             const std::function<bool()>& should_stop = {});
 
 }  // namespace scdino::run

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -50,12 +51,20 @@ int64_t UnixMs() {
 
 }  // namespace
 
+// What the process's stage sink reaches: the plane while it lives (its
+// destructor clears it under the lock, so no report outlives it).
+struct ServicePlane::StageTarget {
+  std::mutex mu;
+  ServicePlane* plane = nullptr;
+};
+
 struct ServicePlane::Parts {
   std::string service, run_dir, host, slurm_job_id;
   int64_t linger_seconds = 0;
 #ifdef SCDINO_WITH_SERVICES
   std::unique_ptr<metrics::Exporter> exporter;
   std::unique_ptr<metrics::ProgressMetrics> progress;
+  std::unique_ptr<metrics::StageMetrics> stages;
   std::unique_ptr<metrics::StatusMetrics> status;
   std::unique_ptr<control::ControlServer> server;
   std::vector<std::shared_ptr<void>> kept;
@@ -80,6 +89,7 @@ StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const run::RunConfig
   if (!options.progress_unit.empty()) {
     plane->progress_ = std::make_unique<ProgressLog>(launch.rank == 0 ? &std::cerr : nullptr, tool,
                                                      options.progress_unit);
+    plane->progress_->set_stage(options.progress_stage.empty() ? options.service : options.progress_stage);
   }
 #ifdef SCDINO_WITH_SERVICES
   const std::string host = ThisHostName();
@@ -105,6 +115,7 @@ StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const run::RunConfig
                                                               options.progress_unit);
     }
     p.status = std::make_unique<metrics::StatusMetrics>(p.exporter->registry(), options.service);
+    p.stages = std::make_unique<metrics::StageMetrics>(p.exporter->registry(), options.service);
     p.status_watcher = std::thread([raw = plane.get()] {
       Parts& parts = *raw->parts_;
       int64_t seen = -1;
@@ -193,7 +204,28 @@ StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const run::RunConfig
   (void)launch;
   std::cerr << tool << ": built without the service layer: no control API, no metrics\n";
 #endif
+  plane->stage_target_ = std::make_shared<StageTarget>();
+  plane->stage_target_->plane = plane.get();
+  SetStageSink([target = plane->stage_target_](const StageProgress& s) {
+    std::lock_guard<std::mutex> lock(target->mu);
+    if (target->plane) target->plane->ReportStage(s);
+  });
   return plane;
+}
+
+void ServicePlane::ReportStage(const StageProgress& p) {
+  control_.Update([&](RunStatus& s) {
+    s.stage = p.stage;
+    s.stage_unit = p.unit;
+    s.stage_done = p.done;
+    s.stage_total = p.total;
+    s.stage_per_second = p.per_second;
+    s.stage_eta_seconds = p.eta_seconds;
+    s.stage_finished = p.finished;
+  });
+#ifdef SCDINO_WITH_SERVICES
+  if (parts_->stages) parts_->stages->Set(p.stage, p.unit, p.done, p.total, p.eta_seconds, p.finished);
+#endif
 }
 
 prometheus::Registry* ServicePlane::registry() {
@@ -269,6 +301,11 @@ void ServicePlane::Keep(std::shared_ptr<void> part) {
 }
 
 ServicePlane::~ServicePlane() {
+  if (stage_target_) {
+    SetStageSink({});
+    std::lock_guard<std::mutex> lock(stage_target_->mu);
+    stage_target_->plane = nullptr;
+  }
   if (!parts_) return;
   if (!IsFinal(control_.Snapshot().state)) Finish(RunState::kFailed, "the process ended early");
 #ifdef SCDINO_WITH_SERVICES
@@ -279,6 +316,7 @@ ServicePlane::~ServicePlane() {
   }
   parts_->kept.clear();
   parts_->status.reset();
+  parts_->stages.reset();
   parts_->progress.reset();
   parts_->exporter.reset();
 #endif

@@ -28,10 +28,17 @@ struct ServiceOptions {
   /// For a batch service, the plural unit of its progress ("images",
   /// "queries"): scdino_<service>_<unit>_processed_total etc. Empty: none.
   std::string progress_unit;
+  /// That progress's stage name in the status and the stage metrics
+  /// ("features", "kNN").
+  std::string progress_stage;
 };
 
 /// Thread-compatible: the service's main thread starts, reports and
-/// finishes it; the control server's threads only touch control().
+/// finishes it; the control server's threads only touch control(). While it
+/// runs, every long stage's progress (any ProgressLog of the process, on any
+/// thread: indexing, statistics, the learning check's loading, each
+/// evaluation step) reaches its status (Progress.stage) and its metrics
+/// (scdino_<service>_stage_*), besides the log.
 class ServicePlane {
  public:
   static StatusOr<std::unique_ptr<ServicePlane>> Start(const run::RunConfig& config, const run::LaunchInfo& launch,
@@ -61,10 +68,13 @@ class ServicePlane {
 
  private:
   ServicePlane() = default;
+  void ReportStage(const StageProgress& p);
   struct Parts;
+  struct StageTarget;
   RunControl control_;
   std::unique_ptr<Parts> parts_;
   std::unique_ptr<ProgressLog> progress_;
+  std::shared_ptr<StageTarget> stage_target_;
 };
 
 /// How a service main ends on an error: the message (prefixed with the

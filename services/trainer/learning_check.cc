@@ -29,14 +29,15 @@ std::vector<size_t> Sample(std::vector<size_t> rows, int64_t max, uint64_t seed)
 
 }  // namespace
 
-StatusOr<std::unique_ptr<LearningCheck>> LearningCheck::Make(const run::RunConfig& config, torch::Device device,
+StatusOr<std::unique_ptr<LearningCheck>> LearningCheck::Make(const run::RunConfig& config,
+                                                             const data::Dataset& dataset, torch::Device device,
                                                              std::string* why_not) {
   if (config.scdino.data_source == "synthetic") {
     *why_not = "the synthetic source has no image files to hold out";
     return std::unique_ptr<LearningCheck>();
   }
   auto coordinator = run::Coordinator::Single();
-  auto run = features::PrepareFeatureRun(config, config.source_path, run::LaunchInfo{}, *coordinator);
+  auto run = features::PrepareFeatureRun(config, dataset, config.source_path, run::LaunchInfo{}, *coordinator);
   if (!run.ok()) return run.status();
   // At the size the model trains on (what scdino-features uses when
   // resize_length is that size, as with recipe: auto and small-data.yaml):
@@ -83,28 +84,25 @@ StatusOr<std::unique_ptr<LearningCheck>> LearningCheck::Make(const run::RunConfi
             << config.scdino.learning_check_mb << "), loading beside the training\n";
   // Read by a thread of its own while the ranks train: no rank waits for it
   // in a collective (Measure waits a bounded time, then skips the check).
-  std::vector<std::pair<std::string, int64_t>> train_rows, test_rows;
-  for (size_t i : train) train_rows.emplace_back(entries[i].path, entries[i].label);
-  for (size_t i : test) test_rows.emplace_back(entries[i].path, entries[i].label);
   c->loader_ = std::thread([raw = c.get(), prep = run->prep, skip = config.bad_image_policy() == data::BadImagePolicy::kSkip,
-                            train_rows = std::move(train_rows), test_rows = std::move(test_rows), images] {
+                            data = std::make_shared<const data::Dataset>(std::move(run->dataset)),
+                            train = std::move(train), test = std::move(test), images] {
     ProgressLog progress(&std::cerr, "scdino-trainer: learning check: loading", "images");
     int64_t loaded = 0;
-    auto load = [&](const std::vector<std::pair<std::string, int64_t>>& rows, torch::Tensor* x,
-                    torch::Tensor* y) -> Status {
+    auto load = [&](const std::vector<size_t>& rows, torch::Tensor* x, torch::Tensor* y) -> Status {
       std::vector<torch::Tensor> stack;
       std::vector<int64_t> labels;
-      for (const auto& [path, label] : rows) {
+      for (size_t i : rows) {
         if (raw->stop_.load()) return Status::Aborted("the learning check's loading was stopped");
         progress.Report(loaded++, images);
-        auto img = features::LoadForModel(path, prep);
+        auto img = features::LoadForModel(*data, i, prep);
         // A bad image the run skips (on_bad_image: skip) is left out here too.
         if (!img.ok()) {
           if (skip) continue;
           return img.status();
         }
         stack.push_back(*img);
-        labels.push_back(label);
+        labels.push_back(data->entries[i].label);
       }
       if (stack.size() < 2) return Status::FailedPrecondition("fewer than 2 of its images could be read");
       // On the CPU: moved to the device a batch at a time.
@@ -116,8 +114,8 @@ StatusOr<std::unique_ptr<LearningCheck>> LearningCheck::Make(const run::RunConfi
     Status s;
     try {
       torch::NoGradGuard no_grad;
-      s = load(train_rows, &train_x, &train_y);
-      if (s.ok()) s = load(test_rows, &test_x, &test_y);
+      s = load(train, &train_x, &train_y);
+      if (s.ok()) s = load(test, &test_x, &test_y);
     } catch (const std::exception& e) {
       s = Status::Internal(std::string("the learning check's loading failed: ") + e.what());
     }

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "common/status.h"
+#include "data/dataset.h"
 #include "model/vit.h"
 #include "run/config.h"
 #include "training/reports.h"
@@ -34,9 +35,10 @@ class LearningCheck {
   /// Null, with the reason in `why_not`, where there is nothing to check
   /// against: no labels (one class), a synthetic source, fewer than 2 test
   /// images, or a bound that holds fewer than 6 images. Errors are the data
-  /// set's (its index, statistics). Starts loading the images.
-  static StatusOr<std::unique_ptr<LearningCheck>> Make(const run::RunConfig& config, torch::Device device,
-                                                       std::string* why_not);
+  /// set's (its statistics). Starts loading the images of `dataset` (the
+  /// run's index, run::IndexDataset), read by index.
+  static StatusOr<std::unique_ptr<LearningCheck>> Make(const run::RunConfig& config, const data::Dataset& dataset,
+                                                       torch::Device device, std::string* why_not);
   /// Stops the loading (within one image) and waits for it.
   ~LearningCheck();
 

@@ -21,6 +21,7 @@
 #include "runtime/signals.h"
 #include "trainer/learning_check.h"
 #include "trainer/trainer_wiring.h"
+#include "trainer/training_data.h"
 #include "training/trainer.h"
 
 namespace {
@@ -123,41 +124,30 @@ int main(int argc, char** argv) {
                 << options.collective->backend() << " (" << launch->source << " launch, rendezvous "
                 << launch->master_addr << ":" << launch->master_port << ")\n";
     }
-    auto started = ServicePlane::Start(config, *launch, {"trainer", ""});
+    auto started = ServicePlane::Start(config, *launch, {"trainer", "", ""});
     if (!started.ok()) return Fail(nullptr, started.status());
     parts.plane = std::move(started).value();
     ServicePlane* plane = parts.plane.get();
     AttachTrainer(*plane, &options, device->device);
-    // The data against the batch and crops, and the recipe derived from it
-    // (scdino.recipe: auto), before anything is built from the config.
+    // The data, indexed once: the recipe, the source and the learning
+    // check. The statistics of a large data set take minutes: a stop ends them.
     const bool resuming = options.resume && scdino::FileExists(config.run_dir() + "/checkpoint.safetensors");
-    auto recipe = scdino::run::SettleRecipe(&config, launch->world_size, launch->rank == 0, resuming);
-    if (!recipe.ok()) return Fail(plane, recipe.status());
-    if (launch->rank == 0) {
-      for (const auto& line : *recipe) std::cerr << "scdino-trainer: " << line << "\n";
-    }
-    // The statistics of a large data set take minutes: a stop ends them.
-    auto source = scdino::run::MakeSource(config, *parts.coordinator, device->device, [plane] {
-      return StopSignalReceived() || plane->control().Requests().stop;
-    });
-    if (!source.ok()) return Fail(plane, source.status());
-    if (auto s = config.CheckChannelCount((*source)->channels(), "the data"); !s.ok()) return Fail(plane, s);
+    auto data = scdino::trainer::PrepareTrainingData(&config, *parts.coordinator, device->device, resuming, &std::cerr,
+                                                     [plane] {
+                                                       return StopSignalReceived() || plane->control().Requests().stop;
+                                                     });
+    if (!data.ok()) return Fail(plane, data.status());
     const bool require_learning = config.scdino.learning_check == "require";
-    if (launch->rank == 0 && config.scdino.learning_check != "off") {
-      std::string why_not;
-      auto check = scdino::trainer::LearningCheck::Make(config, device->device, &why_not);
-      if (!check.ok()) return Fail(plane, check.status());
-      if (*check) {
-        parts.check = std::move(check).value();
-        options.learning_check = [raw = parts.check.get()](scdino::model::VisionTransformer teacher, int64_t epoch,
-                                                           int64_t it) { return raw->Measure(teacher, epoch, it); };
-      } else {
-        std::cerr << "scdino-trainer: no learning check: " << why_not << "\n";
-      }
+    if (data->check) {
+      parts.check = std::move(data->check);
+      options.learning_check = [raw = parts.check.get()](scdino::model::VisionTransformer teacher, int64_t epoch,
+                                                         int64_t it) { return raw->Measure(teacher, epoch, it); };
+    } else if (!data->no_check.empty()) {
+      std::cerr << "scdino-trainer: no learning check: " << data->no_check << "\n";
     }
     // The options' copies of the shared parts go with the trainer; the
     // shutdown holds the others.
-    parts.trainer = std::make_unique<scdino::training::Trainer>(std::move(config), std::move(source).value(),
+    parts.trainer = std::make_unique<scdino::training::Trainer>(std::move(config), std::move(data->source),
                                                                std::exchange(options, {}));
     // Signals stop reaching the trainer before the shutdown destroys it,
     // also when an exception unwinds this scope.

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace scdino {
 namespace {
@@ -110,6 +112,49 @@ TEST(Progress, NoStreamPrintsNothing) {
   log.Report(1, 2);
   log.Done(2);
   EXPECT_EQ(log.lines(), 0);
+}
+
+// Every stage also reaches the process's stage sink (the service plane's
+// status and metrics): its first report, at most one a second after, and
+// its end; named by what follows the program in its prefix.
+TEST(Progress, EveryStageReachesTheSinkAtABoundedRateAndAtItsEnd) {
+  std::vector<StageProgress> seen;
+  std::mutex mu;
+  SetStageSink([&](const StageProgress& p) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(p);
+  });
+  {
+    ProgressLog log(nullptr, "scdino-eval: linear probe", "fits");
+    for (int64_t i = 0; i < 1000; ++i) log.Report(i, 2000);  // well within a second
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    log.Report(1000, 2000);
+    log.Report(2000, 2000);
+    log.Report(2000, 2000);  // after the end: nothing more
+  }
+  ProgressLog plane(nullptr, "scdino-features", "images");
+  plane.set_stage("features");
+  plane.Report(3, 0);
+  plane.Done(7);
+  SetStageSink({});
+  ProgressLog after(nullptr, "scdino: indexing", "images");
+  after.Report(1, 0);
+  ASSERT_EQ(seen.size(), 5u);
+  EXPECT_EQ(seen[0].stage, "linear probe");
+  EXPECT_EQ(seen[0].unit, "fits");
+  EXPECT_EQ(seen[0].done, 0);
+  EXPECT_EQ(seen[0].total, 2000);
+  EXPECT_FALSE(seen[0].finished);
+  EXPECT_EQ(seen[1].done, 1000);
+  EXPECT_GT(seen[1].per_second, 0.0);
+  EXPECT_GT(seen[1].eta_seconds, 0.0);
+  EXPECT_EQ(seen[2].done, 2000);
+  EXPECT_TRUE(seen[2].finished);
+  EXPECT_EQ(seen[2].eta_seconds, 0.0);
+  EXPECT_EQ(seen[3].stage, "features");
+  EXPECT_EQ(seen[3].total, 0);
+  EXPECT_EQ(seen[4].done, 7);
+  EXPECT_TRUE(seen[4].finished);
 }
 
 TEST(Progress, DurationsReadAsAClock) {

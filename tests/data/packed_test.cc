@@ -133,9 +133,8 @@ TEST(PackedSet, ACorruptByteNamesTheShardOffsetAndImage) {
   lo.crops.local_crops_number = 1;
   lo.crops.mean.assign(3, 0.5);
   lo.crops.std.assign(3, 0.2);
-  lo.packed = *reopened;
   UseBlockShuffle(**reopened, 4, &lo.sampler);  // blocks of 4, windows of one block
-  FileLoader loader((*reopened)->dataset(), lo);
+  FileLoader loader(DatasetOf(*reopened), lo);
   loader.StartEpoch(0, 0);
   try {
     loader.Next();
@@ -689,10 +688,8 @@ TEST(PackedSet, TheLoaderGivesTheFoldersBatchesInEitherShuffleAndOnResume) {
     if (blocks) {
       UseBlockShuffle(*set, 2 * set->block_samples(), &folder.sampler);  // windows of 2 blocks
     }
-    LoaderOptions packed = folder;
-    packed.packed = set;
     for (int64_t first : {0, 2}) {  // a fresh epoch, and one resumed at batch 2
-      auto a = LoaderBatches(d, folder, 1, first), b = LoaderBatches(set->dataset(), packed, 1, first);
+      auto a = LoaderBatches(d, folder, 1, first), b = LoaderBatches(DatasetOf(set), folder, 1, first);
       ASSERT_EQ(a.size(), b.size());
       ASSERT_EQ(a.size(), static_cast<size_t>(4 - first));
       for (size_t i = 0; i < a.size(); ++i) {
@@ -716,10 +713,9 @@ TEST(PackedSet, TheBlocksHeldStayWithinTheirByteBoundAtAnyWorldSize) {
   LoaderOptions o = RankOneOfTwo(2);
   UseBlockShuffle(*set, 2 * set->block_samples(), &o.sampler);  // windows of 2 blocks
   LoaderOptions packed = o;
-  packed.packed = set;
   int64_t two_ranks = 0;
   {
-    FileLoader l(set->dataset(), packed);
+    FileLoader l(DatasetOf(set), packed);
     EXPECT_NE(l.read_plan().find("read in blocks of 4 images"), std::string::npos) << l.read_plan();
     two_ranks = l.block_cache_bytes();
     EXPECT_GT(two_ranks, 0);
@@ -732,14 +728,14 @@ TEST(PackedSet, TheBlocksHeldStayWithinTheirByteBoundAtAnyWorldSize) {
     many->sampler.world_size = 64;
     many->sampler.rank = 63;
   }
-  FileLoader l(set->dataset(), packed);
+  FileLoader l(DatasetOf(set), packed);
   EXPECT_LE(l.block_cache_bytes(), packed.block_cache_max_bytes);
   EXPECT_EQ(l.block_cache_bytes(), 0);
   EXPECT_NE(l.read_plan().find("read image by image: the blocks of the windows in flight at 64 rank(s)"),
             std::string::npos) << l.read_plan();
   EXPECT_NE(l.read_plan().find("scdino.block_cache_mb"), std::string::npos) << l.read_plan();
   // The same batches as the image files give.
-  auto a = LoaderBatches(d, o, 1, 0), b = LoaderBatches(set->dataset(), packed, 1, 0);
+  auto a = LoaderBatches(d, o, 1, 0), b = LoaderBatches(DatasetOf(set), packed, 1, 0);
   ASSERT_EQ(a.size(), b.size());
   ASSERT_FALSE(a.empty());
   for (size_t i = 0; i < a.size(); ++i) {

@@ -329,7 +329,7 @@ echo "ok: stop through the control API (exit 4, $kept of 8 shards kept), resume 
 # kNN results written before stay.
 cp -r "$run/features/checkpoint" "$work/stopped_eval"
 eval_bin="$build/services/eval/scdino-eval"
-stop_eval() {  # config, phase marker, how (TERM | api), expected exit code
+stop_eval() {  # config, phase marker, how (TERM | api), expected exit code, the stage scdinoctl shows
   local out="$run/eval/stopped_eval" pid rc t0 took
   rm -rf "$out"
   "$eval_bin" --config "$1" --features "$work/stopped_eval" --no-attention --threads 1 >/dev/null 2>"$work/eval-stop.err" &
@@ -338,6 +338,15 @@ stop_eval() {  # config, phase marker, how (TERM | api), expected exit code
   grep -q "$2" "$work/eval-stop.err" || { kill -9 $pid; fail "scdino-eval never reached '$2'"; }
   sleep 1
   kill -0 $pid 2>/dev/null || fail "scdino-eval ended by itself during '$2': make it longer"
+  # The step in progress, with its own count, in the status (and the table).
+  "$ctl" status --run-dir "$run" --service eval --json > "$work/eval-status.json" || fail "scdinoctl status failed during '$2'"
+  $py - "$work/eval-status.json" "$5" <<'PY' || fail "scdinoctl status does not show the stage '$5': $(cat "$work/eval-status.json")"
+import json, sys
+p = json.load(open(sys.argv[1]))["progress"]
+assert p.get("stage") == sys.argv[2], p
+assert int(p.get("stageTotal", 0)) > 0 and not p.get("stageFinished", False), p
+PY
+  "$ctl" status --run-dir "$run" --service eval | grep -q "^stage  *$5: " || fail "the status table has no stage line for '$5'"
   t0=$(date +%s.%N)
   if [ "$3" = TERM ]; then kill -TERM $pid; else "$ctl" stop --run-dir "$run" --service eval >/dev/null || fail "scdinoctl stop failed"; fi
   wait $pid
@@ -350,8 +359,8 @@ stop_eval() {  # config, phase marker, how (TERM | api), expected exit code
 }
 sed -e "s|^  cache_images: true|  cache_images: true\n  evaluation: {tsne_iterations: 100000000, umap: false}|" \
   "$work/example.yaml" > "$work/long-tsne.yaml"
-stop_eval "$work/long-tsne.yaml" "t-SNE of" TERM 75
+stop_eval "$work/long-tsne.yaml" "t-SNE of" TERM 75 t-SNE
 sed -e "s|^  cache_images: true|  cache_images: true\n  evaluation: {tsne: false}|" \
   -e "s|^downstream_analyses:|downstream_analyses:\n  umap_eval: {epochs: 100000000}|" "$work/example.yaml" > "$work/long-umap.yaml"
 grep -q "epochs: 100000000" "$work/long-umap.yaml" || fail "could not write the long UMAP config"
-stop_eval "$work/long-umap.yaml" "UMAP of" api 4
+stop_eval "$work/long-umap.yaml" "UMAP of" api 4 UMAP

@@ -10,6 +10,7 @@
 #include "common/npy.h"
 #include "common/safetensors.h"
 #include "data/image_io.h"
+#include "data/packed.h"
 #include "data/split.h"
 #include "features/feature_set.h"
 #include "support/damage.h"
@@ -60,8 +61,8 @@ struct Fixture {
   torch::Tensor Direct() const {
     torch::NoGradGuard g;
     std::vector<torch::Tensor> rows;
-    for (const auto& e : job.dataset.entries) {
-      auto x = *LoadForModel(e.path, job.prep);
+    for (size_t i = 0; i < job.dataset.entries.size(); ++i) {
+      auto x = *LoadForModel(job.dataset, i, job.prep);
       rows.push_back(model::VisionTransformer(job.backbone.vit)->forward(x.unsqueeze(0)));
     }
     return torch::cat(rows);
@@ -109,6 +110,27 @@ TEST(ExtractFeatures, ThreeRanksGiveEveryRowOnceInDataSetOrder) {
   EXPECT_TRUE(torch::equal(*ReadNpy(f.scratch.file("out1/features.npy")), set->features));
   EXPECT_TRUE(FileExists(f.scratch.file("out3/features.h5ad")));
   EXPECT_FALSE(fs::exists(f.scratch.file("out3/shards")));
+}
+
+// A packed set's images are read by their index (one pread each), never
+// found by their paths (the folders above probed, the path hashed), and
+// give the folders' features and rows.
+TEST(ExtractFeatures, APackedSetIsReadByIndexWithTheFoldersFeatures) {
+  Fixture f(8);
+  data::PackOptions po;
+  po.out = f.scratch.file("packed");
+  po.block_samples = 2;
+  ASSERT_TRUE(data::PackDataset(f.job.dataset, po).ok());
+  auto set = data::PackedSet::Open(po.out);
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  ExtractJob packed = f.job;
+  packed.dataset = data::DatasetOf(*set);
+  const int64_t lookups = data::PackedPathLookups();
+  ASSERT_TRUE(ExtractFeatures(packed, f.Options("from_pack")).ok());
+  EXPECT_EQ(data::PackedPathLookups() - lookups, 0);
+  ASSERT_TRUE(ExtractFeatures(f.job, f.Options("from_files")).ok());
+  EXPECT_TRUE(torch::equal(*ReadNpy(f.scratch.file("from_pack/features.npy")),
+                           *ReadNpy(f.scratch.file("from_files/features.npy"))));
 }
 
 TEST(ExtractFeatures, AStoppedRunResumesFromItsCompleteShards) {

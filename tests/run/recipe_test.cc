@@ -187,12 +187,12 @@ TEST(Recipe, SettledFromTheDataOnDisk) {
                                "cfg.yaml");
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   RunConfig c = *parsed;
-  auto shape = MeasureData(c, 1);
+  auto shape = MeasureData(c, *IndexDataset(c), 1);
   ASSERT_TRUE(shape.ok()) << shape.status().ToString();
   EXPECT_EQ(shape->images, 20);
   EXPECT_EQ(shape->height, 20);
   EXPECT_EQ(shape->channels, 3);
-  auto lines = SettleRecipe(&c, 1, true, false);
+  auto lines = SettleRecipe(&c, *IndexDataset(c), 1, true, false);
   ASSERT_TRUE(lines.ok()) << lines.status().ToString();
   EXPECT_EQ(c.train.hyperparameters.patch_size, 4);
   EXPECT_EQ(c.train.hyperparameters.global_crops_size, 20);
@@ -202,7 +202,7 @@ TEST(Recipe, SettledFromTheDataOnDisk) {
   RunConfig two = *parsed;
   two.train.batch_size_per_gpu = 16;
   std::filesystem::remove(RecipePath(two));
-  ExpectInvalid(SettleRecipe(&two, 2, true, false).status(), "20 images, fewer than one global batch of 32");
+  ExpectInvalid(SettleRecipe(&two, *IndexDataset(two), 2, true, false).status(), "20 images, fewer than one global batch of 32");
 }
 
 // recipe.json records the data it was derived for: the same run directory
@@ -220,7 +220,7 @@ TEST(Recipe, OtherDataDerivesAnewOnAFreshStartAndRefusesAResume) {
     return *parsed;
   };
   RunConfig small = config_for("small");
-  ASSERT_TRUE(SettleRecipe(&small, 1, true, false).ok());
+  ASSERT_TRUE(SettleRecipe(&small, *IndexDataset(small), 1, true, false).ok());
   const std::string path = RecipePath(small);
   auto written = ReadRecipe(path);
   ASSERT_TRUE(written.ok());
@@ -229,14 +229,14 @@ TEST(Recipe, OtherDataDerivesAnewOnAFreshStartAndRefusesAResume) {
   // What every service's command line does first: the file's values applied.
   RunConfig large = config_for("large");
   ASSERT_TRUE(ApplyRecipe(written->values, &large).ok());
-  const auto refused = SettleRecipe(&large, 1, true, /*resuming=*/true);
+  const auto refused = SettleRecipe(&large, *IndexDataset(large), 1, true, /*resuming=*/true);
   ExpectInvalid(refused.status(), path + " was derived for 20 images of 20 x 20 px, 3 channels, from " +
                                       dir.file("small") + ", but the data now is 80 images of 20 x 20 px, 3 "
                                       "channels, from " + dir.file("large"));
   ExpectInvalid(refused.status(), "--no-resume");
   EXPECT_EQ(ReadRecipe(path)->data.images, 20) << "a refused resume leaves the file as it was";
 
-  auto lines = SettleRecipe(&large, 1, true, /*resuming=*/false);
+  auto lines = SettleRecipe(&large, *IndexDataset(large), 1, true, /*resuming=*/false);
   ASSERT_TRUE(lines.ok()) << lines.status().ToString();
   ASSERT_FALSE(lines->empty());
   EXPECT_NE(lines->front().find("this fresh start's data is 80 images"), std::string::npos) << lines->front();
@@ -245,7 +245,7 @@ TEST(Recipe, OtherDataDerivesAnewOnAFreshStartAndRefusesAResume) {
   EXPECT_EQ(rewritten->data.images, 80);
   // The values are those of the large data alone, as if no stale file had been there.
   RunConfig fresh = config_for("large");
-  auto shape = MeasureData(fresh, 1);
+  auto shape = MeasureData(fresh, *IndexDataset(fresh), 1);
   ASSERT_TRUE(shape.ok());
   auto derived = DeriveRecipe(*shape, fresh);
   ASSERT_TRUE(derived.ok());

@@ -108,7 +108,7 @@ TEST(Channels, ASelectionTheImagesCannotSatisfyIsRefusedUpFront) {
   ASSERT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("has 4 channel(s)"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find(".tif"), std::string::npos) << s.message();
-  auto src = MakeSource(c, *single, torch::kCPU);
+  auto src = MakeSource(c, *d, *single, torch::kCPU);
   ASSERT_FALSE(src.ok());
   EXPECT_EQ(src.status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(CheckChannels(*d, Config(dir.path()).image_prep()).ok());

@@ -5,6 +5,7 @@
 #include "data/synthetic.h"
 #include "features/backbone.h"
 #include "run/config.h"
+#include "run/source.h"
 #include "support/cell_folders.h"
 #include "support/test_support.h"
 
@@ -46,7 +47,7 @@ TEST(LearningCheck, ItsImagesStayWithinTheirByteBoundAndLoadBesideTheTraining) {
   // 3 x 96 x 96 float32 is 108 KiB: 1 MiB holds 9, a third held out.
   const auto config = Config(dir.path(), 96, 1);
   std::string why_not;
-  auto check = LearningCheck::Make(config, torch::kCPU, &why_not);
+  auto check = LearningCheck::Make(config, *run::IndexDataset(config), torch::kCPU, &why_not);
   ASSERT_TRUE(check.ok()) << check.status().ToString();
   ASSERT_TRUE(*check) << why_not;
   ASSERT_TRUE((*check)->WaitLoaded(std::chrono::seconds(60)));
@@ -62,7 +63,7 @@ TEST(LearningCheck, ItsImagesStayWithinTheirByteBoundAndLoadBesideTheTraining) {
 
   // At 128 px 1 MiB holds 5: no check, saying why with the key.
   why_not.clear();
-  auto none = LearningCheck::Make(Config(dir.path(), 128, 1), torch::kCPU, &why_not);
+  auto none = LearningCheck::Make(Config(dir.path(), 128, 1), *run::IndexDataset(config), torch::kCPU, &why_not);
   ASSERT_TRUE(none.ok()) << none.status().ToString();
   EXPECT_FALSE(*none);
   EXPECT_NE(why_not.find("scdino.learning_check_mb (1 MiB) holds 5 images of 192 KiB (3 x 128 x 128 float32)"),

@@ -76,7 +76,7 @@ run::RunConfig Parse(const std::string& yaml) {
 
 StatusOr<TrainResult> RunOnce(const std::string& yaml, TrainerOptions opts = {}) {
   auto config = Parse(yaml);
-  auto source = run::MakeSource(config, *run::Coordinator::Single(), torch::kCPU);
+  auto source = run::MakeSource(config, *run::IndexDataset(config), *run::Coordinator::Single(), torch::kCPU);
   if (!source.ok()) return source.status();
   Trainer trainer(std::move(config), std::move(source).value(), opts);
   return trainer.Run();
@@ -321,7 +321,7 @@ TEST(Trainer, FailedCheckpointWriteStopsEveryRankAtOnce) {
       TrainerOptions opts;
       opts.coordinator = run::Coordinator::OverStore(store, rank, 2, dist.timeout);
       opts.collective = Collective::Create(store, rank, 2, dist, torch::kCPU);
-      auto source = run::MakeSource(config, *opts.coordinator, torch::kCPU);
+      auto source = run::MakeSource(config, *run::IndexDataset(config), *opts.coordinator, torch::kCPU);
       if (!source.ok()) {
         results[rank] = source.status();
         return;
@@ -440,7 +440,7 @@ std::vector<StatusOr<TrainResult>> RunRanks(const std::vector<std::string>& yaml
       opts.collective = Collective::Create(store, rank, world, dist, torch::kCPU);
       opts.control = rank == 0 ? control : nullptr;
       if (configure) configure(rank, opts);
-      auto source = run::MakeSource(config, *opts.coordinator, torch::kCPU);
+      auto source = run::MakeSource(config, *run::IndexDataset(config), *opts.coordinator, torch::kCPU);
       if (!source.ok()) {
         results[rank] = source.status();
         return;
@@ -578,7 +578,7 @@ class ThrowingSource : public data::MultiCropSource {
 TEST(Trainer, AnExceptionInTheLoopBecomesAFailedStateWithTheReason) {
   ScratchDir dir;
   auto config = Parse(TinyConfig(dir.path(), "dies"));
-  auto inner = run::MakeSource(config, *run::Coordinator::Single(), torch::kCPU);
+  auto inner = run::MakeSource(config, *run::IndexDataset(config), *run::Coordinator::Single(), torch::kCPU);
   ASSERT_TRUE(inner.ok());
   RunControl control;
   TrainerOptions opts;
@@ -636,7 +636,7 @@ TEST(Trainer, TimeBasedCheckpointsAndRetention) {
   std::string yaml = With(TinyConfig(dir.path(), "time"), "saveckp_freq: 2", "saveckp_freq: 1");
   yaml = With(yaml, "  threads: 1", "  threads: 1\n  checkpoint_every_minutes: 0.0001\n  keep_checkpoints: 2");
   auto config = Parse(yaml);
-  auto inner = run::MakeSource(config, *run::Coordinator::Single(), torch::kCPU);
+  auto inner = run::MakeSource(config, *run::IndexDataset(config), *run::Coordinator::Single(), torch::kCPU);
   ASSERT_TRUE(inner.ok());
   std::vector<int64_t> at;
   TrainerOptions opts;
