@@ -122,6 +122,12 @@ scdino:
                          str(a.threads)], os.path.join(logs, "pack.log"), images, env)]
     rows.append(run("stats", [b("tools", "scdino-stats"), "--config", config], os.path.join(logs, "stats.log"),
                     images, env))
+    # The statistics read a sample (train_scDINO.fraction_for_mean_std_calc): its count is theirs.
+    sampled = re.search(r"channel statistics: (\d+) images in", open(rows[-1]["log"]).read())
+    if sampled:
+        rows[-1]["images"] = int(sampled.group(1))
+        rows[-1]["images_per_second"] = round(rows[-1]["images"] / rows[-1]["seconds"], 1)
+        rows[-1]["note"] = "a sample: fraction_for_mean_std_calc"
     # Exit 3: stopped at --stop-after-iterations, with a checkpoint.
     rows.append(run("train", [b("trainer", "scdino-trainer"), "--config", config, "--stop-after-iterations",
                               str(a.steps)], os.path.join(logs, "train.log"), a.steps * 32, env, ok_codes=(3,)))

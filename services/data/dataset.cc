@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/csv.h"
 #include "data/image_io.h"
 #include "data/packed.h"
 
@@ -121,24 +122,31 @@ StatusOr<Dataset> IndexFolder(const std::string& root, const IndexOptions& o) {
 }
 
 StatusOr<Dataset> IndexCsv(const std::string& csv_path) {
-  std::ifstream in(csv_path);
+  std::ifstream in(csv_path, std::ios::binary);
   if (!in) return Status::NotFound("cannot open index CSV " + csv_path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CountIndexPass();
   Dataset d;
   d.root = fs::path(csv_path).parent_path().string();
   std::map<std::string, std::string> labels;
-  std::string line;
+  std::vector<std::string> f;
+  size_t pos = 0;
   int64_t lineno = 0;
-  while (std::getline(in, line)) {
+  while (pos < text.size()) {
     ++lineno;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    auto comma = line.rfind(',');
-    if (comma == std::string::npos || comma == 0 || comma + 1 == line.size()) {
+    const size_t start = pos;
+    const bool closed = NextCsvRecord(text, &pos, &f);
+    if (f.size() == 1 && f[0].empty()) continue;
+    // RFC 4180 (pandas quotes a path with a comma); an unquoted comma in a
+    // path is kept too: the label is the last field.
+    std::string label = f.back(), path = f[0];
+    for (size_t i = 1; i + 1 < f.size(); ++i) path += "," + f[i];
+    if (!closed || f.size() < 2 || path.empty() || label.empty()) {
+      std::string record = text.substr(start, pos - start);
+      while (!record.empty() && (record.back() == '\n' || record.back() == '\r')) record.pop_back();
       return Status::InvalidArgument(csv_path + ": line " + std::to_string(lineno) +
-                                     ": expected 'path,label', got '" + line + "'");
+                                     ": expected 'path,label', got '" + record + "'");
     }
-    std::string path = line.substr(0, comma), label = line.substr(comma + 1);
     if (lineno == 1 && path == "path" && label == "label") continue;
     if (fs::path(path).is_relative()) path = (fs::path(d.root) / path).string();
     labels[path] = label;

@@ -13,11 +13,17 @@ namespace {
 // 2 + ln k candidates for each next centre, drawn with probability
 // proportional to the squared distance to the nearest centre so far; the
 // one that lowers the total most is kept.
-torch::Tensor SeedCentres(const torch::Tensor& x, int64_t k, std::mt19937_64& rng) {
+// Squared distances of every row of x to row `i`, as |x|^2 - 2 x.x_i + |x_i|^2
+// (`x_sq` holds |x|^2): one matrix-vector product, no n x d temporary.
+torch::Tensor SquaredDistancesTo(const torch::Tensor& x, const torch::Tensor& x_sq, int64_t i) {
+  return (x_sq - 2 * torch::mv(x, x[i]) + x_sq[i]).clamp_min(0);
+}
+
+torch::Tensor SeedCentres(const torch::Tensor& x, const torch::Tensor& x_sq, int64_t k, std::mt19937_64& rng) {
   const int64_t n = x.size(0);
   const int64_t trials = 2 + static_cast<int64_t>(std::log(static_cast<double>(k)));
   std::vector<int64_t> picked{std::uniform_int_distribution<int64_t>(0, n - 1)(rng)};
-  auto nearest = (x - x[picked[0]]).pow(2).sum(1);
+  auto nearest = SquaredDistancesTo(x, x_sq, picked[0]);
   while (static_cast<int64_t>(picked.size()) < k) {
     auto w = nearest.contiguous();
     const double total = w.sum().item<double>();
@@ -33,7 +39,7 @@ torch::Tensor SeedCentres(const torch::Tensor& x, int64_t k, std::mt19937_64& rn
         double u = std::uniform_real_distribution<double>(0, total)(rng);
         for (next = 0; next < n - 1 && u >= p[next]; ++next) u -= p[next];
       }
-      auto candidate = torch::minimum(nearest, (x - x[next]).pow(2).sum(1));
+      auto candidate = torch::minimum(nearest, SquaredDistancesTo(x, x_sq, next));
       const double sum = candidate.sum().item<double>();
       if (sum < best_total) {
         best_total = sum;
@@ -76,14 +82,18 @@ StatusOr<KMeansResult> KMeans(const torch::Tensor& x_in, int64_t k, const KMeans
   KMeansResult best;
   best.inertia = std::numeric_limits<double>::infinity();
   const int64_t restarts = std::max<int64_t>(1, o.restarts);
+  // Distances as |x|^2 - 2 x.c + |c|^2: a matrix product (cdist takes an
+  // elementwise path for few centres: 16x scikit-learn's time at 22,712 x 384).
+  const auto x_sq = x.pow(2).sum(1);
   if (o.on_progress) o.on_progress(0, restarts);
   for (int64_t restart = 0; restart < restarts; ++restart) {
     if (o.should_stop && o.should_stop()) return Status::Aborted("stopped during k-means");
-    auto centres = SeedCentres(x, k, rng);
+    auto centres = SeedCentres(x, x_sq, k, rng);
     torch::Tensor assign;
     double inertia = 0;
     for (int64_t it = 0; it < o.max_iterations; ++it) {
-      auto d = torch::cdist(x, centres).pow(2);  // [n, k]
+      auto d = (x_sq.unsqueeze(1) - 2 * torch::mm(x, centres.t()) + centres.pow(2).sum(1).unsqueeze(0))
+                   .clamp_min(0);  // [n, k]
       auto [dist, next] = d.min(1);
       inertia = dist.sum().item<double>();
       if (assign.defined() && next.equal(assign)) break;

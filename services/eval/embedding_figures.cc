@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/csv.h"
 #include "common/files.h"
 #include "common/progress.h"
 #include "data/split.h"
@@ -68,7 +69,7 @@ Status WriteCoordinates(const features::FeatureSet& set, const std::vector<int64
       split{"split", {}, {}, true}, cluster{"kmeans", {}, {}, true};
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& r = set.rows[static_cast<size_t>(rows[i])];
-    csv << rows[i] << ",\"" << r.path << "\",\"" << r.class_name << '"';
+    csv << rows[i] << ',' << CsvField(r.path) << ',' << CsvField(r.class_name);
     for (const auto& v : views) {
       for (int64_t c = 0; c < v.cols; ++c) csv << ',' << v.xy[i * v.cols + c];
     }

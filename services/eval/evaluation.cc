@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/csv.h"
 #include "common/files.h"
 #include "common/progress.h"
 #include "data/dataset.h"
@@ -74,10 +75,10 @@ json ClusteringJson(const ClusteringScore& c) {
 std::string ConfusionCsv(const std::vector<std::vector<int64_t>>& m, const std::vector<std::string>& classes) {
   std::ostringstream confusion;
   confusion << "true\\predicted";
-  for (const auto& c : classes) confusion << ",\"" << c << "\"";
+  for (const auto& c : classes) confusion << ',' << CsvField(c);
   confusion << '\n';
   for (size_t t = 0; t < classes.size(); ++t) {
-    confusion << '"' << classes[t] << '"';
+    confusion << CsvField(classes[t]);
     for (auto v : m[t]) confusion << ',' << v;
     confusion << '\n';
   }
@@ -233,7 +234,7 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
             << FormatFixed(r.balanced_accuracy, 6) << ',' << FormatFixed(r.macro_precision, 6) << ',' << FormatFixed(r.macro_recall, 6) << ','
             << FormatFixed(r.macro_f1, 6) << ',' << FormatFixed(r.weighted_f1, 6) << '\n';
     for (const auto& c : r.per_class) {
-      per_class << s.k << ",\"" << c.name << "\"," << FormatFixed(c.precision, 6) << ',' << FormatFixed(c.recall, 6) << ','
+      per_class << s.k << ',' << CsvField(c.name) << ',' << FormatFixed(c.precision, 6) << ',' << FormatFixed(c.recall, 6) << ','
                 << FormatFixed(c.f1, 6) << ',' << c.support << ',' << c.predicted << '\n';
     }
   }

@@ -4,63 +4,18 @@
 
 #include <sstream>
 
+#include "common/csv.h"
 #include "common/files.h"
 #include "common/npy.h"
 
 namespace scdino::features {
-
-namespace {
-
-std::string Quote(const std::string& field) {
-  if (field.find_first_of(",\"\r\n") == std::string::npos) return field;
-  std::string out = "\"";
-  for (char c : field) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
-
-// Splits one CSV record starting at `pos`; advances past its line break.
-std::vector<std::string> NextRecord(const std::string& text, size_t& pos, bool& ok) {
-  std::vector<std::string> fields(1);
-  bool quoted = false;
-  ok = true;
-  while (pos < text.size()) {
-    char c = text[pos++];
-    if (quoted) {
-      if (c == '"') {
-        if (pos < text.size() && text[pos] == '"') {
-          fields.back() += '"';
-          ++pos;
-        } else {
-          quoted = false;
-        }
-      } else {
-        fields.back() += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      fields.emplace_back();
-    } else if (c == '\n') {
-      break;
-    } else if (c != '\r') {
-      fields.back() += c;
-    }
-  }
-  if (quoted) ok = false;
-  return fields;
-}
-
-}  // namespace
 
 std::string IndexCsv(const std::vector<IndexRow>& rows) {
   std::ostringstream out;
   out << "index,path,class_name,class_index,split\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
-    out << i << ',' << Quote(r.path) << ',' << Quote(r.class_name) << ',' << r.class_index << ','
+    out << i << ',' << CsvField(r.path) << ',' << CsvField(r.class_name) << ',' << r.class_index << ','
         << data::SplitName(r.split) << '\n';
   }
   return out.str();
@@ -70,14 +25,14 @@ StatusOr<std::vector<IndexRow>> ParseIndexCsv(const std::string& text, const std
   std::vector<IndexRow> rows;
   size_t pos = 0;
   int64_t line = 0;
-  bool ok = true;
-  auto header = NextRecord(text, pos, ok);
+  std::vector<std::string> header, f;
+  NextCsvRecord(text, &pos, &header);
   ++line;
   const std::vector<std::string> want = {"index", "path", "class_name", "class_index", "split"};
   if (header != want) return Status::DataLoss(origin + ": line 1: expected the header index,path,class_name,class_index,split");
   while (pos < text.size()) {
     ++line;
-    auto f = NextRecord(text, pos, ok);
+    const bool ok = NextCsvRecord(text, &pos, &f);
     if (f.size() == 1 && f[0].empty()) continue;
     const std::string where = origin + ": line " + std::to_string(line) + ": ";
     if (!ok) return Status::DataLoss(where + "unterminated quoted field");

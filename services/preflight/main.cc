@@ -9,6 +9,7 @@
 
 #include "common/env.h"
 #include "common/files.h"
+#include "common/prom_text.h"
 #include "preflight/preflight.h"
 #include "run/environment.h"
 #include "run/launch.h"
@@ -166,11 +167,7 @@ int main(int argc, char** argv) {
       const std::string prom = PrometheusText(sweep, *all, failures, job ? job : "");
       if (auto s = WriteFileAtomic(prom_path, prom); !s.ok()) return Fail(s);
       // The dashboard's copy: a problem there must not stop a job whose checks passed.
-      if (!textfile_dir.empty()) {
-        if (auto s = WriteFileAtomic(textfile_dir + "/scdino-preflight.prom", prom); !s.ok()) {
-          std::cerr << "scdino-preflight: warning: no node_exporter textfile: " << s.message() << "\n";
-        }
-      }
+      WriteTextfile(textfile_dir, "scdino-preflight.prom", prom, "scdino-preflight");
       std::cerr << "scdino-preflight: " << (failures.empty() ? "passed" : "FAILED") << " on " << launch->world_size
                 << " rank(s)";
       if (!sweep.empty()) {

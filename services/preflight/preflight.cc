@@ -24,6 +24,8 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "common/prom_text.h"
+
 namespace scdino::preflight {
 namespace {
 
@@ -38,13 +40,6 @@ void Sync(torch::Device device) {
 std::string Fixed(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
-// Exact enough for a gauge, without an exponent where none is needed.
-std::string Number(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
 }
 
@@ -388,27 +383,27 @@ nlohmann::json Report(const std::vector<SweepRow>& sweep, const std::vector<Rank
 
 std::string PrometheusText(const std::vector<SweepRow>& sweep, const std::vector<RankChecks>& ranks,
                            const std::vector<std::string>& failures, const std::string& job) {
-  std::ostringstream o;
-  const std::string j = "slurm_job_id=\"" + job + "\"";
-  auto gauge = [&](const char* name, const char* help) { o << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n"; };
+  PromText o;
   constexpr const char* kPassed = "scdino_preflight_passed";
   constexpr const char* kBusbw = "scdino_preflight_allreduce_busbw_bytes_per_second";
   constexpr const char* kSeconds = "scdino_preflight_allreduce_seconds";
   constexpr const char* kRead = "scdino_preflight_read_bytes_per_second";
   constexpr const char* kFree = "scdino_preflight_free_bytes";
-  gauge(kPassed, "1 when every preflight check of the job passed.");
-  o << kPassed << "{" << j << "} " << (failures.empty() ? 1 : 0) << "\n";
-  gauge(kBusbw, "All-reduce bus bandwidth (nccl-tests' busbw) by message size.");
-  for (const auto& r : sweep) o << kBusbw << "{" << j << ",size_bytes=\"" << r.bytes << "\"} " << Number(r.busbw_gbps * 1e9) << "\n";
-  gauge(kSeconds, "Time of one all-reduce by message size.");
-  for (const auto& r : sweep) o << kSeconds << "{" << j << ",size_bytes=\"" << r.bytes << "\"} " << Number(r.seconds) << "\n";
-  gauge(kRead, "Data-set read throughput of a node.");
-  for (const auto& r : ranks) {
-    if (r.reads) o << kRead << "{" << j << ",node=\"" << r.node << "\"} " << Number(r.read.mbps() * 1e6) << "\n";
+  o.Gauge(kPassed, "1 when every preflight check of the job passed.");
+  o.Sample(kPassed, {{"slurm_job_id", job}}, failures.empty() ? 1 : 0);
+  o.Gauge(kBusbw, "All-reduce bus bandwidth (nccl-tests' busbw) by message size.");
+  for (const auto& r : sweep) {
+    o.Sample(kBusbw, {{"slurm_job_id", job}, {"size_bytes", std::to_string(r.bytes)}}, r.busbw_gbps * 1e9);
   }
-  gauge(kFree, "Free space of the run directory seen from a node.");
+  o.Gauge(kSeconds, "Time of one all-reduce by message size.");
+  for (const auto& r : sweep) o.Sample(kSeconds, {{"slurm_job_id", job}, {"size_bytes", std::to_string(r.bytes)}}, r.seconds);
+  o.Gauge(kRead, "Data-set read throughput of a node.");
   for (const auto& r : ranks) {
-    if (r.local_rank == 0) o << kFree << "{" << j << ",node=\"" << r.node << "\"} " << Number(r.free_gb * 1e9) << "\n";
+    if (r.reads) o.Sample(kRead, {{"slurm_job_id", job}, {"node", r.node}}, r.read.mbps() * 1e6);
+  }
+  o.Gauge(kFree, "Free space of the run directory seen from a node.");
+  for (const auto& r : ranks) {
+    if (r.local_rank == 0) o.Sample(kFree, {{"slurm_job_id", job}, {"node", r.node}}, r.free_gb * 1e9);
   }
   return o.str();
 }

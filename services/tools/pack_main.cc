@@ -10,6 +10,7 @@
 #include "common/env.h"
 #include "common/files.h"
 #include "common/progress.h"
+#include "common/prom_text.h"
 #include "data/packed.h"
 #include "run/source.h"
 #include "runtime/command_line.h"
@@ -75,21 +76,16 @@ int main(int argc, char** argv) {
       std::cerr << "scdino-pack: removed the older staged copy " << old << " (scdino.stage_keep: "
                 << config.scdino.stage_keep << ")\n";
     }
-    const std::string dir = TextfileDir();
-    if (!dir.empty()) {
-      const std::string labels = "{slurm_job_id=\"" + std::string(std::getenv("SLURM_JOB_ID") ? std::getenv("SLURM_JOB_ID") : "") +
-                                 "\",node=\"" + ThisHostName() + "\"}";
-      const std::string prom =
-          "# HELP scdino_stage_seconds Seconds the last staging of a packed data set to node-local storage took.\n"
-          "# TYPE scdino_stage_seconds gauge\nscdino_stage_seconds" + labels + " " + std::to_string(r->seconds) +
-          "\n# HELP scdino_stage_bytes Bytes of the packed data set staged on this node.\n"
-          "# TYPE scdino_stage_bytes gauge\nscdino_stage_bytes" + labels + " " + std::to_string(r->bytes) +
-          "\n# HELP scdino_stage_reused 1 when a verified staged copy was reused.\n"
-          "# TYPE scdino_stage_reused gauge\nscdino_stage_reused" + labels + " " + (r->reused ? "1" : "0") + "\n";
-      if (auto s = WriteFileAtomic(dir + "/scdino-stage.prom", prom); !s.ok()) {
-        std::cerr << "scdino-pack: warning: no node_exporter textfile: " << s.message() << "\n";
-      }
-    }
+    const char* job = std::getenv("SLURM_JOB_ID");
+    const PromLabels labels = {{"slurm_job_id", job ? job : ""}, {"node", ThisHostName()}};
+    PromText prom;
+    prom.Gauge("scdino_stage_seconds", "Seconds the last staging of a packed data set to node-local storage took.");
+    prom.Sample("scdino_stage_seconds", labels, r->seconds);
+    prom.Gauge("scdino_stage_bytes", "Bytes of the packed data set staged on this node.");
+    prom.Sample("scdino_stage_bytes", labels, static_cast<double>(r->bytes));
+    prom.Gauge("scdino_stage_reused", "1 when a verified staged copy was reused.");
+    prom.Sample("scdino_stage_reused", labels, r->reused ? 1 : 0);
+    WriteTextfile(TextfileDir(), "scdino-stage.prom", prom.str(), "scdino-pack");
     std::cout << r->dir << "\n";
     return kExitCompleted;
   }

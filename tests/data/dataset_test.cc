@@ -136,6 +136,21 @@ TEST(IndexCsv, PathsAndLabels) {
   auto bad = IndexCsv(d.file("bad.csv"));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("line 1"), std::string::npos);
+  // A path with a comma, quoted as pandas writes it, or not quoted at all:
+  // the label is the last field either way.
+  Image(d.file("imgs/p,q.tif"));
+  Image(d.file("imgs/r,s.tif"));
+  std::ofstream(d.file("commas.csv")) << "path,label\n\"imgs/p,q.tif\",\"c,d\"\nimgs/r,s.tif,e\n";
+  auto commas = IndexCsv(d.file("commas.csv"));
+  ASSERT_TRUE(commas.ok()) << commas.status().ToString();
+  EXPECT_EQ(commas->classes, (std::vector<std::string>{"c,d", "e"}));
+  ASSERT_EQ(commas->entries.size(), 2u);
+  EXPECT_EQ(commas->entries[0].path, d.file("imgs/p,q.tif"));
+  std::ofstream(d.file("open.csv")) << "\"imgs/x.tif,b\n";
+  auto open = IndexCsv(d.file("open.csv"));
+  ASSERT_FALSE(open.ok());
+  EXPECT_NE(open.status().message().find("open.csv: line 1: expected 'path,label'"), std::string::npos)
+      << open.status().message();
 }
 
 TEST(PrepareImage, SelectsChannelsAndMinMaxesEach) {

@@ -70,8 +70,9 @@ for path in sources:
     with open(path, encoding="utf-8", errors="replace") as f:
         text = f.read()
     # Only where metrics are registered (prometheus-cpp) or written as text
-    # exposition (a node_exporter textfile): a word like "epochs" is in many files.
-    if "prometheus::" in text or "# TYPE " in text:
+    # exposition (a node_exporter textfile, common/prom_text.h): a word like
+    # "epochs" is in many files.
+    if "prometheus::" in text or "# TYPE " in text or "PromText" in text:
         literals.update(re.findall(r'"((?:[^"\\\n]|\\.)*)"', text))
 
 
