@@ -277,10 +277,26 @@ scdino: {{threads: 1, log_every: 30, keep_checkpoints: 1}}
     if "requeueing job" in job.text().split(f"requeueing job {job.id}")[-1]:
         fail("a job whose rank 0 was killed while checkpointing was requeued", job.out)
     meta, _ = tensors(f"{job.run_dir}/checkpoint.safetensors")
-    if meta["iteration"] != before["iteration"]:
+    # A killed writer leaves its temporary file (the next start removes it);
+    # a write that ended between the test seeing it and the SIGKILL landing
+    # (a few milliseconds for this model) renamed it away: then the new
+    # checkpoint must be whole, which reading it above showed.
+    if not temp_checkpoint(job.run_dir):
+        path = f"{job.run_dir}/checkpoint.safetensors"
+        with open(path, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            h = json.loads(f.read(n))
+        end = max(v["data_offsets"][1] for k, v in h.items() if k != "__metadata__")
+        if 8 + n + end != os.path.getsize(path):
+            fail("the checkpoint written as rank 0 was killed is not whole", job.out)
+        print(f"note: the stop's checkpoint write ended before the SIGKILL landed: checkpoint.safetensors holds "
+              f"iteration {meta['iteration']}, whole")
+    elif meta["iteration"] != before["iteration"]:
         fail(f"the checkpoint changed from iteration {before['iteration']} to {meta['iteration']} although its "
              "writer was killed")
-    print(f"ok: rank 0 killed while checkpointing: checkpoint.safetensors still holds iteration {meta['iteration']}")
+    else:
+        print(f"ok: rank 0 killed while checkpointing: checkpoint.safetensors still holds iteration "
+              f"{meta['iteration']}")
     last = Job(args, "stop")
     last.submit()
     last.wait_gone(900)
