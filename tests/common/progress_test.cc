@@ -55,13 +55,16 @@ TEST(Progress, LinesComeAtABoundedRateWhateverTheReports) {
   EXPECT_EQ(Count(out.str(), "\n"), 1) << out.str();
   std::ostringstream timed;
   ProgressLog every(&timed, "scdino-eval", "queries", Lines(std::chrono::milliseconds(30)));
+  const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < 40; ++i) {
     every.Report(i, 100);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  // 200 ms of reports, a line per 30 ms at most.
+  // At least 200 ms of reports (more on a loaded machine: the bound is the
+  // time they took), a line per 30 ms at most.
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
   EXPECT_GE(every.lines(), 3) << timed.str();
-  EXPECT_LE(every.lines(), 7) << timed.str();
+  EXPECT_LE(every.lines(), ms.count() / 30 + 1) << ms.count() << " ms: " << timed.str();
 }
 
 TEST(Progress, ATerminalRedrawsOneLineAndEndsIt) {
@@ -126,7 +129,7 @@ TEST(Progress, EveryStageReachesTheSinkAtABoundedRateAndAtItsEnd) {
   });
   {
     ProgressLog log(nullptr, "scdino-eval: linear probe", "fits");
-    for (int64_t i = 0; i < 1000; ++i) log.Report(i, 2000);  // well within a second
+    for (int64_t i = 0; i < 100; ++i) log.Report(i, 2000);  // well within a second
     std::this_thread::sleep_for(std::chrono::milliseconds(1100));
     log.Report(1000, 2000);
     log.Report(2000, 2000);

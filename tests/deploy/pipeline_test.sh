@@ -344,7 +344,7 @@ stop_eval() {  # config, phase marker, how (TERM | api), expected exit code, the
 import json, sys
 p = json.load(open(sys.argv[1]))["progress"]
 assert p.get("stage") == sys.argv[2], p
-assert int(p.get("stageTotal", 0)) > 0 and not p.get("stageFinished", False), p
+assert int(p["stage_total"]) > 0 and int(p["stage_done"]) > 0 and not p["stage_finished"], p
 PY
   "$ctl" status --run-dir "$run" --service eval | grep -q "^stage  *$5: " || fail "the status table has no stage line for '$5'"
   t0=$(date +%s.%N)
