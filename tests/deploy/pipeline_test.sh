@@ -339,14 +339,17 @@ stop_eval() {  # config, phase marker, how (TERM | api), expected exit code, the
   sleep 1
   kill -0 $pid 2>/dev/null || fail "scdino-eval ended by itself during '$2': make it longer"
   # The step in progress, with its own count, in the status (and the table).
-  "$ctl" status --run-dir "$run" --service eval --json > "$work/eval-status.json" || fail "scdinoctl status failed during '$2'"
-  $py - "$work/eval-status.json" "$5" <<'PY' || fail "scdinoctl status does not show the stage '$5': $(cat "$work/eval-status.json")"
+  "$ctl" status --run-dir "$run" --service eval --json > "$work/eval-status.json" ||
+    { kill -9 $pid; fail "scdinoctl status failed during '$2'"; }
+  $py - "$work/eval-status.json" "$5" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))["progress"]
 assert p.get("stage") == sys.argv[2], p
 assert int(p["stage_total"]) > 0 and int(p["stage_done"]) > 0 and not p["stage_finished"], p
 PY
-  "$ctl" status --run-dir "$run" --service eval | grep -q "^stage  *$5: " || fail "the status table has no stage line for '$5'"
+  [ "$?" = 0 ] || { kill -9 $pid; fail "scdinoctl status does not show the stage '$5': $(cat "$work/eval-status.json")"; }
+  "$ctl" status --run-dir "$run" --service eval | grep -q "^stage  *$5: " ||
+    { kill -9 $pid; fail "the status table has no stage line for '$5'"; }
   t0=$(date +%s.%N)
   if [ "$3" = TERM ]; then kill -TERM $pid; else "$ctl" stop --run-dir "$run" --service eval >/dev/null || fail "scdinoctl stop failed"; fi
   wait $pid
