@@ -88,8 +88,8 @@ void ProgressLog::set_stage(std::string stage) {
   stage_ = std::move(stage);
 }
 
-std::optional<StageProgress> ProgressLog::ForSinkLocked(int64_t done, int64_t total, bool finished) {
-  const auto now = std::chrono::steady_clock::now();
+std::optional<StageProgress> ProgressLog::ForSinkLocked(int64_t done, int64_t total, bool finished,
+                                                        std::chrono::steady_clock::time_point now) {
   if (!finished && sunk_ && now - last_sink_at_ < std::chrono::seconds(1)) return std::nullopt;
   sunk_ = true;
   last_sink_at_ = now;
@@ -163,10 +163,10 @@ void ProgressLog::ReportLocked(int64_t done, int64_t total, std::optional<StageP
   rate_ = seconds > 0 ? static_cast<double>(done - first_done_) / seconds : 0.0;
   if (total > 0 && done >= total) {
     DoneLocked(done);
-    *publish = ForSinkLocked(done, total, true);
+    *publish = ForSinkLocked(done, total, true, now);
     return;
   }
-  *publish = ForSinkLocked(done, total, false);
+  *publish = ForSinkLocked(done, total, false, now);
   // A stage shorter than the interval prints its last line only.
   if (out_ == nullptr || now - last_line_at_ < style_.interval) return;
   last_line_at_ = now;
@@ -188,7 +188,7 @@ void ProgressLog::Done(int64_t done) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!done_) {
       DoneLocked(done);
-      publish = ForSinkLocked(done, done, true);
+      publish = ForSinkLocked(done, done, true, std::chrono::steady_clock::now());
     }
   }
   Publish(publish);

@@ -84,7 +84,8 @@ class ProgressLog {
   void ReportLocked(int64_t done, int64_t total, std::optional<StageProgress>* publish);
   void DoneLocked(int64_t done);
   /// What the stage sink gets now, or nothing (once a second, and the end).
-  std::optional<StageProgress> ForSinkLocked(int64_t done, int64_t total, bool finished);
+  std::optional<StageProgress> ForSinkLocked(int64_t done, int64_t total, bool finished,
+                                             std::chrono::steady_clock::time_point now);
 
   std::ostream* out_;
   std::string prefix_, unit_, stage_;
