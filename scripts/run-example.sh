@@ -29,7 +29,7 @@ if [ ! -d "$data_dir" ]; then
 fi
 "$build_dir/services/tools/scdino-stats" --config "$config" > /dev/null
 "$build_dir/services/trainer/scdino-trainer" --config "$config"
-"$build_dir/services/features/scdino-features" --config "$config" --all-checkpoints --random-init
+"$build_dir/services/features/scdino-features" --config "$config" --all-checkpoints --random-init --raw-pixels
 "$build_dir/services/eval/scdino-eval" --config "$config"
 echo
 echo "Results in $run_dir:"
@@ -38,7 +38,7 @@ echo "  checkpoint.safetensors     latest checkpoint (student, teacher, center, 
 echo "  features/<checkpoint>/     CLS features (features.npy, index.csv, metadata.json, features.h5ad)"
 echo "  eval/<checkpoint>/         kNN results (knn_results.json/.csv, per_class.csv, confusion_matrix.csv)"
 echo "                             and plots (confusion_matrix.png, pca.png, tsne.png, umap.png, attention/*.png)"
-echo "  eval/knn_per_checkpoint.csv  kNN accuracy of every checkpoint and of the random-init baseline"
+echo "  eval/knn_per_checkpoint.csv  kNN accuracy of every checkpoint and of the baselines (random init, raw pixels)"
 echo "  eval/probes_per_checkpoint.csv  linear probe and k-means (ARI, NMI) of every checkpoint"
 echo "  eval/report.html           the report: curves over checkpoints, UMAP by class and cluster, confusion"
 echo "                             matrices, attention maps, training health (open it in a browser)"

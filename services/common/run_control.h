@@ -57,10 +57,12 @@ struct RunStatus {
   double teacher_entropy = 0.0, teacher_entropy_ratio = 0.0, student_teacher_kl = 0.0;
   double teacher_batch_entropy = 0.0, center_norm = 0.0, backbone_cls_std = 0.0;
   std::string collapse;
-  /// The last learning check: epoch, the teacher's and a random ViT's 20-NN
-  /// top-1 on held-out images (learning_check_epoch 0: none yet).
+  /// The last learning check: epoch, the teacher's, a random ViT's and the
+  /// raw pixels' 20-NN top-1 on held-out images (learning_check_epoch 0:
+  /// none yet), the margin and the verdict (common/learning_verdict.h).
   int64_t learning_check_epoch = 0;
-  double knn_top1 = 0.0, knn_random_top1 = 0.0;
+  double knn_top1 = 0.0, knn_random_top1 = 0.0, knn_pixels_top1 = 0.0, learning_margin = 0.0;
+  std::string learning_verdict;
   /// Rollbacks after a collapse (on_collapse: recover), the limit, and the last.
   int64_t recoveries = 0, max_recoveries = 0;
   std::string last_recovery;

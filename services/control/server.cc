@@ -224,6 +224,9 @@ class ControlServer::Impl {
       l->set_epoch(s.learning_check_epoch);
       l->set_knn_top1(s.knn_top1);
       l->set_random_knn_top1(s.knn_random_top1);
+      l->set_pixels_knn_top1(s.knn_pixels_top1);
+      l->set_margin(s.learning_margin);
+      l->set_verdict(s.learning_verdict);
       auto* r = t->mutable_recoveries();
       r->set_count(s.recoveries);
       r->set_max(s.max_recoveries);

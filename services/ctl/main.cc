@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/cli.h"
+#include "common/learning_verdict.h"
 #include "control/client.h"
 #include "control/token.h"
 #include "scdino/v1/control.grpc.pb.h"
@@ -140,9 +141,21 @@ void PrintTable(const v1::Status& s) {
     }
     if (t.learning().epoch() > 0) {
       const auto& l = t.learning();
-      std::printf("%-12sepoch %lld: 20-NN top-1 %.3f, random ViT %.3f (%+.3f)%s\n", "learning",
-                  static_cast<long long>(l.epoch()), l.knn_top1(), l.random_knn_top1(),
-                  l.knn_top1() - l.random_knn_top1(), l.knn_top1() > l.random_knn_top1() ? "" : ": did not learn");
+      // A trainer before the raw-pixel baseline sends no verdict: judged
+      // here against the random ViT alone.
+      scdino::LearningScores s;
+      s.trained = l.knn_top1();
+      s.random = l.random_knn_top1();
+      s.pixels = l.verdict().empty() ? -1.0 : l.pixels_knn_top1();
+      s.margin = l.margin();
+      std::printf("%-12sepoch %lld: teacher %.3f, random ViT %.3f (%+.3f)", "learning",
+                  static_cast<long long>(l.epoch()), s.trained, s.random, s.trained - s.random);
+      if (s.pixels >= 0) std::printf(", raw pixels %.3f (%+.3f)", s.pixels, s.trained - s.pixels);
+      const auto v = scdino::JudgeLearning(s);
+      const char* so_far = v.learned == scdino::Learned::kYes ? "learned so far"
+                           : v.learned == scdino::Learned::kNo  ? "not learned so far"
+                                                                : "cannot tell (a baseline is right on every image)";
+      std::printf(": %s\n", so_far);
     }
     if (t.recoveries().count() > 0) {
       std::printf("%-12s%lld of %lld; last: %s\n", "recoveries", static_cast<long long>(t.recoveries().count()),

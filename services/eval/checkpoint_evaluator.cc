@@ -152,7 +152,7 @@ StatusOr<std::string> CheckpointEvaluator::WriteTable() const {
 }
 
 StatusOr<std::string> CheckpointEvaluator::WriteReport() const {
-  return WriteRunReport({config_.meta.name_of_run, config_.run_dir()});
+  return WriteRunReport({config_.meta.name_of_run, config_.run_dir(), config_.scdino.learning_margin});
 }
 
 }  // namespace scdino::eval

@@ -314,6 +314,7 @@ StatusOr<features::Backbone> BackboneOf(const features::FeatureSet& set, uint64_
   } catch (const json::exception& e) {
     return Status::DataLoss(where + ": 'checkpoint' entries are not strings: " + e.what());
   }
+  if (key == "raw_pixels") return Status::FailedPrecondition("the raw pixels are not a model (no attention to map)");
   if (key == "random") {
     auto o = model::VitOptionsFromShapeJson(j["model"].dump(), where);
     if (!o.ok()) return o.status();

@@ -138,24 +138,31 @@ int main(int argc, char** argv) {
       fo.should_stop = stop;
       fo.log = &std::cerr;
       fo.program = kProgram;
-      auto s = FollowCheckpoints(fo, [&](const scdino::CheckpointEntry& c) -> scdino::Status {
-        auto backbone = scdino::features::BackboneFor(config, c.path, key, device->device);
+      // Extracts and evaluates one checkpoint, or a baseline.
+      auto extract_and_evaluate = [&](const std::string& checkpoint) -> scdino::Status {
+        auto backbone = scdino::features::BackboneFor(config, checkpoint, key, run->prep, device->device);
         if (!backbone.ok()) return backbone.status();
         scdino::features::ExtractJob job{run->dataset, run->splits, run->prep, std::move(backbone).value(),
                                          run->metadata_json};
-        auto eo = scdino::features::ExtractOptionsFor(config, single, scdino::features::FeaturesName(c.path), device->device);
+        auto eo = scdino::features::ExtractOptionsFor(config, single, scdino::features::FeaturesName(checkpoint),
+                                                      device->device);
         eo.control = &p->control();
         eo.stop_signal = StopSignalReceived;
         eo.log = &std::cerr;
         auto r = scdino::features::ExtractFeatures(job, eo);
         if (!r.ok()) return r.status();
-        if (!r->completed) return scdino::Status::Aborted("stopped while extracting the features of " + c.path);
+        if (!r->completed) return scdino::Status::Aborted("stopped while extracting the features of " + checkpoint);
         auto set = scdino::features::ReadFeatureSet(eo.out_dir);
         if (!set.ok()) return set.status();
         if (auto st = evaluator.Evaluate(*set); !st.ok()) return st;
         if (auto st = write_table(); !st.ok()) return st;
         return write_report();
-      });
+      };
+      // The raw pixels first: the baseline every checkpoint's report is
+      // judged against (no model; an already complete set is kept).
+      if (auto s = extract_and_evaluate(scdino::features::kRawPixels); !s.ok()) return Fail(p, kProgram, s);
+      auto s = FollowCheckpoints(
+          fo, [&](const scdino::CheckpointEntry& c) -> scdino::Status { return extract_and_evaluate(c.path); });
       if (!s.ok()) return Fail(p, kProgram, s);
     } else {
       if (evaluator.rows().size() > 1) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/files.h"
+#include "common/learning_verdict.h"
 #include "eval/drawing.h"
 
 namespace scdino::eval {
@@ -40,8 +41,9 @@ struct Entry {
   std::string name;
   std::string error;  ///< why its results could not be read; empty when read
   bool baseline = false;  ///< the random-init features
+  bool pixels = false;    ///< the raw pixels (the other baseline)
   bool complete = false;  ///< the embeddings were written (not stopped)
-  int64_t epoch = -1, iteration = -1, n_train = 0, n_test = 0, best_k = 0;
+  int64_t epoch = -1, iteration = -1, n_train = 0, n_test = 0, best_k = 0, classes = 0;
   double knn_top1 = 0, knn_balanced = 0;
   bool linear = false, clustering = false;
   double linear_top1 = 0, linear_balanced = 0, linear_c = 0, ari = 0, nmi = 0;
@@ -73,6 +75,7 @@ Entry ReadEntry(const fs::path& dir) {
   const json ckpt = j.contains("metadata") && j["metadata"].is_object() ? j["metadata"].value("checkpoint", json())
                                                                          : json();
   e.baseline = e.name == "random_init" || Text(ckpt, "key") == "random";
+  e.pixels = e.name == "raw_pixels" || Text(ckpt, "key") == "raw_pixels";
   if (ckpt.is_object() && ckpt.contains("epoch") && ckpt["epoch"].is_number_integer()) e.epoch = ckpt["epoch"];
   if (ckpt.is_object() && ckpt.contains("iteration") && ckpt["iteration"].is_number_integer()) {
     e.iteration = ckpt["iteration"];
@@ -81,6 +84,7 @@ Entry ReadEntry(const fs::path& dir) {
   e.n_train = static_cast<int64_t>(Number(j, "n_train"));
   e.n_test = static_cast<int64_t>(Number(j, "n_test"));
   e.best_k = static_cast<int64_t>(Number(j, "best_k"));
+  e.classes = j.contains("classes") && j["classes"].is_array() ? static_cast<int64_t>(j["classes"].size()) : 0;
   for (const auto& k : j["knn"]) {
     if (static_cast<int64_t>(Number(k, "k")) == e.best_k) {
       e.knn_top1 = Number(k, "top1_accuracy");
@@ -100,7 +104,8 @@ Entry ReadEntry(const fs::path& dir) {
   return e;
 }
 
-// The random-init baseline first, then by iteration (unknown last), then name.
+// The baselines first (random init, raw pixels), then by iteration (unknown
+// last), then name.
 std::vector<Entry> ReadEntries(const std::string& eval_dir) {
   std::vector<Entry> entries;
   std::error_code ec;
@@ -112,7 +117,7 @@ std::vector<Entry> ReadEntries(const std::string& eval_dir) {
   }
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     auto key = [](const Entry& e) {
-      return std::make_tuple(!e.baseline, e.iteration < 0, e.iteration, e.name);
+      return std::make_tuple(!e.baseline, !e.pixels, e.iteration < 0, e.iteration, e.name);
     };
     return key(a) < key(b);
   });
@@ -243,6 +248,39 @@ window.addEventListener('load', function () {
 </script>
 )";
 
+// The verdict of the newest checkpoint against the baselines there are
+// (common/learning_verdict.h), by kNN at each one's best k, and the linear
+// probes beside it.
+std::string LearnedParagraph(const Entry& last, const Entry* random, const Entry* pixels, double margin) {
+  std::ostringstream o;
+  if (last.classes == 1) {
+    o << "<p class=\"note\">Did it learn? Not judged: the data set has one class (no labels to judge the "
+         "features or the baselines by).</p>\n";
+    return o.str();
+  }
+  if (!random) {
+    o << "<p class=\"note\">Did it learn? Not judged without the random-init baseline.</p>\n";
+    return o.str();
+  }
+  LearningScores s;
+  s.trained = last.knn_top1;
+  s.random = random->knn_top1;
+  s.pixels = pixels ? pixels->knn_top1 : -1.0;
+  s.margin = margin;
+  s.test_images = last.n_test;
+  s.k = last.best_k;
+  const LearningVerdict v = JudgeLearning(s);
+  o << "<p class=\"verdict " << v.name << "\">Did it learn? " << Escape(last.name) << ": " << Escape(v.line)
+    << " (kNN at each one's best k).";
+  if (last.linear && random->linear) {
+    o << " Linear probe top-1: " << Percent(last.linear_top1) << ", random init " << Percent(random->linear_top1);
+    if (pixels && pixels->linear) o << ", raw pixels " << Percent(pixels->linear_top1);
+    o << ".";
+  }
+  o << "</p>\n";
+  return o.str();
+}
+
 }  // namespace
 
 std::string RunReportHtml(const ReportOptions& options) {
@@ -252,11 +290,13 @@ std::string RunReportHtml(const ReportOptions& options) {
   // The curves: complete evaluations of trained checkpoints, one per
   // iteration (the final checkpoint repeats the last numbered one).
   std::vector<Entry> trained;
-  const Entry* baseline = nullptr;
+  const Entry *baseline = nullptr, *pixels = nullptr;
   for (const auto& e : entries) {
     if (!e.error.empty()) continue;
     if (e.baseline) {
       if (!baseline || e.complete) baseline = &e;
+    } else if (e.pixels) {
+      if (!pixels || e.complete) pixels = &e;
     } else if (e.epoch >= 0 && e.complete && (trained.empty() || trained.back().iteration != e.iteration)) {
       trained.push_back(e);
     }
@@ -272,7 +312,8 @@ std::string RunReportHtml(const ReportOptions& options) {
     o << "<p>No evaluated features yet: run scdino-features, then scdino-eval.</p>\n";
   }
 
-  // Curves over checkpoints, the random-init features as the baseline.
+  // Curves over checkpoints, the random-init features and the raw pixels as
+  // the baselines.
   if (!trained.empty()) {
     o << "<h2>Over checkpoints</h2>\n<div class=\"charts\">\n";
     Series knn{"kNN top-1 (best k)", "#1f77b4", {}}, linear{"linear probe top-1", "#d62728", {}};
@@ -291,13 +332,22 @@ std::string RunReportHtml(const ReportOptions& options) {
         clusters.push_back(Baseline("NMI, random init", "#9467bd", baseline->nmi, trained));
       }
     }
+    if (pixels) {
+      accuracy.push_back(Baseline("kNN, raw pixels", "#7f7f7f", pixels->knn_top1, trained));
+      if (pixels->linear) accuracy.push_back(Baseline("linear, raw pixels", "#bcbd22", pixels->linear_top1, trained));
+    }
     o << Chart("Accuracy on the test cells", "epoch", accuracy, std::make_pair(0.0, 1.0));
     if (!ari.points.empty()) o << Chart("Clusters against the classes", "epoch", clusters, std::make_pair(0.0, 1.0));
     o << "</div>\n";
-    if (!baseline) {
-      o << "<p class=\"note\">No random-init baseline: <code>scdino-features --random-init</code> then scdino-eval "
-           "draws it.</p>\n";
+    if (!baseline || !pixels) {
+      const char* missing = !baseline && !pixels ? "random-init or raw-pixel baselines"
+                            : !baseline          ? "random-init baseline"
+                                                 : "raw-pixel baseline";
+      o << "<p class=\"note\">No " << missing << ": <code>scdino-features" << (!baseline ? " --random-init" : "")
+        << (!pixels ? " --raw-pixels" : "") << "</code> then scdino-eval draws "
+        << (!baseline && !pixels ? "them" : "it") << ".</p>\n";
     }
+    o << LearnedParagraph(trained.back(), baseline, pixels, options.learning_margin);
   }
 
   // One row per evaluated features directory.
@@ -313,7 +363,7 @@ std::string RunReportHtml(const ReportOptions& options) {
       auto opt = [](bool done, double v, const std::string& why) {
         return done ? Percent(v) : "<span title=\"" + Escape(why) + "\">-</span>";
       };
-      o << "<tr" << (e.baseline ? " class=\"baseline\"" : "") << "><td>" << Escape(e.name) << "</td><td>"
+      o << "<tr" << (e.baseline || e.pixels ? " class=\"baseline\"" : "") << "><td>" << Escape(e.name) << "</td><td>"
         << (e.epoch >= 0 ? std::to_string(e.epoch) : "") << "</td><td>"
         << (e.iteration >= 0 ? std::to_string(e.iteration) : "") << "</td><td>" << e.n_test << "</td><td>"
         << Percent(e.knn_top1) << "</td><td>" << Percent(e.knn_balanced) << "</td><td>" << e.best_k << "</td><td>"
@@ -329,7 +379,7 @@ std::string RunReportHtml(const ReportOptions& options) {
   // The latest checkpoint's figures: the last complete evaluation, else the last.
   const Entry* latest = nullptr;
   for (const auto& e : entries) {
-    if (e.error.empty() && !e.baseline && (!latest || e.complete || !latest->complete)) latest = &e;
+    if (e.error.empty() && !e.baseline && !e.pixels && (!latest || e.complete || !latest->complete)) latest = &e;
   }
   if (!latest && baseline) latest = baseline;
   if (latest) {

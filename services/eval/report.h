@@ -24,6 +24,9 @@ namespace scdino::eval {
 struct ReportOptions {
   std::string run_name;
   std::string run_dir;  ///< holds eval/ and log.jsonl
+  /// How much better than both baselines counts as learned
+  /// (scdino.learning_margin; common/learning_verdict.h).
+  double learning_margin = 0.0;
 };
 
 /// The page for the run's current files (pure of the clock: no timestamp).

@@ -79,4 +79,32 @@ Backbone RandomBackbone(const model::VitOptions& o, uint64_t seed, torch::Device
   return b;
 }
 
+int64_t PixelSide(int64_t channels, int64_t side) {
+  int64_t s = side;
+  while (s > 1 && channels * s * s > kPixelValues) --s;
+  return s;
+}
+
+Backbone PixelBackbone(int64_t channels, int64_t side) {
+  Backbone b;
+  b.source = "raw_pixels";
+  b.key = "raw_pixels";
+  const nlohmann::json shape = {{"in_chans", channels}, {"side", side}, {"kept_side", PixelSide(channels, side)}};
+  b.model_json = nlohmann::json{{"raw_pixels", shape}}.dump();
+  return b;
+}
+
+torch::Tensor PixelFeatures(const torch::Tensor& images) {
+  TORCH_CHECK(images.dim() == 4, "PixelFeatures takes [n, C, S, S] images");
+  auto x = images.to(torch::kFloat32);
+  const int64_t s = PixelSide(x.size(1), x.size(2));
+  if (s != x.size(2) || s != x.size(3)) x = torch::adaptive_avg_pool2d(x, {s, s});
+  return x.flatten(1).contiguous();
+}
+
+torch::Tensor Embed(const Backbone& b, const torch::Tensor& batch) {
+  if (!b.vit) return PixelFeatures(batch);
+  return model::VisionTransformer(b.vit)->forward(batch);
+}
+
 }  // namespace scdino::features

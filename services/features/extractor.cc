@@ -292,7 +292,7 @@ StatusOr<ExtractResult> ExtractFeatures(const ExtractJob& job, const ExtractOpti
         result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
         return result;
       }
-      auto cls = model::VisionTransformer(job.backbone.vit)->forward(batch->to(o.device, /*non_blocking=*/true));
+      auto cls = Embed(job.backbone, batch->to(o.device, /*non_blocking=*/true));
       out.push_back(cls.to(torch::kCPU, torch::kFloat32));
       result.images_written += batch->size(0);
       if (o.on_progress) o.on_progress(done_before + std::min(count, (b + 1) * o.batch_size), n);

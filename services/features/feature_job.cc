@@ -67,11 +67,15 @@ StatusOr<FeatureRun> PrepareFeatureRun(const run::RunConfig& config, data::Datas
 }
 
 std::string FeaturesName(const std::string& checkpoint) {
+  if (checkpoint == kRawPixels) return "raw_pixels";
   return checkpoint.empty() ? "random_init" : std::filesystem::path(checkpoint).stem().string();
 }
 
 StatusOr<Backbone> BackboneFor(const run::RunConfig& config, const std::string& checkpoint, const std::string& key,
-                               torch::Device device) {
+                               const FeaturePrep& prep, torch::Device device) {
+  if (checkpoint == kRawPixels) {
+    return PixelBackbone(static_cast<int64_t>(prep.image.channels.size()), prep.resize);
+  }
   if (checkpoint.empty()) {
     return RandomBackbone(config.dino_options().vit, static_cast<uint64_t>(config.meta.seed), device);
   }

@@ -35,14 +35,18 @@ StatusOr<FeatureRun> PrepareFeatureRun(const run::RunConfig& config, data::Datas
                                        const run::LaunchInfo& launch, run::Coordinator& coordinator,
                                        const std::function<bool()>& should_stop = {});
 
-/// The features directory's name of a checkpoint file (its stem), or
-/// "random_init" for "".
+/// What stands for the raw-pixel baseline where a checkpoint is named.
+inline const std::string kRawPixels = "<raw pixels>";
+
+/// The features directory's name of a checkpoint file (its stem),
+/// "random_init" for "" and "raw_pixels" for kRawPixels.
 std::string FeaturesName(const std::string& checkpoint);
 
-/// The backbone of `checkpoint` ("" : the random initialisation of
-/// meta.seed, the baseline).
+/// The backbone of `checkpoint` ("": the random initialisation of
+/// meta.seed; kRawPixels: the images as `prep` prepares them; the
+/// baselines).
 StatusOr<Backbone> BackboneFor(const run::RunConfig& config, const std::string& checkpoint, const std::string& key,
-                               torch::Device device);
+                               const FeaturePrep& prep, torch::Device device);
 
 /// ExtractOptions from the config (batch, decoding threads, shard size,
 /// normalisation, raw, timeouts) for this launch, writing to

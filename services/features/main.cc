@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   InstallStopSignals(kProgram, "finishing the current batch (complete shards are kept)");
   std::string key;
   std::vector<std::string> checkpoints;
-  bool all = false, random_init = false, raw = false, follow = false;
+  bool all = false, random_init = false, raw_pixels = false, raw = false, follow = false;
   CommandLine cl(kProgram,
                  "CLS features of every image of the run's data set (docs/features.md). Output:\n"
                  "<run_dir>/features/<checkpoint name>/ (features.npy, index.csv, metadata.json, features.h5ad).\n"
@@ -47,7 +47,10 @@ int main(int argc, char** argv) {
   app.add_flag("--follow", follow,
                "follow the run's trainer through its control API: every numbered checkpoint it has written and "
                "writes, until it ends (one process)");
-  app.add_flag("--random-init", random_init, "also a randomly initialised backbone (seed meta.seed): the baseline");
+  app.add_flag("--random-init", random_init, "also a randomly initialised backbone (seed meta.seed): a baseline");
+  app.add_flag("--raw-pixels", raw_pixels,
+               "also the images themselves as features (prepared as for the model, area-averaged to at most 4,096 "
+               "values): the other baseline, written to features/raw_pixels");
   app.add_option("--checkpoint-key", key, "teacher (as scDINO) or student; default: compute_cls_features.checkpoint_key")
       ->check(CLI::IsMember({"teacher", "student"}));
   app.add_flag("--raw", raw, "also write features_raw.npy (before L2 normalisation)");
@@ -62,7 +65,7 @@ int main(int argc, char** argv) {
   if (all) {
     for (const auto& e : scdino::ListCheckpointFiles(config.run_dir())) checkpoints.push_back(e.path);
   }
-  if (checkpoints.empty() && !random_init && !follow) {
+  if (checkpoints.empty() && !random_init && !raw_pixels && !follow) {
     checkpoints.push_back(config.run_dir() + "/checkpoint.safetensors");
   }
   for (const auto& c : checkpoints) {
@@ -71,7 +74,8 @@ int main(int argc, char** argv) {
       return kExitBadInput;
     }
   }
-  if (random_init) checkpoints.push_back("");  // the baseline, named random_init
+  if (random_init) checkpoints.push_back("");  // a baseline, named random_init
+  if (raw_pixels) checkpoints.push_back(scdino::features::kRawPixels);
   const int n_threads = cl.ConfigureCpu();
   // Every part with threads lives in the work's scope and is stopped as it
   // ends (the control API and metrics, then the rendezvous); then the
@@ -108,7 +112,7 @@ int main(int argc, char** argv) {
     if (!run.ok()) return Fail(p, kProgram, run.status());
 
     auto extract = [&](const std::string& checkpoint) -> scdino::Status {
-      auto backbone = scdino::features::BackboneFor(config, checkpoint, key, device->device);
+      auto backbone = scdino::features::BackboneFor(config, checkpoint, key, run->prep, device->device);
       if (!backbone.ok()) return backbone.status();
       scdino::features::ExtractJob job{run->dataset, run->splits, run->prep, std::move(backbone).value(),
                                        run->metadata_json};
@@ -119,8 +123,21 @@ int main(int argc, char** argv) {
       eo.stop_signal = StopSignalReceived;
       eo.on_progress = [p](int64_t done, int64_t total) { p->ReportProgress(done, total); };
       eo.log = &std::cerr;
-      std::cerr << kProgram << ": " << (checkpoint.empty() ? "random initialisation" : checkpoint) << " ("
-                << job.backbone.key << ") -> " << eo.out_dir << "\n";
+      if (checkpoint == scdino::features::kRawPixels) {
+        // What the baseline is, also for images of mixed sizes.
+        const int64_t c = static_cast<int64_t>(run->prep.image.channels.size()), side = run->prep.resize;
+        std::cerr << kProgram << ": the raw pixels (every image "
+                  << (side > 0 ? "resized to " + std::to_string(side) + " px as for the model" : "at its own size")
+                  << ", per-channel normalised";
+        if (side > 0 && scdino::features::PixelSide(c, side) != side) {
+          std::cerr << ", area-averaged to " << scdino::features::PixelSide(c, side) << " px";
+        }
+        std::cerr << ")";
+      } else {
+        std::cerr << kProgram << ": " << (checkpoint.empty() ? "random initialisation" : checkpoint) << " ("
+                  << job.backbone.key << ")";
+      }
+      std::cerr << " -> " << eo.out_dir << "\n";
       auto r = scdino::features::ExtractFeatures(job, eo);
       if (!r.ok()) return r.status();
       if (!r->completed) {

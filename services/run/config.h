@@ -257,12 +257,16 @@ struct RuntimeConfig {
   /// set is derived from the data set (run/recipe.h).
   std::string recipe = "manual";
   /// auto: the trainer measures, at each numbered checkpoint, whether the
-  /// teacher's features beat a random ViT's (trainer/learning_check.h) and
+  /// teacher's features beat a random ViT's and the raw pixels
+  /// (trainer/learning_check.h) and
   /// says at the end whether they did; require: also exit 7 when they did
   /// not; off: no check.
   std::string learning_check = "auto";
   /// Upper bound of the learning check's images in memory (MiB).
   int64_t learning_check_mb = 1024;
+  /// How much better than a random ViT's and the raw pixels' 20-NN top-1
+  /// the teacher's must be to count as learned (common/learning_verdict.h).
+  double learning_margin = 0.0;
   /// The teacher's targets: center (DINO, scDINO) or sinkhorn_knopp
   /// (DINOv2's equipartition over the global batch).
   std::string teacher_centering = "center";

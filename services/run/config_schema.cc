@@ -153,8 +153,12 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
        "auto: epochs, warm-ups, lr, teacher temperature and momentum, crops, patch and out_dim derived from the data "
        "set's size, image size and the batch, for every key the file does not set (docs/training.md)"},
       {"scdino.learning_check", Str(&r.learning_check, {"auto", "require", "off"}),
-       "auto: at each numbered checkpoint a 20-NN accuracy of the teacher on a held-out split against a random ViT, "
-       "where the data set has labels (docs/training.md); require: also exit 7 when the run ends no better"},
+       "auto: at each numbered checkpoint a 20-NN accuracy of the teacher on a held-out split against a random ViT "
+       "and the raw pixels, where the data set has labels (docs/training.md); require: also exit 7 when the run "
+       "ends no better than either"},
+      {"scdino.learning_margin", Real(&r.learning_margin, 0, kIn, 1, kIn),
+       "how much higher than both baselines' (a random ViT's, the raw pixels') the teacher's 20-NN top-1 must be "
+       "for the run to count as learned"},
       {"scdino.teacher_centering", Str(&r.teacher_centering, {"center", "sinkhorn_knopp"}),
        "the teacher's targets: DINO's centred, sharpened outputs (center_momentum), or DINOv2's Sinkhorn-Knopp "
        "equipartition over the global batch (docs/training.md)"},

@@ -20,8 +20,8 @@ inline constexpr int kExitDiverged = 5;
 /// is below its threshold; requeueing onto the same nodes would not help.
 inline constexpr int kExitPreflightFailed = 6;
 /// scdino-trainer completed with scdino.learning_check: require, but at the
-/// last learning check the teacher's
-/// features were no better than a random ViT's (docs/training.md): the
+/// last learning check the teacher's features were no better than a random
+/// ViT's or the raw pixels' (docs/training.md): the
 /// checkpoints are there, the model did not learn; never requeued.
 inline constexpr int kExitDidNotLearn = 7;
 /// A write found the disk or the quota full (a checkpoint, the features):

@@ -77,11 +77,19 @@ StatusOr<std::unique_ptr<LearningCheck>> LearningCheck::Make(const run::RunConfi
   c->device_ = device;
   c->vit_ = config.dino_options().vit;
   c->seed_ = seed;
+  c->margin_ = config.scdino.learning_margin;
   c->wait_ = std::chrono::seconds(std::max<int64_t>(1, config.scdino.distributed_timeout_s / 3));
   const auto images = static_cast<int64_t>(train.size() + test.size());
   std::cerr << "scdino-trainer: learning check: " << test.size() << " held-out images and " << train.size()
             << " neighbours, " << ((images * image_bytes) >> 20) << " MiB (scdino.learning_check_mb: "
-            << config.scdino.learning_check_mb << "), loading beside the training\n";
+            << config.scdino.learning_check_mb << "), loading beside the training; baselines: a random ViT and the "
+            << "raw pixels (" << size << " px as the features, per-channel normalised";
+  const int64_t channels = config.dino_options().vit.in_chans();
+  if (features::PixelSide(channels, size) != size) {
+    std::cerr << ", area-averaged to " << features::PixelSide(channels, size) << " px to keep at most "
+              << features::kPixelValues << " values";
+  }
+  std::cerr << ")\n";
   // Read by a thread of its own while the ranks train: no rank waits for it
   // in a collective (Measure waits a bounded time, then skips the check).
   c->loader_ = std::thread([raw = c.get(), prep = run->prep, skip = config.bad_image_policy() == data::BadImagePolicy::kSkip,
@@ -144,25 +152,30 @@ bool LearningCheck::WaitLoaded(std::chrono::milliseconds wait) {
   return cv_.wait_for(lock, wait, [&] { return loaded_; });
 }
 
-double LearningCheck::Top1(model::VisionTransformer vit) const {
+double LearningCheck::Top1(const std::function<torch::Tensor(const torch::Tensor&)>& of) const {
   torch::NoGradGuard no_grad;
-  const bool was_training = vit->is_training();
-  vit->eval();
   auto features = [&](const torch::Tensor& x) {
     std::vector<torch::Tensor> out;
     for (int64_t at = 0; at < x.size(0); at += 64) {
-      out.push_back(vit->forward(x.slice(0, at, std::min(x.size(0), at + 64)).to(device_)).to(torch::kFloat32));
+      out.push_back(of(x.slice(0, at, std::min(x.size(0), at + 64)).to(device_)).to(torch::kFloat32));
     }
     return torch::nn::functional::normalize(torch::cat(out), torch::nn::functional::NormalizeFuncOptions().dim(1));
   };
   const auto train = features(train_x_), test = features(test_x_);
-  if (was_training) vit->train();
   eval::KnnOptions o;
   o.ks = {kK};
   o.ranks = 1;
   const auto r = eval::WeightedKnn(train, train_y_, test, classes_, o);
   const auto top1 = r.ranked[0].select(1, 0);
   return top1.eq(test_y_).to(torch::kFloat64).mean().item<double>();
+}
+
+double LearningCheck::Top1(model::VisionTransformer vit) const {
+  const bool was_training = vit->is_training();
+  vit->eval();
+  const double top1 = Top1([&](const torch::Tensor& x) { return vit->forward(x); });
+  if (was_training) vit->train();
+  return top1;
 }
 
 std::optional<training::LearningReport> LearningCheck::Measure(model::VisionTransformer teacher, int64_t epoch,
@@ -188,6 +201,8 @@ std::optional<training::LearningReport> LearningCheck::Measure(model::VisionTran
     // (it reseeds the generator, which every training step seeds anew).
     auto random = features::RandomBackbone(vit_, seed_, device_);
     random_top1_ = Top1(random.vit);
+    // The images as they are, prepared as for the model (the loaded ones).
+    pixels_top1_ = Top1([](const torch::Tensor& x) { return features::PixelFeatures(x); });
   }
   training::LearningReport r;
   r.epoch = epoch;
@@ -198,6 +213,8 @@ std::optional<training::LearningReport> LearningCheck::Measure(model::VisionTran
   r.classes = classes_;
   r.trained_top1 = Top1(teacher);
   r.random_top1 = random_top1_;
+  r.pixels_top1 = pixels_top1_;
+  r.margin = margin_;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -1,13 +1,15 @@
 // The trainer's learning check (scdino.learning_check: auto): whether the
-// teacher's features separate the data set's classes better than a random
-// ViT's, measured while training, so that a run that made its model worse
-// than not training it says so (docs/training.md, "Did it learn?"). The
+// teacher's features separate the data set's classes better than the two
+// baselines that need no training, a random ViT's features and the raw
+// pixels (features/backbone.h, PixelFeatures), measured while training, so
+// that a run that made its model worth less than not training it says so
+// (docs/training.md, "Did it learn?"). The
 // held-out images of scdino-features' seeded split (up to 1,000, with up to
 // 2,000 of the train split as neighbours, as many as
 // scdino.learning_check_mb holds) are read once by a thread of their own
 // while training starts, prepared as scdino-features prepares them, at the
 // global crop size; each check is one forward pass over them and a weighted
-// 20-NN vote (eval/knn.h), the random ViT's once per run.
+// 20-NN vote (eval/knn.h), the baselines' once per run.
 // Rank 0 only; Measure from one thread.
 #pragma once
 
@@ -16,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -57,6 +60,9 @@ class LearningCheck {
 
  private:
   LearningCheck() = default;
+  /// The 20-NN top-1 of the test images' features against the train
+  /// images' (both L2-normalised by it).
+  double Top1(const std::function<torch::Tensor(const torch::Tensor&)>& features) const;
   double Top1(model::VisionTransformer vit) const;
 
   std::thread loader_;
@@ -71,7 +77,9 @@ class LearningCheck {
   torch::Device device_ = torch::kCPU;
   model::VitOptions vit_;
   uint64_t seed_ = 0;
+  double margin_ = 0.0;        ///< scdino.learning_margin
   double random_top1_ = -1.0;  ///< measured at the first check
+  double pixels_top1_ = -1.0;  ///< measured at the first check
 };
 
 }  // namespace scdino::trainer

@@ -63,7 +63,8 @@ int main(int argc, char** argv) {
                  "DINO pretraining of a ViT on multi-channel cell images (docs/trainer.md).\n"
                  "Exit codes: 0 completed, 1 failed, 2 bad input, 3 stopped by --stop-after-iterations,\n"
                  "4 stopped through the control API (scdinoctl stop) after a checkpoint, 5 diverged or collapsed,\n"
-                 "7 completed but did not learn (scdino.learning_check: require: no better than a random ViT),\n"
+                 "7 completed but did not learn (scdino.learning_check: require: no better than a random ViT or\n"
+                 "the raw pixels),\n"
                  "8 a checkpoint could not be written: the disk or quota is full,\n"
                  "75 stopped by SIGTERM/SIGUSR1/SIGINT after a checkpoint (requeue to resume).");
   cl.app().add_option("--stop-after-iterations", options.stop_after_iterations,
@@ -166,19 +167,15 @@ int main(int argc, char** argv) {
         if (result->recoveries > 0) std::cerr << "; recovered from a collapse " << result->recoveries << " time(s)";
         std::cerr << "\n";
         if (const auto& l = result->learning) {
-          char buf[320];
-          std::snprintf(buf, sizeof buf, "20-NN top-1 on %lld held-out images: %.3f, a random ViT's %.3f (%+.3f)",
-                        static_cast<long long>(l->test_images), l->trained_top1, l->random_top1,
-                        l->trained_top1 - l->random_top1);
-          if (!l->learned()) {
-            std::cerr << "scdino-trainer: did not learn: the trained teacher's features are no better than a random "
-                      << "ViT's (" << buf << "). docs/training.md says what to change (scdino.recipe: auto, "
-                      << "scdino.on_collapse: recover)"
-                      << (require_learning ? "; exit 7 (scdino.learning_check: require)" : "") << "\n";
-            if (require_learning) return kExitDidNotLearn;
-          } else {
-            std::cerr << "scdino-trainer: learned: " << buf << "\n";
+          // One line, whatever the verdict (common/learning_verdict.h).
+          const auto v = l->verdict();
+          std::cerr << "scdino-trainer: " << v.line;
+          if (v.learned == scdino::Learned::kNo) {
+            std::cerr << ". docs/training.md says what to change (scdino.recipe: auto, scdino.on_collapse: recover)"
+                      << (require_learning ? "; exit 7 (scdino.learning_check: require)" : "");
           }
+          std::cerr << "\n";
+          if (v.learned == scdino::Learned::kNo && require_learning) return kExitDidNotLearn;
         }
         return kExitCompleted;
       }

@@ -66,10 +66,21 @@ TrainerMetrics::TrainerMetrics(prometheus::Registry& r, torch::Device device) : 
   auto& knn = prometheus::BuildGauge()
                   .Name("scdino_trainer_knn_top1_ratio")
                   .Help("Weighted 20-NN top-1 accuracy on held-out images at the last learning check: of the teacher "
-                        "(model=trained) and of a random ViT of the same shape (model=random_init)")
+                        "(model=trained), of a random ViT of the same shape (model=random_init) and of the raw "
+                        "pixels (model=raw_pixels)")
                   .Register(r);
   knn_trained_ = &knn.Add({{"model", "trained"}});
   knn_random_ = &knn.Add({{"model", "random_init"}});
+  knn_pixels_ = &knn.Add({{"model", "raw_pixels"}});
+  auto& learned = prometheus::BuildGauge()
+                      .Name("scdino_trainer_learned")
+                      .Help("1 for the verdict of the last learning check (learned: above a random ViT and the raw "
+                            "pixels by more than scdino.learning_margin; did_not_learn; cannot_tell: a baseline "
+                            "classifies every held-out image); all 0 before the first")
+                      .Register(r);
+  learned_ = &learned.Add({{"verdict", "learned"}});
+  did_not_learn_ = &learned.Add({{"verdict", "did_not_learn"}});
+  cannot_tell_ = &learned.Add({{"verdict", "cannot_tell"}});
   learning_epoch_ = Gauge(r, "learning_check_epoch", "Epochs done at the last learning check; 0 before the first");
   recoveries_ = &prometheus::BuildCounter()
                      .Name("scdino_trainer_recoveries_total")
@@ -98,6 +109,12 @@ void TrainerMetrics::OnHealth(const training::HealthReport& h) {
 void TrainerMetrics::OnLearning(const training::LearningReport& l) {
   knn_trained_->Set(l.trained_top1);
   knn_random_->Set(l.random_top1);
+  knn_pixels_->Set(l.pixels_top1);
+  const auto v = l.verdict().learned;
+  using scdino::Learned;
+  learned_->Set(v == Learned::kYes ? 1 : 0);
+  did_not_learn_->Set(v == Learned::kNo ? 1 : 0);
+  cannot_tell_->Set(v == Learned::kCannotTell ? 1 : 0);
   learning_epoch_->Set(static_cast<double>(l.epoch));
 }
 

@@ -32,7 +32,8 @@ class TrainerMetrics {
   prometheus::Gauge *last_checkpoint_, *gpu_allocated_ = nullptr, *gpu_reserved_ = nullptr, *gpu_peak_ = nullptr;
   prometheus::Gauge *teacher_entropy_, *teacher_entropy_ratio_, *kl_, *batch_entropy_, *center_norm_, *cls_std_;
   prometheus::Gauge *healthy_, *uniform_, *onehot_;
-  prometheus::Gauge *knn_trained_, *knn_random_, *learning_epoch_;
+  prometheus::Gauge *knn_trained_, *knn_random_, *knn_pixels_, *learning_epoch_;
+  prometheus::Gauge *learned_, *did_not_learn_, *cannot_tell_;
   prometheus::Counter* recoveries_;
   prometheus::Histogram *step_, *data_wait_, *allreduce_, *checkpoint_;
   double rate_ = 0.0;

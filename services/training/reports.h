@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/learning_verdict.h"
 #include "model/health.h"
 
 namespace scdino::training {
@@ -48,19 +49,24 @@ struct CheckpointReport {
   int64_t iteration = 0;
 };
 
-/// A learning check (scdino.learning_check, training/learning_check.h):
+/// A learning check (scdino.learning_check, trainer/learning_check.h):
 /// the weighted 20-NN top-1 accuracy of the teacher's CLS features on a
 /// held-out split of the labelled images, against a random ViT's of the
-/// same shape. Rank 0 measures it at each numbered checkpoint.
+/// same shape and the raw pixels'. Rank 0 measures it at each numbered
+/// checkpoint.
 struct LearningReport {
   int64_t epoch = 0;  ///< epochs done
   int64_t iteration = 0;
   int64_t k = 20;
   int64_t train_images = 0, test_images = 0, classes = 0;
-  double trained_top1 = 0.0, random_top1 = 0.0;
+  double trained_top1 = 0.0, random_top1 = 0.0, pixels_top1 = 0.0;
+  double margin = 0.0;  ///< scdino.learning_margin
   double seconds = 0.0;
-  /// Whether the trained features beat the random ViT's.
-  bool learned() const { return trained_top1 > random_top1; }
+  LearningScores scores() const {
+    return {trained_top1, random_top1, pixels_top1, margin, test_images, k};
+  }
+  /// learned, did not learn, or cannot tell (at the ceiling), in one line.
+  LearningVerdict verdict() const { return JudgeLearning(scores()); }
 };
 
 /// A rollback after a collapse (scdino.on_collapse: recover).

@@ -56,6 +56,9 @@ void StatusReporter::Learning(const LearningReport& r) {
     st.learning_check_epoch = r.epoch;
     st.knn_top1 = r.trained_top1;
     st.knn_random_top1 = r.random_top1;
+    st.knn_pixels_top1 = r.pixels_top1;
+    st.learning_margin = r.margin;
+    st.learning_verdict = r.verdict().name;
   });
 }
 

@@ -227,9 +227,10 @@ std::optional<LearningReport> Trainer::CheckLearning(int64_t epoch, int64_t it) 
     char buf[400];
     std::snprintf(buf, sizeof buf,
                   "scdino-trainer: learning check at epoch %lld: 20-NN top-1 of the teacher %.3f, of a random ViT "
-                  "%.3f (%+.3f; %lld held-out images, %lld classes, %.1f s)",
+                  "%.3f (%+.3f), of the raw pixels %.3f (%+.3f); %lld held-out images, %lld classes, %.1f s: %s",
                   static_cast<long long>(epoch + 1), r.trained_top1, r.random_top1, r.trained_top1 - r.random_top1,
-                  static_cast<long long>(r.test_images), static_cast<long long>(r.classes), r.seconds);
+                  r.pixels_top1, r.trained_top1 - r.pixels_top1, static_cast<long long>(r.test_images),
+                  static_cast<long long>(r.classes), r.seconds, r.verdict().name.c_str());
     *options_.progress << buf << std::endl;
   }
   return r;
@@ -653,6 +654,8 @@ StatusOr<TrainResult> Trainer::RunLoop() {
         if (auto check = CheckLearning(epoch, it)) {
           line["knn_top1"] = check->trained_top1;
           line["knn_random_top1"] = check->random_top1;
+          line["knn_pixels_top1"] = check->pixels_top1;
+          line["learning_verdict"] = check->verdict().name;
         }
       }
       if (auto mem = QueryDeviceMemory(device_)) {

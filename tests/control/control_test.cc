@@ -230,6 +230,12 @@ TEST_F(ServerTest, StatusNeedsTheToken) {
     s.iteration = 7;
     s.iterations = 20;
     s.loss = 3.5;
+    s.learning_check_epoch = 4;
+    s.knn_top1 = 0.7;
+    s.knn_random_top1 = 0.6;
+    s.knn_pixels_top1 = 0.8;
+    s.learning_margin = 0.01;
+    s.learning_verdict = "did_not_learn";
   });
   v1::Status st;
   {
@@ -243,6 +249,12 @@ TEST_F(ServerTest, StatusNeedsTheToken) {
   EXPECT_EQ(st.trainer().loss(), 3.5);
   EXPECT_EQ(st.run().run_id(), "unit");
   EXPECT_EQ(st.service(), v1::SERVICE_KIND_TRAINER);
+  // The learning check with both baselines and the verdict (scdinoctl's).
+  EXPECT_EQ(st.trainer().learning().epoch(), 4);
+  EXPECT_EQ(st.trainer().learning().random_knn_top1(), 0.6);
+  EXPECT_EQ(st.trainer().learning().pixels_knn_top1(), 0.8);
+  EXPECT_EQ(st.trainer().learning().margin(), 0.01);
+  EXPECT_EQ(st.trainer().learning().verdict(), "did_not_learn");
   for (const std::string& token : {std::string(), std::string("0123456789abcdef0123456789abcdeX")}) {
     grpc::ClientContext ctx;
     Call(&ctx, token);

@@ -3,7 +3,9 @@
 # it with the real binaries (docs/training.md):
 # 1. scdino.recipe: auto on a held-out shape (24 px, 3 channels, 3 classes):
 #    the derived recipe printed and kept in recipe.json, a learning check at
-#    each numbered checkpoint, a run that ends healthy and beats a random ViT;
+#    each numbered checkpoint against a random ViT and the raw pixels, a run
+#    that ends healthy and beats a random ViT, one verdict line that is the
+#    numbers' (learned only above both baselines);
 #    scdino-features applies recipe.json (the model and the crop size it
 #    trained with), for the checkpoint and for --random-init.
 # 2. scdino.on_collapse: recover on a config that collapses (DINO's center
@@ -67,11 +69,25 @@ assert len(checks) >= 4, "FAIL: %d learning checks, expected one per numbered ch
 last = lines[-1]
 assert last["collapse"] == "healthy", "FAIL: the run ends %s" % last["collapse"]
 assert last["knn_top1"] > last["knn_random_top1"], "FAIL: learning check %s" % last
-print("ok: recipe auto: %d epochs, ends healthy, 20-NN top-1 %.3f against %.3f for a random ViT"
-      % (epochs, last["knn_top1"], last["knn_random_top1"]))
+# The raw pixels are the other baseline; the verdict is the numbers'.
+assert 0 <= last["knn_pixels_top1"] <= 1, last
+above = last["knn_top1"] > last["knn_random_top1"] and last["knn_top1"] > last["knn_pixels_top1"]
+expected = "learned" if above else "did_not_learn"
+assert last["learning_verdict"] == expected, "FAIL: verdict %s for %s" % (last["learning_verdict"], last)
+open(run + "/verdict", "w").write(expected)
+print("ok: recipe auto: %d epochs, ends healthy, 20-NN top-1 %.3f against %.3f for a random ViT and %.3f for "
+      "the raw pixels: %s" % (epochs, last["knn_top1"], last["knn_random_top1"], last["knn_pixels_top1"], expected))
 PY
-grep -q "scdino-trainer: learned: 20-NN top-1 on 39 held-out images" "$work/auto.err" ||
-  { echo "FAIL: the end of the run does not say it learned"; tail -3 "$work/auto.err"; exit 1; }
+# One verdict line at the end, the log's, and nothing contradicting it.
+verdicts=$(grep -c -E "^scdino-trainer: (learned|did not learn|cannot tell whether it learned): " "$work/auto.err" || true)
+[ "$verdicts" = 1 ] || { echo "FAIL: $verdicts verdict lines at the end, expected 1"; tail -5 "$work/auto.err"; exit 1; }
+case $(cat "$work/runs/auto/verdict") in
+  learned) want="scdino-trainer: learned: 20-NN top-1 on 39 held-out images: the teacher " ;;
+  *) want="scdino-trainer: did not learn: the trained teacher's features are no better than" ;;
+esac
+grep -qF "$want" "$work/auto.err" || { echo "FAIL: the end of the run does not say '$want'"; tail -3 "$work/auto.err"; exit 1; }
+grep -q "baselines: a random ViT and the raw pixels (24 px as the features, per-channel normalised)" "$work/auto.err" ||
+  { echo "FAIL: the learning check does not say how it prepares the raw pixels"; grep "learning check" "$work/auto.err"; exit 1; }
 "$features" --config "$work/auto.yaml" --random-init > "$work/features.out" 2>&1 ||
   { echo "FAIL: scdino-features on a recipe auto run"; cat "$work/features.out"; exit 1; }
 $py - "$work/runs/auto/features" <<'PY' || exit 1
@@ -118,7 +134,7 @@ config worse example 01234 "on_collapse: warn
 rc=0
 "$trainer" --config "$work/worse.yaml" > "$work/worse.out" 2> "$work/worse.err" || rc=$?
 [ "$rc" = 7 ] || { echo "FAIL: a run worse than a random ViT ended with exit $rc, expected 7"; tail -5 "$work/worse.err"; exit 1; }
-grep -q "scdino-trainer: did not learn: the trained teacher's features are no better than a random ViT's" "$work/worse.err" ||
+grep -q "scdino-trainer: did not learn: the trained teacher's features are no better than " "$work/worse.err" ||
   { echo "FAIL: no plain 'did not learn'"; tail -3 "$work/worse.err"; exit 1; }
 echo "ok: a run worse than a random ViT: exit 7, $(grep -o 'did not learn.*' "$work/worse.err" | head -1 | cut -c1-120)"
 

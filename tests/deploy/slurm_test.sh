@@ -196,9 +196,9 @@ echo "ok: evaluate.sbatch: features on 2 tasks (5 shards), then kNN and plots on
 
 # 5. deploy/slurm/train-and-evaluate.sbatch: the trainer (one task) and
 # scdino-eval --follow (a second step on the other task) in one job. Every
-# numbered checkpoint is evaluated once, eval/knn_per_checkpoint.csv and the
-# follower's scdino_eval_knn_top1_ratio agree, the follower exits 0 after
-# the trainer.
+# numbered checkpoint is evaluated once, after the raw-pixel baseline,
+# eval/knn_per_checkpoint.csv and the follower's scdino_eval_knn_top1_ratio
+# agree, the follower exits 0 after the trainer.
 cat > "$work/follow.yaml" <<YAML
 meta: {name_of_run: follow, output_dir: "$work", dataset_dir: "$work/cells-data", seed: 5,
        selected_channel_combination_per_run: ["012"]}
@@ -249,7 +249,7 @@ numbered = sorted(os.path.basename(p)[:-len(".safetensors")] for p in glob.glob(
 assert len(numbered) == 5, numbered
 rows = list(csv.DictReader(open(run + "/eval/knn_per_checkpoint.csv")))
 names = [r["features"] for r in rows if r["k"] == "5"]
-assert names == numbered, ("each checkpoint evaluated once, in order", names, numbered)
+assert names == ["raw_pixels"] + numbered, ("the raw pixels, then each checkpoint once, in order", names, numbered)
 metric = {}
 for line in open(scrape):
     m = re.match(r'scdino_eval_knn_top1_ratio\{(.*)\} (\S+)$', line.strip())
@@ -257,14 +257,15 @@ for line in open(scrape):
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
         metric[(labels["checkpoint"], labels["epoch"], labels["k"])] = float(m.group(2))
 for r in rows:
-    key = (r["features"], r["epoch"], r["k"])
+    # A baseline has no epoch: -1 in the CSV, epoch="none" in the metrics.
+    key = (r["features"], r["epoch"] if r["epoch"] != "-1" else "none", r["k"])
     assert key in metric, ("no metric for", key, sorted(metric))
     assert abs(metric[key] - float(r["top1_accuracy"])) < 1e-6, (key, metric[key], r["top1_accuracy"])
 evaluated = [l for l in open(scrape) if l.startswith("scdino_eval_checkpoints_evaluated_total")]
-assert evaluated and float(evaluated[0].split()[-1]) == 5, evaluated
+assert evaluated and float(evaluated[0].split()[-1]) == 6, evaluated
 # The linear probe and k-means of each, in the table, the metrics and the report.
 probes = list(csv.DictReader(open(run + "/eval/probes_per_checkpoint.csv")))
-assert [p["features"] for p in probes] == numbered, probes
+assert [p["features"] for p in probes] == ["raw_pixels"] + numbered, probes
 for p in probes:
     assert p["linear_top1_accuracy"] and p["kmeans_adjusted_rand_index"], p
     for name, column in (("scdino_eval_linear_probe_top1_ratio", "linear_top1_accuracy"),
@@ -273,9 +274,10 @@ for p in probes:
                if l.startswith(name + "{") and f'checkpoint="{p["features"]}"' in l]
         assert len(got) == 1 and abs(got[0] - float(p[column])) < 1e-5, (name, p["features"], got, p[column])
 report = open(run + "/eval/report.html").read()
-for n in numbered:
+for n in ["raw_pixels"] + numbered:
     assert f"<td>{n}</td>" in report, ("the report lacks", n)
-print(f"{len(numbered)} checkpoints evaluated once each; CSV and metrics agree on {len(rows)} rows; "
+assert "kNN, raw pixels" in report, "the report does not draw the raw-pixel baseline"
+print(f"the raw pixels and {len(numbered)} checkpoints evaluated once each; CSV and metrics agree on {len(rows)} rows; "
       f"linear probe and k-means of each in probes_per_checkpoint.csv, the metrics and report.html")
 PY
-echo "ok: train-and-evaluate.sbatch: every checkpoint evaluated once by the follower (kNN, linear probe, k-means, report), CSV = metrics, both exit 0"
+echo "ok: train-and-evaluate.sbatch: the raw pixels, then every checkpoint evaluated once by the follower (kNN, linear probe, k-means, report), CSV = metrics, both exit 0"

@@ -86,5 +86,48 @@ TEST(RunReport, NothingEvaluatedYetSaysWhatToRun) {
   EXPECT_EQ(html.find("Training health"), std::string::npos);
 }
 
+// The raw pixels are the other baseline: dashed beside the random init,
+// listed with it before the checkpoints, never taken for the latest
+// checkpoint, and the newest checkpoint is judged against both in the
+// trainer's words.
+TEST(RunReport, TheRawPixelsAreTheOtherBaselineAndTheVerdictIsTheTrainers) {
+  ScratchDir s;
+  const std::string eval = s.file("run/eval");
+  Results(eval + "/raw_pixels", "raw_pixels", -1, -1, 0.8, true);
+  Results(eval + "/random_init", "random", -1, -1, 0.25, true);
+  Results(eval + "/checkpoint0001", "teacher", 1, 10, 0.75, true);
+  std::string html = RunReportHtml({"r", s.file("run")});
+  const auto at = [&](const std::string& t) { return html.find(t); };
+  EXPECT_NE(at("kNN, raw pixels"), std::string::npos);
+  EXPECT_NE(at("linear, raw pixels"), std::string::npos);
+  EXPECT_LT(at("<td>random_init</td>"), at("<td>raw_pixels</td>"));
+  EXPECT_LT(at("<td>raw_pixels</td>"), at("<td>checkpoint0001</td>"));
+  EXPECT_NE(at("<h2>checkpoint0001, epoch 1</h2>"), std::string::npos);
+  EXPECT_EQ(at("No random-init"), std::string::npos);
+  EXPECT_NE(at("Did it learn? checkpoint0001: did not learn: the trained teacher&#39;s features are no better than "
+               "the raw pixels&#39;"),
+            std::string::npos)
+      << html.substr(html.find("Did it learn?"), 300);
+  EXPECT_NE(at("Linear probe top-1: 85.0%, random init 35.0%, raw pixels 90.0%."), std::string::npos);
+
+  Results(eval + "/checkpoint0002", "teacher", 2, 20, 0.9, true);
+  html = RunReportHtml({"r", s.file("run"), /*learning_margin=*/0.05});
+  EXPECT_NE(at("Did it learn? checkpoint0002: learned: 10-NN top-1 on 20 held-out images: the teacher 0.900, a "
+               "random ViT 0.250 (+0.650), the raw pixels 0.800 (+0.100)"),
+            std::string::npos);
+  html = RunReportHtml({"r", s.file("run"), /*learning_margin=*/0.2});
+  EXPECT_NE(at("did not learn: the trained teacher&#39;s features are no better than the raw pixels&#39; by more "
+               "than 0.200 (scdino.learning_margin)"),
+            std::string::npos);
+
+  // One class: nothing to judge by, said as such (the probe says why too).
+  json one = json::parse(*ReadFile(eval + "/checkpoint0002/knn_results.json"));
+  one["classes"] = {"only"};
+  ASSERT_TRUE(WriteFileAtomic(eval + "/checkpoint0002/knn_results.json", one.dump()).ok());
+  html = RunReportHtml({"r", s.file("run")});
+  EXPECT_NE(at("Did it learn? Not judged: the data set has one class"), std::string::npos);
+  EXPECT_EQ(at("class=\"verdict"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace scdino::eval

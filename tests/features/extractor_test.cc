@@ -133,6 +133,40 @@ TEST(ExtractFeatures, APackedSetIsReadByIndexWithTheFoldersFeatures) {
                            *ReadNpy(f.scratch.file("from_files/features.npy"))));
 }
 
+// The raw-pixel baseline is the prepared images themselves: each row of
+// features.npy is an image as the model would see it, L2-normalised, and
+// metadata.json says what it is.
+TEST(ExtractFeatures, TheRawPixelsAreThePreparedImagesAsRows) {
+  Fixture f(6);
+  ExtractJob pixels = f.job;
+  pixels.backbone = PixelBackbone(3, 16);
+  ASSERT_TRUE(ExtractFeatures(pixels, f.Options("raw_pixels")).ok());
+  auto set = ReadFeatureSet(f.scratch.file("raw_pixels"));
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  ASSERT_EQ(set->features.size(0), 6);
+  ASSERT_EQ(set->features.size(1), 3 * 16 * 16);
+  for (int64_t i = 0; i < 6; ++i) {
+    auto x = LoadForModel(f.job.dataset, static_cast<size_t>(i), f.job.prep)->flatten();
+    EXPECT_TRUE(torch::allclose(set->features[i], x / x.norm(), 1e-5, 1e-6)) << "row " << i;
+  }
+  for (const char* field : {"\"key\": \"raw_pixels\"", "\"kept_side\": 16", "\"in_chans\": 3"}) {
+    EXPECT_NE(set->metadata_json.find(field), std::string::npos) << field << " in " << set->metadata_json;
+  }
+}
+
+// Larger images are area-averaged to at most kPixelValues values: a 2 x 2
+// block pattern at 128 px becomes its block means at 64 px.
+TEST(PixelFeatures, AreaAveragedToAtMostTheirBound) {
+  EXPECT_EQ(PixelSide(5, 50), 28);  // 5 x 28 x 28 = 3,920; 29 px would be 4,205
+  EXPECT_EQ(PixelSide(3, 32), 32);
+  EXPECT_EQ(PixelSide(1, 96), 64);
+  auto blocks = torch::arange(64 * 64, torch::kFloat32).reshape({1, 1, 64, 64});
+  auto image = blocks.repeat_interleave(2, 2).repeat_interleave(2, 3);  // 128 x 128
+  const auto rows = PixelFeatures(image);
+  ASSERT_EQ(rows.sizes(), (std::vector<int64_t>{1, 4096}));
+  EXPECT_TRUE(torch::equal(rows, blocks.flatten(1)));
+}
+
 TEST(ExtractFeatures, AStoppedRunResumesFromItsCompleteShards) {
   Fixture f(10);
   auto o = f.Options("out", 0, 1);

@@ -60,6 +60,12 @@ TEST(LearningCheck, ItsImagesStayWithinTheirByteBoundAndLoadBesideTheTraining) {
   EXPECT_EQ(report->train_images, 6);
   EXPECT_GE(report->trained_top1, 0.0);
   EXPECT_LE(report->trained_top1, 1.0);
+  // Both baselines are measured: the same random ViT as the teacher ties
+  // with itself, which is not learning.
+  EXPECT_DOUBLE_EQ(report->random_top1, report->trained_top1);
+  EXPECT_GE(report->pixels_top1, 0.0);
+  EXPECT_LE(report->pixels_top1, 1.0);
+  EXPECT_NE(report->verdict().learned, Learned::kYes) << report->verdict().line;
 
   // At 128 px 1 MiB holds 5: no check, saying why with the key.
   why_not.clear();
@@ -68,6 +74,32 @@ TEST(LearningCheck, ItsImagesStayWithinTheirByteBoundAndLoadBesideTheTraining) {
   EXPECT_FALSE(*none);
   EXPECT_NE(why_not.find("scdino.learning_check_mb (1 MiB) holds 5 images of 192 KiB (3 x 128 x 128 float32)"),
             std::string::npos) << why_not;
+}
+
+// Images of mixed sizes meet the baselines at one size: prepared as the
+// features are (resized to the crop size), the raw pixels are comparable
+// rows, and the log says how they were prepared.
+TEST(LearningCheck, MixedImageSizesAreResizedForTheRawPixels) {
+  scdino::testing::ScratchDir dir;
+  data::SyntheticOptions o;
+  o.classes = 2;
+  o.per_class = 12;
+  o.channels = 3;
+  o.size = 20;
+  scdino::testing::WriteCellFolders(dir.path() + "/cells", o, "k");
+  o.size = 28;  // the same classes, larger
+  scdino::testing::WriteCellFolders(dir.path() + "/cells", o, "k", /*first=*/12);
+  const auto config = Config(dir.path(), 16, 64);
+  std::string why_not;
+  auto check = LearningCheck::Make(config, *run::IndexDataset(config), torch::kCPU, &why_not);
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  ASSERT_TRUE(*check) << why_not;
+  auto random = features::RandomBackbone(config.dino_options().vit, 3, torch::kCPU);
+  const auto report = (*check)->Measure(random.vit, 1, 10);
+  ASSERT_TRUE(report.has_value()) << "a mixed-size set must be checked, not skipped";
+  EXPECT_EQ(report->test_images + report->train_images, 48);
+  EXPECT_GE(report->pixels_top1, 0.0);
+  EXPECT_LE(report->pixels_top1, 1.0);
 }
 
 }  // namespace

@@ -60,12 +60,24 @@ TEST(TrainerMetrics, LearningChecksAndRecoveriesAreExported) {
   l.epoch = 4;
   l.trained_top1 = 0.75;
   l.random_top1 = 0.5;
+  l.pixels_top1 = 0.7;
+  EXPECT_EQ(Value(text, "scdino_trainer_learned{verdict=\"learned\"}"), 0.0);
   m.OnLearning(l);
   m.OnRecovery(training::RecoveryReport{});
   m.OnRecovery(training::RecoveryReport{});
   text = Scrape((*e)->port());
   EXPECT_EQ(Value(text, "scdino_trainer_knn_top1_ratio{model=\"trained\"}"), 0.75);
   EXPECT_EQ(Value(text, "scdino_trainer_knn_top1_ratio{model=\"random_init\"}"), 0.5);
+  EXPECT_EQ(Value(text, "scdino_trainer_knn_top1_ratio{model=\"raw_pixels\"}"), 0.7);
+  EXPECT_EQ(Value(text, "scdino_trainer_learned{verdict=\"learned\"}"), 1.0);
+  EXPECT_EQ(Value(text, "scdino_trainer_learned{verdict=\"did_not_learn\"}"), 0.0);
+  // A teacher below the pixels did not learn, whatever the random ViT.
+  l.pixels_top1 = 0.8;
+  m.OnLearning(l);
+  text = Scrape((*e)->port());
+  EXPECT_EQ(Value(text, "scdino_trainer_learned{verdict=\"learned\"}"), 0.0);
+  EXPECT_EQ(Value(text, "scdino_trainer_learned{verdict=\"did_not_learn\"}"), 1.0);
+  EXPECT_EQ(Value(text, "scdino_trainer_learned{verdict=\"cannot_tell\"}"), 0.0);
   EXPECT_EQ(Value(text, "scdino_trainer_learning_check_epoch"), 4.0);
   EXPECT_EQ(Value(text, "scdino_trainer_recoveries_total"), 2.0);
 }

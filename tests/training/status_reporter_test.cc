@@ -54,6 +54,8 @@ TEST(StatusReporter, PublishesProgressScheduleHealthAndTheEnd) {
   l.epoch = 4;
   l.trained_top1 = 0.7;
   l.random_top1 = 0.6;
+  l.pixels_top1 = 0.72;
+  l.margin = 0.01;
   r.Learning(l);
   RecoveryReport rec;
   rec.recovery = 1;
@@ -66,6 +68,9 @@ TEST(StatusReporter, PublishesProgressScheduleHealthAndTheEnd) {
   EXPECT_EQ(s.learning_check_epoch, 4);
   EXPECT_DOUBLE_EQ(s.knn_top1, 0.7);
   EXPECT_DOUBLE_EQ(s.knn_random_top1, 0.6);
+  EXPECT_DOUBLE_EQ(s.knn_pixels_top1, 0.72);
+  EXPECT_DOUBLE_EQ(s.learning_margin, 0.01);
+  EXPECT_EQ(s.learning_verdict, "did_not_learn");  // below the pixels
   EXPECT_EQ(s.recoveries, 1);
   EXPECT_EQ(s.max_recoveries, 2);
   EXPECT_EQ(s.last_recovery, "uniform_collapse at iteration 40, back to 32");
