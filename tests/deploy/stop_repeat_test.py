@@ -281,19 +281,25 @@ scdino: {{threads: 1, log_every: 30, keep_checkpoints: 1}}
     # a write that ended between the test seeing it and the SIGKILL landing
     # (a few milliseconds for this model) renamed it away: then the new
     # checkpoint must be whole, which reading it above showed.
+    path = f"{job.run_dir}/checkpoint.safetensors"
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+    end = max(v["data_offsets"][1] for k, v in h.items() if k != "__metadata__")
+    if 8 + n + end != os.path.getsize(path):
+        fail("the checkpoint left after rank 0 was killed while checkpointing is not whole", job.out)
+    if int(meta["iteration"]) < int(before["iteration"]):
+        fail(f"the checkpoint went back from iteration {before['iteration']} to {meta['iteration']}", job.out)
     if not temp_checkpoint(job.run_dir):
-        path = f"{job.run_dir}/checkpoint.safetensors"
-        with open(path, "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            h = json.loads(f.read(n))
-        end = max(v["data_offsets"][1] for k, v in h.items() if k != "__metadata__")
-        if 8 + n + end != os.path.getsize(path):
-            fail("the checkpoint written as rank 0 was killed is not whole", job.out)
         print(f"note: the stop's checkpoint write ended before the SIGKILL landed: checkpoint.safetensors holds "
               f"iteration {meta['iteration']}, whole")
     elif meta["iteration"] != before["iteration"]:
-        fail(f"the checkpoint changed from iteration {before['iteration']} to {meta['iteration']} although its "
-             "writer was killed")
+        # The killed write's temporary file is there, so the file it would
+        # have replaced is an earlier write that completed: the epoch's own
+        # checkpoint, when the signal landed in the last step of an epoch
+        # after `before` was read.
+        print(f"note: an epoch's checkpoint (iteration {meta['iteration']}) completed after iteration "
+              f"{before['iteration']} was read and before the killed stop's write; it is whole")
     else:
         print(f"ok: rank 0 killed while checkpointing: checkpoint.safetensors still holds iteration "
               f"{meta['iteration']}")
