@@ -102,6 +102,15 @@ torch::Tensor PixelFeatures(const torch::Tensor& images) {
   return x.flatten(1).contiguous();
 }
 
+std::string PixelsPrepared(int64_t channels, int64_t side) {
+  std::string s = std::to_string(side) + " px as the features, per-channel normalised";
+  if (PixelSide(channels, side) != side) {
+    s += ", area-averaged to " + std::to_string(PixelSide(channels, side)) + " px (at most " +
+         std::to_string(kPixelValues) + " values)";
+  }
+  return s;
+}
+
 torch::Tensor Embed(const Backbone& b, const torch::Tensor& batch) {
   if (!b.vit) return PixelFeatures(batch);
   return model::VisionTransformer(b.vit)->forward(batch);

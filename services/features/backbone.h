@@ -47,6 +47,10 @@ Backbone PixelBackbone(int64_t channels, int64_t side);
 int64_t PixelSide(int64_t channels, int64_t side);
 /// [n, C, S, S] prepared images -> [n, C * s * s] float32 (s: PixelSide).
 torch::Tensor PixelFeatures(const torch::Tensor& images);
+/// How images of `channels` x `side` x `side` become the raw-pixel
+/// baseline, for the logs: "24 px as the features, per-channel normalised"
+/// and, where they are averaged down, ", area-averaged to 28 px".
+std::string PixelsPrepared(int64_t channels, int64_t side);
 
 /// The features of a prepared batch: the ViT's CLS token, or the pixels.
 torch::Tensor Embed(const Backbone& b, const torch::Tensor& batch);

@@ -125,14 +125,12 @@ int main(int argc, char** argv) {
       eo.log = &std::cerr;
       if (checkpoint == scdino::features::kRawPixels) {
         // What the baseline is, also for images of mixed sizes.
-        const int64_t c = static_cast<int64_t>(run->prep.image.channels.size()), side = run->prep.resize;
+        const int64_t side = run->prep.resize;
         std::cerr << kProgram << ": the raw pixels (every image "
-                  << (side > 0 ? "resized to " + std::to_string(side) + " px as for the model" : "at its own size")
-                  << ", per-channel normalised";
-        if (side > 0 && scdino::features::PixelSide(c, side) != side) {
-          std::cerr << ", area-averaged to " << scdino::features::PixelSide(c, side) << " px";
-        }
-        std::cerr << ")";
+                  << (side > 0 ? "at " + scdino::features::PixelsPrepared(
+                                             static_cast<int64_t>(run->prep.image.channels.size()), side)
+                               : std::string("at its own size, per-channel normalised"))
+                  << ")";
       } else {
         std::cerr << kProgram << ": " << (checkpoint.empty() ? "random initialisation" : checkpoint) << " ("
                   << job.backbone.key << ")";

@@ -83,13 +83,7 @@ StatusOr<std::unique_ptr<LearningCheck>> LearningCheck::Make(const run::RunConfi
   std::cerr << "scdino-trainer: learning check: " << test.size() << " held-out images and " << train.size()
             << " neighbours, " << ((images * image_bytes) >> 20) << " MiB (scdino.learning_check_mb: "
             << config.scdino.learning_check_mb << "), loading beside the training; baselines: a random ViT and the "
-            << "raw pixels (" << size << " px as the features, per-channel normalised";
-  const int64_t channels = config.dino_options().vit.in_chans();
-  if (features::PixelSide(channels, size) != size) {
-    std::cerr << ", area-averaged to " << features::PixelSide(channels, size) << " px to keep at most "
-              << features::kPixelValues << " values";
-  }
-  std::cerr << ")\n";
+            << "raw pixels (" << features::PixelsPrepared(config.dino_options().vit.in_chans(), size) << ")\n";
   // Read by a thread of its own while the ranks train: no rank waits for it
   // in a collective (Measure waits a bounded time, then skips the check).
   c->loader_ = std::thread([raw = c.get(), prep = run->prep, skip = config.bad_image_policy() == data::BadImagePolicy::kSkip,

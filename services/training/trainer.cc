@@ -224,14 +224,10 @@ std::optional<LearningReport> Trainer::CheckLearning(int64_t epoch, int64_t it) 
   reporter_.Learning(r);
   if (options_.on_learning) options_.on_learning(r);
   if (options_.progress) {
-    char buf[400];
-    std::snprintf(buf, sizeof buf,
-                  "scdino-trainer: learning check at epoch %lld: 20-NN top-1 of the teacher %.3f, of a random ViT "
-                  "%.3f (%+.3f), of the raw pixels %.3f (%+.3f); %lld held-out images, %lld classes, %.1f s: %s",
-                  static_cast<long long>(epoch + 1), r.trained_top1, r.random_top1, r.trained_top1 - r.random_top1,
-                  r.pixels_top1, r.trained_top1 - r.pixels_top1, static_cast<long long>(r.test_images),
-                  static_cast<long long>(r.classes), r.seconds, r.verdict().name.c_str());
-    *options_.progress << buf << std::endl;
+    char tail[96];
+    std::snprintf(tail, sizeof tail, "; %lld classes, %.1f s: ", static_cast<long long>(r.classes), r.seconds);
+    *options_.progress << "scdino-trainer: learning check at epoch " << epoch + 1 << ": "
+                       << LearningScoresText(r.scores()) << tail << r.verdict().name << std::endl;
   }
   return r;
 }
