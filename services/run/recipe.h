@@ -26,7 +26,20 @@ struct DataShape {
   int64_t channels = 0;
   int64_t ranks = 1;
   int64_t global_batch = 0;  ///< batch_size_per_gpu x ranks
+  /// Whether the images share an orientation (MeasureFlips, run/source.h):
+  /// the median distance of a flipped image (left-right, up-down) to its
+  /// nearest image of the set over the unflipped image's; about 1 where
+  /// the images lie every which way (cells, textures), above where a flip
+  /// makes an image unlike the others (digits, clothing). 0: not measured,
+  /// and the flips stay as configured.
+  double hflip_distance = 0, vflip_distance = 0;
+  int64_t flip_sample = 0;  ///< images the ratios were measured on
 };
+
+/// The ratio (DataShape::hflip_distance, vflip_distance) from which the
+/// recipe turns a flip off: unoriented sets measure 0.98-1.03 here, oriented
+/// ones 1.16-1.85 (docs/training.md).
+inline constexpr double kOrientedFlipDistance = 1.1;
 
 /// One derived key: its full path, its value as YAML, and why.
 struct RecipeValue {

@@ -1,8 +1,11 @@
 #include "run/source.h"
 
 #include <filesystem>
+#include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
 
 #include "common/env.h"
 #include "common/files.h"
@@ -11,6 +14,7 @@
 #include "data/in_memory_source.h"
 #include "data/loader.h"
 #include "data/packed.h"
+#include "data/sampler.h"
 #include "data/synthetic.h"
 
 namespace scdino::run {
@@ -191,8 +195,49 @@ StatusOr<DataShape> MeasureData(const RunConfig& c, const data::Dataset& dataset
   return last;
 }
 
+Status MeasureFlips(const RunConfig& c, const data::Dataset& dataset, DataShape* shape,
+                   const std::function<bool()>& should_stop) {
+  const int64_t n = static_cast<int64_t>(dataset.entries.size());
+  if (c.scdino.data_source == "synthetic" || n < 64 || shape->height <= 0 || shape->width <= 0) return Status::Ok();
+  const int64_t queries = std::min<int64_t>(256, n / 4), wanted = std::min<int64_t>(1024, n - queries) + queries;
+  std::vector<size_t> order(dataset.entries.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::mt19937_64 rng(data::MixSeed({static_cast<uint64_t>(c.meta.seed), 0xf11e5ull}));
+  std::shuffle(order.begin(), order.end(), rng);
+  // At most 32 px a side: orientation is in the coarse layout, and the
+  // distances stay a small matrix product.
+  const double shrink = std::min(1.0, 32.0 / static_cast<double>(std::max(shape->height, shape->width)));
+  const int64_t h = std::max<int64_t>(1, std::lround(shape->height * shrink));
+  const int64_t w = std::max<int64_t>(1, std::lround(shape->width * shrink));
+  const data::ImagePrep prep = c.image_prep();
+  std::vector<torch::Tensor> rows;
+  for (size_t i = 0; i < order.size() && static_cast<int64_t>(rows.size()) < wanted; ++i) {
+    if (should_stop && should_stop()) return Status::Aborted("stopped while measuring the images' orientation");
+    auto img = data::LoadEntry(dataset, order[i], prep);
+    if (!img.ok() || img->size(0) != shape->channels) continue;
+    rows.push_back(torch::adaptive_avg_pool2d(img->unsqueeze(0), {h, w}));
+  }
+  if (static_cast<int64_t>(rows.size()) < wanted / 2) return Status::Ok();
+  const auto all = torch::cat(rows).to(torch::kFloat64);
+  const int64_t q = std::min<int64_t>(queries, all.size(0) / 4);
+  const auto query = all.narrow(0, 0, q), refs = all.narrow(0, q, all.size(0) - q).flatten(1);
+  const auto ref_sq = refs.pow(2).sum(1);
+  // The median over the queries of the distance to the nearest reference.
+  auto nearest = [&](const torch::Tensor& x) {
+    const auto f = x.flatten(1);
+    const auto d2 = f.pow(2).sum(1, true) + ref_sq.unsqueeze(0) - 2.0 * f.matmul(refs.t());
+    return std::get<0>(d2.min(1)).clamp_min(0).sqrt().median().item<double>();
+  };
+  const double own = nearest(query);
+  if (own <= 0) return Status::Ok();  // duplicates: no evidence either way
+  shape->hflip_distance = nearest(query.flip({3})) / own;
+  shape->vflip_distance = nearest(query.flip({2})) / own;
+  shape->flip_sample = all.size(0);
+  return Status::Ok();
+}
+
 StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* c, const data::Dataset& dataset, int64_t ranks,
-                                                bool rank_zero, bool resuming) {
+                                                bool rank_zero, bool resuming, const std::function<bool()>& should_stop) {
   auto shape = MeasureData(*c, dataset, ranks);
   if (!shape.ok()) return shape.status();
   std::vector<std::string> lines;
@@ -219,6 +264,7 @@ StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* c, const data::Datase
         // The command line applied the stale values: back to the defaults.
         if (auto s = ResetRecipe(file->values, c); !s.ok()) return s;
       }
+      if (auto s = MeasureFlips(*c, dataset, &*shape, should_stop); !s.ok()) return s;
       auto derived = DeriveRecipe(*shape, *c);
       if (!derived.ok()) return derived.status();
       recipe = std::move(derived).value();

@@ -65,16 +65,28 @@ StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& config, const d
 /// batch of `ranks`.
 StatusOr<DataShape> MeasureData(const RunConfig& config, const data::Dataset& dataset, int64_t ranks);
 
+/// DataShape::hflip_distance and vflip_distance of `shape`: up to 256
+/// images against up to 1,024 others of `dataset` (a sample seeded by
+/// meta.seed, each prepared as for training and area-resized to at most
+/// 32 x 32 px at the first image's aspect), the median distance of each
+/// flipped image to its nearest other image over that of the image itself.
+/// Left at 0 (not measured) for the synthetic source and below 64 images;
+/// unreadable images are left out of the sample. `should_stop` is checked
+/// before each image: Aborted.
+Status MeasureFlips(const RunConfig& config, const data::Dataset& dataset, DataShape* shape,
+                    const std::function<bool()>& should_stop = {});
+
 /// The trainer's start: the data measured and checked against the batch
 /// and crops (CheckDataFitsRun) and, with scdino.recipe: auto, the recipe
 /// applied to `config`: the one recipe.json in the run directory holds (a
 /// run started before on the same data), else derived from the data and
-/// written there by rank 0. A recipe.json derived for other data is
+/// written there by rank 0 (the flips from MeasureFlips). A recipe.json derived for other data is
 /// derived anew on a fresh start (saying so) and refused, naming both
 /// data sets, when `resuming` (a checkpoint is there and --no-resume was
 /// not given). Returns the lines to log.
 StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* config, const data::Dataset& dataset, int64_t ranks,
-                                                bool rank_zero, bool resuming);
+                                                bool rank_zero, bool resuming,
+                                                const std::function<bool()>& should_stop = {});
 
 /// The multi-crop source of the trainer on `device`, sharded for the
 /// coordinator's rank: in memory for synthetic data, else the threaded file

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -67,6 +68,53 @@ TEST(Recipe, SmallCellImagesGetTheSmallDataRecipe) {
   EXPECT_EQ(v["train_scDINO.epochs"], "16");
   EXPECT_EQ(v[H + "lr"], "0.015");
   EXPECT_EQ(v["downstream_analyses.compute_cls_features.resize_length"], "48");
+}
+
+TEST(Recipe, FlipsOnlyWhereTheImagesLieEveryWhichWay) {
+  // Not measured (the synthetic source, a few images): the flips stay as configured.
+  auto unmeasured = Values(*DeriveRecipe(Shape(512, 50), RecipeConfig()));
+  EXPECT_EQ(unmeasured.count("scdino.augmentation.hflip_p"), 0u);
+  DataShape digits = Shape(5000, 20);
+  digits.hflip_distance = 1.44;
+  digits.vflip_distance = 1.05;
+  digits.flip_sample = 1280;
+  auto r = DeriveRecipe(digits, RecipeConfig());
+  ASSERT_TRUE(r.ok());
+  auto v = Values(*r);
+  EXPECT_EQ(v["scdino.augmentation.hflip_p"], "0");
+  EXPECT_EQ(v["scdino.augmentation.vflip_p"], "0.5");
+  // Oriented images are framed alike: crops keep more of the frame.
+  EXPECT_EQ(v[H + "global_crops_scale"], "[0.6, 1.0]");
+  EXPECT_EQ(v[H + "local_crops_scale"], "[0.3, 0.6]");
+  DataShape cells = digits;
+  cells.hflip_distance = 1.02;
+  auto w = Values(*DeriveRecipe(cells, RecipeConfig()));
+  EXPECT_EQ(w["scdino.augmentation.hflip_p"], "0.5");
+  EXPECT_EQ(w[H + "global_crops_scale"], "[0.4, 1.0]");
+  EXPECT_EQ(w[H + "local_crops_scale"], "[0.15, 0.4]");
+  const auto lines = DescribeRecipe(*r);
+  auto said = [&](const std::string& text) {
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
+  };
+  EXPECT_TRUE(said("scdino.augmentation.hflip_p: 0 (flipped left-right, an image is 1.44 x as far from its nearest "
+                   "image of the set as unflipped (median of 1280 images; from 1.10: the images share an orientation"));
+  EXPECT_TRUE(said("scdino.augmentation.vflip_p: 0.5 (flipped up-down, an image is 1.05 x as far"));
+  // The file's value wins.
+  RunConfig c = RecipeConfig("", ", augmentation: {hflip_p: 0.5}");
+  ASSERT_TRUE(ApplyRecipe(*DeriveRecipe(digits, c), &c).ok());
+  EXPECT_EQ(c.scdino.augmentation.hflip_p, 0.5);
+  EXPECT_EQ(c.scdino.augmentation.vflip_p, 0.5);
+}
+
+TEST(Recipe, TheBlurIsDinosRelativeToTheCrop) {
+  // 28 px crops: an eighth of a 224 px crop, an eighth of its sigma.
+  auto small = Values(*DeriveRecipe(Shape(10000, 28), RecipeConfig()));
+  EXPECT_EQ(small["scdino.augmentation.blur_sigma"], "[0.0125, 0.1875]");
+  auto large = Values(*DeriveRecipe(Shape(5000, 300), RecipeConfig()));
+  EXPECT_EQ(large["scdino.augmentation.blur_sigma"], "[0.1, 1.5]");
+  RunConfig c = RecipeConfig("", ", augmentation: {blur_sigma: [0.5, 1]}");
+  ASSERT_TRUE(ApplyRecipe(*DeriveRecipe(Shape(10000, 28), c), &c).ok());
+  EXPECT_EQ(c.scdino.augmentation.blur_sigma[0], 0.5);
 }
 
 TEST(Recipe, ScalesWithTheDataSet) {

@@ -1,6 +1,7 @@
 // What a run reads before it starts: channel statistics reused only for the
-// data set and channels they were computed for, and a channel selection the
-// images cannot satisfy refused up front.
+// data set and channels they were computed for, a channel selection the
+// images cannot satisfy refused up front, and whether the images share an
+// orientation (the recipe's flips).
 #include "run/source.h"
 
 #include <gtest/gtest.h>
@@ -36,6 +37,81 @@ RunConfig Config(const std::string& dir, const std::string& extra = "", const st
                           "cfg.yaml");
   if (!c.ok()) throw std::runtime_error(c.status().ToString());
   return *c;
+}
+
+// 3 classes of glyphs (an L, a T on its side, a step) of 24 px, shifted by
+// up to 2 px, with noise: all upright, or each flipped at random.
+void WriteGlyphs(const std::string& root, int64_t per_class, bool random_flips) {
+  torch::manual_seed(5);
+  for (int64_t k = 0; k < 3; ++k) {
+    const std::string d = root + "/glyph" + std::to_string(k);
+    std::filesystem::create_directories(d);
+    for (int64_t i = 0; i < per_class; ++i) {
+      auto g = torch::zeros({24, 24});
+      const int64_t dy = torch::randint(-2, 3, {1}).item<int64_t>(), dx = torch::randint(-2, 3, {1}).item<int64_t>();
+      auto bar = [&](int64_t y0, int64_t y1, int64_t x0, int64_t x1) {
+        g.slice(0, y0 + dy, y1 + dy).slice(1, x0 + dx, x1 + dx).fill_(1.0);
+      };
+      bar(4, 20, 4, 8);  // every glyph's upright stroke on the left
+      if (k == 0) bar(16, 20, 4, 18);
+      if (k == 1) bar(10, 14, 4, 18);
+      if (k == 2) bar(4, 8, 4, 12), bar(4, 12, 12, 16);
+      g = (g + 0.1 * torch::rand({24, 24})).clamp(0, 1);
+      if (random_flips && torch::rand({1}).item<double>() < 0.5) g = g.flip({1});
+      if (random_flips && torch::rand({1}).item<double>() < 0.5) g = g.flip({0});
+      auto hwc = (g.unsqueeze(2) * 255).round().to(torch::kUInt8);
+      ASSERT_TRUE(data::WriteTiff(d + "/" + std::to_string(i) + ".tif", hwc).ok());
+    }
+  }
+}
+
+TEST(Orientation, FlippedImagesOfAnOrientedSetAreFarFromTheRest) {
+  ScratchDir dir;
+  WriteGlyphs(dir.file("upright"), 40, false);
+  WriteGlyphs(dir.file("any_way"), 40, true);
+  // Cells of the README's kind: every which way, shifted by up to 18% of the
+  // side. (Crisp cells of 16 px shifted by less measure as oriented, and
+  // are: their centres lie half a pixel right of and below the middle.)
+  data::SyntheticOptions so;
+  so.classes = 2;
+  so.per_class = 60;
+  so.channels = 3;
+  so.size = 32;
+  so.difficulty = 0.6;
+  scdino::testing::WriteCellFolders(dir.file("cells"), so, "type_");
+  auto measure = [&](const std::string& data, const std::string& channels) {
+    auto c = Config(dir.path(), "", channels);
+    c.meta.dataset_dir = dir.file(data);
+    auto d = IndexDataset(c);
+    EXPECT_TRUE(d.ok());
+    auto shape = MeasureData(c, *d, 1);
+    EXPECT_TRUE(shape.ok());
+    EXPECT_TRUE(MeasureFlips(c, *d, &*shape).ok());
+    return *shape;
+  };
+  const DataShape upright = measure("upright", "0"), any_way = measure("any_way", "0"), cells = measure("cells", "021");
+  EXPECT_EQ(upright.flip_sample, 120);
+  EXPECT_GE(upright.hflip_distance, kOrientedFlipDistance);
+  EXPECT_GE(upright.vflip_distance, kOrientedFlipDistance);
+  for (const auto& s : {any_way, cells}) {
+    EXPECT_GT(s.hflip_distance, 0.0);
+    EXPECT_LT(s.hflip_distance, kOrientedFlipDistance);
+    EXPECT_LT(s.vflip_distance, kOrientedFlipDistance);
+  }
+  // Too few images to tell: not measured, the flips stay as configured.
+  WriteGlyphs(dir.file("few"), 10, false);
+  auto c = Config(dir.path(), "", "0");
+  c.meta.dataset_dir = dir.file("few");
+  auto d = IndexDataset(c);
+  auto shape = MeasureData(c, *d, 1);
+  ASSERT_TRUE(MeasureFlips(c, *d, &*shape).ok());
+  EXPECT_EQ(shape->hflip_distance, 0.0);
+  // A stop request ends the measure.
+  c = Config(dir.path(), "", "0");
+  c.meta.dataset_dir = dir.file("upright");
+  d = IndexDataset(c);
+  shape = MeasureData(c, *d, 1);
+  EXPECT_EQ(MeasureFlips(c, *d, &*shape, [] { return true; }).code(), StatusCode::kAborted);
 }
 
 TEST(Statistics, ReusedOnlyForTheDataSetTheyWereComputedFor) {
