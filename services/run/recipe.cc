@@ -103,7 +103,7 @@ StatusOr<std::vector<RecipeValue>> DeriveRecipe(const DataShape& d, const RunCon
     const bool oriented = ratio >= kOrientedFlipDistance;
     add("scdino.augmentation." + key, oriented ? "0" : "0.5",
         "flipped " + how + ", an image is " + Fixed2(ratio) + " x as far from its nearest image of the set as " +
-            "unflipped (median of " + std::to_string(d.flip_sample) + " images; " +
+            "unflipped (median; measured on " + std::to_string(d.flip_sample) + " images; " +
             (oriented ? "from " + Fixed2(kOrientedFlipDistance) + ": the images share an orientation, which a flip "
                         "would teach the features to ignore"
                       : "below " + Fixed2(kOrientedFlipDistance) + ": a flipped image is like the others"));
@@ -112,12 +112,23 @@ StatusOr<std::vector<RecipeValue>> DeriveRecipe(const DataShape& d, const RunCon
   flip("vflip_p", d.vflip_distance, "up-down");
   // Images that share an orientation are framed alike (a digit, a garment
   // filling the frame): their layout is what tells them apart, and a part
-  // of one is not like the whole. Crops keep more of it.
+  // of one is not like the whole. Views that keep more of it.
   const bool aligned = d.hflip_distance >= kOrientedFlipDistance || d.vflip_distance >= kOrientedFlipDistance;
   if (aligned) {
     add(kHyper + "global_crops_scale", "[0.6, 1.0]",
         "images that share an orientation are framed alike: crops keep most of the frame");
     add(kHyper + "local_crops_scale", "[0.3, 0.6]", "the same for the local crops");
+    // DINO's blur is in pixels of a 224 px crop: on a crop of 28 px the
+    // same sigma erases the strokes that tell such images apart (SimCLR and
+    // others leave the blur out on 32 px images). The same blur relative to
+    // the crop. (Cells keep DINO's: it teaches them to ignore focus and noise.)
+    const auto& aug = c.scdino.augmentation;
+    const double blur_scale = std::min(1.0, static_cast<double>(global) / 224.0);
+    add("scdino.augmentation.blur_sigma",
+        "[" + RecipeNumber(aug.blur_sigma[0] * blur_scale) + ", " + RecipeNumber(aug.blur_sigma[1] * blur_scale) + "]",
+        "images framed alike: the blur's sigma of " + RecipeNumber(aug.blur_sigma[0]) + "-" +
+            RecipeNumber(aug.blur_sigma[1]) + " px is for 224 px crops, x " + RecipeNumber(blur_scale) + " for crops of " +
+            std::to_string(global) + " px keeps the same blur relative to the image");
   } else {
     // A cell image holds one object: crops that keep most of it in view (at
     // DINO's scales most local crops are background, which nothing predicts).
@@ -125,16 +136,6 @@ StatusOr<std::vector<RecipeValue>> DeriveRecipe(const DataShape& d, const RunCon
     add(kHyper + "local_crops_scale", "[0.15, 0.4]", "the same for the local crops");
   }
   add(kHyper + "local_crops_number", "4", "4 local crops: the small-data recipe's");
-  // DINO's blur is in pixels of a 224 px crop: on a crop of 28 px the same
-  // sigma erases most of what tells the images apart (SimCLR and others
-  // leave the blur out on 32 px images). The same blur relative to the crop.
-  const auto& aug = c.scdino.augmentation;
-  const double blur_scale = std::min(1.0, static_cast<double>(global) / 224.0);
-  add("scdino.augmentation.blur_sigma",
-      "[" + RecipeNumber(aug.blur_sigma[0] * blur_scale) + ", " + RecipeNumber(aug.blur_sigma[1] * blur_scale) + "]",
-      "the blur's sigma of " + RecipeNumber(aug.blur_sigma[0]) + "-" + RecipeNumber(aug.blur_sigma[1]) +
-          " px is for 224 px crops: x " + RecipeNumber(blur_scale) + " for crops of " + std::to_string(global) +
-          " px, the same blur relative to the image");
   // Capacity for the data: a small ViT, prototypes growing with sqrt(N).
   const bool small = d.images < 50000;
   add(kHyper + "arch", small ? "vit_tiny" : "vit_small",

@@ -37,8 +37,8 @@ struct DataShape {
 };
 
 /// The ratio (DataShape::hflip_distance, vflip_distance) from which the
-/// recipe turns a flip off: unoriented sets measure 0.98-1.03 here, oriented
-/// ones 1.16-1.85 (docs/training.md).
+/// recipe turns a flip off: sets whose images lie every which way measure
+/// 0.97-1.05 here, oriented ones 1.16-1.85 (docs/training.md).
 inline constexpr double kOrientedFlipDistance = 1.1;
 
 /// One derived key: its full path, its value as YAML, and why.

@@ -1,7 +1,7 @@
 #include "run/source.h"
 
-#include <filesystem>
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -211,7 +211,9 @@ Status MeasureFlips(const RunConfig& c, const data::Dataset& dataset, DataShape*
   const int64_t w = std::max<int64_t>(1, std::lround(shape->width * shrink));
   const data::ImagePrep prep = c.image_prep();
   std::vector<torch::Tensor> rows;
-  for (size_t i = 0; i < order.size() && static_cast<int64_t>(rows.size()) < wanted; ++i) {
+  // Unreadable images are passed over, up to as many again as the sample.
+  const size_t tries = std::min(order.size(), static_cast<size_t>(2 * wanted));
+  for (size_t i = 0; i < tries && static_cast<int64_t>(rows.size()) < wanted; ++i) {
     if (should_stop && should_stop()) return Status::Aborted("stopped while measuring the images' orientation");
     auto img = data::LoadEntry(dataset, order[i], prep);
     if (!img.ok() || img->size(0) != shape->channels) continue;

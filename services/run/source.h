@@ -71,7 +71,8 @@ StatusOr<DataShape> MeasureData(const RunConfig& config, const data::Dataset& da
 /// 32 x 32 px at the first image's aspect), the median distance of each
 /// flipped image to its nearest other image over that of the image itself.
 /// Left at 0 (not measured) for the synthetic source and below 64 images;
-/// unreadable images are left out of the sample. `should_stop` is checked
+/// unreadable images are left out of the sample (and it is not measured
+/// where half of it cannot be read). `should_stop` is checked
 /// before each image: Aborted.
 Status MeasureFlips(const RunConfig& config, const data::Dataset& dataset, DataShape* shape,
                     const std::function<bool()>& should_stop = {});

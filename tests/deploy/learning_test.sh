@@ -57,7 +57,7 @@ grep -q "train_scDINO.hyperparameters.patch_size: 4 (images of 24 px: 6 x 6 toke
   { echo "FAIL: no patch 4 for 24 px images"; cat "$work/auto.err"; exit 1; }
 # Cells lie every which way: the flips stay, measured on the images.
 for f in "hflip_p: 0.5 (flipped left-right" "vflip_p: 0.5 (flipped up-down"; do
-  grep -q "scdino.augmentation.$f, an image is [01]\.[0-9][0-9] x as far from its nearest image of the set as unflipped (median of 192 images; below 1.10" "$work/auto.err" ||
+  grep -q "scdino.augmentation.$f, an image is [01]\.[0-9][0-9] x as far from its nearest image of the set as unflipped (median; measured on 192 images; below 1.10" "$work/auto.err" ||
     { echo "FAIL: no measured $f"; grep -E "flip|recipe" "$work/auto.err"; exit 1; }
 done
 $py - "$work/runs/auto" <<'PY' || { cat "$work/auto.err"; exit 1; }

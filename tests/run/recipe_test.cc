@@ -97,7 +97,7 @@ TEST(Recipe, FlipsOnlyWhereTheImagesLieEveryWhichWay) {
     return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
   };
   EXPECT_TRUE(said("scdino.augmentation.hflip_p: 0 (flipped left-right, an image is 1.44 x as far from its nearest "
-                   "image of the set as unflipped (median of 1280 images; from 1.10: the images share an orientation"));
+                   "image of the set as unflipped (median; measured on 1280 images; from 1.10: the images share an orientation"));
   EXPECT_TRUE(said("scdino.augmentation.vflip_p: 0.5 (flipped up-down, an image is 1.05 x as far"));
   // The file's value wins.
   RunConfig c = RecipeConfig("", ", augmentation: {hflip_p: 0.5}");
@@ -106,14 +106,21 @@ TEST(Recipe, FlipsOnlyWhereTheImagesLieEveryWhichWay) {
   EXPECT_EQ(c.scdino.augmentation.vflip_p, 0.5);
 }
 
-TEST(Recipe, TheBlurIsDinosRelativeToTheCrop) {
+TEST(Recipe, TheBlurIsDinosRelativeToTheCropOfImagesFramedAlike) {
+  DataShape aligned = Shape(10000, 28);
+  aligned.hflip_distance = 1.16;
+  aligned.vflip_distance = 1.39;
+  aligned.flip_sample = 1280;
   // 28 px crops: an eighth of a 224 px crop, an eighth of its sigma.
-  auto small = Values(*DeriveRecipe(Shape(10000, 28), RecipeConfig()));
+  auto small = Values(*DeriveRecipe(aligned, RecipeConfig()));
   EXPECT_EQ(small["scdino.augmentation.blur_sigma"], "[0.0125, 0.1875]");
-  auto large = Values(*DeriveRecipe(Shape(5000, 300), RecipeConfig()));
-  EXPECT_EQ(large["scdino.augmentation.blur_sigma"], "[0.1, 1.5]");
+  aligned.height = aligned.width = 300;
+  EXPECT_EQ(Values(*DeriveRecipe(aligned, RecipeConfig()))["scdino.augmentation.blur_sigma"], "[0.1, 1.5]");
+  // Cells (lying every which way, or not measured) keep DINO's blur.
+  EXPECT_EQ(Values(*DeriveRecipe(Shape(10000, 28), RecipeConfig())).count("scdino.augmentation.blur_sigma"), 0u);
+  aligned.height = aligned.width = 28;
   RunConfig c = RecipeConfig("", ", augmentation: {blur_sigma: [0.5, 1]}");
-  ASSERT_TRUE(ApplyRecipe(*DeriveRecipe(Shape(10000, 28), c), &c).ok());
+  ASSERT_TRUE(ApplyRecipe(*DeriveRecipe(aligned, c), &c).ok());
   EXPECT_EQ(c.scdino.augmentation.blur_sigma[0], 0.5);
 }
 
