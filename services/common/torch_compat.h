@@ -27,9 +27,11 @@
 #if SCDINO_TORCH_AT_LEAST(2, 0)
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #endif
-// c10d's own guard of its NCCL header, which training/ defines in a build
-// against a CUDA LibTorch with NCCL.
-#ifdef USE_C10D_NCCL
+// Only in the targets that have NCCL's header on their include path
+// (training/, run/ define SCDINO_WITH_NCCL with it). USE_C10D_NCCL, c10d's own
+// guard, is not enough: a pip torch's CMake package exports it to every
+// target that links LibTorch, Debian's does not export it at all.
+#if defined(SCDINO_WITH_NCCL) && defined(USE_C10D_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -127,7 +129,7 @@ using CollectiveBackend = c10d::Backend;
 using CollectiveBackend = c10d::ProcessGroup;
 #endif
 
-#ifdef USE_C10D_NCCL
+#if defined(SCDINO_WITH_NCCL) && defined(USE_C10D_NCCL)
 /// Ends an NCCL process group's communicators now (2.4+); before, the
 /// destructor does, and may wait on work of peers that already exited.
 inline void ShutdownNccl(c10d::ProcessGroupNCCL& pg) {

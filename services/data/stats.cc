@@ -18,6 +18,10 @@ StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& pr
                                    std::to_string(o.fraction));
   }
   const int64_t n = static_cast<int64_t>(d.entries.size());
+  if (n == 0) {
+    return Status::InvalidArgument("channel statistics of " + (d.root.empty() ? std::string("a data set") : d.root) +
+                                   ": expected at least one image, the data set has none");
+  }
   const int64_t take = std::max<int64_t>(1, static_cast<int64_t>(std::llround(o.fraction * n)));
   std::vector<int64_t> order(n);
   for (int64_t i = 0; i < n; ++i) order[i] = i;

@@ -25,6 +25,12 @@ StatusOr<FeatureRun> PrepareFeatureRun(const run::RunConfig& config, data::Datas
                                        const std::string& config_path,
                                        const run::LaunchInfo& launch, run::Coordinator& coordinator,
                                        const std::function<bool()>& should_stop) {
+  if (config.scdino.data_source == "synthetic") {
+    return Status::InvalidArgument(
+        config_path + ": scdino.data_source is synthetic, whose images exist only in the trainer's memory; "
+        "features are computed from image files: write the synthetic set with scdino-synth --out DIR and set "
+        "scdino.data_source: folder with meta.dataset_dir: DIR");
+  }
   const auto& down = config.downstream;
   FeatureRun r;
   r.dataset = std::move(dataset);

@@ -47,6 +47,20 @@ TEST(ChannelStats, MatchesADirectComputation) {
   EXPECT_EQ(s->channels, prep.channels);
 }
 
+// An empty file list (a data source with no files) is an error naming the
+// data set, not a read past the end of the list.
+TEST(ChannelStats, ADataSetWithoutImagesIsAnError) {
+  Dataset d;
+  d.root = "/data/empty";
+  ImagePrep prep;
+  prep.channels = {0};
+  auto s = ComputeChannelStats(d, prep, StatsOptions{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("/data/empty: expected at least one image"), std::string::npos)
+      << s.status().message();
+}
+
 TEST(ChannelStats, SeededFractionAndThreadIndependence) {
   scdino::testing::ScratchDir dir;
   auto d = WriteSet(dir.path(), 30);
