@@ -193,6 +193,7 @@ Status Apply(const std::vector<RecipeValue>& values, bool keep_given, RunConfig*
       return Status::InvalidArgument("the value of " + v.key + " is not YAML: " + v.value);
     }
     if (auto s = SetConfigKey(v.key, node, c); !s.ok()) return s;
+    if (keep_given) c->recipe_keys.insert(v.key);
   }
   if (auto s = CheckConfig(*c); !s.ok()) {
     return Status::InvalidArgument(c->source_path + " with the derived settings: " + s.message());
@@ -217,15 +218,42 @@ std::vector<std::string> DescribeRecipe(const std::vector<RecipeValue>& recipe) 
 
 std::string RecipePath(const RunConfig& c) { return c.run_dir() + "/recipe.json"; }
 
+namespace {
+
+nlohmann::json ValuesToJson(const std::vector<RecipeValue>& recipe) {
+  auto j = nlohmann::json::array();
+  for (const auto& v : recipe) j.push_back({{"key", v.key}, {"value", v.value}, {"why", v.why}, {"from_file", v.from_file}});
+  return j;
+}
+
+// Throws nlohmann's exceptions on a malformed list.
+std::vector<RecipeValue> ValuesFromJson(const nlohmann::json& j) {
+  std::vector<RecipeValue> out;
+  for (const auto& v : j) {
+    out.push_back({v.at("key").get<std::string>(), v.at("value").get<std::string>(), v.at("why").get<std::string>(),
+                   v.at("from_file").get<bool>()});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string RecipeValuesJson(const std::vector<RecipeValue>& recipe) { return ValuesToJson(recipe).dump(); }
+
+StatusOr<std::vector<RecipeValue>> ParseRecipeValues(const std::string& json, const std::string& what) {
+  try {
+    return ValuesFromJson(nlohmann::json::parse(json));
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(what + ": not a list of recipe values (" + e.what() + ")");
+  }
+}
+
 Status WriteRecipe(const std::string& path, const DataShape& d, const std::vector<RecipeValue>& recipe) {
   nlohmann::json j;
   j["data"] = {{"origin", d.origin}, {"first_image", d.first_image}, {"images", d.images},
                {"height", d.height}, {"width", d.width},             {"channels", d.channels},
                {"ranks", d.ranks},   {"global_batch", d.global_batch}};
-  j["values"] = nlohmann::json::array();
-  for (const auto& v : recipe) {
-    j["values"].push_back({{"key", v.key}, {"value", v.value}, {"why", v.why}, {"from_file", v.from_file}});
-  }
+  j["values"] = ValuesToJson(recipe);
   return WriteFileAtomic(path, j.dump(2) + "\n");
 }
 
@@ -245,10 +273,7 @@ StatusOr<RecipeFile> ReadRecipe(const std::string& path) {
     out.data.channels = d.at("channels").get<int64_t>();
     out.data.ranks = d.at("ranks").get<int64_t>();
     out.data.global_batch = d.at("global_batch").get<int64_t>();
-    for (const auto& v : j.at("values")) {
-      out.values.push_back({v.at("key").get<std::string>(), v.at("value").get<std::string>(),
-                            v.at("why").get<std::string>(), v.at("from_file").get<bool>()});
-    }
+    out.values = ValuesFromJson(j.at("values"));
   } catch (const std::exception& e) {
     return Status::InvalidArgument(path + ": not a recipe file (" + e.what() + "); delete it to derive the recipe again");
   }

@@ -72,6 +72,10 @@ std::vector<std::string> DescribeRecipe(const std::vector<RecipeValue>& recipe);
 /// which its resumes and the other services (features, evaluation) apply.
 std::string RecipePath(const RunConfig& c);
 Status WriteRecipe(const std::string& path, const DataShape& d, const std::vector<RecipeValue>& recipe);
+/// The values as a JSON array (recipe.json's "values"), and back: what rank
+/// 0 sends the other ranks. ParseRecipeValues names `what` in its error.
+std::string RecipeValuesJson(const std::vector<RecipeValue>& recipe);
+StatusOr<std::vector<RecipeValue>> ParseRecipeValues(const std::string& json, const std::string& what);
 struct RecipeFile {
   DataShape data;  ///< what the values were derived for
   std::vector<RecipeValue> values;

@@ -238,8 +238,13 @@ Status MeasureFlips(const RunConfig& c, const data::Dataset& dataset, DataShape*
   return Status::Ok();
 }
 
-StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* c, const data::Dataset& dataset, int64_t ranks,
-                                                bool rank_zero, bool resuming, const std::function<bool()>& should_stop) {
+namespace {
+
+// Rank 0's part of SettleRecipe: the recipe as rank 0 sees the data and
+// recipe.json, applied to `c` and written there; `values` gets it.
+StatusOr<std::vector<std::string>> SettleOnRankZero(RunConfig* c, const data::Dataset& dataset, int64_t ranks,
+                                                    bool resuming, const std::function<bool()>& should_stop,
+                                                    std::vector<RecipeValue>* values) {
   auto shape = MeasureData(*c, dataset, ranks);
   if (!shape.ok()) return shape.status();
   std::vector<std::string> lines;
@@ -270,10 +275,8 @@ StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* c, const data::Datase
       auto derived = DeriveRecipe(*shape, *c);
       if (!derived.ok()) return derived.status();
       recipe = std::move(derived).value();
-      if (rank_zero) {
-        if (auto s = MakeDirs(c->run_dir()); !s.ok()) return s;
-        if (auto s = WriteRecipe(path, *shape, recipe); !s.ok()) return s;
-      }
+      if (auto s = MakeDirs(c->run_dir()); !s.ok()) return s;
+      if (auto s = WriteRecipe(path, *shape, recipe); !s.ok()) return s;
       lines.push_back("recipe auto for " + std::to_string(shape->images) + " images of " +
                       std::to_string(shape->height) + " x " + std::to_string(shape->width) + " px, " +
                       std::to_string(shape->channels) + " channels, global batch " +
@@ -281,8 +284,38 @@ StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* c, const data::Datase
     }
     if (auto s = ApplyRecipe(recipe, c); !s.ok()) return s;
     for (auto& l : DescribeRecipe(recipe)) lines.push_back("  " + l);
+    *values = std::move(recipe);
   }
   if (auto s = CheckDataFitsRun(*shape, *c); !s.ok()) return s;
+  return lines;
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* c, const data::Dataset& dataset, Coordinator& coordinator,
+                                                bool resuming, const std::function<bool()>& should_stop) {
+  std::vector<std::string> lines;
+  auto decided = coordinator.RankZeroDecides("recipe", [&]() -> StatusOr<std::string> {
+    RunConfig mine = *c;
+    std::vector<RecipeValue> values;
+    auto settled = SettleOnRankZero(&mine, dataset, coordinator.world_size(), resuming, should_stop, &values);
+    if (!settled.ok()) return settled.status();
+    lines = std::move(settled).value();
+    return RecipeValuesJson(values);
+  });
+  if (!decided.ok()) return decided.status();
+  auto values = ParseRecipeValues(*decided, "the recipe rank 0 settled");
+  if (!values.ok()) return values.status();
+  if (c->scdino.recipe == "auto") {
+    // Back to the file and the defaults first: what this rank's command line
+    // applied from its own read of recipe.json (stale, or another node's
+    // view) must not outlive rank 0's recipe.
+    std::vector<RecipeValue> applied;
+    for (const auto& key : c->recipe_keys) applied.push_back({key, "", "", false});
+    if (auto s = ResetRecipe(applied, c); !s.ok()) return s;
+    c->recipe_keys.clear();
+    if (auto s = ApplyRecipe(*values, c); !s.ok()) return s;
+  }
   return lines;
 }
 

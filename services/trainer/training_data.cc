@@ -11,8 +11,7 @@ StatusOr<TrainingData> PrepareTrainingData(run::RunConfig* config, run::Coordina
   if (!dataset.ok()) return dataset.status();
   // The data against the batch and crops, and the recipe derived from it
   // (scdino.recipe: auto), before anything is built from the config.
-  auto recipe = run::SettleRecipe(config, *dataset, coordinator.world_size(), coordinator.is_rank_zero(), resuming,
-                                  should_stop);
+  auto recipe = run::SettleRecipe(config, *dataset, coordinator, resuming, should_stop);
   if (!recipe.ok()) return recipe.status();
   if (coordinator.is_rank_zero() && log) {
     for (const auto& line : *recipe) *log << "scdino-trainer: " << line << "\n";

@@ -4,7 +4,6 @@
 #include "run/coordinator.h"
 
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -21,17 +20,13 @@
 
 #include "common/torch_compat.h"
 #include "run/environment.h"
+#include "support/ranks.h"
 #include "support/test_support.h"
 
 namespace scdino::run {
 namespace {
 
-std::vector<std::shared_ptr<Coordinator>> Ranks(int n, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::shared_ptr<Coordinator>> out;
-  for (int r = 0; r < n; ++r) out.push_back(Coordinator::OverStore(store, r, n, timeout));
-  return out;
-}
+using scdino::testing::Ranks;
 
 // Every rank learns every rank's node; after a failed collective the ranks
 // still there call the roll and name the ones that did not answer by node.

@@ -10,18 +10,21 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include "common/files.h"
 #include "data/image_io.h"
 #include "data/synthetic.h"
 #include "run/source.h"
 #include "support/cell_folders.h"
+#include "support/ranks.h"
 #include "support/test_support.h"
 
 namespace scdino::run {
 namespace {
 
 using scdino::testing::ExpectInvalid;
+using scdino::testing::Ranks;
 using scdino::testing::ScratchDir;
 
 // A config with recipe: auto; `train` and `scdino` are the sections' other keys.
@@ -235,6 +238,7 @@ void WriteRecipeCells(const std::string& dir, int64_t n) {
   scdino::testing::WriteCellFolders(dir, so, "type_");
 }
 
+
 TEST(Recipe, SettledFromTheDataOnDisk) {
   ScratchDir dir;
   WriteRecipeCells(dir.file("cells"), 10);
@@ -249,7 +253,7 @@ TEST(Recipe, SettledFromTheDataOnDisk) {
   EXPECT_EQ(shape->images, 20);
   EXPECT_EQ(shape->height, 20);
   EXPECT_EQ(shape->channels, 3);
-  auto lines = SettleRecipe(&c, *IndexDataset(c), 1, true, false);
+  auto lines = SettleRecipe(&c, *IndexDataset(c), *Coordinator::Single(), false);
   ASSERT_TRUE(lines.ok()) << lines.status().ToString();
   EXPECT_EQ(c.train.hyperparameters.patch_size, 4);
   EXPECT_EQ(c.train.hyperparameters.global_crops_size, 20);
@@ -259,7 +263,7 @@ TEST(Recipe, SettledFromTheDataOnDisk) {
   RunConfig two = *parsed;
   two.train.batch_size_per_gpu = 16;
   std::filesystem::remove(RecipePath(two));
-  ExpectInvalid(SettleRecipe(&two, *IndexDataset(two), 2, true, false).status(), "20 images, fewer than one global batch of 32");
+  ExpectInvalid(SettleRecipe(&two, *IndexDataset(two), *Ranks(2)[0], false).status(), "20 images, fewer than one global batch of 32");
 }
 
 // recipe.json records the data it was derived for: the same run directory
@@ -277,7 +281,7 @@ TEST(Recipe, OtherDataDerivesAnewOnAFreshStartAndRefusesAResume) {
     return *parsed;
   };
   RunConfig small = config_for("small");
-  ASSERT_TRUE(SettleRecipe(&small, *IndexDataset(small), 1, true, false).ok());
+  ASSERT_TRUE(SettleRecipe(&small, *IndexDataset(small), *Coordinator::Single(), false).ok());
   const std::string path = RecipePath(small);
   auto written = ReadRecipe(path);
   ASSERT_TRUE(written.ok());
@@ -286,14 +290,14 @@ TEST(Recipe, OtherDataDerivesAnewOnAFreshStartAndRefusesAResume) {
   // What every service's command line does first: the file's values applied.
   RunConfig large = config_for("large");
   ASSERT_TRUE(ApplyRecipe(written->values, &large).ok());
-  const auto refused = SettleRecipe(&large, *IndexDataset(large), 1, true, /*resuming=*/true);
+  const auto refused = SettleRecipe(&large, *IndexDataset(large), *Coordinator::Single(), /*resuming=*/true);
   ExpectInvalid(refused.status(), path + " was derived for 20 images of 20 x 20 px, 3 channels, from " +
                                       dir.file("small") + ", but the data now is 80 images of 20 x 20 px, 3 "
                                       "channels, from " + dir.file("large"));
   ExpectInvalid(refused.status(), "--no-resume");
   EXPECT_EQ(ReadRecipe(path)->data.images, 20) << "a refused resume leaves the file as it was";
 
-  auto lines = SettleRecipe(&large, *IndexDataset(large), 1, true, /*resuming=*/false);
+  auto lines = SettleRecipe(&large, *IndexDataset(large), *Coordinator::Single(), /*resuming=*/false);
   ASSERT_TRUE(lines.ok()) << lines.status().ToString();
   ASSERT_FALSE(lines->empty());
   EXPECT_NE(lines->front().find("this fresh start's data is 80 images"), std::string::npos) << lines->front();
@@ -311,6 +315,62 @@ TEST(Recipe, OtherDataDerivesAnewOnAFreshStartAndRefusesAResume) {
   EXPECT_EQ(large.train.hyperparameters.lr, fresh.train.hyperparameters.lr);
   EXPECT_EQ(large.train.hyperparameters.momentum_teacher, fresh.train.hyperparameters.momentum_teacher);
   EXPECT_NE(large.train.epochs, small.train.epochs) << "the recipe depends on the image count";
+}
+
+// The recipe is rank 0's decision (DESIGN, round 4): another rank reads
+// neither the data nor recipe.json for it. Here rank 1's node sees no
+// files, and its command line applied a stale recipe.json of other data
+// (with a key rank 0's recipe does not set): it ends with rank 0's config
+// exactly, and rank 0's failure reaches it.
+TEST(Recipe, RankZeroSettlesItAndEveryRankAppliesIt) {
+  ScratchDir dir;
+  WriteRecipeCells(dir.file("cells"), 10);
+  auto parsed = ParseRunConfig("meta: {name_of_run: r, output_dir: \"" + dir.path() + "\", dataset_dir: \"" +
+                                   dir.file("cells") + "\", selected_channel_combination_per_run: [\"012\"]}\n"
+                                   "train_scDINO: {batch_size_per_gpu: 8}\nscdino: {recipe: auto}\n",
+                               "cfg.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  RunConfig zero = *parsed, one = *parsed;
+  auto stale = DeriveRecipe(Shape(5000, 96, 16), one);
+  ASSERT_TRUE(stale.ok()) << stale.status().ToString();
+  stale->push_back({"scdino.augmentation.blur_sigma", "[0.01, 0.2]", "stale", false});
+  ASSERT_TRUE(ApplyRecipe(*stale, &one).ok());
+  ASSERT_EQ(one.train.hyperparameters.global_crops_size, 96);
+
+  auto ranks = Ranks(2);
+  StatusOr<std::vector<std::string>> got0 = Status::Internal("not run"), got1 = Status::Internal("not run");
+  std::thread other([&] { got1 = SettleRecipe(&one, data::Dataset{}, *ranks[1], false); });
+  got0 = SettleRecipe(&zero, *IndexDataset(zero), *ranks[0], false);
+  other.join();
+  ASSERT_TRUE(got0.ok()) << got0.status().ToString();
+  ASSERT_TRUE(got1.ok()) << got1.status().ToString();
+  EXPECT_FALSE(got0->empty());
+  EXPECT_TRUE(got1->empty()) << "rank 0 logs the recipe";
+  const auto& h0 = zero.train.hyperparameters;
+  const auto& h1 = one.train.hyperparameters;
+  EXPECT_EQ(h1.global_crops_size, 20);
+  EXPECT_EQ(h1.global_crops_size, h0.global_crops_size);
+  EXPECT_EQ(h1.local_crops_size, h0.local_crops_size);
+  EXPECT_EQ(h1.patch_size, h0.patch_size);
+  EXPECT_EQ(h1.arch, h0.arch);
+  EXPECT_EQ(h1.lr, h0.lr);
+  EXPECT_EQ(h1.out_dim, h0.out_dim);
+  EXPECT_EQ(one.train.epochs, zero.train.epochs);
+  EXPECT_EQ(one.scdino.augmentation.blur_sigma, zero.scdino.augmentation.blur_sigma) << "the stale key is reset";
+  EXPECT_EQ(one.recipe_keys, zero.recipe_keys);
+
+  // Rank 0 fails (two ranks of 16 are more than the 20 images): so does rank 1, saying why.
+  RunConfig big0 = *parsed, big1 = *parsed;
+  big0.train.batch_size_per_gpu = big1.train.batch_size_per_gpu = 16;
+  std::filesystem::remove(RecipePath(big0));
+  auto again = Ranks(2);
+  std::thread follower([&] { got1 = SettleRecipe(&big1, data::Dataset{}, *again[1], false); });
+  got0 = SettleRecipe(&big0, *IndexDataset(big0), *again[0], false);
+  follower.join();
+  ExpectInvalid(got0.status(), "fewer than one global batch of 32");
+  ASSERT_FALSE(got1.ok());
+  EXPECT_NE(got1.status().message().find("rank 0 failed at 'recipe'"), std::string::npos) << got1.status().ToString();
+  EXPECT_NE(got1.status().message().find("fewer than one global batch of 32"), std::string::npos);
 }
 
 }  // namespace
