@@ -16,9 +16,10 @@
 #   bash scripts/gpu-check.sh --bin-dir build/services/trainer/..  # programs of a build tree
 #   bash scripts/gpu-check.sh --bin-dir build/services --rehearse  # the same steps on the CPU
 #
-# GPU_CHECK_BATCH (per GPU, 64), GPU_CHECK_EPOCHS (3), GPU_CHECK_PRECISION
-# (bf16), GPU_CHECK_THREADS (CPU threads per rank, 8), GPU_CHECK_OUT (where
-# the run and its logs stay; a temporary directory by default).
+# GPU_CHECK_BATCH (per GPU, 64; rehearsed 8), GPU_CHECK_EPOCHS (3; 2),
+# GPU_CHECK_PRECISION (bf16), GPU_CHECK_THREADS (CPU threads per rank, 8; 2),
+# GPU_CHECK_OUT (where the run and its logs stay; a temporary directory by
+# default).
 set -euo pipefail
 
 image="" bin_dir="" rehearse=0
@@ -27,7 +28,7 @@ while [ $# -gt 0 ]; do
     --image) image=${2:?--image needs an image}; shift ;;
     --bin-dir) bin_dir=${2:?--bin-dir needs a directory}; shift ;;
     --rehearse) rehearse=1 ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
