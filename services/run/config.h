@@ -342,7 +342,7 @@ struct RunConfig {
   /// Keys the file sets (canonical paths), which scdino.recipe: auto keeps.
   std::set<std::string> given_keys;
   /// Keys a recipe set (ApplyRecipe: a command line's read of recipe.json),
-  /// which a recipe settled afresh first puts back to their defaults.
+  /// which ResetRecipe puts back to their defaults.
   std::set<std::string> recipe_keys;
 
   std::string run_dir() const;

@@ -290,14 +290,15 @@ std::string DescribeData(const DataShape& d) {
          " channels, from " + d.origin;
 }
 
-Status ResetRecipe(const std::vector<RecipeValue>& recipe, RunConfig* c) {
+Status ResetRecipe(RunConfig* c) {
   const auto keys = ConfigKeys();
-  for (const auto& v : recipe) {
-    if (c->given_keys.count(v.key) > 0) continue;
-    const auto k = std::find_if(keys.begin(), keys.end(), [&](const KeyDoc& d) { return d.path == v.key; });
-    if (k == keys.end()) return Status::InvalidArgument("the recipe's key " + v.key + " is not a configuration key");
-    if (auto s = SetConfigKey(v.key, YAML::Load(k->default_value), c); !s.ok()) return s;
+  for (const auto& key : c->recipe_keys) {
+    if (c->given_keys.count(key) > 0) continue;
+    const auto k = std::find_if(keys.begin(), keys.end(), [&](const KeyDoc& d) { return d.path == key; });
+    if (k == keys.end()) return Status::InvalidArgument("the recipe's key " + key + " is not a configuration key");
+    if (auto s = SetConfigKey(key, YAML::Load(k->default_value), c); !s.ok()) return s;
   }
+  c->recipe_keys.clear();
   return Status::Ok();
 }
 

@@ -90,10 +90,11 @@ bool SameData(const DataShape& a, const DataShape& b);
 /// "1200 images of 64 x 64 px, 5 channels, from data/cells".
 std::string DescribeData(const DataShape& d);
 
-/// Sets every key of `recipe` that the file does not give back to its
-/// default (the values a stale recipe.json applied), before a recipe is
-/// derived anew.
-Status ResetRecipe(const std::vector<RecipeValue>& recipe, RunConfig* c);
+/// Sets every key a recipe set (c->recipe_keys: what the command line
+/// applied from recipe.json, stale or another node's view) back to its
+/// default and forgets them, before a recipe is derived anew or rank 0's
+/// is applied.
+Status ResetRecipe(RunConfig* c);
 
 /// The changes after the `recovery`-th collapse (1-based) judged `verdict`
 /// (uniform_collapse, onehot_collapse) from the settings of `c`: a lower

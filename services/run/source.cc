@@ -269,7 +269,7 @@ StatusOr<std::vector<std::string>> SettleOnRankZero(RunConfig* c, const data::Da
         lines.push_back(path + " was derived for " + DescribeData(file->data) + "; this fresh start's data is " +
                         DescribeData(*shape) + ": the recipe is derived anew");
         // The command line applied the stale values: back to the defaults.
-        if (auto s = ResetRecipe(file->values, c); !s.ok()) return s;
+        if (auto s = ResetRecipe(c); !s.ok()) return s;
       }
       if (auto s = MeasureFlips(*c, dataset, &*shape, should_stop); !s.ok()) return s;
       auto derived = DeriveRecipe(*shape, *c);
@@ -310,10 +310,7 @@ StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* c, const data::Datase
     // Back to the file and the defaults first: what this rank's command line
     // applied from its own read of recipe.json (stale, or another node's
     // view) must not outlive rank 0's recipe.
-    std::vector<RecipeValue> applied;
-    for (const auto& key : c->recipe_keys) applied.push_back({key, "", "", false});
-    if (auto s = ResetRecipe(applied, c); !s.ok()) return s;
-    c->recipe_keys.clear();
+    if (auto s = ResetRecipe(c); !s.ok()) return s;
     if (auto s = ApplyRecipe(*values, c); !s.ok()) return s;
   }
   return lines;

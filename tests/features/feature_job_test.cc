@@ -12,7 +12,7 @@ namespace {
 // The synthetic source's images live in the trainer's memory: scdino-features
 // and scdino-eval read files, so they refuse it by name (they read past the end
 // of an empty file list before).
-TEST(FeatureRun, TheSyntheticSourceIsRefusedWithWhatToDoInstead) {
+TEST(FeatureRun, TheSyntheticSourceIsRefusedNamingScdinoSynth) {
   const std::string yaml = R"(
 meta: {name_of_run: syn, output_dir: /nonexistent/runs, seed: 0, selected_channel_combination_per_run: ["012"]}
 train_scDINO: {batch_size_per_gpu: 4}

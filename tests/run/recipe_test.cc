@@ -238,14 +238,18 @@ void WriteRecipeCells(const std::string& dir, int64_t n) {
   scdino::testing::WriteCellFolders(dir, so, "type_");
 }
 
+// recipe: auto over the cells of dir/<data>, 8 images a rank, run directory in dir.
+StatusOr<RunConfig> AutoRecipeConfig(const ScratchDir& dir, const std::string& data) {
+  return ParseRunConfig("meta: {name_of_run: r, output_dir: \"" + dir.path() + "\", dataset_dir: \"" + dir.file(data) +
+                            "\", selected_channel_combination_per_run: [\"012\"]}\n"
+                            "train_scDINO: {batch_size_per_gpu: 8}\nscdino: {recipe: auto}\n",
+                        "cfg.yaml");
+}
 
 TEST(Recipe, SettledFromTheDataOnDisk) {
   ScratchDir dir;
   WriteRecipeCells(dir.file("cells"), 10);
-  auto parsed = ParseRunConfig("meta: {name_of_run: r, output_dir: \"" + dir.path() + "\", dataset_dir: \"" +
-                                   dir.file("cells") + "\", selected_channel_combination_per_run: [\"012\"]}\n"
-                                   "train_scDINO: {batch_size_per_gpu: 8}\nscdino: {recipe: auto}\n",
-                               "cfg.yaml");
+  auto parsed = AutoRecipeConfig(dir, "cells");
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   RunConfig c = *parsed;
   auto shape = MeasureData(c, *IndexDataset(c), 1);
@@ -273,10 +277,7 @@ TEST(Recipe, OtherDataDerivesAnewOnAFreshStartAndRefusesAResume) {
   WriteRecipeCells(dir.file("small"), 10);
   WriteRecipeCells(dir.file("large"), 40);
   auto config_for = [&](const std::string& data) {
-    auto parsed = ParseRunConfig("meta: {name_of_run: r, output_dir: \"" + dir.path() + "\", dataset_dir: \"" +
-                                     dir.file(data) + "\", selected_channel_combination_per_run: [\"012\"]}\n"
-                                     "train_scDINO: {batch_size_per_gpu: 8}\nscdino: {recipe: auto}\n",
-                                 "cfg.yaml");
+    auto parsed = AutoRecipeConfig(dir, data);
     EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
     return *parsed;
   };
@@ -325,10 +326,7 @@ TEST(Recipe, OtherDataDerivesAnewOnAFreshStartAndRefusesAResume) {
 TEST(Recipe, RankZeroSettlesItAndEveryRankAppliesIt) {
   ScratchDir dir;
   WriteRecipeCells(dir.file("cells"), 10);
-  auto parsed = ParseRunConfig("meta: {name_of_run: r, output_dir: \"" + dir.path() + "\", dataset_dir: \"" +
-                                   dir.file("cells") + "\", selected_channel_combination_per_run: [\"012\"]}\n"
-                                   "train_scDINO: {batch_size_per_gpu: 8}\nscdino: {recipe: auto}\n",
-                               "cfg.yaml");
+  auto parsed = AutoRecipeConfig(dir, "cells");
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   RunConfig zero = *parsed, one = *parsed;
   auto stale = DeriveRecipe(Shape(5000, 96, 16), one);
