@@ -1,20 +1,37 @@
 // Training-step benchmark: images/s of full DINO steps (teacher and student
 // forward, loss, backward, clipping, AdamW, EMA) for a stated model and crop
-// configuration, on random crops, after warm-up steps. Prints one JSON line
-// with the step's FLOPs (counted from the shapes: matrix products of the
-// backbone and head, forward once for the teacher, forward and backward
-// (3x) for the student), the FLOP/s achieved, and the CPU's peak: its clock
-// measured with a chain of dependent additions (one per cycle) times
-// --flops-per-cycle (32 on AVX2/AVX-512 cores with two 256-bit FMA pipes,
-// as AMD Zen 2-4 and Intel client cores) times the threads.
+// configuration, after warm-up steps, and what a step asks of a GPU. Prints
+// one JSON line with the step's FLOPs (counted from the shapes: matrix
+// products of the backbone and head, forward once for the teacher, forward
+// and backward (3x) for the student), the FLOP/s achieved, and the peak: on
+// the CPU its clock measured with a chain of dependent additions (one per
+// cycle) times --flops-per-cycle (32 on AVX2/AVX-512 cores with two 256-bit
+// FMA pipes, as AMD Zen 2-4 and Intel client cores) times the threads; on a
+// GPU --peak-tflops (its dense bf16 peak; 989 for an H100 or H200 SXM).
 //
 //   scdino-bench-train-step [--arch vit_small] [--patch 16] [--channels 5]
 //     [--global 224] [--local 96] [--local-crops 8] [--batch 8]
 //     [--out-dim 65536] [--depth 0] [--steps 3] [--warmup 1] [--threads 0]
-//     [--device cpu|cuda] [--flops-per-cycle 32] [--profile TRACE.json]
-//     [--cpu-gemm 1]
-// --cpu-gemm 0 sends every product to LibTorch's own ops (scdino.cpu_gemm:
-// false); the JSON line names what served them (cpu_products).
+//     [--device cpu|cuda] [--precision fp32|bf16|fp16] [--flops-per-cycle 32]
+//     [--peak-tflops 989] [--profile TRACE.json] [--cpu-gemm 1]
+//     [--fused-attention 1] [--count-steps 1] [--ops-detail 0]
+//     [--trainer 0] [--image-size 50] [--ranks 1] [--data DIR]
+// Two steps are measured:
+// - --trainer 0: Dino::Step alone, on random crops made once;
+// - --trainer 1: the trainer's own step (training::Trainer): the file loader
+//   over TIFF cells of --image-size px (written into a scratch directory,
+//   or read from --data), the crops, the DINO step, the lagged read of its
+//   values; --ranks N runs N ranks as threads over Gloo, so the step's
+//   exchange and the gradient all-reduce are in it.
+// --count-steps N counts N more steps (model/op_count.h): every operator
+// call the dispatcher records (aten_ops_per_step, the same scopes as
+// torch.profiler) and the host synchronisations (host_syncs_per_step);
+// --ops-detail 1 lists the calls by name. --cpu-gemm 0 turns scdino's CPU
+// kernels off (products, the one-pass AdamW and EMA, the fused crops:
+// scdino.cpu_gemm: false) so the count is that of the path a GPU runs;
+// --fused-attention 1 (the default) keeps the attention core one fused call
+// there as SDPA is on a GPU, instead of LibTorch 1.13's CPU bmm, which
+// records about nine calls per matrix of a batch (cpu_gemm.h).
 // --profile writes LibTorch's per-operator trace of the timed steps (Chrome
 // trace format; bench/profile_summary.py sums it per operator).
 #include <chrono>
@@ -27,11 +44,26 @@
 
 #include <torch/csrc/autograd/profiler_legacy.h>
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <optional>
+#include <thread>
+
 #include "bench/bench_flags.h"
+#include "common/files.h"
+#include "data/image_io.h"
+#include "data/synthetic.h"
 #include "model/cpu_gemm.h"
 #include "model/dino.h"
+#include "model/op_count.h"
 #include "model/vit.h"
 #include "run/environment.h"
+#include "run/source.h"
+#include "training/device_memory.h"
+#include "training/trainer.h"
 
 namespace {
 
@@ -90,19 +122,186 @@ double MeasureGemmFlops() {
   return reps * 2.0 * 2048 * 2048 * 2048 / s;
 }
 
+// The counts of `n` steps, per step, into the JSON line.
+void PutCounts(nlohmann::json& r, const scdino::model::OpCounter::Counts& c, int64_t n, bool training_thread_only,
+               bool detail) {
+  const double steps = static_cast<double>(n);
+  const int64_t ops = training_thread_only ? c.ops - c.other_thread_ops : c.ops;
+  const int64_t syncs = training_thread_only ? c.host_syncs - c.other_thread_syncs : c.host_syncs;
+  r["count_steps"] = n;
+  r["aten_ops_per_step"] = static_cast<double>(ops) / steps;
+  r["host_syncs_per_step"] = static_cast<double>(syncs) / steps;
+  r["training_thread_ops_per_step"] = static_cast<double>(c.ops - c.other_thread_ops) / steps;
+  r["other_thread_ops_per_step"] = static_cast<double>(c.other_thread_ops) / steps;
+  r["other_thread_syncs_per_step"] = static_cast<double>(c.other_thread_syncs) / steps;
+  r["host_syncs_by_name"] = c.syncs_by_name;
+  if (detail) r["ops_by_name"] = c.by_name;
+}
+
+// A scratch directory of synthetic TIFF cells in class folders, removed at exit.
+struct ScratchCells {
+  std::string root;
+  ScratchCells(int64_t images, int64_t channels, int64_t size) {
+    char tmpl[] = "/tmp/scdino-bench-XXXXXX";
+    root = ::mkdtemp(tmpl);
+    scdino::data::SyntheticOptions o;
+    o.classes = 4;
+    o.per_class = (images + o.classes - 1) / o.classes;
+    o.channels = channels;
+    o.size = size;
+    for (int64_t k = 0; k < o.classes; ++k) {
+      const std::string dir = root + "/data/class_" + std::to_string(k);
+      scdino::ThrowIfError(scdino::MakeDirs(dir));
+      for (int64_t i = 0; i < o.per_class; ++i) {
+        auto hwc = (scdino::data::SyntheticCell(o, k, i).permute({1, 2, 0}) * 255.0).round().to(torch::kUInt8);
+        scdino::ThrowIfError(scdino::data::WriteTiff(dir + "/cell_" + std::to_string(i) + ".tif", hwc));
+      }
+    }
+  }
+  ~ScratchCells() { std::filesystem::remove_all(root); }
+};
+
+// The trainer's own step: Trainer over the file loader, `ranks` ranks as
+// threads; rank 0's training thread counts.
+int TrainerStep(const scdino::bench::Flags& a, int threads) {
+  auto num = [&](const char* k) { return a.num(k); };
+  const int64_t B = num("batch"), ranks = num("ranks");
+  const int64_t warmup = std::max<int64_t>(1, num("warmup")), steps = num("steps"), counted = num("count-steps");
+  // A step's values are read once the next is queued: the counted window
+  // runs from the report of step warmup + steps to that of step
+  // warmup + steps + counted, one more step is queued after it. The epoch
+  // is longer than the run, so the loader's prefetch stays full and no
+  // epoch end (with its checkpoint) falls inside.
+  const int64_t run_steps = warmup + steps + counted + 1;
+  const int64_t images = B * ranks * (run_steps + 8);
+  std::optional<ScratchCells> cells;
+  std::string data = a.str("data");
+  if (data.empty()) {
+    cells.emplace(images, num("channels"), num("image-size"));
+    data = cells->root + "/data";
+  }
+  char out_tmpl[] = "/tmp/scdino-bench-run-XXXXXX";
+  const std::string out_dir = ::mkdtemp(out_tmpl);
+  std::string channels = "[";
+  for (int64_t c = 0; c < num("channels"); ++c) channels += (c ? ", " : "") + std::to_string(c);
+  channels += "]";
+  const std::string yaml = "meta:\n  name_of_run: bench\n  output_dir: " + out_dir + "\n  dataset_dir: " + data +
+                           "\n  seed: 1\n  selected_channel_combination_per_run: [" + channels +
+                           "]\ntrain_scDINO:\n  epochs: 1\n  saveckp_freq: 1\n  batch_size_per_gpu: " +
+                           std::to_string(B) + "\n  num_workers: 2\n  hyperparameters:\n    arch: " + a.str("arch") +
+                           "\n    patch_size: " + std::to_string(num("patch")) +
+                           (num("depth") > 0 ? "\n    depth: " + std::to_string(num("depth")) : std::string()) +
+                           "\n    global_crops_size: " + std::to_string(num("global")) +
+                           "\n    local_crops_size: " + std::to_string(num("local")) +
+                           "\n    local_crops_number: " + std::to_string(num("local-crops")) +
+                           "\n    out_dim: " + std::to_string(num("out-dim")) +
+                           "\n    warmup_epochs: 0\n    drop_path_rate: 0.1\nscdino:\n  device: " + a.str("device") +
+                           "\n  threads: " + std::to_string(threads) + "\n  cpu_gemm: " +
+                           (num("cpu-gemm") != 0 ? "true" : "false") +
+                           "\n  log_every: 100000\n  learning_check: off\n";
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::optional<scdino::model::OpCounter> counter;
+  scdino::model::OpCounter::Counts counts;
+  std::vector<double> step_seconds, data_wait;
+  std::vector<scdino::Status> results(static_cast<size_t>(ranks), scdino::Status::Ok());
+  std::vector<std::thread> workers;
+  for (int64_t rank = 0; rank < ranks; ++rank) {
+    workers.emplace_back([&, rank] {
+      try {
+        torch::set_num_threads(threads);
+        auto config = scdino::run::ParseRunConfig(yaml, "bench.yaml").value();
+        scdino::training::TrainerOptions opts;
+        const torch::Device device = config.scdino.device == "cuda" ? torch::kCUDA : torch::kCPU;
+        opts.device = device;
+        opts.stop_after_iterations = run_steps;
+        if (ranks > 1) {
+          scdino::training::DistributedOptions dist;
+          dist.timeout = std::chrono::seconds(120);
+          opts.coordinator = scdino::run::Coordinator::OverStore(store, rank, ranks, dist.timeout);
+          opts.collective = scdino::training::Collective::Create(store, rank, ranks, dist, device);
+        } else {
+          opts.coordinator = scdino::run::Coordinator::Single();
+        }
+        if (rank == 0) {
+          opts.on_step = [&](const scdino::training::StepReport& r) {
+            if (r.iteration > warmup && r.iteration <= warmup + steps) {
+              step_seconds.push_back(r.step_seconds);
+              data_wait.push_back(r.data_wait_seconds);
+            }
+            if (r.iteration == warmup + steps && counted > 0) {
+              if (device.is_cuda()) torch::cuda::synchronize();
+              counter.emplace();
+            }
+            if (r.iteration == warmup + steps + counted && counter) {
+              counts = counter->Take();
+              counter.reset();
+            }
+          };
+        }
+        auto dataset = scdino::run::IndexDataset(config, nullptr).value();
+        auto source = scdino::run::MakeSource(config, dataset, *opts.coordinator, device).value();
+        scdino::training::Trainer trainer(std::move(config), std::move(source), opts);
+        auto result = trainer.Run();
+        results[static_cast<size_t>(rank)] = result.ok() ? scdino::Status::Ok() : result.status();
+      } catch (const std::exception& e) {
+        results[static_cast<size_t>(rank)] = scdino::Status::Internal(e.what());
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  std::filesystem::remove_all(out_dir);
+  for (const auto& st : results) {
+    if (!st.ok()) {
+      std::cerr << "scdino-bench-train-step: the trainer failed: " << st.ToString() << "\n";
+      return 1;
+    }
+  }
+  double secs = 0, wait = 0;
+  for (size_t i = 0; i < step_seconds.size(); ++i) secs += step_seconds[i], wait += data_wait[i];
+  const double n = std::max<double>(1.0, static_cast<double>(step_seconds.size()));
+  nlohmann::json r = {{"benchmark", "train_step"},
+                      {"step", "trainer"},
+                      {"arch", a.str("arch")},
+                      {"patch", num("patch")},
+                      {"channels", num("channels")},
+                      {"image_size", num("image-size")},
+                      {"global_size", num("global")},
+                      {"local_crops", num("local-crops")},
+                      {"local_size", num("local")},
+                      {"batch", B},
+                      {"ranks", ranks},
+                      {"out_dim", num("out-dim")},
+                      {"device", a.str("device")},
+                      {"threads", threads},
+                      {"cpu_products", scdino::model::CpuGemmDescription()},
+                      {"steps", static_cast<int64_t>(step_seconds.size())},
+                      {"step_s", secs / n},
+                      {"data_wait_share", secs > 0 ? wait / secs : 0.0},
+                      {"images_per_s", secs > 0 ? static_cast<double>(B * ranks) * n / secs : 0.0}};
+  if (counted > 0) PutCounts(r, counts, counted, ranks > 1, num("ops-detail") > 0);
+  std::cout << r.dump() << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const scdino::bench::Flags a(argc, argv, "scdino-bench-train-step", "Images/s of full DINO training steps on random crops (docs/performance.md).",
+  const scdino::bench::Flags a(argc, argv, "scdino-bench-train-step",
+                               "Images/s and operator calls of DINO training steps (docs/performance.md).",
                                {{"arch", "vit_small"}, {"patch", "16"}, {"channels", "5"}, {"global", "224"},
                                 {"local", "96"}, {"local-crops", "8"}, {"batch", "8"}, {"out-dim", "65536"},
                                 {"depth", "0"}, {"steps", "3"}, {"warmup", "1"}, {"threads", "0"}, {"device", "cpu"},
-                                {"flops-per-cycle", "32"}, {"profile", ""}, {"cpu-gemm", "1"}});
+                                {"flops-per-cycle", "32"}, {"peak-tflops", "989"}, {"profile", ""}, {"cpu-gemm", "1"},
+                                {"precision", "fp32"}, {"fused-attention", "1"}, {"count-steps", "1"},
+                                {"ops-detail", "0"}, {"trainer", "0"}, {"image-size", "50"}, {"ranks", "1"},
+                                {"data", ""}});
   auto num = [&](const char* k) { return a.num(k); };
-  // --cpu-gemm 0: every product on LibTorch's own ops (scdino.cpu_gemm: false).
+  // --cpu-gemm 0: LibTorch's own ops (scdino.cpu_gemm: false).
   const int threads = scdino::run::ConfigureCpu(num("threads"), num("cpu-gemm") != 0);
+  if (num("fused-attention") != 0) scdino::model::EnablePairGemm(true);
   torch::Device device = a.str("device") == "cuda" ? torch::kCUDA : torch::kCPU;
   if (device.is_cpu()) scdino::run::KeepFreedMemoryForCpuTraining();
+  if (num("trainer") != 0) return TrainerStep(a, threads);
 
   scdino::model::DinoOptions o;
   o.vit = scdino::model::VitOptions::Preset(a.str("arch"));
@@ -110,6 +309,8 @@ int main(int argc, char** argv) {
   if (num("depth") > 0) o.vit.depth(num("depth"));
   o.out_dim = num("out-dim");
   o.local_crops_number = num("local-crops");
+  o.precision = scdino::model::ParsePrecision(a.str("precision")).value();
+  o.loss_scaling = o.precision == scdino::model::Precision::kFp16;
   scdino::model::Dino dino(o, device);
 
   const int64_t B = num("batch");
@@ -125,6 +326,7 @@ int main(int argc, char** argv) {
   auto sync = [&] {
     if (device.is_cuda()) torch::cuda::synchronize();
   };
+  if (device.is_cuda()) scdino::training::ResetPeakDeviceMemory(device);
   for (int64_t i = 0; i < num("warmup"); ++i) dino.Step(in);
   sync();
   std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
@@ -134,9 +336,17 @@ int main(int argc, char** argv) {
   sync();
   profile.reset();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  scdino::model::OpCounter::Counts counts;
+  if (num("count-steps") > 0) {
+    scdino::model::OpCounter counter;
+    for (int64_t i = 0; i < num("count-steps"); ++i) dino.Step(in);
+    sync();
+    counts = counter.Take();
+  }
   const double flops = StepFlopsPerImage(o, num("global"), num("local"));
   const double achieved = flops * static_cast<double>(B * num("steps")) / secs;
   nlohmann::json r = {{"benchmark", "train_step"},
+                      {"step", "dino"},
                       {"arch", a.str("arch")},
                       {"depth", o.vit.depth()},
                       {"patch", num("patch")},
@@ -148,14 +358,22 @@ int main(int argc, char** argv) {
                       {"batch", B},
                       {"out_dim", o.out_dim},
                       {"device", a.str("device")},
+                      {"precision", a.str("precision")},
                       {"threads", threads},
                       {"cpu_products", scdino::model::CpuGemmDescription()},
+                      {"optimizer", dino.optimizer->implementation()},
                       {"steps", num("steps")},
                       {"step_s", secs / static_cast<double>(num("steps"))},
                       {"images_per_s", static_cast<double>(B * num("steps")) / secs},
                       {"gflop_per_image", flops / 1e9},
                       {"achieved_gflops", achieved / 1e9}};
-  if (!device.is_cuda()) {
+  if (num("count-steps") > 0) PutCounts(r, counts, num("count-steps"), false, num("ops-detail") > 0);
+  if (device.is_cuda()) {
+    const double peak = static_cast<double>(num("peak-tflops")) * 1e12;
+    r["peak_gflops"] = peak / 1e9;
+    r["fraction_of_peak"] = achieved / peak;
+    if (auto mem = scdino::training::QueryDeviceMemory(device)) r["peak_memory_bytes"] = mem->peak_allocated_bytes;
+  } else {
     const double hz = MeasureClockHz();
     const double peak = hz * static_cast<double>(num("flops-per-cycle")) * threads;
     const double gemm = MeasureGemmFlops();

@@ -9,6 +9,9 @@
 // - scaled_dot_product_attention: 2.0 added the fused attention (flash and
 //   memory-efficient kernels on CUDA), 2.1 its `scale` argument
 //   (model/attention_core).
+// - _fused_adamw_: the fused AdamW, on CUDA from 2.1, on the CPU from 2.4
+//   (model/optim).
+// - SDPA's cuDNN backend and its switch: 2.4 (run/environment).
 // - c10d: 2.0 moved the collectives of Gloo and NCCL onto c10d::Backend;
 //   2.4 gave ProcessGroupNCCL an explicit shutdown (training/distributed) and
 //   made TCPStore's libuv server the default (run/coordinator).
@@ -89,6 +92,56 @@ inline torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const tor
 #else
   (void)q, (void)k, (void)v, (void)scale;
   TORCH_CHECK(false, "scaled_dot_product_attention needs LibTorch 2.1 or later; this is ", TORCH_VERSION);
+#endif
+}
+
+// ---- cuDNN -----------------------------------------------------------------
+
+/// Switches cuDNN off for this process, and SDPA's cuDNN attention backend
+/// (2.4+; before, SDPA has none): what an image carrying the cuDNN
+/// stand-in does at start, so that no call ever reaches it.
+inline void SwitchCudnnOff() {
+  at::globalContext().setUserEnabledCuDNN(false);
+#if SCDINO_TORCH_AT_LEAST(2, 4)
+  at::globalContext().setSDPUseCuDNN(false);
+#endif
+}
+
+/// Whether cuDNN, and SDPA's cuDNN backend where there is one, may be used.
+inline bool CudnnEnabled() { return at::globalContext().userEnabledCuDNN(); }
+inline bool SdpaCudnnEnabled() {
+#if SCDINO_TORCH_AT_LEAST(2, 4)
+  return at::globalContext().userEnabledCuDNNSDP();
+#else
+  return false;
+#endif
+}
+
+// ---- fused AdamW -----------------------------------------------------------
+
+/// Whether this LibTorch has the fused AdamW kernel (_fused_adamw_, one
+/// launch for a whole parameter list) on CUDA: 2.1 and later; on the CPU
+/// from 2.4.
+constexpr bool kHaveFusedAdamW = SCDINO_TORCH_AT_LEAST(2, 1);
+constexpr bool kHaveFusedAdamWOnCpu = SCDINO_TORCH_AT_LEAST(2, 4);
+
+/// One AdamW update of every tensor of `params` (weight decay left to the
+/// caller), each with its own step count (float32 scalars on the device,
+/// already counted), skipped as a whole where found_inf (a float scalar)
+/// is not 0. Only where kHaveFusedAdamW.
+inline void FusedAdamW(std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& grads,
+                       std::vector<torch::Tensor>& exp_avgs, std::vector<torch::Tensor>& exp_avg_sqs,
+                       const std::vector<torch::Tensor>& steps, double lr, double beta1, double beta2, double eps,
+                       const torch::Tensor& found_inf) {
+#if SCDINO_TORCH_AT_LEAST(2, 1)
+  std::vector<torch::Tensor> max_exp_avg_sqs;
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr, beta1, beta2,
+                    /*weight_decay=*/0.0, eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/c10::nullopt,
+                    found_inf);
+#else
+  (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)steps, (void)lr, (void)beta1, (void)beta2,
+      (void)eps, (void)found_inf;
+  TORCH_CHECK(false, "the fused AdamW needs LibTorch 2.1 or later; this is ", TORCH_VERSION);
 #endif
 }
 

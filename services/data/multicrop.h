@@ -1,14 +1,22 @@
 // Multi-crop views of a batch of raw images as batched tensor operations on
-// the training device: for each crop, one affine grid sample does the random
-// resized crop and both flips for the whole batch. Every random parameter of
+// the training device: the crops of one size (the 2 globals, then the
+// locals) of the whole batch go through one affine grid sample (the random
+// resized crop and both flips), one per-channel brightness, one Gaussian
+// blur as two batched matrix products (no convolution: a GPU image needs no
+// cuDNN), one solarisation and one normalisation. Every random parameter of
 // a sample's crop derives from (seed, epoch, sample index, crop), so a crop
-// does not depend on batch composition, thread count or world size.
+// does not depend on batch composition, thread count or world size; the
+// parameters of a whole batch reach the device as one tensor (page-locked
+// for a GPU, so the copy does not wait for the device). Nothing is read back
+// on the host. Apply is thread-safe (the loader's threads share one
+// augmenter).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace scdino::data {
@@ -62,10 +70,11 @@ class MultiCropAugmenter {
   /// RandomResizedCrop.get_params, then flips and photometric draws.
   CropParams Params(int64_t epoch, int64_t sample_index, int64_t crop, int64_t h, int64_t w, int64_t c = 1) const;
 
-  /// images: [B, C, H, W] float in [0, 1] on the device; indices: the
+  /// images: [B, C, H, W] in [0, 1] on the device (float32, or bf16 or
+  /// float16 uploaded as such: converted to float32 there); indices: the
   /// samples' data-set positions; sizes: each sample's true h, w when
   /// images are padded to a common size (empty: all H x W). Returns
-  /// 2 + local_crops_number crops.
+  /// 2 + local_crops_number crops, float32.
   std::vector<torch::Tensor> Apply(const torch::Tensor& images, const std::vector<int64_t>& indices, int64_t epoch,
                                    const std::vector<std::array<int64_t, 2>>& sizes = {}) const;
 
@@ -73,12 +82,23 @@ class MultiCropAugmenter {
   int64_t ncrops() const { return 2 + o_.local_crops_number; }
 
  private:
-  torch::Tensor CropBatch(const torch::Tensor& images, const std::vector<int64_t>& indices, int64_t epoch,
-                          int64_t crop, int64_t size, const std::vector<std::array<int64_t, 2>>& sizes) const;
-  torch::Tensor CropBatchTensorOps(const torch::Tensor& images, const std::vector<CropParams>& params,
-                                   int64_t size) const;
+  /// The tensor-op path: params[crop][sample].
+  std::vector<torch::Tensor> ApplyTensorOps(const torch::Tensor& images,
+                                            const std::vector<std::vector<CropParams>>& params) const;
+  /// The blur's taps for crops of `size` on `device`: [K, size * size], the
+  /// weight of source pixel j for output pixel i under tap k (reflect
+  /// padding folded in); made once per size and device.
+  torch::Tensor BlurTaps(int64_t size, torch::Device device) const;
+
   MultiCropOptions o_;
+  struct TapCache;
+  std::shared_ptr<TapCache> taps_;  // shared by copies; guarded inside
 };
+
+/// `x` [N, C, S, S] blurred per image along both axes with that image's
+/// kernel of K taps (kernels [N, K]; reflect padding), as the matrix
+/// products taps ([K, S * S], MultiCropAugmenter's) make.
+torch::Tensor SeparableBlur(const torch::Tensor& x, const torch::Tensor& kernels, const torch::Tensor& taps);
 
 /// torchvision's GaussianBlur kernel of `k` taps for `sigma`.
 std::vector<double> GaussianKernel(double sigma, int64_t k);

@@ -19,6 +19,7 @@ namespace scdino::model {
 namespace {
 
 std::atomic<bool> g_enabled{true};
+std::atomic<bool> g_pair_enabled{true};
 std::atomic<int> g_blas_threads{0};  // 0: OpenBLAS's own default
 
 #ifdef SCDINO_GEMM_ONEDNN
@@ -52,6 +53,7 @@ CpuGemmLibraries LinkedCpuGemm() {
 
 void ConfigureCpuGemm(int threads, bool enabled) {
   g_enabled = enabled;
+  g_pair_enabled = enabled;
 #ifdef SCDINO_GEMM_OPENBLAS
   if (threads > 0) {
     openblas_set_num_threads(threads);
@@ -69,9 +71,11 @@ bool HasCpuGemm() {
   return g_enabled && (l.onednn || l.openblas);
 }
 
+void EnablePairGemm(bool enabled) { g_pair_enabled = enabled; }
+
 bool HasPairGemm() {
 #ifdef SCDINO_GEMM_ONEDNN
-  return g_enabled && OneDnnSharesLibTorchThreads();
+  return g_pair_enabled && OneDnnSharesLibTorchThreads();
 #else
   return false;
 #endif
@@ -161,7 +165,11 @@ torch::Tensor Mm(const torch::Tensor& a, bool trans_a, const torch::Tensor& b, b
   return c;
 }
 
-ScopedCpuGemm::ScopedCpuGemm(bool enabled) : was_(g_enabled.exchange(enabled)) {}
-ScopedCpuGemm::~ScopedCpuGemm() { g_enabled = was_; }
+ScopedCpuGemm::ScopedCpuGemm(bool enabled)
+    : was_(g_enabled.exchange(enabled)), pair_was_(g_pair_enabled.exchange(enabled)) {}
+ScopedCpuGemm::~ScopedCpuGemm() {
+  g_enabled = was_;
+  g_pair_enabled = pair_was_;
+}
 
 }  // namespace scdino::model

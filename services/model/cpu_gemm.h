@@ -45,6 +45,14 @@ void ConfigureCpuGemm(int threads, bool enabled);
 /// until it is called).
 bool CpuGemmEnabled();
 
+/// Turns the calling-thread product (PairGemm, the CPU attention core) on or
+/// off alone; ConfigureCpuGemm sets both. For the step benchmark, which
+/// counts the operator calls of the path a GPU runs: scdino's products off
+/// (LibTorch's linear, as on a GPU) and the attention core one fused call
+/// (as SDPA on a GPU), not LibTorch 1.13's CPU bmm, which records about nine
+/// calls per matrix of a batch.
+void EnablePairGemm(bool enabled);
+
 /// Whether the whole-thread-pool product (CpuGemm) is linked and on.
 bool HasCpuGemm();
 
@@ -87,7 +95,7 @@ class ScopedCpuGemm {
   ScopedCpuGemm& operator=(const ScopedCpuGemm&) = delete;
 
  private:
-  bool was_;
+  bool was_, pair_was_;
 };
 
 }  // namespace scdino::model

@@ -41,10 +41,33 @@ Dino::Dino(const DinoOptions& options, torch::Device device) : options_(options)
                       .center_momentum(options_.center_momentum)
                       .centering(options_.centering));
   loss->to(device_, options_.master_dtype);
-  auto groups = ParamGroups(*student);
-  for (const auto& g : groups) student_params_.insert(student_params_.end(), g.begin(), g.end());
-  optimizer = std::make_unique<AdamW>(std::move(groups), options_.adamw);
-  if (options_.loss_scaling) scaler = std::make_unique<LossScaler>(options_.loss_scaler);
+  student_flat_ = std::make_unique<FlatParameters>(*student);
+  teacher_flat_ = std::make_unique<FlatParameters>(*teacher, *student_flat_);
+  optimizer = std::make_unique<AdamW>(student_flat_.get(), options_.adamw);
+  if (options_.clip_grad > 0) clipper_ = std::make_unique<GradientClipper>(student_flat_.get(), options_.clip_grad);
+  if (options_.loss_scaling) scaler = std::make_unique<LossScaler>(options_.loss_scaler, device_);
+}
+
+namespace {
+// The readout's fields (ReadStepValues), then the exchange's tail.
+constexpr int64_t kLoss = 0, kCenterNorm = 1, kOverflow = 2, kRows = 3, kNonFinite = 4, kHealth = 5,
+                  kExtra = kHealth + kHealthSums;
+}  // namespace
+
+StepValues ReadStepValues(const torch::Tensor& readout, int64_t out_dim) {
+  const auto r = readout.to(torch::kCPU, torch::kFloat64).contiguous();
+  TORCH_CHECK(r.dim() == 1 && r.size(0) >= kExtra, "a step's readout has ", kExtra, " values or more, got ",
+              r.sizes());
+  const double* v = r.data_ptr<double>();
+  StepValues out;
+  out.loss = v[kLoss];
+  out.finite = v[kNonFinite] == 0.0;
+  out.overflow = v[kOverflow] != 0.0;
+  if (out.finite) {
+    out.health = HealthFromSums(r.slice(0, kHealth, kExtra), v[kRows], out_dim, v[kCenterNorm]);
+  }
+  out.extra.assign(v + kExtra, v + r.size(0));
+  return out;
 }
 
 StepOutput Dino::Step(const StepInput& in, const StepHooks& hooks) {
@@ -52,7 +75,6 @@ StepOutput Dino::Step(const StepInput& in, const StepHooks& hooks) {
               " crops (2 global + ", options_.local_crops_number, " local), got ", in.crops.size());
   StepOutput out;
   optimizer->zero_grad();
-  torch::Tensor l, targets;
   {
     AutocastGuard autocast(device_, options_.precision);
     {
@@ -60,10 +82,12 @@ StepOutput Dino::Step(const StepInput& in, const StepHooks& hooks) {
       out.teacher = teacher->forward({in.crops[0], in.crops[1]});
     }
     out.student = student->forward(in.crops);
-    targets = loss->teacher_targets(out.teacher.head, in.epoch, hooks.sum_over_ranks);
-    l = loss->cross_entropy(out.student.head, targets);
   }
-  out.loss = l.detach().to(options_.master_dtype);
+  // The loss in the center's dtype, outside autocast (as the reference's
+  // softmax, log-softmax and sums, which autocast runs in float32 anyway).
+  const auto targets = loss->teacher_targets(out.teacher.head, in.epoch, hooks.sum_over_ranks);
+  const auto l = loss->cross_entropy(out.student.head, targets);
+  out.loss = l.detach();
   torch::Tensor total = l;
   if (options_.koleo_loss_weight > 0) {
     // On each global view's student CLS features, as DINOv2.
@@ -71,36 +95,46 @@ StepOutput Dino::Step(const StepInput& in, const StepHooks& hooks) {
     total = l + options_.koleo_loss_weight * (KoLeoLoss(global[0]) + KoLeoLoss(global[1]));
   }
   // [batch sum of the teacher outputs (K), rows, 1 if the loss is not
-  // finite, health sums (kHealthSums)]
+  // finite, health sums (kHealthSums)], summed over ranks.
   const int64_t K = options_.out_dim;
-  const double center_norm = loss->center.norm().item<double>();
-  auto exchange = torch::cat({loss->batch_sum(out.teacher.head).flatten(),
-                              torch::tensor({static_cast<float>(out.teacher.head.size(0)),
-                                             std::isfinite(out.loss.item<double>()) ? 0.0f : 1.0f},
-                                            torch::TensorOptions().device(device_)),
-                              HealthSums(targets, out.teacher.backbone, out.loss)});
+  const auto center_norm = loss->center.norm();
+  const auto head_options = loss->center.options();
+  torch::Tensor exchange;
+  {
+    torch::NoGradGuard no_grad;
+    exchange = torch::cat({loss->batch_sum(out.teacher.head).flatten(),
+                           torch::full({1}, static_cast<double>(out.teacher.head.size(0)), head_options),
+                           out.loss.isfinite().logical_not().to(head_options.dtype()).reshape({1}),
+                           HealthSums(targets, out.teacher.backbone, out.loss).to(head_options.dtype())});
+  }
   if (hooks.step_exchange) hooks.step_exchange(exchange);
-  const auto tail = exchange.slice(0, K).to(torch::kCPU);
-  out.finite = tail[1].item<float>() == 0.0f;
-  if (!out.finite) return out;
-  out.health = HealthFromSums(tail.slice(0, 2), tail[0].item<double>(), K, center_norm);
+  // Every rank's loss finite: the step counts. Backward runs either way
+  // (the host does not know which), and a skipped step changes nothing.
+  const auto finite = exchange[K + 1] == 0;
   (scaler ? scaler->Scale(total) : total).backward();
   if (hooks.after_backward) hooks.after_backward();
+  auto apply = finite;
+  auto overflow = torch::zeros({}, finite.options());
   if (scaler) {
     // Gradients are already averaged over ranks, so an overflow on any rank
     // is an overflow on all of them and every rank skips together.
-    out.overflow = !scaler->Unscale(student_params_);
-    scaler->Update(out.overflow);
+    const auto found_inf = scaler->Unscale(student_flat_->grads());
+    scaler->Update(found_inf, finite);
+    overflow = found_inf.logical_and(finite);
+    apply = finite.logical_and(found_inf.logical_not());
   }
-  if (!out.overflow) {
-    if (options_.clip_grad > 0) ClipGradients(student_params_, options_.clip_grad);
-    CancelLastLayerGradients(student_params_, in.epoch, options_.freeze_last_layer);
-    optimizer->step(in.lr, in.weight_decay);
-  }
+  if (clipper_) clipper_->Clip();
+  CancelLastLayerGradients(student_flat_->trainable(), in.epoch, options_.freeze_last_layer);
+  optimizer->step(in.lr, in.weight_decay, apply);
   // As the reference: the center and the teacher move even when the
   // optimizer step was skipped for an overflow.
-  loss->update_center(exchange.slice(0, 0, K).view({1, K}) / tail[0].item<double>());
-  UpdateTeacher(*student, *teacher, in.momentum);
+  loss->update_center(exchange.slice(0, 0, K).view({1, K}) / exchange[K], finite);
+  UpdateTeacher(*student_flat_, *teacher_flat_, in.momentum, finite);
+  {
+    torch::NoGradGuard no_grad;
+    out.readout = torch::cat({out.loss.to(head_options.dtype()).reshape({1}), center_norm.reshape({1}),
+                              overflow.to(head_options.dtype()).reshape({1}), exchange.slice(0, K)});
+  }
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "model/dino_head.h"
 #include "model/dino_loss.h"
+#include "model/flat_params.h"
 #include "model/health.h"
 #include "model/optim.h"
 #include "model/precision.h"
@@ -69,32 +70,50 @@ struct StepInput {
   double momentum = 0.996;
 };
 
-/// Points where distributed training joins a step.
+/// Points where distributed training joins a step. Nothing a hook does may
+/// wait on the host for the device (a collective waited on the stream).
 struct StepHooks {
   /// Sums a tensor of any shape over ranks in place. May be called any
   /// number of times per step (Sinkhorn-Knopp calls it once per iteration
   /// with [K, 1] sums), so it must not carry anything of its own.
   std::function<void(torch::Tensor&)> sum_over_ranks;
   /// After the loss, before backward, exactly once per step: sums the 1-D
-  /// exchange tensor over ranks in place. It carries the teacher outputs'
-  /// batch sum (the center's input), the rows behind it, whether the loss is
-  /// finite and the health sums (model/health.h), so every rank moves the
-  /// same center, skips or stops together and sees the same health. Being
-  /// the step's one exchange, the caller may append its own values to it
-  /// (the trainer's agreement on stopping and pausing).
+  /// exchange tensor over ranks. It carries the teacher outputs' batch sum
+  /// (the center's input), the rows behind it, whether the loss is finite
+  /// and the health sums (model/health.h), so every rank moves the same
+  /// center, skips together and sees the same health. Being the step's one
+  /// exchange, the caller may append its own values to it (replacing the
+  /// tensor by a longer one: the trainer's agreement on stopping and
+  /// pausing); they come back at the end of the step's readout.
   std::function<void(torch::Tensor&)> step_exchange;
   /// After backward, before clipping: where gradients are averaged over ranks.
   std::function<void()> after_backward;
 };
 
+/// What a step returns, on the device: nothing of it has been read.
 struct StepOutput {
   torch::Tensor loss;        ///< scalar, detached
-  bool finite = true;        ///< false: nothing was updated (no backward, no center move)
-  bool overflow = false;     ///< loss scaling: gradients overflowed, optimizer step skipped
   MultiCropOutput student;   ///< student backbone and head outputs (all crops)
   MultiCropOutput teacher;   ///< teacher outputs (global crops)
-  DinoHealth health;         ///< of the global batch, when finite
+  /// Everything the host reads of the step, in one 1-D float tensor
+  /// (ReadStepValues decodes it): read it after the next step is queued and
+  /// the device never waits for the host.
+  torch::Tensor readout;
 };
+
+/// A step's values on the host.
+struct StepValues {
+  double loss = 0.0;
+  bool finite = true;    ///< false: nothing was updated (no optimizer step, center or teacher move)
+  bool overflow = false; ///< loss scaling: gradients overflowed, optimizer step skipped
+  DinoHealth health;     ///< of the global batch, when finite
+  /// What the step_exchange hook appended, summed over ranks.
+  std::vector<double> extra;
+};
+
+/// Decodes a step's readout (StepOutput::readout, on any device: a copy to
+/// the CPU waits for it there).
+StepValues ReadStepValues(const torch::Tensor& readout, int64_t out_dim);
 
 /// KoLeo regulariser (Sablayrolles et al. 2019, as DINOv2): minus the mean
 /// log distance of each L2-normalised row of features [N, D] to its nearest
@@ -107,9 +126,12 @@ class Dino {
   explicit Dino(const DinoOptions& options, torch::Device device = torch::kCPU);
 
   /// One iteration: teacher and student forward, loss, backward, hooks,
-  /// clipping, last-layer freeze, AdamW, center update, teacher EMA. A
-  /// non-finite loss returns finite=false and changes nothing.
+  /// clipping, last-layer freeze, AdamW, center update, teacher EMA, all
+  /// queued on the device without waiting for it. A non-finite loss (on any
+  /// rank) changes nothing: the step is skipped on the device.
   StepOutput Step(const StepInput& in, const StepHooks& hooks = {});
+  /// The step's values, read now (ReadStepValues; tests and simple callers).
+  StepValues Values(const StepOutput& out) const { return ReadStepValues(out.readout, options_.out_dim); }
 
   /// Loads reference-named weights ("backbone.*", "head.*") into the student
   /// and copies them to the teacher. Every parameter must be present with
@@ -126,8 +148,11 @@ class Dino {
   const DinoOptions& options() const { return options_; }
   torch::Device device() const { return device_; }
   int64_t ncrops() const { return 2 + options_.local_crops_number; }
-  /// The student's trainable parameters (weights, then biases and 1-D).
-  const std::vector<NamedParam>& trainable() const { return student_params_; }
+  /// The student's trainable parameters, in the layout of its flat buffer.
+  const std::vector<NamedParam>& trainable() const { return student_flat_->trainable(); }
+  /// The student's parameters and gradients as flat buffers (the gradient
+  /// exchange's buckets are slices of its gradients).
+  FlatParameters& student_flat() { return *student_flat_; }
 
   MultiCropWrapper student{nullptr};
   MultiCropWrapper teacher{nullptr};
@@ -139,7 +164,8 @@ class Dino {
  private:
   DinoOptions options_;
   torch::Device device_;
-  std::vector<NamedParam> student_params_;
+  std::unique_ptr<FlatParameters> student_flat_, teacher_flat_;
+  std::unique_ptr<GradientClipper> clipper_;
 };
 
 /// Copies named tensors into a module's parameters and buffers (strict).

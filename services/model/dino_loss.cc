@@ -45,21 +45,20 @@ torch::Tensor DinoLossImpl::teacher_targets(const torch::Tensor& teacher_out, in
 }
 
 torch::Tensor DinoLossImpl::cross_entropy(const torch::Tensor& student_out, const torch::Tensor& targets) const {
-  // Each student crop's log-softmax once (rows are independent, so one call
-  // over all crops), not once per teacher crop as the reference writes it.
-  auto student = torch::log_softmax(student_out / o_.student_temp(), -1).chunk(o_.ncrops());
-  auto teacher = targets.chunk(2);
-  torch::Tensor total;
-  int64_t terms = 0;
-  for (size_t iq = 0; iq < teacher.size(); ++iq) {
-    for (size_t v = 0; v < student.size(); ++v) {
-      if (v == iq) continue;
-      auto l = torch::sum(-teacher[iq] * student[v], -1).mean();
-      total = total.defined() ? total + l : l;
-      ++terms;
-    }
-  }
-  return total / static_cast<double>(terms);
+  // Every (teacher view, student view) pair at once: with q [2, B*K] the
+  // targets and l [V, B*K] the students' log-softmax (once per crop, not
+  // once per teacher view as the reference writes it), q l^T [2, V] holds
+  // each pair's sum over the batch; the two same-view pairs are left out.
+  // In float32 whatever the autocast: a bf16 product over B*K terms would
+  // round the loss itself.
+  const int64_t V = o_.ncrops();
+  const auto student = torch::log_softmax(student_out.to(targets.scalar_type()) / o_.student_temp(), -1);
+  const int64_t rows = student.size(0) / V;
+  TORCH_CHECK(student.size(0) == V * rows && targets.size(0) == 2 * rows, "DINO loss: ", student.size(0),
+              " student rows for ", V, " crops and ", targets.size(0), " teacher rows for 2");
+  const auto pairs = targets.reshape({2, -1}).mm(student.reshape({V, -1}).t());
+  const double terms = 2.0 * static_cast<double>(V) - 2.0;
+  return (pairs.diagonal().sum() - pairs.sum()) / (terms * static_cast<double>(rows));
 }
 
 torch::Tensor DinoLossImpl::batch_sum(const torch::Tensor& teacher_out) const {
@@ -69,10 +68,11 @@ torch::Tensor DinoLossImpl::batch_sum(const torch::Tensor& teacher_out) const {
   return torch::sum(teacher_out.detach(), 0, /*keepdim=*/true, center.scalar_type());
 }
 
-void DinoLossImpl::update_center(const torch::Tensor& mean) {
+void DinoLossImpl::update_center(const torch::Tensor& mean, const torch::Tensor& apply) {
   if (o_.centering() != TeacherCentering::kCenter) return;
   torch::NoGradGuard guard;
-  center.copy_(center * o_.center_momentum() + mean * (1.0 - o_.center_momentum()));
+  auto moved = center * o_.center_momentum() + mean * (1.0 - o_.center_momentum());
+  center.copy_(apply.defined() ? torch::where(apply, moved, center) : moved);
 }
 
 }  // namespace scdino::model

@@ -52,7 +52,8 @@ class DinoLossImpl : public torch::nn::Module {
   torch::Tensor teacher_targets(const torch::Tensor& teacher_out, int64_t epoch,
                                 const SumOverRanks& sum_over_ranks = {}) const;
   /// Mean cross-entropy of the student views against the targets over all
-  /// pairs of different views.
+  /// pairs of different views, in the targets' dtype (one matrix product
+  /// for every pair).
   torch::Tensor cross_entropy(const torch::Tensor& student_out, const torch::Tensor& targets) const;
   double teacher_temp(int64_t epoch) const;
 
@@ -60,8 +61,9 @@ class DinoLossImpl : public torch::nn::Module {
   /// center moves towards, once summed over ranks and divided by the rows.
   torch::Tensor batch_sum(const torch::Tensor& teacher_out) const;
   /// Center EMA towards `mean` ([1, K], the teacher outputs' mean over the
-  /// global batch). With Sinkhorn-Knopp the center is not used and stays 0.
-  void update_center(const torch::Tensor& mean);
+  /// global batch) where `apply` (a bool scalar on the device; undefined:
+  /// always) is true. With Sinkhorn-Knopp the center is not used and stays 0.
+  void update_center(const torch::Tensor& mean, const torch::Tensor& apply = {});
 
   /// Per-epoch teacher temperature: linear warm-up, then constant.
   const std::vector<double>& teacher_temp_schedule() const { return teacher_temps_; }

@@ -1,25 +1,30 @@
 #include "model/optim.h"
 
-#include "common/parallel.h"
-
-#include <ATen/Parallel.h>
-
 #include <cmath>
+
+#include "common/parallel.h"
+#include "common/torch_compat.h"
+#include "model/cpu_gemm.h"
 
 namespace scdino::model {
 
 namespace {
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+
+// scdino's one-pass CPU kernels (the AdamW update, the EMA): float32 CPU
+// buffers, with scdino's CPU paths on (scdino.cpu_gemm; the step benchmark
+// turns them off to count the operations a GPU runs). The same operations
+// in the same order and precision as the tensor ops, so results stay within
+// the parity fixture's rounding tolerance.
+bool CpuKernels(const torch::Tensor& t) {
+  return CpuGemmEnabled() && t.device().is_cpu() && t.scalar_type() == torch::kFloat32;
 }
 
-// Element loops over float32 CPU tensors in one pass where the foreach ops
-// make one pass per operation (AdamW: ten over parameters, moments and a
-// temporary; the EMA: three). Same operations in the same order and
-// precision as those ops, so results stay within the parity fixture's
-// rounding tolerance.
-bool PlainCpuFloat(const torch::Tensor& t) {
-  return t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous();
+// A bool scalar read where it lives, on the CPU: no operation, no wait.
+bool HostFlag(const torch::Tensor& apply) {
+  if (!apply.defined()) return true;
+  TORCH_CHECK(apply.device().is_cpu() && apply.scalar_type() == torch::kBool && apply.numel() == 1,
+              "a CPU step's apply flag must be one bool on the CPU, got ", apply.scalar_type(), " ", apply.sizes());
+  return *apply.data_ptr<bool>();
 }
 
 constexpr int64_t kGrain = 1 << 15;
@@ -28,13 +33,8 @@ struct AdamWScalars {
   float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, correction2, eps, step_size;
 };
 
-void AdamWCpu(const torch::Tensor& param, const torch::Tensor& grad, const torch::Tensor& m, const torch::Tensor& v,
-              const AdamWScalars& k) {
-  float* p = param.data_ptr<float>();
-  const float* g = grad.data_ptr<float>();
-  float* ma = m.data_ptr<float>();
-  float* va = v.data_ptr<float>();
-  ParallelFor(0, param.numel(), kGrain, [&](int64_t begin, int64_t end) {
+void AdamWCpu(float* p, const float* g, float* ma, float* va, int64_t n, const AdamWScalars& k) {
+  ParallelFor(0, n, kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float gi = g[i];
       const float mi = ma[i] * k.beta1 + gi * k.one_minus_beta1;
@@ -46,138 +46,290 @@ void AdamWCpu(const torch::Tensor& param, const torch::Tensor& grad, const torch
     }
   });
 }
+
+// Consecutive trainable parameters (in layout order, so a contiguous slice
+// of the flat buffers) that are active and share a count group.
+struct Run {
+  int64_t begin = 0, end = 0;
+  size_t group = 0;
+};
+
+std::vector<Run> ActiveRuns(const FlatParameters& flat, const std::vector<bool>& active,
+                            const std::vector<size_t>& group_of) {
+  std::vector<Run> runs;
+  const auto& entries = flat.entries();
+  for (size_t i = 0; i < flat.trainable().size(); ++i) {
+    if (!active[i]) continue;
+    const auto& e = entries[i];
+    if (!runs.empty() && runs.back().end == e.offset && runs.back().group == group_of[i]) {
+      runs.back().end = e.offset + e.numel;
+    } else {
+      runs.push_back({e.offset, e.offset + e.numel, group_of[i]});
+    }
+  }
+  return runs;
+}
+
 }  // namespace
 
 std::array<std::vector<NamedParam>, 2> ParamGroups(const torch::nn::Module& module) {
   std::array<std::vector<NamedParam>, 2> g;
   for (const auto& p : module.named_parameters()) {
     if (!p.value().requires_grad()) continue;
-    const bool no_decay = EndsWith(p.key(), ".bias") || p.value().dim() == 1;
-    g[no_decay ? 1 : 0].push_back({p.key(), p.value()});
+    g[DecaysWeight(p.key(), p.value()) ? 0 : 1].push_back({p.key(), p.value()});
   }
   return g;
 }
 
-AdamW::AdamW(std::array<std::vector<NamedParam>, 2> groups, AdamWOptions options)
-    : groups_(std::move(groups)), o_(options) {
-  for (int g = 0; g < 2; ++g) state_[g].resize(groups_[g].size());
+AdamW::AdamW(FlatParameters* params, AdamWOptions options) : flat_(params), o_(options) {
+  TORCH_CHECK(flat_ != nullptr && flat_->trainable_numel() > 0, "AdamW needs trainable parameters");
+  const auto opts = flat_->values().options();
+  always_ = torch::ones({}, opts.dtype(torch::kBool));
+  one_ = torch::ones({}, opts);
+  zero_ = torch::zeros({}, opts);
+  exp_avg_ = torch::zeros({flat_->trainable_numel()}, opts);
+  exp_avg_sq_ = torch::zeros({flat_->trainable_numel()}, opts);
+  CountGroup all;
+  all.step = torch::zeros({}, opts.dtype(torch::kFloat32));
+  for (size_t i = 0; i < flat_->trainable().size(); ++i) all.members.push_back(i);
+  groups_.push_back(std::move(all));
+  group_of_.assign(flat_->trainable().size(), 0);
 }
 
-void AdamW::step(double lr, double weight_decay) {
+std::string AdamW::implementation() const {
+  const auto& v = flat_->values();
+  if (CpuKernels(v)) return "cpu";
+  if (v.is_cuda() && compat::kHaveFusedAdamW) return "fused";
+  return "tensor ops";
+}
+
+void AdamW::SplitGroups(const std::vector<bool>& active) {
+  const size_t n = groups_.size();
+  for (size_t g = 0; g < n; ++g) {
+    std::vector<size_t> on, off;
+    for (size_t i : groups_[g].members) (active[i] ? on : off).push_back(i);
+    if (on.empty() || off.empty()) continue;
+    CountGroup split;
+    split.step = groups_[g].step.clone();
+    split.members = off;
+    for (size_t i : off) group_of_[i] = groups_.size();
+    groups_[g].members = on;
+    groups_.push_back(std::move(split));
+  }
+}
+
+void AdamW::step(double lr, double weight_decay, const torch::Tensor& apply) {
   torch::NoGradGuard guard;
-  // The whole parameter list at once (foreach ops: one fused kernel per
-  // operation on CUDA, the same per-tensor arithmetic on the CPU, so the
-  // parity fixture still matches bit for bit). Parameters without a gradient
-  // are left out, as torch.optim.AdamW does: their step counts stay behind
-  // (the last layer frozen in epoch 0), so bias corrections are per parameter.
-  std::vector<torch::Tensor> params, decayed, grads, m, v;
-  std::vector<c10::Scalar> correction2, step_size;
-  bool cpu = true;
-  for (int g = 0; g < 2; ++g) {
-    for (size_t i = 0; i < groups_[g].size(); ++i) {
-      auto& p = groups_[g][i].param;
-      if (!p.grad().defined()) continue;
-      State& s = state_[g][i];
-      if (!s.exp_avg.defined()) {
-        s.exp_avg = torch::zeros_like(p, torch::MemoryFormat::Preserve);
-        s.exp_avg_sq = torch::zeros_like(p, torch::MemoryFormat::Preserve);
-      }
-      s.step += 1;
-      params.push_back(p);
-      if (g == 0) decayed.push_back(p);
-      grads.push_back(p.grad());
-      m.push_back(s.exp_avg);
-      v.push_back(s.exp_avg_sq);
-      correction2.emplace_back(std::sqrt(1.0 - std::pow(o_.beta2, static_cast<double>(s.step))));
-      step_size.emplace_back(-lr / (1.0 - std::pow(o_.beta1, static_cast<double>(s.step))));
-      cpu = cpu && PlainCpuFloat(p) && PlainCpuFloat(p.grad()) && PlainCpuFloat(s.exp_avg) &&
-            PlainCpuFloat(s.exp_avg_sq);
+  std::vector<bool> active(flat_->trainable().size());
+  bool any = false;
+  for (size_t i = 0; i < active.size(); ++i) any |= (active[i] = flat_->GradInPlace(i));
+  if (!any) return;
+  SplitGroups(active);
+  if (CpuKernels(flat_->values())) {
+    StepCpu(lr, weight_decay, active, HostFlag(apply));
+  } else {
+    StepTensors(lr, weight_decay, active, apply.defined() ? apply : always_);
+  }
+}
+
+void AdamW::StepCpu(double lr, double weight_decay, const std::vector<bool>& active, bool apply) {
+  if (!apply) return;
+  const auto runs = ActiveRuns(*flat_, active, group_of_);
+  std::vector<bool> counted(groups_.size(), false);
+  for (const auto& run : runs) {
+    float* step = groups_[run.group].step.data_ptr<float>();
+    if (!counted[run.group]) {
+      *step += 1.0f;
+      counted[run.group] = true;
     }
   }
-  if (params.empty()) return;
-  if (cpu) {
-    // One pass per parameter; group 0 (the first `decayed.size()`) decays.
-    for (size_t i = 0; i < params.size(); ++i) {
-      const AdamWScalars k{i < decayed.size() ? static_cast<float>(1.0 - lr * weight_decay) : 1.0f,
-                           static_cast<float>(o_.beta1),
-                           static_cast<float>(1.0 - o_.beta1),
-                           static_cast<float>(o_.beta2),
-                           static_cast<float>(1.0 - o_.beta2),
-                           correction2[i].to<float>(),
-                           static_cast<float>(o_.eps),
-                           step_size[i].to<float>()};
-      AdamWCpu(params[i], grads[i], m[i], v[i], k);
+  // Decoupled weight decay per parameter, then the update per run.
+  float* values = flat_->trainable_values().data_ptr<float>();
+  const float decay = static_cast<float>(1.0 - lr * weight_decay);
+  const auto& entries = flat_->entries();
+  for (size_t i = 0; i < active.size(); ++i) {
+    if (!active[i] || !entries[i].decay) continue;
+    float* p = values + entries[i].offset;
+    ParallelFor(0, entries[i].numel, kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j) p[j] *= decay;
+    });
+  }
+  for (const auto& run : runs) {
+    const double step = *groups_[run.group].step.data_ptr<float>();
+    const AdamWScalars k{1.0f,
+                         static_cast<float>(o_.beta1),
+                         static_cast<float>(1.0 - o_.beta1),
+                         static_cast<float>(o_.beta2),
+                         static_cast<float>(1.0 - o_.beta2),
+                         static_cast<float>(std::sqrt(1.0 - std::pow(o_.beta2, step))),
+                         static_cast<float>(o_.eps),
+                         static_cast<float>(-lr / (1.0 - std::pow(o_.beta1, step)))};
+    AdamWCpu(values + run.begin, flat_->grads().data_ptr<float>() + run.begin, exp_avg_.data_ptr<float>() + run.begin,
+             exp_avg_sq_.data_ptr<float>() + run.begin, run.end - run.begin, k);
+  }
+}
+
+void AdamW::StepTensors(double lr, double weight_decay, const std::vector<bool>& active, const torch::Tensor& apply) {
+  const auto runs = ActiveRuns(*flat_, active, group_of_);
+  const auto& grads = flat_->grads();
+  const auto& values = flat_->trainable_values();
+  // A skipped step: gradients that may be NaN become 0, so that every
+  // update below, scaled by 0 or 1, leaves the state as it was.
+  const auto skip = apply.logical_not();
+  grads.masked_fill_(skip, 0.0);
+  const auto apply_f = apply.to(torch::kFloat32);
+  std::vector<bool> counted(groups_.size(), false);
+  for (const auto& run : runs) {
+    if (!counted[run.group]) groups_[run.group].step.add_(apply_f);
+    counted[run.group] = true;
+  }
+  // Decoupled weight decay: the decayed parameters' segments (or one by
+  // one where a segment is only partly active).
+  if (weight_decay != 0.0) {
+    const auto decay = torch::where(apply, 1.0 - lr * weight_decay, one_);
+    const auto& entries = flat_->entries();
+    for (const auto& s : flat_->segments()) {
+      if (!s.decay) continue;
+      bool all = true;
+      for (size_t i : s.members) all = all && active[i];
+      if (all) {
+        flat_->SegmentView(values, s).mul_(decay);
+      } else {
+        for (size_t i : s.members) {
+          if (active[i]) values.narrow(0, entries[i].offset, entries[i].numel).mul_(decay);
+        }
+      }
     }
+  }
+  if (values.is_cuda() && compat::kHaveFusedAdamW) {
+    std::vector<torch::Tensor> p, g, m, v, steps;
+    for (const auto& run : runs) {
+      const int64_t n = run.end - run.begin;
+      p.push_back(values.narrow(0, run.begin, n));
+      g.push_back(grads.narrow(0, run.begin, n));
+      m.push_back(exp_avg_.narrow(0, run.begin, n));
+      v.push_back(exp_avg_sq_.narrow(0, run.begin, n));
+      steps.push_back(groups_[run.group].step);
+    }
+    compat::FusedAdamW(p, g, m, v, steps, lr, o_.beta1, o_.beta2, o_.eps, skip.to(torch::kFloat32));
     return;
   }
-  // Decoupled weight decay; group 1 (biases, 1-D) is never decayed.
-  if (!decayed.empty()) torch::_foreach_mul_(decayed, 1.0 - lr * weight_decay);
-  torch::_foreach_mul_(m, o_.beta1);
-  torch::_foreach_add_(m, grads, 1.0 - o_.beta1);
-  torch::_foreach_mul_(v, o_.beta2);
-  torch::_foreach_addcmul_(v, grads, grads, 1.0 - o_.beta2);
-  auto denom = torch::_foreach_sqrt(v);
-  torch::_foreach_div_(denom, correction2);
-  torch::_foreach_add_(denom, o_.eps);
-  torch::_foreach_addcdiv_(params, m, denom, step_size);
+  // Bias corrections per count group, in float64 as the reference's Python
+  // floats: correction2 = sqrt(1 - beta2^step), step size -lr / (1 - beta1^step)
+  // (0 where the step is skipped; counts below 1 only occur there).
+  std::vector<torch::Tensor> correction2(groups_.size()), step_size(groups_.size());
+  const auto beta1 = torch::where(apply, o_.beta1, one_);
+  const auto beta2 = torch::where(apply, o_.beta2, one_);
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    if (!counted[gi]) continue;
+    const auto step = groups_[gi].step.to(torch::kFloat64).clamp_min_(1.0);
+    correction2[gi] = torch::pow(o_.beta2, step).neg_().add_(1.0).sqrt_();
+    step_size[gi] = torch::where(apply, torch::pow(o_.beta1, step).neg_().add_(1.0).reciprocal_().mul_(-lr), zero_);
+  }
+  for (const auto& run : runs) {
+    const int64_t n = run.end - run.begin;
+    auto p = values.narrow(0, run.begin, n);
+    auto g = grads.narrow(0, run.begin, n);
+    auto m = exp_avg_.narrow(0, run.begin, n);
+    auto v = exp_avg_sq_.narrow(0, run.begin, n);
+    m.mul_(beta1).add_(g, 1.0 - o_.beta1);
+    v.mul_(beta2).addcmul_(g, g, 1.0 - o_.beta2);
+    auto denom = v.sqrt().div_(correction2[run.group]).add_(o_.eps);
+    p.addcdiv_(m * step_size[run.group], denom);
+  }
 }
 
-void AdamW::zero_grad() {
-  for (auto& group : groups_)
-    for (auto& p : group) p.param.mutable_grad() = torch::Tensor();
-}
+void AdamW::zero_grad() { flat_->ZeroGrads(); }
 
 void AdamW::save_state(const std::string& prefix, TensorMap& out) const {
-  for (int g = 0; g < 2; ++g) {
-    for (size_t i = 0; i < groups_[g].size(); ++i) {
-      const State& s = state_[g][i];
-      const std::string base = prefix + groups_[g][i].name;
-      out[base + ".step"] = torch::tensor({s.step}, torch::kInt64);
-      if (s.exp_avg.defined()) {
-        out[base + ".exp_avg"] = s.exp_avg;
-        out[base + ".exp_avg_sq"] = s.exp_avg_sq;
-      }
+  const auto& entries = flat_->entries();
+  for (size_t i = 0; i < flat_->trainable().size(); ++i) {
+    const auto& e = entries[i];
+    const std::string base = prefix + e.p.name;
+    const int64_t step = static_cast<int64_t>(groups_[group_of_[i]].step.item<float>());
+    out[base + ".step"] = torch::tensor({step}, torch::kInt64);
+    if (step > 0) {
+      out[base + ".exp_avg"] = exp_avg_.narrow(0, e.offset, e.numel).view(e.p.param.sizes());
+      out[base + ".exp_avg_sq"] = exp_avg_sq_.narrow(0, e.offset, e.numel).view(e.p.param.sizes());
     }
   }
 }
 
 Status AdamW::load_state(const std::string& prefix, const TensorMap& in, const std::string& origin) {
-  for (int g = 0; g < 2; ++g) {
-    for (size_t i = 0; i < groups_[g].size(); ++i) {
-      const auto& p = groups_[g][i].param;
-      const std::string base = prefix + groups_[g][i].name;
-      auto st = in.find(base + ".step");
-      if (st == in.end()) return Status::DataLoss(origin + ": optimizer state '" + base + ".step' is missing");
-      State s;
-      s.step = st->second.item<int64_t>();
-      auto a = in.find(base + ".exp_avg");
-      auto b = in.find(base + ".exp_avg_sq");
-      if (s.step > 0) {
-        if (a == in.end() || b == in.end()) {
-          return Status::DataLoss(origin + ": optimizer moments of '" + groups_[g][i].name + "' are missing");
-        }
-        if (a->second.sizes() != p.sizes() || b->second.sizes() != p.sizes()) {
-          return Status::DataLoss(origin + ": optimizer moments of '" + groups_[g][i].name + "' do not match its shape");
-        }
-        s.exp_avg = a->second.to(p.options()).clone();
-        s.exp_avg_sq = b->second.to(p.options()).clone();
-      }
-      state_[g][i] = std::move(s);
+  torch::NoGradGuard guard;
+  const auto& entries = flat_->entries();
+  const size_t n = flat_->trainable().size();
+  std::vector<int64_t> steps(n);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& name = entries[i].p.name;
+    const std::string base = prefix + name;
+    auto st = in.find(base + ".step");
+    if (st == in.end()) return Status::DataLoss(origin + ": optimizer state '" + base + ".step' is missing");
+    if (st->second.numel() != 1) {
+      return Status::DataLoss(origin + ": optimizer state '" + base + ".step' holds " +
+                              std::to_string(st->second.numel()) + " values, expected 1");
     }
+    steps[i] = st->second.item<int64_t>();
+    if (steps[i] < 0) {
+      return Status::DataLoss(origin + ": optimizer state '" + base + ".step' is " + std::to_string(steps[i]) +
+                              ", expected a count >= 0");
+    }
+    if (steps[i] == 0) continue;
+    auto a = in.find(base + ".exp_avg");
+    auto b = in.find(base + ".exp_avg_sq");
+    if (a == in.end() || b == in.end()) {
+      return Status::DataLoss(origin + ": optimizer moments of '" + name + "' are missing");
+    }
+    if (a->second.sizes() != entries[i].p.param.sizes() || b->second.sizes() != entries[i].p.param.sizes()) {
+      return Status::DataLoss(origin + ": optimizer moments of '" + name + "' do not match its shape");
+    }
+  }
+  // Every check passed: now the state changes, all of it.
+  exp_avg_.zero_();
+  exp_avg_sq_.zero_();
+  groups_.clear();
+  std::map<int64_t, size_t> group_of_step;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& e = entries[i];
+    if (steps[i] > 0) {
+      exp_avg_.narrow(0, e.offset, e.numel).copy_(in.at(prefix + e.p.name + ".exp_avg").reshape({-1}));
+      exp_avg_sq_.narrow(0, e.offset, e.numel).copy_(in.at(prefix + e.p.name + ".exp_avg_sq").reshape({-1}));
+    }
+    auto [it, fresh] = group_of_step.emplace(steps[i], groups_.size());
+    if (fresh) {
+      CountGroup g;
+      g.step = torch::full({}, static_cast<double>(steps[i]), exp_avg_.options().dtype(torch::kFloat32));
+      groups_.push_back(std::move(g));
+    }
+    groups_[it->second].members.push_back(i);
+    group_of_[i] = it->second;
   }
   return Status::Ok();
 }
 
-void ClipGradients(const std::vector<NamedParam>& params, double clip) {
-  torch::NoGradGuard guard;
-  for (const auto& p : params) {
-    auto& g = p.param.mutable_grad();
-    if (!g.defined()) continue;
-    // clip / (norm + 1e-6) as the reference computes it (a float32 tensor);
-    // multiplying by min(coef, 1) equals "scale only when coef < 1".
-    auto coef = (g.norm(2) + 1e-6).reciprocal() * clip;
-    g.mul_(coef.clamp_max(1.0));
+GradientClipper::GradientClipper(FlatParameters* params, double clip) : flat_(params), clip_(clip) {
+  TORCH_CHECK(flat_ != nullptr && flat_->grads().defined(), "gradient clipping needs trainable parameters");
+  int64_t count = 0;
+  for (const auto& s : flat_->segments()) count += static_cast<int64_t>(s.members.size());
+  norms_ = torch::zeros({count}, flat_->grads().options());
+  int64_t at = 0;
+  for (const auto& s : flat_->segments()) {
+    const int64_t k = static_cast<int64_t>(s.members.size());
+    grad_views_.push_back(flat_->SegmentView(flat_->grads(), s));
+    norm_views_.push_back(norms_.narrow(0, at, k).view({k, 1}));
+    at += k;
   }
+}
+
+void GradientClipper::Clip() {
+  torch::NoGradGuard guard;
+  for (size_t s = 0; s < grad_views_.size(); ++s) {
+    at::norm_out(norm_views_[s], grad_views_[s], 2, {1}, /*keepdim=*/true);
+  }
+  // clip / (norm + 1e-6), at most 1: multiplying by 1 is "scale only when
+  // the coefficient is below 1" exactly.
+  norms_.add_(1e-6).reciprocal_().mul_(clip_).clamp_max_(1.0);
+  for (size_t s = 0; s < grad_views_.size(); ++s) grad_views_[s].mul_(norm_views_[s]);
 }
 
 void CancelLastLayerGradients(const std::vector<NamedParam>& params, int64_t epoch, int64_t freeze_epochs) {
@@ -187,24 +339,31 @@ void CancelLastLayerGradients(const std::vector<NamedParam>& params, int64_t epo
   }
 }
 
-void UpdateTeacher(const torch::nn::Module& student, torch::nn::Module& teacher, double m) {
+void UpdateTeacher(const FlatParameters& student, FlatParameters& teacher, double m, const torch::Tensor& apply) {
   torch::NoGradGuard guard;
-  auto tp = teacher.named_parameters();
-  for (const auto& s : student.named_parameters()) {
-    auto* t = tp.find(s.key());
-    TORCH_CHECK(t != nullptr, "teacher has no parameter '", s.key(), "'");
-    if (PlainCpuFloat(*t) && PlainCpuFloat(s.value())) {
-      // The reference's t * m + s * (1 - m) in one pass.
-      float* tp_data = t->data_ptr<float>();
-      const float* sp = s.value().data_ptr<float>();
-      const float keep = static_cast<float>(m), take = static_cast<float>(1.0 - m);
-      ParallelFor(0, t->numel(), kGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) tp_data[i] = tp_data[i] * keep + sp[i] * take;
-      });
-    } else {
-      t->mul_(m).add_(s.value().detach() * (1.0 - m));
-    }
+  const auto& s = student.values();
+  const auto& t = teacher.values();
+  TORCH_CHECK(s.sizes() == t.sizes(), "teacher EMA: the student has ", s.numel(), " parameter values, the teacher ",
+              t.numel());
+  if (CpuKernels(t) && s.scalar_type() == torch::kFloat32) {
+    if (!HostFlag(apply)) return;
+    // The reference's t * m + s * (1 - m) in one pass.
+    float* tp = t.data_ptr<float>();
+    const float* sp = s.data_ptr<float>();
+    const float keep = static_cast<float>(m), take = static_cast<float>(1.0 - m);
+    ParallelFor(0, t.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) tp[i] = tp[i] * keep + sp[i] * take;
+    });
+    return;
   }
+  if (!apply.defined()) {
+    t.mul_(m).add_(s * (1.0 - m));
+    return;
+  }
+  // mul, then s * (1 - m) rounded and added: the reference's two roundings.
+  const auto zero = torch::zeros({}, t.options());
+  t.mul_(torch::where(apply, m, zero.add(1.0)));
+  t.addcmul_(s, torch::where(apply, 1.0 - m, zero));
 }
 
 }  // namespace scdino::model

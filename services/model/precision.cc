@@ -50,37 +50,37 @@ AutocastGuard::~AutocastGuard() {
   SetAutocastDtype(type_, was_dtype_);
 }
 
-LossScaler::LossScaler(LossScalerOptions options) : options_(options), scale_(options.init_scale) {}
+LossScaler::LossScaler(LossScalerOptions options, torch::Device device)
+    : options_(options),
+      scale_(torch::full({}, options.init_scale, torch::TensorOptions(torch::kFloat64).device(device))),
+      growth_tracker_(torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(device))) {}
 
-bool LossScaler::Unscale(const std::vector<NamedParam>& params) const {
+torch::Tensor LossScaler::Unscale(const torch::Tensor& grads) const {
   torch::NoGradGuard guard;
-  const double inv = 1.0 / scale_;
-  std::vector<torch::Tensor> finite;
-  for (const auto& p : params) {
-    auto g = p.param.grad();
-    if (!g.defined()) continue;
-    g.mul_(inv);
-    finite.push_back(torch::isfinite(g).all());
-  }
-  // One device-to-host read for all parameters.
-  return finite.empty() || torch::stack(finite).all().item<bool>();
+  grads.mul_(scale_.reciprocal());
+  return grads.isfinite().all().logical_not();
 }
 
-void LossScaler::Update(bool found_inf) {
-  if (found_inf) {
-    scale_ *= options_.backoff_factor;
-    growth_tracker_ = 0;
-    return;
+void LossScaler::Update(const torch::Tensor& found_inf, const torch::Tensor& counts) {
+  torch::NoGradGuard guard;
+  const auto tracker = torch::where(found_inf, 0.0, growth_tracker_ + 1.0);
+  const auto grow = tracker >= static_cast<double>(options_.growth_interval);
+  auto scale = torch::where(found_inf, scale_ * options_.backoff_factor,
+                            torch::where(grow, scale_ * options_.growth_factor, scale_));
+  auto next_tracker = torch::where(grow, 0.0, tracker);
+  if (counts.defined()) {
+    scale = torch::where(counts, scale, scale_);
+    next_tracker = torch::where(counts, next_tracker, growth_tracker_);
   }
-  if (++growth_tracker_ >= options_.growth_interval) {
-    scale_ *= options_.growth_factor;
-    growth_tracker_ = 0;
-  }
+  scale_.copy_(scale);
+  growth_tracker_.copy_(next_tracker);
 }
+
+double LossScaler::scale() const { return scale_.item<double>(); }
 
 void LossScaler::SaveState(const std::string& prefix, TensorMap& out) const {
-  out[prefix + "scale"] = torch::tensor(scale_, torch::kFloat64);
-  out[prefix + "growth_tracker"] = torch::tensor(static_cast<double>(growth_tracker_), torch::kFloat64);
+  out[prefix + "scale"] = scale_.to(torch::kCPU).clone();
+  out[prefix + "growth_tracker"] = growth_tracker_.to(torch::kCPU).clone();
 }
 
 Status LossScaler::LoadState(const std::string& prefix, const TensorMap& in, const std::string& origin) {
@@ -92,11 +92,13 @@ Status LossScaler::LoadState(const std::string& prefix, const TensorMap& in, con
     return Status::DataLoss(origin + ": '" + prefix + "scale' and '" + prefix +
                             "growth_tracker' must both be present, one value each");
   }
-  scale_ = s->second.item<double>();
-  growth_tracker_ = static_cast<int64_t>(g->second.item<double>());
-  if (!(scale_ > 0) || !std::isfinite(scale_)) {
-    return Status::DataLoss(origin + ": '" + prefix + "scale' is " + std::to_string(scale_) + ", expected > 0");
+  const double scale = s->second.item<double>();
+  if (!(scale > 0) || !std::isfinite(scale)) {
+    return Status::DataLoss(origin + ": '" + prefix + "scale' is " + std::to_string(scale) + ", expected > 0");
   }
+  torch::NoGradGuard guard;
+  scale_.fill_(scale);
+  growth_tracker_.fill_(std::floor(g->second.item<double>()));
   return Status::Ok();
 }
 

@@ -51,17 +51,25 @@ struct LossScalerOptions {
 
 /// Dynamic loss scaling for fp16 (as torch.cuda.amp.GradScaler): the loss is
 /// multiplied by the scale before backward; Unscale divides the gradients
-/// back (before clipping) and reports whether all are finite; Update halves
-/// the scale after an overflow (the optimizer step is skipped) and doubles it
-/// after growth_interval clean steps. Powers of two keep scaling exact.
+/// back (before clipping) and says on the device whether one is not finite;
+/// Update halves the scale after an overflow (the optimizer step is
+/// skipped) and doubles it after growth_interval clean steps. Powers of two
+/// keep scaling exact. The scale and the count of clean steps are scalar
+/// tensors on the training device (float64): nothing is read on the host
+/// during a step.
 class LossScaler {
  public:
-  explicit LossScaler(LossScalerOptions options = {});
+  explicit LossScaler(LossScalerOptions options = {}, torch::Device device = torch::kCPU);
   torch::Tensor Scale(const torch::Tensor& loss) const { return loss * scale_; }
-  /// Divides every gradient by the scale; true when all are finite.
-  bool Unscale(const std::vector<NamedParam>& params) const;
-  void Update(bool found_inf);
-  double scale() const { return scale_; }
+  /// Divides `grads` by the scale in place; a bool scalar, true when a
+  /// value is not finite (an overflow).
+  torch::Tensor Unscale(const torch::Tensor& grads) const;
+  /// After a step with `found_inf` (Unscale's answer): back off or count a
+  /// clean step. Where `counts` (a bool scalar; undefined: always) is false,
+  /// nothing changes (a step whose loss was not finite tried nothing).
+  void Update(const torch::Tensor& found_inf, const torch::Tensor& counts = {});
+  /// The scale now (reads the device: for logs, not for every step).
+  double scale() const;
 
   /// "<prefix>scale" and "<prefix>growth_tracker" (float64 scalars), so a
   /// resumed run continues with the same scale. Loading a map without them
@@ -71,8 +79,7 @@ class LossScaler {
 
  private:
   LossScalerOptions options_;
-  double scale_;
-  int64_t growth_tracker_ = 0;
+  torch::Tensor scale_, growth_tracker_;
 };
 
 }  // namespace scdino::model

@@ -86,11 +86,20 @@ torch::Tensor BlockImpl::attention_probs(const torch::Tensor& x) {
   return probs;
 }
 
-PatchEmbedImpl::PatchEmbedImpl(int64_t in_chans, int64_t embed_dim, int64_t p) {
+PatchEmbedImpl::PatchEmbedImpl(int64_t in_chans, int64_t embed_dim, int64_t p) : patch_(p) {
   proj = register_module("proj", torch::nn::Conv2d(torch::nn::Conv2dOptions(in_chans, embed_dim, p).stride(p)));
 }
 
-torch::Tensor PatchEmbedImpl::forward(const torch::Tensor& x) { return proj(x).flatten(2).transpose(1, 2); }
+torch::Tensor PatchEmbedImpl::forward(const torch::Tensor& x) {
+  // The convolution of stride p as what it is, one matrix product over the
+  // patches (no cuDNN call on a GPU): each patch's C x p x p pixels, in the
+  // order of the kernel's layout, against the kernel flattened alike.
+  const int64_t B = x.size(0), C = x.size(1), gh = x.size(2) / patch_, gw = x.size(3) / patch_;
+  const auto patches = x.reshape({B, C, gh, patch_, gw, patch_})
+                           .permute({0, 2, 4, 1, 3, 5})
+                           .reshape({B, gh * gw, C * patch_ * patch_});
+  return Linear(patches, proj->weight.view({proj->weight.size(0), -1}), proj->bias);
+}
 
 VisionTransformerImpl::VisionTransformerImpl(VitOptions options) : options_(std::move(options)) { reset(); }
 

@@ -69,11 +69,19 @@ struct BlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(Block);
 
+/// DINO's patch embedding: a p x p convolution of stride p, computed as one
+/// matrix product over the patches. Its weight stays the convolution's
+/// ([D, C, p, p] under DINO's name, patch_embed.proj.weight), so
+/// checkpoints, the parity fixture and DINO's own ViT read it unchanged.
 struct PatchEmbedImpl : torch::nn::Module {
   PatchEmbedImpl(int64_t in_chans, int64_t embed_dim, int64_t patch_size);
   /// [B, C, H, W] -> [B, (H/p)*(W/p), D]
   torch::Tensor forward(const torch::Tensor& x);
+  /// Holds the parameters; its own forward (a convolution) is never called.
   torch::nn::Conv2d proj{nullptr};
+
+ private:
+  int64_t patch_;
 };
 TORCH_MODULE(PatchEmbed);
 

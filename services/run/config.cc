@@ -213,6 +213,8 @@ data::MultiCropOptions RunConfig::multicrop_options() const {
   o.solarize_p = a.solarize_p;
   o.solarize_threshold = a.solarize_threshold;
   o.seed = static_cast<uint64_t>(meta.seed);
+  // scdino's CPU kernels off: the crops too take the tensor ops a GPU runs.
+  o.fused_cpu = scdino.cpu_gemm;
   return o;
 }
 

@@ -3,8 +3,10 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <fstream>
 #include <iostream>
 #include <limits>
+#include <regex>
 #include <thread>
 
 #include "common/env.h"
@@ -15,6 +17,7 @@
 #ifdef SCDINO_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
 #endif
 #ifdef SCDINO_WITH_NCCL
 #include <nccl.h>
@@ -51,6 +54,21 @@ std::string GpuName(int64_t index) {
 
 }  // namespace
 
+std::string NvidiaDriverVersion(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  static const std::regex kModule(R"(Kernel Module\s+([0-9]+(\.[0-9]+)+))");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, kModule)) return m[1];
+  }
+  return "";
+}
+
+std::string CudaVersionName(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
 bool CudnnIsStub() {
 #ifdef SCDINO_WITH_CUDNN
   return cudnnGetVersion() == 0;
@@ -70,10 +88,17 @@ std::string DescribeBuild() {
 #endif
 #ifdef SCDINO_WITH_CUDNN
   const size_t v = cudnnGetVersion();
-  d += v == 0 ? std::string("\ncuDNN: the image's stand-in (no NVIDIA cuDNN): cannot run on a GPU; docs/containers.md")
+  d += v == 0 ? std::string("\ncuDNN: the image's stand-in (no NVIDIA cuDNN): switched off on a GPU, where the model "
+                            "calls none (docs/containers.md)")
               : "\ncuDNN " + std::to_string(v / 10000) + "." + std::to_string(v % 10000 / 100) + "." +
                     std::to_string(v % 100);
 #endif
+  int driver = 0;
+  cudaDriverGetVersion(&driver);
+  const std::string module = NvidiaDriverVersion();
+  d += driver == 0 ? std::string("\nNVIDIA driver: none found")
+                   : "\nNVIDIA driver" + (module.empty() ? std::string() : " " + module) + " (CUDA " +
+                         CudaVersionName(driver) + ")";
   const int64_t gpus = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
   d += "\nGPUs visible: " + std::to_string(gpus);
   for (int64_t i = 0; i < gpus; ++i) d += (i ? ", " : " (") + GpuName(i) + (i + 1 == gpus ? ")" : "");
@@ -91,26 +116,43 @@ StatusOr<DeviceDecision> DecideDevice(const RunConfig& config, const LaunchInfo&
     d.why = "scdino.device cpu" + (gpus > 0 ? ": " + std::to_string(gpus) + " GPU(s) visible, not used" : std::string());
     return d;
   }
+  // A driver too old for this build's CUDA: its GPUs look absent to CUDA
+  // (auto would quietly train on the CPU), so it is said first, with both
+  // versions. CUDA's minor-version compatibility runs a 12.x build on any
+  // driver for 12.0 or later.
+  if (facts.driver_cuda > 0 && facts.runtime_cuda > 0 && facts.driver_cuda / 1000 < facts.runtime_cuda / 1000) {
+    return Status::FailedPrecondition(
+        config.source_path + ": scdino.device is " + key + ", but this node's NVIDIA driver" +
+        (facts.driver_version.empty() ? std::string() : " " + facts.driver_version) + " supports CUDA " +
+        CudaVersionName(facts.driver_cuda) + ", older than this build needs: it runs on CUDA " +
+        CudaVersionName(facts.runtime_cuda) + ", which needs a driver for CUDA " +
+        std::to_string(facts.runtime_cuda / 1000) + ".0 or later" +
+        (facts.runtime_cuda / 1000 == 12 ? std::string(" (R525 or newer)") : std::string()) +
+        ". Update the node's driver, use an image built for CUDA " + CudaVersionName(facts.driver_cuda) +
+        " (containers/Dockerfile.cuda-ngc with an older base), or set scdino.device: cpu");
+  }
+  const std::string task = "task " + std::to_string(launch.rank) + " (local rank " + std::to_string(launch.local_rank) + ")";
   if (key == "auto" && gpus == 0) {
     d.why = std::string("scdino.device auto: ") + (facts.cuda_build ? "no GPU visible" : "a build without CUDA");
+    if (facts.binding.ok() && facts.binding->device >= 0) d.why += " (Slurm bound " + facts.binding->why + ")";
     return d;
   }
   if (gpus == 0) {
+    const std::string given = !facts.binding.ok() ? facts.binding.status().message()
+                              : facts.binding->device >= 0 ? "Slurm bound it " + facts.binding->why
+                                                           : std::string("no GPU was bound to it (CUDA_VISIBLE_DEVICES unset)");
     return Status::InvalidArgument(
         config.source_path + ": scdino.device is cuda, but " +
-        (facts.cuda_build ? std::string("no GPU is visible to this process (CUDA_VISIBLE_DEVICES, srun --gpus-per-task, "
-                                        "the container's NVIDIA hook); scdino.device: auto would run on the CPU")
+        (facts.cuda_build ? "no GPU is visible to " + task + "; " + given +
+                                " (srun --gpus-per-task, the container's NVIDIA hook); scdino.device: auto would run on "
+                                "the CPU"
                           : std::string("this build of scdino has no CUDA (a CPU LibTorch); use the GPU image "
                                         "(scripts/build-image.sh --cuda) or scdino.device: cpu")));
   }
-  if (facts.cudnn_stub) {
-    return Status::FailedPrecondition(
-        config.source_path + ": scdino.device is " + key + " and " + std::to_string(gpus) +
-        " GPU(s) are visible, but this image carries a stand-in for cuDNN, not NVIDIA's (built with --cudnn stub, "
-        "where NVIDIA's site was unreachable): it would fail in the first cuDNN call. Rebuild the image with "
-        "scripts/build-image.sh --cuda --cudnn download (or --cudnn archive=FILE), or set scdino.device: cpu "
-        "(docs/containers.md)");
-  }
+  // The image carries the stand-in for cuDNN: nothing of the model needs
+  // cuDNN, which is switched off (and SDPA's cuDNN backend with it).
+  d.cudnn_off = facts.cudnn_stub;
+  const std::string cudnn = facts.cudnn_stub ? "; cuDNN off (this image carries its stand-in; the model calls none)" : "";
   // The GPU the environment binds this task to (run/gpu_binding.h): the one
   // it was given (srun --gpus-per-task=1, which the batch scripts use), or
   // its local rank's entry of a list its node's tasks share.
@@ -119,6 +161,7 @@ StatusOr<DeviceDecision> DecideDevice(const RunConfig& config, const LaunchInfo&
     // on a node without device cgroups, which still sees every GPU): the CPU.
     if (key == "auto") {
       d.why = "scdino.device auto: the CPU, since " + facts.binding.status().message();
+      d.cudnn_off = false;
       return d;
     }
     return facts.binding.status();
@@ -129,12 +172,12 @@ StatusOr<DeviceDecision> DecideDevice(const RunConfig& config, const LaunchInfo&
                                      std::to_string(gpus) + " GPU(s)");
     }
     d.gpu = facts.binding->device;
-    d.why = "scdino.device " + key + ": " + facts.binding->why;
+    d.why = "scdino.device " + key + ": " + facts.binding->why + cudnn;
     return d;
   }
   if (gpus == 1) {
     d.gpu = 0;
-    d.why = "scdino.device " + key + ": the one GPU visible";
+    d.why = "scdino.device " + key + ": the one GPU visible" + cudnn;
     return d;
   }
   if (launch.local_world_size > gpus || launch.local_rank >= gpus) {
@@ -146,7 +189,7 @@ StatusOr<DeviceDecision> DecideDevice(const RunConfig& config, const LaunchInfo&
   }
   d.gpu = launch.local_rank;
   d.why = "scdino.device " + key + ": GPU " + std::to_string(launch.local_rank) + " of " + std::to_string(gpus) +
-          " (local rank " + std::to_string(launch.local_rank) + ")";
+          " (local rank " + std::to_string(launch.local_rank) + ")" + cudnn;
   return d;
 }
 
@@ -154,6 +197,11 @@ StatusOr<DeviceChoice> PickDevice(RunConfig& config, const LaunchInfo& launch) {
   DeviceFacts facts;
 #ifdef SCDINO_WITH_CUDA
   facts.cuda_build = true;
+#endif
+#ifdef SCDINO_WITH_CUDA
+  cudaDriverGetVersion(&facts.driver_cuda);
+  cudaRuntimeGetVersion(&facts.runtime_cuda);
+  facts.driver_version = NvidiaDriverVersion();
 #endif
   facts.visible_gpus = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
   facts.cudnn_stub = CudnnIsStub();
@@ -165,6 +213,7 @@ StatusOr<DeviceChoice> PickDevice(RunConfig& config, const LaunchInfo& launch) {
   config.scdino.device = d->gpu < 0 ? "cpu" : "cuda";
   if (d->gpu < 0) return c;
 #ifdef SCDINO_WITH_CUDA
+  if (d->cudnn_off) compat::SwitchCudnnOff();
   const auto index = static_cast<c10::DeviceIndex>(d->gpu);
   // Before any CUDA work: otherwise every rank's context, NCCL
   // communicator and caching allocator start on GPU 0.

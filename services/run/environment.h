@@ -45,9 +45,11 @@ struct DeviceChoice {
 /// visible, else the CPU, and is replaced in `config` by what it chose.
 /// Refuses, naming the config, the key and the counts: cuda where no GPU is
 /// visible (or the build has no CUDA), more ranks on a node than it has
-/// GPUs (rather than sharing one), and a GPU in an image that carries the
-/// cuDNN stand-in (containers/cuda/local-packages.sh), which would fail in
-/// the first cuDNN call.
+/// GPUs (rather than sharing one), and a GPU whose driver is older than the
+/// build's CUDA needs. In an image that carries the cuDNN stand-in
+/// (containers/cuda/local-packages.sh) cuDNN is switched off, and SDPA's
+/// cuDNN backend with it: the model calls no cuDNN (the patch embedding and
+/// the blur are matrix products).
 StatusOr<DeviceChoice> PickDevice(RunConfig& config, const LaunchInfo& launch);
 
 /// What PickDevice decides from: the build and what the process sees.
@@ -55,6 +57,12 @@ struct DeviceFacts {
   bool cuda_build = false;   ///< compiled against a CUDA LibTorch
   int64_t visible_gpus = 0;  ///< torch::cuda::device_count()
   bool cudnn_stub = false;   ///< CudnnIsStub()
+  /// The CUDA version the node's driver supports (cudaDriverGetVersion,
+  /// 12040 for 12.4; 0: no driver) and the one this build runs on
+  /// (cudaRuntimeGetVersion; 0 without CUDA), and the driver's own version
+  /// ("550.54.15", from /proc/driver/nvidia/version; "" when unknown).
+  int driver_cuda = 0, runtime_cuda = 0;
+  std::string driver_version;
   /// What the environment binds this task to (GpuBindingFromEnv), or why
   /// it is wrong; without CUDA_VISIBLE_DEVICES the ranks of a node share
   /// what they see and rank i takes GPU i.
@@ -62,6 +70,9 @@ struct DeviceFacts {
 };
 struct DeviceDecision {
   int64_t gpu = -1;  ///< the CUDA device index; -1: the CPU
+  /// Switch cuDNN (and SDPA's cuDNN backend) off: the image carries the
+  /// stand-in, not NVIDIA's cuDNN.
+  bool cudnn_off = false;
   std::string why;
 };
 /// PickDevice's decision alone (no CUDA call), for any facts.
@@ -75,6 +86,14 @@ std::string DescribeBuild();
 /// Whether the cuDNN this process loaded is the stand-in of an image built
 /// without NVIDIA's (cudnnGetVersion() is 0). False in builds without CUDA.
 bool CudnnIsStub();
+
+/// The NVIDIA kernel module's version from `path` ("550.54.15"; the
+/// "Kernel Module" line of /proc/driver/nvidia/version), "" when it cannot
+/// be read.
+std::string NvidiaDriverVersion(const std::string& path = "/proc/driver/nvidia/version");
+
+/// "12.4" for 12040 (cudaDriverGetVersion's form).
+std::string CudaVersionName(int version);
 
 /// Whether `device` computes in bf16 (CUDA compute capability >= 8.0; the
 /// CPU path trains in fp32 whatever this says).

@@ -9,9 +9,60 @@
 #endif
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <iostream>
+
+#include "model/op_count.h"
+#include "runtime/exit_codes.h"
 
 namespace scdino::training {
+
+CollectiveWatchdog::CollectiveWatchdog(std::chrono::milliseconds timeout, OnTimeout on_timeout)
+    : timeout_(timeout), on_timeout_(std::move(on_timeout)), thread_([this] { Run(); }) {}
+
+CollectiveWatchdog::~CollectiveWatchdog() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void CollectiveWatchdog::Watch(c10::intrusive_ptr<c10d::Work> work, std::string what) {
+  std::lock_guard<std::mutex> l(mu_);
+  entries_.push_back({std::move(work), std::move(what), std::chrono::steady_clock::now() + timeout_});
+  cv_.notify_all();
+}
+
+size_t CollectiveWatchdog::in_flight() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return entries_.size();
+}
+
+void CollectiveWatchdog::Run() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stopping_) {
+    cv_.wait_for(l, std::chrono::milliseconds(100));
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<std::string> late;
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      if (it->work->isCompleted()) {
+        it = entries_.erase(it);
+      } else if (now >= it->deadline) {
+        late.push_back(std::move(it->what));
+        it = entries_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (late.empty()) continue;
+    l.unlock();
+    for (const auto& what : late) on_timeout_(what);
+    l.lock();
+  }
+}
 
 bool HaveNccl() {
 #ifdef SCDINO_WITH_NCCL
@@ -45,9 +96,22 @@ std::shared_ptr<Collective> Collective::Create(const c10::intrusive_ptr<c10d::St
   if (device.is_cuda()) {
 #ifdef SCDINO_WITH_NCCL
     auto opts = c10d::ProcessGroupNCCL::Options::create();
-    opts->timeout = options.timeout;
+    // NCCL's own watchdog aborts the process (exit 134, no word of the
+    // peer) after its timeout: it comes a minute after ours.
+    opts->timeout = options.timeout + std::chrono::minutes(1);
     c->pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank), static_cast<int>(world_size),
                                                          opts);
+    Collective* self = c.get();
+    c->watchdog_ = std::make_unique<CollectiveWatchdog>(options.timeout, [self](const std::string& what) {
+      const std::string lost = self->describe_lost_ ? self->describe_lost_()
+                                                    : std::string("another rank has probably died or hangs");
+      std::cerr << "scdino: rank " << self->rank_ << " of " << self->world_size_ << ": " << what
+                << " did not complete within " << self->options_.timeout.count()
+                << " ms (scdino.distributed_timeout_s): " << lost
+                << "; exiting with " << runtime::kExitPeerLost
+                << " so that the job requeues and resumes from its last complete checkpoint" << std::endl;
+      std::_Exit(runtime::kExitPeerLost);
+    });
     return c;
 #else
     ThrowIfError(Status::FailedPrecondition(
@@ -81,6 +145,7 @@ std::shared_ptr<Collective> Collective::Create(const c10::intrusive_ptr<c10d::St
 }
 
 void Collective::Shutdown() {
+  watchdog_.reset();
   if (!pg_) return;
 #ifdef SCDINO_WITH_NCCL
   if (device_.is_cuda()) {
@@ -98,6 +163,13 @@ c10::intrusive_ptr<c10d::Work> Collective::AllReduceSumAsync(torch::Tensor& t) {
 }
 
 void Collective::Wait(const c10::intrusive_ptr<c10d::Work>& work) {
+  if (watchdog_) {
+    // The current stream waits for NCCL's; the host goes on.
+    work->synchronize();
+    watchdog_->Watch(work, "an all-reduce");
+    return;
+  }
+  model::HostWaitScope host_wait;
   auto failed = [&](const std::string& why) {
     ThrowIfError(Status::Aborted("rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) +
                                  ": a collective failed or did not complete within " +
@@ -124,29 +196,31 @@ void Collective::AllReduceSum(torch::Tensor& t) {
 }
 
 
-GradientAllReducer::GradientAllReducer(std::shared_ptr<Collective> collective, std::vector<model::NamedParam> params,
+GradientAllReducer::GradientAllReducer(std::shared_ptr<Collective> collective, model::FlatParameters* params,
                                        int64_t bucket_bytes)
-    : collective_(std::move(collective)), params_(std::move(params)), bucket_of_(params_.size()) {
+    : collective_(std::move(collective)), params_(params), bucket_of_(params_->trainable().size()) {
+  const auto& entries = params_->entries();
+  const int64_t element = params_->grads().element_size();
   Bucket current;
-  int64_t bytes = 0;
-  for (size_t k = params_.size(); k-- > 0;) {
-    const auto& p = params_[k].param;
-    if (!current.params.empty() && bytes + p.numel() * p.element_size() > bucket_bytes) {
-      buckets_.push_back(std::move(current));
+  for (size_t k = 0; k < params_->trainable().size(); ++k) {
+    const auto& e = entries[k];
+    if (current.params > 0 && (e.offset + e.numel - current.begin) * element > bucket_bytes) {
+      buckets_.push_back(current);
       current = Bucket();
-      bytes = 0;
+      current.begin = e.offset;
     }
     bucket_of_[k] = buckets_.size();
-    current.params.push_back(k);
-    current.numel += p.numel();
-    bytes += p.numel() * p.element_size();
+    current.end = e.offset + e.numel;
+    ++current.params;
   }
-  if (!current.params.empty()) buckets_.push_back(std::move(current));
-  for (auto& b : buckets_) b.pending = static_cast<int64_t>(b.params.size());
-  for (size_t k = 0; k < params_.size(); ++k) {
+  if (current.params > 0) buckets_.push_back(current);
+  for (auto& b : buckets_) b.pending = b.params;
+  const auto& trainable = params_->trainable();
+  for (size_t k = 0; k < trainable.size(); ++k) {
     // The accumulator runs once per backward, after the incoming gradients
-    // of every use of the parameter are summed into .grad.
-    auto acc = torch::autograd::impl::grad_accumulator(params_[k].param);
+    // of every use of the parameter are summed into .grad (its view of the
+    // flat gradients).
+    auto acc = torch::autograd::impl::grad_accumulator(trainable[k].param);
     acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [this, k](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
           MarkReady(k);
@@ -162,14 +236,8 @@ void GradientAllReducer::MarkReady(size_t k) {
 }
 
 void GradientAllReducer::Launch(Bucket& b) {
-  torch::NoGradGuard guard;
-  std::vector<torch::Tensor> parts;
-  for (size_t k : b.params) {
-    const auto& p = params_[k].param;
-    parts.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
-  }
-  b.flat = torch::cat(parts);
-  b.work = collective_->AllReduceSumAsync(b.flat);
+  auto slice = params_->grads().narrow(0, b.begin, b.end - b.begin);
+  b.work = collective_->AllReduceSumAsync(slice);
 }
 
 void GradientAllReducer::Finish() {
@@ -178,24 +246,12 @@ void GradientAllReducer::Finish() {
   for (auto& b : buckets_) {
     if (!b.work) Launch(b);
   }
-  const double inv = 1.0 / static_cast<double>(collective_->world_size());
   for (auto& b : buckets_) {
     collective_->Wait(b.work);
-    int64_t offset = 0;
-    for (size_t k : b.params) {
-      auto& p = params_[k].param;
-      auto avg = b.flat.slice(0, offset, offset + p.numel()).view(p.sizes()).mul_(inv);
-      if (p.grad().defined()) {
-        p.mutable_grad().copy_(avg);
-      } else {
-        p.mutable_grad() = avg.clone();
-      }
-      offset += p.numel();
-    }
     b.work.reset();
-    b.flat = torch::Tensor();
-    b.pending = static_cast<int64_t>(b.params.size());
+    b.pending = b.params;
   }
+  params_->grads().div_(static_cast<double>(collective_->world_size()));
   wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

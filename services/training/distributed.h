@@ -2,7 +2,10 @@
 // tensors, NCCL for CUDA tensors where LibTorch has it) over the store of
 // the run's Coordinator (run/coordinator.h), and gradient all-reduce in
 // buckets launched from autograd hooks as soon as a bucket's gradients are
-// ready, so communication overlaps the rest of backward.
+// ready, so communication overlaps the rest of backward. A bucket is a
+// slice of the model's flat gradient buffer (model/flat_params.h): reduced
+// in place, no copy in or out. NCCL work is waited on the GPU stream, never
+// by the host; a watchdog ends a rank whose collective does not complete.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -10,12 +13,17 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
 #include "common/torch_compat.h"
-#include "model/optim.h"
+#include "model/flat_params.h"
 
 
 namespace scdino::training {
@@ -30,6 +38,39 @@ struct DistributedOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   /// Gradient bytes per all-reduce bucket.
   int64_t bucket_bytes = 25 << 20;
+};
+
+/// Bounds the collectives the host does not wait for (NCCL work waited on
+/// the stream): a thread looks at each in flight, and one unfinished after
+/// `timeout` is reported to on_timeout, once. Thread-safe.
+class CollectiveWatchdog {
+ public:
+  using OnTimeout = std::function<void(const std::string& what)>;
+  CollectiveWatchdog(std::chrono::milliseconds timeout, OnTimeout on_timeout);
+  /// Stops watching (what is in flight is no longer bounded).
+  ~CollectiveWatchdog();
+  /// Watches `work` from now; `what` names it in the report.
+  void Watch(c10::intrusive_ptr<c10d::Work> work, std::string what);
+  /// Collectives being watched now.
+  size_t in_flight() const;
+
+ private:
+  struct Entry {
+    c10::intrusive_ptr<c10d::Work> work;
+    std::string what;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  void Run();
+
+  // Constant after construction.
+  std::chrono::milliseconds timeout_;
+  OnTimeout on_timeout_;
+  // State below is protected by mu_.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Entry> entries_;
+  bool stopping_ = false;
+  std::thread thread_;  // last: starts once the rest is built
 };
 
 /// One process's membership of the group. Thread-compatible: one training
@@ -63,7 +104,14 @@ class Collective {
   void AllReduceSum(torch::Tensor& t);
   /// `t` must be on the group's device.
   c10::intrusive_ptr<c10d::Work> AllReduceSumAsync(torch::Tensor& t);
+  /// The result usable from here on: with NCCL the current stream waits
+  /// for the work (the host does not; the watchdog bounds it), with Gloo
+  /// the host waits, throwing Aborted after the timeout.
   void Wait(const c10::intrusive_ptr<c10d::Work>& work);
+  /// What names the lost peers when an NCCL collective times out (the
+  /// trainer's roll call); by default, "another rank has probably died or
+  /// hangs".
+  void set_describe_lost(std::function<std::string()> describe) { describe_lost_ = std::move(describe); }
 
  private:
   Collective() = default;
@@ -72,18 +120,20 @@ class Collective {
   c10::intrusive_ptr<c10d::Store> store_;
   int64_t rank_ = 0, world_size_ = 1;
   DistributedOptions options_;
+  std::function<std::string()> describe_lost_;
+  std::unique_ptr<CollectiveWatchdog> watchdog_;  // NCCL only
 };
 
-/// Averages gradients over ranks. Parameters are grouped in reverse order
-/// (roughly the order backward produces their gradients) into buckets of
-/// about bucket_bytes; a hook on each parameter's gradient accumulator
-/// launches a bucket's all-reduce when its last gradient is in. Finish()
-/// launches what backward did not reach, waits, and writes the averages
-/// back. Must outlive every backward it hooks.
+/// Averages gradients over ranks. The trainable parameters' flat gradients
+/// are cut into buckets of about bucket_bytes, contiguous slices in the
+/// flat layout (about the order backward produces them); a hook on each
+/// parameter's gradient accumulator launches a bucket's all-reduce when its
+/// last gradient is in. Finish() launches what backward did not reach,
+/// waits (on the stream with NCCL) and divides by the world size. Must
+/// outlive every backward it hooks; `params` must outlive it.
 class GradientAllReducer {
  public:
-  GradientAllReducer(std::shared_ptr<Collective> collective, std::vector<model::NamedParam> params,
-                     int64_t bucket_bytes);
+  GradientAllReducer(std::shared_ptr<Collective> collective, model::FlatParameters* params, int64_t bucket_bytes);
   /// Call after backward, before clipping (StepHooks::after_backward).
   void Finish();
   int64_t buckets() const { return static_cast<int64_t>(buckets_.size()); }
@@ -92,17 +142,15 @@ class GradientAllReducer {
 
  private:
   struct Bucket {
-    std::vector<size_t> params;
-    int64_t numel = 0;
-    int64_t pending = 0;
-    torch::Tensor flat;
+    int64_t begin = 0, end = 0;  // in the flat gradients
+    int64_t params = 0, pending = 0;
     c10::intrusive_ptr<c10d::Work> work;
   };
   void MarkReady(size_t param);
   void Launch(Bucket& b);
 
   std::shared_ptr<Collective> collective_;
-  std::vector<model::NamedParam> params_;
+  model::FlatParameters* params_;
   std::vector<size_t> bucket_of_;
   std::vector<Bucket> buckets_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;

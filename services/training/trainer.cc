@@ -21,6 +21,20 @@ namespace scdino::training {
 namespace {
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+bool AnyRequest(const run::Agreement& a) {
+  return a.stop() || a.pause || a.checkpoint_by_api || a.checkpoint_by_time;
+}
+
+run::Agreement Merge(const run::Agreement& a, const run::Agreement& b) {
+  run::Agreement m;
+  m.stop_by_api = a.stop_by_api || b.stop_by_api;
+  m.stop_by_signal = a.stop_by_signal || b.stop_by_signal;
+  m.pause = a.pause || b.pause;
+  m.checkpoint_by_api = a.checkpoint_by_api || b.checkpoint_by_api;
+  m.checkpoint_by_time = a.checkpoint_by_time || b.checkpoint_by_time;
+  return m;
+}
 }  // namespace
 
 Trainer::Trainer(run::RunConfig config, std::unique_ptr<data::MultiCropSource> source, TrainerOptions options)
@@ -34,6 +48,13 @@ Trainer::Trainer(run::RunConfig config, std::unique_ptr<data::MultiCropSource> s
   RebuildModel();
   ThrowIfError(config_.CheckChannelCount(source_->channels(), "the data source"));
   if (auto c = options_.collective) {
+    // An NCCL collective that never completes ends the rank from the
+    // collective's watchdog: the roll call names who is gone.
+    c->set_describe_lost([coordinator = coordinator_] {
+      const auto lost = coordinator->RollCall(std::chrono::seconds(3));
+      return lost.empty() ? std::string("every rank answered the roll call")
+                          : "lost contact with " + coordinator->DescribeRanks(lost);
+    });
     coordinator_->set_sum([c](std::vector<double>& v) {
       auto t = torch::tensor(v, torch::kFloat64);
       c->AllReduceSum(t);
@@ -56,8 +77,11 @@ void Trainer::RebuildModel() {
   } else {
     dino_ = std::make_unique<model::Dino>(config_.dino_options(options_.bf16_supported), device_);
   }
-  if (auto c = options_.collective) {
-    reducer_ = std::make_unique<GradientAllReducer>(c, dino_->trainable(), options_.bucket_bytes);
+  // One rank has nothing to exchange, however it was launched.
+  if (auto c = options_.collective; c && c->world_size() > 1) {
+    reducer_ = std::make_unique<GradientAllReducer>(c, &dino_->student_flat(), options_.bucket_bytes);
+  } else {
+    reducer_.reset();
   }
 }
 
@@ -393,13 +417,14 @@ run::Agreement Trainer::LocalView() const {
   return a;
 }
 
-StatusOr<StepReport> Trainer::Step(int64_t it) {
+Status Trainer::Launch(int64_t it) {
   const int64_t epoch = it / niter_;
-  const auto t0 = Clock::now();
+  Pending p;
+  p.launched = Clock::now();
   std::optional<data::MultiCropBatch> b = source_->Next();
-  StepReport report;
+  StepReport& report = p.report;
   // Next() covers the whole wait for the batch (queue included), once.
-  report.data_wait_seconds = Seconds(t0, Clock::now());
+  report.data_wait_seconds = Seconds(p.launched, Clock::now());
   if (!b) {
     return Status::Internal("data source ended epoch " + std::to_string(epoch) + " after " +
                             std::to_string(it % niter_) + " of " + std::to_string(niter_) + " batches");
@@ -422,44 +447,65 @@ StatusOr<StepReport> Trainer::Step(int64_t it) {
   if (reducer_) {
     hooks.after_backward = [this] { reducer_->Finish(); };
     hooks.sum_over_ranks = [this](torch::Tensor& t) { options_.collective->AllReduceSum(t); };
-    // The step's one exchange also carries this rank's view of the requests.
+    // The step's one exchange also carries this rank's view of the
+    // requests; the sums come back in the step's readout.
     hooks.step_exchange = [this](torch::Tensor& t) {
       TORCH_CHECK(t.dim() == 1, "the step's exchange is 1-D, got ", t.sizes());
-      const auto flags = run::AgreementToVector(LocalView());
-      auto both = torch::cat({t, torch::tensor(flags, t.options())});
-      options_.collective->AllReduceSum(both);
-      t.copy_(both.slice(0, 0, t.size(0)));
-      auto sums = both.slice(0, t.size(0)).to(torch::kCPU, torch::kFloat64);
-      agreed_ = run::AgreementFromSums(std::vector<double>(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel()));
+      auto flags = torch::tensor(run::AgreementToVector(LocalView()), torch::TensorOptions(t.scalar_type()));
+      if (t.is_cuda()) flags = flags.pin_memory();
+      t = torch::cat({t, flags.to(t.device(), /*non_blocking=*/true)});
+      options_.collective->AllReduceSum(t);
     };
   }
   auto out = dino_->Step(in, hooks);
-  if (!out.finite && config_.scdino.on_nonfinite_loss == "stop") {
-    return Status::Diverged("loss is " + std::to_string(out.loss.item<double>()) + " at iteration " +
-                           std::to_string(it) + " (epoch " + std::to_string(epoch) +
-                           "); stopping (scdino.on_nonfinite_loss: skip would skip such steps). The last "
-                           "checkpoint is " +
-                           (result_.checkpoint.empty() ? std::string("none") : result_.checkpoint));
-  }
-  if (out.finite) {
-    result_.last_loss = out.loss.item<double>();
-  } else {
-    ++result_.nonfinite_steps;
-  }
   report.iteration = it + 1;
   report.epoch = epoch;
   report.iterations_to_process = total_;
   report.epochs_to_process = config_.train.epochs;
-  report.finite = out.finite;
-  report.loss = result_.last_loss;
   report.lr = in.lr;
   report.weight_decay = in.weight_decay;
   report.momentum = in.momentum;
   report.teacher_temp = dino_->loss->teacher_temp_schedule()[static_cast<size_t>(epoch)];
   report.allreduce_wait_seconds = reducer_ ? reducer_->TakeWaitSeconds() : 0.0;
-  report.health = out.health;
-  report.step_seconds = Seconds(t0, Clock::now());
+  p.values = Readback(out.readout);
+  pending_.push_back(std::move(p));
+  return Status::Ok();
+}
+
+StatusOr<StepReport> Trainer::Complete() {
+  Pending p = std::move(pending_.front());
+  pending_.pop_front();
+  const auto values = model::ReadStepValues(p.values.Get(), dino_->options().out_dim);
+  StepReport report = p.report;
+  // The agreement of this step's exchange, or (one process) the local view.
+  agreed_ = Merge(agreed_, reducer_ ? run::AgreementFromSums(values.extra) : coordinator_->Agree(LocalView()));
+  const int64_t it = report.iteration - 1;
+  if (!values.finite && config_.scdino.on_nonfinite_loss == "stop") {
+    return Status::Diverged("loss is " + std::to_string(values.loss) + " at iteration " + std::to_string(it) +
+                            " (epoch " + std::to_string(report.epoch) +
+                            "); stopping (scdino.on_nonfinite_loss: skip would skip such steps). The last "
+                            "checkpoint is " +
+                            (result_.checkpoint.empty() ? std::string("none") : result_.checkpoint));
+  }
+  if (values.finite) {
+    result_.last_loss = values.loss;
+  } else {
+    ++result_.nonfinite_steps;
+  }
+  report.finite = values.finite;
+  report.loss = result_.last_loss;
+  report.health = values.health;
+  // Until the next step was queued: the step's share of the loop's time.
+  report.step_seconds = Seconds(p.launched, pending_.empty() ? Clock::now() : pending_.front().launched);
   return report;
+}
+
+bool Trainer::MustDrain(int64_t launched) const {
+  // Only what every rank knows alike: where the iterations are, and the
+  // agreement's sums (a rank's own view reaches the others one step later).
+  const int64_t in_epoch = launched % niter_;
+  return in_epoch == 0 || in_epoch % config_.scdino.log_every == 0 || launched >= total_ ||
+         (options_.stop_after_iterations >= 0 && launched >= options_.stop_after_iterations) || AnyRequest(agreed_);
 }
 
 Status Trainer::EndOfInterval(int64_t it, const StepReport& last) {
@@ -622,81 +668,95 @@ StatusOr<TrainResult> Trainer::RunLoop() {
   const auto sum = [this](std::vector<double> v) { return coordinator_->Sum(std::move(v)); };
   bool epoch_started = false;
   auto epoch_start = Clock::now();
+  agreed_ = run::Agreement();
+  // `launched` steps are queued on the device; `it` of them are read. A
+  // step's values are read once the next is queued, or at once where
+  // something needs them (MustDrain); checkpoints, the agreement's actions
+  // and rollbacks come only when every queued step is read.
+  int64_t launched = it;
   while (it < total_) {
-    const int64_t epoch = it / niter_;
     if (!epoch_started) {
-      source_->StartEpoch(epoch, epoch == resumed_epoch_ ? epoch_start_ : data::EpochStart(it % niter_));
+      const int64_t epoch = launched / niter_;
+      source_->StartEpoch(epoch, epoch == resumed_epoch_ ? epoch_start_ : data::EpochStart(launched % niter_));
       epoch_started = true;
       epoch_start = Clock::now();
     }
-    auto report = Step(it);
-    if (!report.ok()) return report.status();
-    result_.iteration = it = report->iteration;
-    checkpointer_->set_epoch_position(EpochPosition(it));
-    epoch_log_.Add(*report);
-    reporter_.Step(*report, result_.nonfinite_steps);
-    if (options_.on_step) options_.on_step(*report);
-    if (report->finite) {
-      interval_health_.Add(report->health);
-      interval_loss_ += report->loss;
-    }
-    // Intervals count from the start of each epoch, which ends one.
-    const Status collapsed = (it % niter_) % config_.scdino.log_every == 0 ? EndOfInterval(it, *report) : Status::Ok();
-    if (it % niter_ == 0) {
-      auto line = epoch_log_.Line(epoch, it, Seconds(epoch_start, Clock::now()), *report, sum);
-      if (!collapse_.empty()) line["collapse"] = collapse_;
-      if (recoveries_ > 0) line["recoveries"] = recoveries_;
-      if (rollback_.empty()) {
-        if (auto check = CheckLearning(epoch, it)) {
-          line["knn_top1"] = check->trained_top1;
-          line["knn_random_top1"] = check->random_top1;
-          line["knn_pixels_top1"] = check->pixels_top1;
-          line["learning_verdict"] = check->verdict().name;
+    if (auto s = Launch(launched); !s.ok()) return s;
+    ++launched;
+    while (!pending_.empty() && (pending_.size() > 1 || MustDrain(launched))) {
+      auto report = Complete();
+      if (!report.ok()) return report.status();
+      const int64_t epoch = report->epoch;
+      result_.iteration = it = report->iteration;
+      checkpointer_->set_epoch_position(EpochPosition(it));
+      epoch_log_.Add(*report);
+      reporter_.Step(*report, result_.nonfinite_steps);
+      if (options_.on_step) options_.on_step(*report);
+      if (report->finite) {
+        interval_health_.Add(report->health);
+        interval_loss_ += report->loss;
+      }
+      // Intervals count from the start of each epoch, which ends one.
+      const Status collapsed =
+          (it % niter_) % config_.scdino.log_every == 0 ? EndOfInterval(it, *report) : Status::Ok();
+      if (it % niter_ == 0) {
+        auto line = epoch_log_.Line(epoch, it, Seconds(epoch_start, Clock::now()), *report, sum);
+        if (!collapse_.empty()) line["collapse"] = collapse_;
+        if (recoveries_ > 0) line["recoveries"] = recoveries_;
+        if (rollback_.empty()) {
+          if (auto check = CheckLearning(epoch, it)) {
+            line["knn_top1"] = check->trained_top1;
+            line["knn_random_top1"] = check->random_top1;
+            line["knn_pixels_top1"] = check->pixels_top1;
+            line["learning_verdict"] = check->verdict().name;
+          }
         }
+        if (auto mem = QueryDeviceMemory(device_)) {
+          line["gpu_mem_peak_bytes"] = mem->peak_allocated_bytes;
+          line["gpu_mem_reserved_bytes"] = mem->reserved_bytes;
+        }
+        if (dino_->scaler) line["loss_scale"] = dino_->scaler->scale();
+        if (log_file) {
+          if (auto s = log_file->Append(line.dump() + "\n"); !s.ok()) return s;
+          if (options_.log) *options_.log << line.dump() << std::endl;
+        }
+        epoch_log_.Reset();
+        epoch_started = false;
+        if (auto s = EndOfEpoch(epoch, it); !s.ok()) return s;
       }
-      if (auto mem = QueryDeviceMemory(device_)) {
-        line["gpu_mem_peak_bytes"] = mem->peak_allocated_bytes;
-        line["gpu_mem_reserved_bytes"] = mem->reserved_bytes;
+      if (!collapsed.ok()) {
+        if (it % niter_ != 0) {
+          if (auto s = checkpointer_->ResumePoint(it, niter_); !s.ok()) return s;
+        }
+        return collapsed;
       }
-      if (dino_->scaler) line["loss_scale"] = dino_->scaler->scale();
-      if (log_file) {
-        if (auto s = log_file->Append(line.dump() + "\n"); !s.ok()) return s;
-        if (options_.log) *options_.log << line.dump() << std::endl;
+      if (!rollback_.empty()) {
+        auto back = Rollback(std::exchange(rollback_, ""), it);
+        if (!back.ok()) return back.status();
+        result_.iteration = it = launched = *back;
+        agreed_ = run::Agreement();
+        epoch_started = false;
+        break;
       }
-      epoch_log_.Reset();
-      epoch_started = false;
-      if (auto s = EndOfEpoch(epoch, it); !s.ok()) return s;
-    }
-    if (!collapsed.ok()) {
-      if (it % niter_ != 0) {
-        if (auto s = checkpointer_->ResumePoint(it, niter_); !s.ok()) return s;
+      if (it >= total_) break;
+      if (!pending_.empty()) continue;  // acted on once every queued step is read
+      const auto paused_from = Clock::now();
+      auto reason = Act(std::exchange(agreed_, run::Agreement()), it);
+      epoch_start += Clock::now() - paused_from;  // a pause is not training time
+      if (!reason.ok()) return reason.status();
+      if (*reason == StopReason::kNone && options_.stop_after_iterations >= 0 &&
+          it >= options_.stop_after_iterations) {
+        reason = StopReason::kIterationLimit;
       }
-      return collapsed;
-    }
-    if (!rollback_.empty()) {
-      auto back = Rollback(std::exchange(rollback_, ""), it);
-      if (!back.ok()) return back.status();
-      result_.iteration = it = *back;
-      epoch_started = false;
-      continue;
-    }
-    if (it >= total_) break;
-    // The agreement of this step's exchange, or (one process) the local view.
-    const auto paused_from = Clock::now();
-    auto reason = Act(options_.collective ? agreed_ : coordinator_->Agree(LocalView()), it);
-    epoch_start += Clock::now() - paused_from;  // a pause is not training time
-    if (!reason.ok()) return reason.status();
-    if (*reason == StopReason::kNone && options_.stop_after_iterations >= 0 && it >= options_.stop_after_iterations) {
-      reason = StopReason::kIterationLimit;
-    }
-    if (*reason != StopReason::kNone) {
-      reporter_.State(RunState::kStopping);
-      if (it % niter_ != 0) {
-        if (auto s = checkpointer_->ResumePoint(it, niter_); !s.ok()) return s;
-        result_.checkpoint = checkpointer_->latest();
+      if (*reason != StopReason::kNone) {
+        reporter_.State(RunState::kStopping);
+        if (it % niter_ != 0) {
+          if (auto s = checkpointer_->ResumePoint(it, niter_); !s.ok()) return s;
+          result_.checkpoint = checkpointer_->latest();
+        }
+        result_.stopped_by = *reason;
+        return result_;
       }
-      result_.stopped_by = *reason;
-      return result_;
     }
   }
   result_.completed = true;

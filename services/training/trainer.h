@@ -9,6 +9,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <deque>
 #include <functional>
 #include <iosfwd>
 #include <nlohmann/json_fwd.hpp>
@@ -28,6 +30,7 @@
 #include "training/checkpointer.h"
 #include "training/distributed.h"
 #include "training/epoch_log.h"
+#include "training/readback.h"
 #include "training/reports.h"
 #include "training/status_reporter.h"
 
@@ -96,6 +99,8 @@ struct TrainResult {
 };
 
 class Trainer {
+  using Clock = std::chrono::steady_clock;
+
  public:
   Trainer(run::RunConfig config, std::unique_ptr<data::MultiCropSource> source, TrainerOptions options = {});
   /// Joins the data source's threads (the loader's) and releases the
@@ -125,8 +130,18 @@ class Trainer {
   int64_t EpochPosition(int64_t it) const;
   /// scdino.log_samples: this step's indices and schedule values.
   Status LogSamples(int64_t it, const torch::Tensor& indices, const model::StepInput& in);
-  /// One iteration at `it`: the batch, the DINO step and its report.
-  StatusOr<StepReport> Step(int64_t it);
+  /// Queues iteration `it` on the device (the batch, the DINO step) without
+  /// reading anything of it; its values are read by Complete.
+  Status Launch(int64_t it);
+  /// The report of the oldest queued step: its values read back (after the
+  /// next step was queued, the device does not wait for that) and the
+  /// agreement it carried merged into agreed_.
+  StatusOr<StepReport> Complete();
+  /// Whether the steps queued so far must all be read before the next is
+  /// queued: a step after which something needs its values at once (a
+  /// logging interval or an epoch ends, the run or its iteration limit
+  /// ends, a stop, pause or checkpoint was agreed).
+  bool MustDrain(int64_t launched) const;
   /// The log line, the checkpoints of the epoch that ended at `it`.
   Status EndOfEpoch(int64_t epoch, int64_t it);
   /// This rank's view of the requests: its signals, rank 0's control API
@@ -194,7 +209,15 @@ class Trainer {
   data::EpochStart epoch_start_;
   int64_t resumed_epoch_ = -1;
   std::unique_ptr<WritableFile> samples_log_;
-  /// What the ranks agreed in the current step's exchange.
+  /// A queued step: what the host knows of it, and its values on the way.
+  struct Pending {
+    StepReport report;
+    Readback values;
+    Clock::time_point launched;
+  };
+  std::deque<Pending> pending_;
+  /// What the ranks agreed in the exchanges of the steps read since the
+  /// last Act (requests are acted on once every queued step is read).
   run::Agreement agreed_;
   TrainResult result_;
 };

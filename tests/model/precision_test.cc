@@ -58,17 +58,17 @@ TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheInterval) {
   o.init_scale = 1024;
   o.growth_interval = 3;
   LossScaler s(o);
-  s.Update(true);
+  s.Update(torch::tensor(true));
   EXPECT_EQ(s.scale(), 512);
-  s.Update(false);
-  s.Update(false);
+  s.Update(torch::tensor(false));
+  s.Update(torch::tensor(false));
   EXPECT_EQ(s.scale(), 512);
-  s.Update(false);
+  s.Update(torch::tensor(false));
   EXPECT_EQ(s.scale(), 1024);
-  s.Update(false);
-  s.Update(true);  // an overflow restarts the count
-  s.Update(false);
-  s.Update(false);
+  s.Update(torch::tensor(false));
+  s.Update(torch::tensor(true));  // an overflow restarts the count
+  s.Update(torch::tensor(false));
+  s.Update(torch::tensor(false));
   EXPECT_EQ(s.scale(), 512);
 }
 
@@ -89,7 +89,7 @@ TEST(LossScaler, ScaledStepsEqualUnscaledStepsExactly) {
     auto a = plain.Step(in);
     torch::manual_seed(it);
     auto b = scaled.Step(in);
-    ASSERT_FALSE(b.overflow);
+    ASSERT_FALSE(scaled.Values(b).overflow);
     EXPECT_EQ(a.loss.item<float>(), b.loss.item<float>());
   }
   ExpectSameState(plain, scaled);
@@ -104,7 +104,7 @@ TEST(LossScaler, OverflowSkipsTheOptimizerStepAndHalvesTheScale) {
   Dino dino(opts);
   TensorMap before;  // StateDict() aliases the live tensors
   for (const auto& [name, t] : dino.StateDict()) before[name] = t.clone();
-  auto out = dino.Step(Crops(3));
+  const auto out = dino.Values(dino.Step(Crops(3)));
   EXPECT_TRUE(out.finite);
   EXPECT_TRUE(out.overflow);
   EXPECT_EQ(dino.scaler->scale(), 5e37);

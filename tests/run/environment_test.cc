@@ -17,6 +17,7 @@
 #include <filesystem>
 
 #include "common/files.h"
+#include "common/torch_compat.h"
 #include "model/cpu_gemm.h"
 #include "run/environment.h"
 #include "support/other_user.h"
@@ -116,28 +117,87 @@ TEST(DecideDevice, CudaWithoutAGpuIsRefusedNamingTheConfigAndKey) {
   EXPECT_NE(d.status().message().find("run.yaml: scdino.device is cuda, but no GPU is visible"), std::string::npos)
       << d.status().message();
   EXPECT_NE(d.status().message().find("scdino.device: auto would run on the CPU"), std::string::npos);
+  // It names the task and what Slurm gave it.
+  EXPECT_NE(d.status().message().find("visible to task 0 (local rank 0); no GPU was bound to it"), std::string::npos)
+      << d.status().message();
   d = DecideDevice(WithDevice("cuda"), one, Facts(false, 0));
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("this build of scdino has no CUDA"), std::string::npos) << d.status().message();
 }
 
-// An image built with the cuDNN stand-in refuses a GPU at start, whatever
-// the key, instead of failing in its first cuDNN call; the CPU stays open.
-TEST(DecideDevice, AGpuWithTheCudnnStandInIsRefused) {
+// An image built with the cuDNN stand-in trains on a GPU with cuDNN and
+// SDPA's cuDNN backend switched off (the model calls none), and says so.
+TEST(DecideDevice, AGpuWithTheCudnnStandInRunsWithCudnnOff) {
   LaunchInfo one;
   for (const char* key : {"auto", "cuda"}) {
-    auto d = DecideDevice(WithDevice(key), one, Facts(true, 1, /*stub=*/true));
-    ASSERT_FALSE(d.ok()) << key;
-    EXPECT_EQ(d.status().code(), StatusCode::kFailedPrecondition);
-    EXPECT_NE(d.status().message().find("run.yaml: scdino.device is " + std::string(key) + " and 1 GPU(s) are visible, "
-                                        "but this image carries a stand-in for cuDNN"),
-              std::string::npos)
-        << d.status().message();
-    EXPECT_NE(d.status().message().find("--cudnn download"), std::string::npos);
+    DeviceFacts facts;
+    facts.cuda_build = true;
+    facts.visible_gpus = 1;
+    facts.cudnn_stub = true;
+    auto d = DecideDevice(WithDevice(key), one, facts);
+    ASSERT_TRUE(d.ok()) << key << ": " << d.status().message();
+    EXPECT_EQ(d->gpu, 0) << key;
+    EXPECT_TRUE(d->cudnn_off) << key;
+    EXPECT_NE(d->why.find("cuDNN off (this image carries its stand-in; the model calls none)"), std::string::npos)
+        << d->why;
   }
+  auto real = DecideDevice(WithDevice("cuda"), one, Facts(true, 1, /*stub=*/false));
+  ASSERT_TRUE(real.ok());
+  EXPECT_FALSE(real->cudnn_off);
   auto cpu = DecideDevice(WithDevice("cpu"), one, Facts(true, 1, /*stub=*/true));
   ASSERT_TRUE(cpu.ok());
   EXPECT_EQ(cpu->gpu, -1);
+  EXPECT_FALSE(cpu->cudnn_off);
+}
+
+// What PickDevice does with cudnn_off: both switches off in the process.
+TEST(SwitchCudnnOff, TurnsCudnnAndSdpasCudnnBackendOff) {
+  const bool was = compat::CudnnEnabled();
+  compat::SwitchCudnnOff();
+  EXPECT_FALSE(compat::CudnnEnabled());
+  EXPECT_FALSE(compat::SdpaCudnnEnabled());
+  at::globalContext().setUserEnabledCuDNN(was);
+}
+
+// A driver older than the build's CUDA major version is refused at start
+// under auto and cuda, naming both versions (its GPUs look absent to CUDA,
+// and auto would otherwise train on the CPU without a word); minor-version
+// compatibility lets a 12.2 driver run a 12.4 build.
+TEST(DecideDevice, ADriverOlderThanTheBuildNeedsIsRefusedNamingBothVersions) {
+  LaunchInfo one;
+  DeviceFacts old = Facts(true, 0);
+  old.driver_cuda = 11080;
+  old.runtime_cuda = 12040;
+  old.driver_version = "520.61.05";
+  for (const char* key : {"auto", "cuda"}) {
+    auto d = DecideDevice(WithDevice(key), one, old);
+    ASSERT_FALSE(d.ok()) << key;
+    EXPECT_EQ(d.status().code(), StatusCode::kFailedPrecondition);
+    const std::string& m = d.status().message();
+    EXPECT_NE(m.find("this node's NVIDIA driver 520.61.05 supports CUDA 11.8"), std::string::npos) << m;
+    EXPECT_NE(m.find("it runs on CUDA 12.4, which needs a driver for CUDA 12.0 or later (R525 or newer)"),
+              std::string::npos)
+        << m;
+  }
+  EXPECT_TRUE(DecideDevice(WithDevice("cpu"), one, old).ok());
+  DeviceFacts minor = Facts(true, 1);
+  minor.driver_cuda = 12020;
+  minor.runtime_cuda = 12040;
+  auto d = DecideDevice(WithDevice("auto"), one, minor);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ(d->gpu, 0);
+}
+
+TEST(NvidiaDriverVersion, ReadsTheKernelModulesVersion) {
+  scdino::testing::ScratchDir dir;
+  const std::string path = dir.file("version");
+  ASSERT_TRUE(WriteFileAtomic(path,
+                              "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
+                              "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+                  .ok());
+  EXPECT_EQ(NvidiaDriverVersion(path), "550.54.15");
+  EXPECT_EQ(NvidiaDriverVersion(dir.file("absent")), "");
+  EXPECT_EQ(CudaVersionName(12040), "12.4");
 }
 
 TEST(DecideDevice, EachRankTakesItsGpuOrTheOneItIsBoundTo) {

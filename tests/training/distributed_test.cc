@@ -78,7 +78,7 @@ void ExpectTwoRanksEqualOneProcess(const model::DinoOptions& options) {
       ranks[r] = std::make_unique<model::Dino>(options);
       auto& dino = *ranks[r];
       ThrowIfError(dino.LoadWeights(start, "start"));
-      GradientAllReducer reducer(coll, dino.trainable(), opts.bucket_bytes);
+      GradientAllReducer reducer(coll, &dino.student_flat(), opts.bucket_bytes);
       buckets[r] = reducer.buckets();
       model::StepHooks hooks;
       hooks.after_backward = [&] { reducer.Finish(); };
