@@ -12,7 +12,9 @@
 #   scripts/build-image.sh --prebuilt build              # reuse a Debian 12 host build
 #   scripts/build-image.sh --oci-bundle /shared/bundles/scdino --mounts /shared
 #
-# --cudnn (GPU image from Debian): stub (default; a stand-in, no GPU runs),
+# --cudnn (GPU image from Debian): stub (default; a stand-in that lets
+# LibTorch load: the services switch cuDNN off and the model calls none, so
+# the image trains on any NVIDIA GPU with nothing fetched from NVIDIA),
 # download (Debian's nvidia-cudnn fetches cuDNN from NVIDIA's site) or
 # archive=FILE (NVIDIA's cuDNN 9 archive for CUDA 12). --build-stage TAG also
 # tags the GPU image's compiling stage (toolchain, build tree and tests).
@@ -21,7 +23,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 image=cpu tag="" sqsh="" prebuilt="" bundle="" mounts=${SCDINO_CONTAINER_MOUNTS:-} cudnn=stub build_stage=""
 while [ $# -gt 0 ]; do
   case $1 in

@@ -4,8 +4,10 @@
 # rank per GPU, NCCL all-reduce of the gradients, bf16 autocast) on a folder
 # of 5-channel TIFF cells that scdino-synth writes, then the CLS features of
 # its checkpoint on one GPU. Installed in the images as scdino-gpu-check.
-# Any failure (no GPU, the image's cuDNN stand-in, a rank that fails, a
-# missing result) fails the check with a message; nothing is skipped quietly.
+# Any failure (no GPU, a rank that fails, a missing result) fails the check
+# with a message; nothing is skipped quietly. The image's cuDNN stand-in
+# (scripts/build-image.sh --cuda's default) is no failure: the services
+# switch cuDNN off and the model calls none.
 # --rehearse runs the same steps on the CPU at a small size (one rank, Gloo):
 # what CI runs so that this script works the day it meets a GPU.
 #
@@ -70,8 +72,6 @@ if [ "$rehearse" = 1 ]; then
   batch=${GPU_CHECK_BATCH:-8} epochs=${GPU_CHECK_EPOCHS:-2} threads=${GPU_CHECK_THREADS:-2}
 else
   grep -q "compiled in" <<<"$version" || fail "this scdino-trainer is built without CUDA"
-  ! grep -q "stand-in" <<<"$version" ||
-    fail "the image carries the cuDNN stand-in; rebuild it with scripts/build-image.sh --cuda --cudnn download (or archive=FILE)"
   gpus=$(sed -n 's/^GPUs visible: \([0-9]*\).*/\1/p' <<<"$version")
   [ "${gpus:-0}" -gt 0 ] || fail "no GPU visible (CUDA_VISIBLE_DEVICES, srun --gpus, the container's NVIDIA hook)"
   device=cuda backend=nccl arch=vit_small patch=16 size=224 local=96 locals=8

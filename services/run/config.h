@@ -227,14 +227,17 @@ struct EvaluationConfig {
 
 /// Section `scdino`: what scDINO's file does not say.
 struct RuntimeConfig {
-  std::string device = "cpu";  ///< cpu | cuda | auto (run::PickDevice resolves auto at start)
+  /// auto | cuda | cpu: the GPU Slurm bound to the task (else the CPU),
+  /// only a GPU, only the CPU (run::PickDevice resolves it at start).
+  std::string device = "auto";
   /// Mixed precision on CUDA: auto (bf16 when train.hyperparameters.use_fp16,
   /// as scDINO's flag, else fp32) | fp32 | bf16 | fp16 (with dynamic loss
   /// scaling). CPU runs always train in fp32.
   std::string precision = "auto";
   int64_t threads = 0;         ///< intra-op threads; 0: all cores
-  /// float32 CPU matrix products on the libraries the build linked
-  /// (SCDINO_CPU_GEMM: oneDNN, OpenBLAS); false: LibTorch's own ops.
+  /// scdino's CPU kernels: float32 matrix products on the libraries the
+  /// build linked (SCDINO_CPU_GEMM: oneDNN, OpenBLAS), the one-pass AdamW
+  /// and EMA, the fused crops; false: LibTorch's own ops (what a GPU runs).
   bool cpu_gemm = true;
   /// folder: meta.dataset_dir in class folders (labels at
   /// meta.folder_depth_for_labels); csv: index_csv; synthetic: generated in

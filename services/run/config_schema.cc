@@ -128,14 +128,16 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
       {U + "topometry_plots", Bool(&d.umap_topometry_plots), "", {}, "TopOMetry plots are not drawn"},
 
       {"scdino.device", Str(&r.device, {"cpu", "cuda", "auto"}),
-       "cpu; cuda: the GPU of the local rank (one task per GPU), an error where none is visible; auto: the GPU "
-       "where one is visible, else the CPU (an image that runs anywhere)"},
+       "auto: the GPU Slurm bound to the task (or its local rank's, one task per GPU) where one is visible, else "
+       "the CPU, said with why on each rank's first line; cuda: the same, but an error naming the task where it has "
+       "none; cpu: the CPU even where GPUs are"},
       {"scdino.precision", Str(&r.precision, {"auto", "fp32", "bf16", "fp16"}),
        "CUDA autocast; auto: bf16 when use_fp16 (fp16 with loss scaling before compute capability 8.0), else fp32"},
       {"scdino.threads", Int(&r.threads, 0), "intra-op CPU threads; 0: all cores"},
       {"scdino.cpu_gemm", Bool(&r.cpu_gemm),
-       "float32 CPU matrix products on the libraries the build linked (oneDNN, OpenBLAS: the start-up line "
-       "and --version name them); false: LibTorch's own ops (docs/performance.md)"},
+       "scdino's CPU kernels: float32 matrix products on the libraries the build linked (oneDNN, OpenBLAS: the "
+       "start-up line and --version name them), the one-pass AdamW and EMA, the fused crops; false: LibTorch's "
+       "own ops, the path a GPU runs (docs/performance.md)"},
       {"scdino.data_source", Str(&r.data_source, {"folder", "csv", "synthetic"}),
        "folder: meta.dataset_dir in class folders; csv: index_csv; synthetic: generated in memory"},
       {"scdino.index_csv", Str(&r.index_csv), "for the csv data source: rows path,label"},

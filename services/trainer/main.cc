@@ -61,11 +61,13 @@ int main(int argc, char** argv) {
   bool no_resume = false;
   CommandLine cl("scdino-trainer",
                  "DINO pretraining of a ViT on multi-channel cell images (docs/trainer.md).\n"
-                 "Exit codes: 0 completed, 1 failed, 2 bad input, 3 stopped by --stop-after-iterations,\n"
+                 "Exit codes: 0 completed, 1 failed, 2 bad input (a config, data set or checkpoint; also a batch and\n"
+                 "crops the device's memory cannot hold, named), 3 stopped by --stop-after-iterations,\n"
                  "4 stopped through the control API (scdinoctl stop) after a checkpoint, 5 diverged or collapsed,\n"
                  "7 completed but did not learn (scdino.learning_check: require: no better than a random ViT or\n"
                  "the raw pixels),\n"
                  "8 a checkpoint could not be written: the disk or quota is full,\n"
+                 "9 a peer rank or its node was lost, or a collective did not complete (requeue to resume),\n"
                  "75 stopped by SIGTERM/SIGUSR1/SIGINT after a checkpoint (requeue to resume).");
   cl.app().add_option("--stop-after-iterations", options.stop_after_iterations,
                       "checkpoint and exit (code 3) once this many iterations are done in total; -1: run to the end")
@@ -76,8 +78,6 @@ int main(int argc, char** argv) {
   Parts parts;
   auto& config = cl.config();
   const int threads = cl.ConfigureCpu();
-  std::cerr << "scdino-trainer: run " << config.run_dir() << ", " << threads << " CPU threads, matrix products on "
-            << scdino::model::CpuGemmDescription() << "\n";
   const int code = GuardMain("scdino-trainer", [&]() -> int {
     auto launch = scdino::run::LaunchFromEnv([](const char* k) { return std::getenv(k); });
     if (!launch.ok()) return Fail(nullptr, launch.status());
@@ -85,8 +85,12 @@ int main(int argc, char** argv) {
     if (!device.ok()) return Fail(nullptr, device.status());
     options.device = device->device;
     options.bf16_supported = scdino::run::DeviceSupportsBf16(device->device);
-    std::cerr << "scdino-trainer: device " << device->device << " (" << device->why << "), precision "
-              << scdino::model::PrecisionName(config.precision(options.bf16_supported));
+    // Each rank's first line: where it computes, and why.
+    std::cerr << "scdino-trainer: rank " << launch->rank << " of " << launch->world_size << ": device "
+              << device->device << " (" << device->why << "), precision "
+              << scdino::model::PrecisionName(config.precision(options.bf16_supported)) << "; run "
+              << config.run_dir() << ", " << threads << " CPU threads, matrix products on "
+              << scdino::model::CpuGemmDescription();
     if (device->device.is_cpu()) std::cerr << ", " << scdino::run::KeepFreedMemoryForCpuTraining();
     std::cerr << "\n";
     if (auto s = scdino::run::PrepareRunDir(config); !s.ok()) return Fail(nullptr, s);

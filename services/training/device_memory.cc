@@ -1,6 +1,7 @@
 #include "training/device_memory.h"
 
 #ifdef SCDINO_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
@@ -16,6 +17,8 @@ std::optional<DeviceMemory> QueryDeviceMemory(torch::Device device) {
     m.allocated_bytes = stats.allocated_bytes[0].current;
     m.reserved_bytes = stats.reserved_bytes[0].current;
     m.peak_allocated_bytes = stats.allocated_bytes[0].peak;
+    m.total_bytes = static_cast<int64_t>(
+        at::cuda::getDeviceProperties(device.has_index() ? device.index() : 0)->totalGlobalMem);
     return m;
   }
 #endif

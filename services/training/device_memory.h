@@ -14,6 +14,7 @@ struct DeviceMemory {
   int64_t allocated_bytes = 0;       ///< held by live tensors now
   int64_t reserved_bytes = 0;        ///< held by the caching allocator now
   int64_t peak_allocated_bytes = 0;  ///< since start or the last ResetPeakDeviceMemory
+  int64_t total_bytes = 0;           ///< the device's memory
 };
 
 /// Empty for a CPU device or a build without CUDA.

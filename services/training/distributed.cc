@@ -64,6 +64,19 @@ void CollectiveWatchdog::Run() {
   }
 }
 
+std::string LostCollectiveMessage(int64_t rank, int64_t world_size, std::chrono::milliseconds timeout,
+                                  const std::string& what, const std::string& lost) {
+  return "rank " + std::to_string(rank) + " of " + std::to_string(world_size) + ": " + what +
+         " did not complete within " + std::to_string(timeout.count()) + " ms (scdino.distributed_timeout_s): " +
+         lost + "; exiting with " + std::to_string(runtime::kExitPeerLost) +
+         " so that the job requeues and resumes from its last complete checkpoint";
+}
+
+void ExitForLostPeer(const std::string& message) {
+  std::cerr << "scdino: " << message << std::endl;
+  std::_Exit(runtime::kExitPeerLost);
+}
+
 bool HaveNccl() {
 #ifdef SCDINO_WITH_NCCL
   return true;
@@ -105,12 +118,7 @@ std::shared_ptr<Collective> Collective::Create(const c10::intrusive_ptr<c10d::St
     c->watchdog_ = std::make_unique<CollectiveWatchdog>(options.timeout, [self](const std::string& what) {
       const std::string lost = self->describe_lost_ ? self->describe_lost_()
                                                     : std::string("another rank has probably died or hangs");
-      std::cerr << "scdino: rank " << self->rank_ << " of " << self->world_size_ << ": " << what
-                << " did not complete within " << self->options_.timeout.count()
-                << " ms (scdino.distributed_timeout_s): " << lost
-                << "; exiting with " << runtime::kExitPeerLost
-                << " so that the job requeues and resumes from its last complete checkpoint" << std::endl;
-      std::_Exit(runtime::kExitPeerLost);
+      ExitForLostPeer(LostCollectiveMessage(self->rank_, self->world_size_, self->options_.timeout, what, lost));
     });
     return c;
 #else

@@ -73,6 +73,15 @@ class CollectiveWatchdog {
   std::thread thread_;  // last: starts once the rest is built
 };
 
+/// What a rank says when its collective never completed: the rank, what,
+/// the timeout, who is lost; and that it exits with 9 so the job requeues.
+std::string LostCollectiveMessage(int64_t rank, int64_t world_size, std::chrono::milliseconds timeout,
+                                  const std::string& what, const std::string& lost);
+/// Says `message` on stderr and ends the process with exit code 9 (the
+/// watchdog's reaction for NCCL: no exception can reach a host that never
+/// waited).
+[[noreturn]] void ExitForLostPeer(const std::string& message);
+
 /// One process's membership of the group. Thread-compatible: one training
 /// loop uses it.
 class Collective {

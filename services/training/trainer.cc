@@ -1,5 +1,7 @@
 #include "training/trainer.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -238,6 +240,38 @@ Status Trainer::TakeRankZeroState(const nlohmann::json& tensors) {
   return dino_->LoadStateDict(state, "rank 0's rollback point");
 }
 
+Status Trainer::OutOfMemory(const std::string& what) const {
+  const auto gib = [](int64_t bytes) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+    return std::string(b);
+  };
+  std::string peak;
+  if (auto mem = QueryDeviceMemory(device_)) {
+    peak = "peak " + gib(mem->peak_allocated_bytes) + " allocated of the device's " + gib(mem->total_bytes);
+  } else {
+    struct rusage u {};
+    ::getrusage(RUSAGE_SELF, &u);
+    peak = "the process's peak resident memory " + gib(static_cast<int64_t>(u.ru_maxrss) * 1024);
+  }
+  // The allocator's first sentence or two ("CUDA out of memory. Tried to
+  // allocate 2.00 GiB."), not its advice on fragmentation.
+  std::string said = what.substr(0, what.find('\n'));
+  if (const auto cut = said.find(". ", said.find("allocate")); cut != std::string::npos && said.size() > 160) {
+    said = said.substr(0, cut + 1);
+  }
+  const auto& h = config_.train.hyperparameters;
+  return Status::InvalidArgument(
+      "out of memory on " + device_.str() + " at iteration " + std::to_string(result_.iteration) + " (" + said +
+      "): train_scDINO.batch_size_per_gpu " + std::to_string(config_.train.batch_size_per_gpu) + " with 2 global crops of " +
+      std::to_string(h.global_crops_size) + " px and " + std::to_string(h.local_crops_number) + " local crops of " +
+      std::to_string(h.local_crops_size) + " px (" + h.arch + ", patch " + std::to_string(h.patch_size) + ", out_dim " +
+      std::to_string(h.out_dim) + ", precision " +
+      model::PrecisionName(config_.precision(options_.bf16_supported)) + ") needs more; " + peak +
+      ". Lower train_scDINO.batch_size_per_gpu (more GPUs keep the global batch), "
+      "hyperparameters.local_crops_number or the crop sizes");
+}
+
 std::optional<LearningReport> Trainer::CheckLearning(int64_t epoch, int64_t it) {
   const bool numbered = (epoch + 1) % config_.train.saveckp_freq == 0 || it == total_;
   if (!options_.learning_check || !numbered || !coordinator_->is_rank_zero()) return std::nullopt;
@@ -264,8 +298,16 @@ StatusOr<TrainResult> Trainer::Run() {
     r = RunLoop();
   } catch (const StatusError& e) {
     r = e.status();
+  } catch (const c10::OutOfMemoryError& e) {
+    r = OutOfMemory(e.what_without_backtrace());
   } catch (const c10::Error& e) {
-    r = Status::Internal(e.what_without_backtrace());
+    const std::string what = e.what_without_backtrace();
+    // LibTorch 1.13's CPU allocator says it in a plain error.
+    const bool oom = what.find("DefaultCPUAllocator: can't allocate memory") != std::string::npos ||
+                     what.find("DefaultCPUAllocator: not enough memory") != std::string::npos;
+    r = oom ? OutOfMemory(what) : Status::Internal(what);
+  } catch (const std::bad_alloc&) {
+    r = OutOfMemory("std::bad_alloc");
   } catch (const std::exception& e) {
     r = Status::Internal(e.what());
   }

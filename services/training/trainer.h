@@ -168,6 +168,10 @@ class Trainer {
   /// safer settings (run::SaferSettings) for `verdict`; returns the
   /// iteration to go on from.
   StatusOr<int64_t> Rollback(const std::string& verdict, int64_t it);
+  /// Out of memory at the current iteration (`what`: the allocator's words):
+  /// InvalidArgument naming the batch, the crops, the model and the peak
+  /// memory, and what to lower (exit code 2: the config is the cure).
+  Status OutOfMemory(const std::string& what) const;
   /// Rank 0's model and optimizer state on every rank (after rank 0 alone
   /// loaded a rollback point); `tensors`: rank 0's [name, dtype, shape]s.
   Status TakeRankZeroState(const nlohmann::json& tensors);

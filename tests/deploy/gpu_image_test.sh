@@ -5,9 +5,10 @@
 #   - scripts/build-image.sh --cuda, cold or from the build cache;
 #   - what the image holds: the services linked against the CUDA LibTorch,
 #     no NVIDIA driver library (libcuda.so.1 is the host's, mounted at run
-#     time), the cuDNN stand-in and the label that says so; every binary
-#     starts, and --version shows LibTorch 2.6, CUDA and NCCL compiled in,
-#     the stand-in and no GPU;
+#     time), the cuDNN stand-in and the label that says so, InfiniBand's
+#     user space (rdma-core) for NCCL; every binary starts, and --version
+#     shows LibTorch 2.6, CUDA and NCCL compiled in, the stand-in and no
+#     GPU; a call into the stand-in aborts naming the function;
 #   - the unit tests (every GoogleTest suite, `ctest -L unit`) compiled
 #     against LibTorch 2.6 and run in the image's compiling stage, except
 #     the AnnData round trips (Debian 13 has no python3-anndata);
@@ -45,7 +46,8 @@ echo "ok: built $image in $(( $(date +%s) - start )) s"
 [ "$("$engine" image inspect --format '{{index .Labels "org.scdino.cudnn"}}' "$image")" = stub ] ||
   fail "the image's label org.scdino.cudnn does not say stub"
 held=$(run_in "$image" sh -c 'ls /usr/local/bin; find / -xdev -name "libcuda.so*" -not -path "/proc/*" 2>/dev/null;
-  readlink -f /usr/lib/x86_64-linux-gnu/libcudnn.so.9; dpkg-query -W -f="\${Package} \${Version}\n" nvidia-cudnn libtorch-cuda-2.6 libnccl2;
+  readlink -f /usr/lib/x86_64-linux-gnu/libcudnn.so.9;
+  dpkg-query -W -f="\${Package} \${Version}\n" nvidia-cudnn libtorch-cuda-2.6 libnccl2 libibverbs1 ibverbs-providers librdmacm1;
   cat /usr/local/share/scdino/cuda-architectures.txt; for p in gcc g++ cc nvcc cmake; do command -v $p; done' 2>&1)
 echo "$held"
 for b in scdino-trainer scdino-features scdino-eval scdino-preflight scdinoctl scdino-synth scdino-stats scdino-pack scdino-config scdino-export; do
@@ -57,13 +59,22 @@ grep -q "^nvidia-cudnn 9.0.0.312~cuda12+scdino.stub$" <<<"$held" || fail "the im
 grep -q "^libtorch-cuda-2.6 2.6" <<<"$held" && grep -q "^libnccl2 2.22" <<<"$held" || fail "not LibTorch 2.6 CUDA with NCCL 2.22"
 grep -q "sm_90" <<<"$held" || fail "no sm_90 (H100) code in libtorch_cuda.so"
 ! grep -qE "^/usr/bin/(gcc|g\+\+|cc|nvcc|cmake)$" <<<"$held" || fail "the runtime image holds a compiler or CMake"
+for p in libibverbs1 ibverbs-providers librdmacm1; do
+  grep -q "^$p " <<<"$held" || fail "the image lacks $p (NCCL's InfiniBand transport would fall back to sockets)"
+done
+# The stand-in exports what LibTorch imports so that it loads; were a call
+# ever to slip past the switch, it aborts naming the function.
+out=$(run_in "$image" python3 -c "import ctypes; ctypes.CDLL('libcudnn.so.9').cudnnCreate(None)" 2>&1); rc=$?
+[ "$rc" = 134 ] || fail "a call into the cuDNN stand-in exited $rc, expected 134 (abort): $out"
+grep -qF "cuDNN stand-in: cudnnCreate was called" <<<"$out" || fail "the stand-in's abort does not name cudnnCreate: $out"
+echo "ok: a call into the cuDNN stand-in aborts naming it"
 version=$(run_in "$image" scdino-trainer --version 2>&1)
 echo "$version"
-for want in "LibTorch 2.6" "CUDA 12.4 compiled in" "NCCL 2.22" "cuDNN: the image's stand-in" "GPUs visible: 0"; do
+for want in "LibTorch 2.6" "CUDA 12.4 compiled in" "NCCL 2.22" "cuDNN: the image's stand-in" "NVIDIA driver: none found" "GPUs visible: 0"; do
   grep -qF "$want" <<<"$version" || fail "scdino-trainer --version lacks '$want': $version"
 done
 run_in "$image" scdino-trainer --help >/dev/null 2>&1 || fail "scdino-trainer --help failed in the image"
-echo "ok: image holds the services (LibTorch 2.6 CUDA, NCCL 2.22, cuDNN stand-in labelled), no driver library, no compiler"
+echo "ok: image holds the services (LibTorch 2.6 CUDA, NCCL 2.22, cuDNN stand-in labelled, rdma-core), no driver library, no compiler"
 
 # The unit tests against LibTorch 2.6, in the compiling stage.
 shared=${SCDINO_SHARED_DIR:-$src/../shared}

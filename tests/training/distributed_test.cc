@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include <mutex>
 #include <thread>
 
 #include "model/dino.h"
@@ -156,6 +157,71 @@ TEST(Distributed, APeerThatNeverComesFailsWithinTheTimeout) {
               std::string::npos)
         << e.what();
   }
+}
+
+// NCCL work is waited on the GPU stream, never by the host; the watchdog
+// bounds it. A real all-reduce that never completes (rank 1 of two Gloo
+// ranks does not join it in time) is reported once, after the timeout and
+// not before; completed work is dropped without a word.
+TEST(CollectiveWatchdog, ACollectiveThatNeverCompletesIsReportedOnceAfterTheTimeout) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  DistributedOptions opts;
+  opts.timeout = std::chrono::seconds(60);  // Gloo's own: far later than the watchdog's
+  std::vector<std::shared_ptr<Collective>> colls(2);
+  {
+    std::vector<std::thread> make;
+    for (int64_t r = 0; r < 2; ++r) {
+      make.emplace_back([&, r] { colls[r] = Collective::Create(store, r, 2, opts, torch::kCPU); });
+    }
+    for (auto& t : make) t.join();
+  }
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>> reports;
+  const auto start = std::chrono::steady_clock::now();
+  CollectiveWatchdog watchdog(std::chrono::milliseconds(400), [&](const std::string& what) {
+    std::lock_guard<std::mutex> l(mu);
+    reports.emplace_back(what, std::chrono::steady_clock::now());
+  });
+  auto t0 = torch::ones({4});
+  auto work = colls[0]->AllReduceSumAsync(t0);
+  watchdog.Watch(work, "the step's exchange");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  {
+    std::lock_guard<std::mutex> l(mu);
+    ASSERT_EQ(reports.size(), 1u);
+    EXPECT_EQ(reports[0].first, "the step's exchange");
+    EXPECT_GE(reports[0].second - start, std::chrono::milliseconds(400));
+  }
+  EXPECT_FALSE(work->isCompleted());
+  EXPECT_EQ(watchdog.in_flight(), 0u);
+  // Rank 1 joins: both complete, and completed work is never reported.
+  auto t1 = torch::ones({4});
+  colls[1]->AllReduceSum(t1);
+  colls[0]->Wait(work);
+  EXPECT_TRUE(t0.equal(torch::full({4}, 2.0)));
+  auto t2 = torch::ones({4}), t3 = torch::ones({4});
+  std::thread other([&] { colls[1]->AllReduceSum(t3); });
+  auto done = colls[0]->AllReduceSumAsync(t2);
+  watchdog.Watch(done, "a finished all-reduce");
+  colls[0]->Wait(done);
+  other.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  std::lock_guard<std::mutex> l(mu);
+  EXPECT_EQ(reports.size(), 1u);
+}
+
+// The watchdog's reaction on a GPU: a line naming the rank, the collective,
+// the timeout and the lost peer, then exit code 9 (requeued by the batch
+// scripts).
+TEST(CollectiveWatchdog, ALostPeerEndsTheRankWithExitCodeNine) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto message = LostCollectiveMessage(1, 4, std::chrono::milliseconds(300000), "an all-reduce",
+                                             "lost contact with node2 (rank 3)");
+  EXPECT_EQ(message,
+            "rank 1 of 4: an all-reduce did not complete within 300000 ms (scdino.distributed_timeout_s): lost "
+            "contact with node2 (rank 3); exiting with 9 so that the job requeues and resumes from its last "
+            "complete checkpoint");
+  EXPECT_EXIT(ExitForLostPeer(message), ::testing::ExitedWithCode(9), "lost contact with node2 \\(rank 3\\)");
 }
 
 }  // namespace

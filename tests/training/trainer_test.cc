@@ -841,6 +841,33 @@ TEST(TrainerBinary, ExitCodesAndMessages) {
   EXPECT_NE(ReadFile(out)->find("has 2 channel(s)"), std::string::npos) << *ReadFile(out);
 }
 
+// A batch and crops that do not fit the device's memory end the run with
+// exit code 2 and what to lower: the batch, the crops, the peak memory
+// (here the CPU's allocator, held below the step's need by an address
+// space limit; a GPU's says "CUDA out of memory" the same way).
+TEST(TrainerBinary, OutOfMemoryExitsTwoNamingTheBatchTheCropsAndThePeak) {
+  if (scdino::testing::kSanitizedAllocator) GTEST_SKIP() << "a sanitizer's shadow memory needs more address space";
+  ScratchDir dir;
+  std::string yaml = With(TinyConfig(dir.path(), "oom"), "    global_crops_size: 16\n", "    global_crops_size: 2048\n");
+  yaml = With(yaml, "    patch_size: 8\n", "    patch_size: 16\n");
+  yaml = With(yaml, "    local_crops_size: 8\n", "    local_crops_size: 16\n");
+  std::ofstream(dir.file("oom.yaml")) << yaml;
+  const std::string out = dir.file("oom.txt");
+  // 10 GB of address space: room for LibTorch (a CUDA build's libraries
+  // too), not for the attention over 16,385 tokens (13 GB).
+  const std::string cmd = "ulimit -v 10000000; exec " + std::string(SCDINO_TRAINER_BIN) + " --config " +
+                          dir.file("oom.yaml") + " > " + out + " 2>&1";
+  const int rc = std::system(("bash -c '" + cmd + "'").c_str());
+  ASSERT_TRUE(WIFEXITED(rc)) << *ReadFile(out);
+  EXPECT_EQ(WEXITSTATUS(rc), 2) << *ReadFile(out);
+  const std::string said = *ReadFile(out);
+  for (const char* want : {"out of memory on cpu at iteration 0", "train_scDINO.batch_size_per_gpu 4",
+                           "2 global crops of 2048 px and 2 local crops of 16 px", "peak resident memory",
+                           "Lower train_scDINO.batch_size_per_gpu"}) {
+    EXPECT_NE(said.find(want), std::string::npos) << want << " in " << said;
+  }
+}
+
 // Preemption as Slurm does it (--signal=USR1@120, or SIGTERM at the time
 // limit): the trainer finishes its step, checkpoints and exits with 75; run
 // again, it resumes and ends with the weights of an uninterrupted run.
