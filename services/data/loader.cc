@@ -82,6 +82,19 @@ void FileLoader::StopWorkers() {
 }
 
 void FileLoader::StartEpoch(int64_t epoch, EpochStart start) {
+  const int64_t niter = sampler_.batches_per_epoch();
+  {
+    // The epoch that follows the one consumed to its end, from its start:
+    // what the workers already loaded of it is kept.
+    std::lock_guard<std::mutex> l(mu_);
+    if (started_ && epoch == epoch_ + 1 && start.batch == 0 && start.position < 0 && next_to_take_ == epoch * niter &&
+        epoch_indices_.count(epoch)) {
+      epoch_indices_.erase(epoch_);
+      epoch_ = epoch;
+      cv_.notify_all();
+      return;
+    }
+  }
   auto indices = sampler_.EpochIndices(epoch, start);
   if (block_capacity_ > 0) {
     std::vector<int64_t> sequence;
@@ -97,11 +110,13 @@ void FileLoader::StartEpoch(int64_t epoch, EpochStart start) {
     block_place_ = std::move(place);
   }
   std::lock_guard<std::mutex> l(mu_);
+  started_ = true;
   epoch_ = epoch;
-  epoch_indices_ = std::move(indices);
-  next_to_load_ = next_to_take_ = start.batch;
+  epoch_indices_.clear();
+  epoch_indices_[epoch] = std::move(indices);
+  next_to_load_ = next_to_take_ = epoch * niter + start.batch;
   ready_.clear();
-  ++generation_;  // batches still being loaded for the old epoch are dropped
+  ++generation_;  // batches still being loaded for the old order are dropped
   cv_.notify_all();
 }
 
@@ -194,7 +209,7 @@ FileLoader::RawBatch FileLoader::Load(const std::vector<int64_t>& indices) {
         b.error = img.status();
         return b;
       }
-      skipped_count_++;
+      ++b.skipped;
       std::lock_guard<std::mutex> l(cache_mu_);
       if (logged_bad_.insert(dataset_.entries[idx].path).second) {
         std::cerr << "scdino: skipping bad image: " << img.status().message() << "\n";
@@ -223,37 +238,44 @@ FileLoader::RawBatch FileLoader::Load(const std::vector<int64_t>& indices) {
     }
   }
   b.images = torch::stack(images);
-  // Page-locked memory makes the copy to a GPU asynchronous; done here, on
-  // the worker thread, rather than in the training loop.
-  if (device_.is_cuda()) b.images = b.images.pin_memory();
+  // For a GPU: in the upload's dtype, page-locked (the copy is then
+  // asynchronous), here on the worker thread rather than in the training loop.
+  if (device_.is_cuda()) b.images = b.images.to(options_.upload_dtype).pin_memory();
   return b;
 }
 
 void FileLoader::Worker() {
   at::set_num_threads(1);
+  const int64_t niter = sampler_.batches_per_epoch();
+  const int64_t bs = options_.sampler.batch_size;
   std::unique_lock<std::mutex> l(mu_);
   while (true) {
+    // Up to `prefetch` batches ahead of the one taken, into the next epoch.
     cv_.wait(l, [&] {
-      return stopping_ || (next_to_load_ < static_cast<int64_t>(sampler_.batches_per_epoch()) &&
-                           next_to_load_ < next_to_take_ + options_.prefetch && !epoch_indices_.empty());
+      return stopping_ ||
+             (started_ && next_to_load_ < next_to_take_ + options_.prefetch && next_to_load_ < (epoch_ + 2) * niter);
     });
     if (stopping_) return;
-    const int64_t k = next_to_load_++;
+    const int64_t key = next_to_load_++;
     const int64_t gen = generation_;
-    const int64_t epoch = epoch_;
-    const int64_t bs = options_.sampler.batch_size;
-    std::vector<int64_t> idx(epoch_indices_.begin() + k * bs, epoch_indices_.begin() + (k + 1) * bs);
+    const int64_t epoch = key / niter, k = key % niter;
+    if (!epoch_indices_.count(epoch)) epoch_indices_[epoch] = sampler_.EpochIndices(epoch, EpochStart(0));
+    const auto& order = epoch_indices_.at(epoch);
+    std::vector<int64_t> idx(order.begin() + k * bs, order.begin() + (k + 1) * bs);
     l.unlock();
     RawBatch b;
     // An exception must not leave a worker thread (std::terminate): it
     // becomes the batch's error, which Next() reports.
     try {
       b = Load(idx);
-      if (b.error.ok() && device_.is_cpu()) {
+      if (b.error.ok()) {
         // Not InferenceMode: the model's first layer saves the crops for
         // its backward pass, which inference tensors refuse.
-        torch::NoGradGuard no_grad;
-        b.crops = augmenter_.Apply(b.images, b.indices, epoch, b.sizes);
+        b.crops = StreamHandoff::Make(device_, [&] {
+          torch::NoGradGuard no_grad;
+          const auto images = device_.is_cpu() ? b.images : b.images.to(device_, /*non_blocking=*/true);
+          return augmenter_.Apply(images, b.indices, epoch, b.sizes);
+        });
         b.images = torch::Tensor();
       }
     } catch (const std::bad_alloc&) {
@@ -265,30 +287,28 @@ void FileLoader::Worker() {
                                  dataset_.entries[idx.front()].path + ") failed: " + e.what());
     }
     l.lock();
-    if (gen == generation_) ready_.emplace(k, std::move(b));
+    if (gen == generation_) ready_.emplace(key, std::move(b));
     cv_.notify_all();
   }
 }
 
 std::optional<MultiCropBatch> FileLoader::Next() {
   RawBatch raw;
-  int64_t epoch;
   {
     std::unique_lock<std::mutex> l(mu_);
-    if (next_to_take_ >= sampler_.batches_per_epoch()) return std::nullopt;
+    if (next_to_take_ >= (epoch_ + 1) * sampler_.batches_per_epoch()) return std::nullopt;
     const auto t0 = std::chrono::steady_clock::now();
     cv_.wait(l, [&] { return ready_.count(next_to_take_) > 0; });
     queue_wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     raw = std::move(ready_.at(next_to_take_));
     ready_.erase(next_to_take_);
     ++next_to_take_;
-    epoch = epoch_;
   }
   cv_.notify_all();
   ThrowIfError(raw.error);
+  skipped_count_ += raw.skipped;
   MultiCropBatch b;
-  b.crops = !raw.crops.empty() ? std::move(raw.crops)
-                                : augmenter_.Apply(raw.images.to(device_, /*non_blocking=*/true), raw.indices, epoch, raw.sizes);
+  b.crops = raw.crops.Take();
   std::vector<int64_t> labels;
   for (int64_t i : raw.indices) labels.push_back(dataset_.entries[i].label);
   b.labels = torch::tensor(labels, torch::kInt64);

@@ -1,10 +1,14 @@
 // The file loader: a MultiCropSource over an indexed data set. Background
 // threads read, decode and preprocess (channel selection, center crop,
 // min-max) the images of upcoming batches into a bounded prefetch queue,
-// optionally keeping decoded images in memory. On a CPU device the same
-// threads also augment each batch (the multi-crop views), in parallel with
-// each other and with the training step; for a GPU, Next() moves the batch
-// to the device and augments it there.
+// optionally keeping decoded images in memory, and cut each batch's
+// multi-crop views beside the training step: on the CPU, or for a GPU on a
+// side stream of their own, the images uploaded from page-locked memory
+// (float16 where the run trains in reduced precision: half the bytes) and
+// converted on the device; the step's stream waits for the crops on the
+// device, never the host (data/stream_handoff.h). The queue runs on across
+// an epoch's end: the next epoch's first batches are loaded while the last
+// ones train.
 #pragma once
 
 #include <atomic>
@@ -22,6 +26,7 @@
 #include "data/packed.h"
 #include "data/sampler.h"
 #include "data/batch_source.h"
+#include "data/stream_handoff.h"
 
 namespace scdino::data {
 
@@ -48,6 +53,10 @@ struct LoaderOptions {
   /// time instead (the same order; more, smaller reads). read_plan() says
   /// which, with the figures.
   int64_t block_cache_max_bytes = int64_t{2048} << 20;
+  /// What the images travel to a GPU as: float32, or float16 (half the
+  /// bytes; 11 significant bits, for runs whose model computes in bf16 or
+  /// fp16 anyway). Ignored on the CPU.
+  torch::ScalarType upload_dtype = torch::kFloat32;
 };
 
 /// Thread-safe towards its own workers; Next() and StartEpoch() are called
@@ -72,7 +81,7 @@ class FileLoader : public MultiCropSource {
   /// Seconds Next() has spent blocked on decoding so far (part of its wall
   /// time; the trainer times Next() as a whole): for benchmarks.
   double queue_wait_seconds() const { return queue_wait_seconds_; }
-  /// Images left out under kSkip so far.
+  /// Images left out under kSkip of the batches taken so far.
   int64_t skipped_images() const { return skipped_count_.load(); }
   const Dataset& dataset() const { return dataset_; }
   /// How a packed set is read: in blocks, with the most bytes they may hold,
@@ -86,7 +95,8 @@ class FileLoader : public MultiCropSource {
     torch::Tensor images;  // [b, C, Hmax, Wmax] padded
     std::vector<std::array<int64_t, 2>> sizes;
     std::vector<int64_t> indices;
-    std::vector<torch::Tensor> crops;  // augmented by the worker (CPU device)
+    StreamHandoff crops;   // cut by the worker, on the device
+    int64_t skipped = 0;   // bad images left out (kSkip)
     Status error;
   };
   void Worker();
@@ -102,10 +112,14 @@ class FileLoader : public MultiCropSource {
   torch::Device device_;
   int64_t channels_ = 0;
 
+  // Batches are keyed by epoch x batches_per_epoch + batch, so that the
+  // workers run on into the next epoch (its order from the sampler, as
+  // StartEpoch(epoch + 1) at its start would have it).
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<int64_t> epoch_indices_;
+  std::map<int64_t, std::vector<int64_t>> epoch_indices_;  // guarded by mu_: the current epoch's and the next's
   int64_t epoch_ = 0, next_to_load_ = 0, next_to_take_ = 0, generation_ = 0;
+  bool started_ = false;
   std::map<int64_t, RawBatch> ready_;
   bool stopping_ = false;
   std::vector<std::thread> workers_;

@@ -126,9 +126,24 @@ int main(int argc, char** argv) {
       }
     }
 
+    mine.ib_devices = InfinibandDevices();
     std::vector<SweepRow> sweep;
     std::shared_ptr<training::Collective> collective;
     std::string backend = "none (one rank)";
+    // Which network NCCL takes is in its own log (NCCL_DEBUG=INFO), into a
+    // file of this rank's, read after the sweep; a job that sets NCCL_DEBUG
+    // itself keeps its log where it wants it.
+    std::string nccl_log;
+    if (launch->world_size > 1 && device->device.is_cuda() && std::getenv("NCCL_DEBUG") == nullptr) {
+      const std::string dir = config.run_dir() + "/preflight-nccl";
+      if (MakeDirs(dir).ok()) {
+        nccl_log = dir + "/rank" + std::to_string(launch->rank) + ".log";
+        std::remove(nccl_log.c_str());
+        ::setenv("NCCL_DEBUG", "INFO", 1);
+        ::setenv("NCCL_DEBUG_SUBSYS", "INIT,NET", 1);
+        ::setenv("NCCL_DEBUG_FILE", nccl_log.c_str(), 1);
+      }
+    }
     if (launch->world_size > 1) {
       training::DistributedOptions dist;
       dist.timeout = timeout;
@@ -141,6 +156,11 @@ int main(int argc, char** argv) {
                                  t.seconds_per_size, device->device, StopSignalReceived);
       if (!rows.ok()) return Fail(rows.status());
       sweep = *rows;
+      if (!nccl_log.empty()) {
+        auto text = ReadFile(nccl_log);
+        mine.nccl_network = text.ok() ? NcclNetwork(*text) : "";
+        if (mine.nccl_network.empty()) mine.notes.push_back("NCCL's network not found in " + nccl_log);
+      }
     }
     auto all = GatherOnRankZero(**coordinator, mine);
     if (!all.ok()) return Fail(all.status());
@@ -148,6 +168,7 @@ int main(int argc, char** argv) {
     int64_t failed = 0;
     if (zero) {
       const auto failures = Judge(sweep, *all, t);
+      const auto warnings = FabricWarnings(*all);
       failed = static_cast<int64_t>(failures.size());
       if (!sweep.empty()) std::cout << SweepTable(sweep, launch->world_size, backend);
       for (const auto& r : *all) {
@@ -155,11 +176,13 @@ int main(int argc, char** argv) {
                   << " GB free in " << r.run_dir;
         if (r.reads) std::cout << "; read " << r.read.files << " data-set files at " << r.read.mbps() << " MB/s";
         if (!r.gpu.empty()) std::cout << "; bound to GPU " << r.gpu;
+        if (!r.nccl_network.empty()) std::cout << "; NCCL network " << r.nccl_network;
+        if (!r.ib_devices.empty()) std::cout << "; " << r.ib_devices.size() << " InfiniBand device(s)";
         if (r.gpu_free_gb >= 0) std::cout << "; GPU " << r.gpu_free_gb << " of " << r.gpu_total_gb << " GB free";
         for (const auto& n : r.notes) std::cout << "; " << n;
         std::cout << "\n";
       }
-      const auto report = Report(sweep, *all, failures, t, launch->world_size, backend);
+      const auto report = Report(sweep, *all, failures, t, launch->world_size, backend, warnings);
       if (json_path.empty()) json_path = config.run_dir() + "/preflight.json";
       if (prom_path.empty()) prom_path = config.run_dir() + "/preflight.prom";
       const char* job = std::getenv("SLURM_JOB_ID");
@@ -176,6 +199,7 @@ int main(int argc, char** argv) {
       }
       std::cerr << "; report " << json_path << "\n";
       for (const auto& f : failures) std::cerr << "scdino-preflight: FAILED: " << f << "\n";
+      for (const auto& w : warnings) std::cerr << "scdino-preflight: warning: " << w << "\n";
     }
     // Every rank ends with rank 0's verdict.
     if (collective) {

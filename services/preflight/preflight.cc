@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
 #include <sstream>
 
 #include <torch/cuda.h>
@@ -263,6 +265,8 @@ nlohmann::json ToJson(const RankChecks& c) {
                    {"gpu_free_gb", c.gpu_free_gb},
                    {"gpu_total_gb", c.gpu_total_gb},
                    {"ecc_errors", c.ecc_errors},
+                   {"nccl_network", c.nccl_network},
+                   {"ib_devices", c.ib_devices},
                    {"notes", c.notes}};
   if (c.reads) {
     j["read"] = {{"files", c.read.files},
@@ -290,6 +294,8 @@ RankChecks RankChecksFromJson(const nlohmann::json& j) {
   c.gpu_free_gb = j.value("gpu_free_gb", -1.0);
   c.gpu_total_gb = j.value("gpu_total_gb", -1.0);
   c.ecc_errors = j.value("ecc_errors", int64_t{-1});
+  c.nccl_network = j.value("nccl_network", std::string());
+  c.ib_devices = j.value("ib_devices", std::vector<std::string>{});
   c.notes = j.value("notes", std::vector<std::string>{});
   if (j.contains("read")) {
     c.reads = true;
@@ -354,9 +360,45 @@ std::vector<std::string> Judge(const std::vector<SweepRow>& sweep, const std::ve
   return failed;
 }
 
+std::string NcclNetwork(const std::string& nccl_log) {
+  static const std::regex kUsing(R"(NCCL INFO Using network (\S.*\S|\S)\s*$)");
+  std::string network;
+  std::istringstream in(nccl_log);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, kUsing)) network = m[1];
+  }
+  return network;
+}
+
+std::vector<std::string> InfinibandDevices(const std::string& dir) {
+  std::vector<std::string> devices;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) devices.push_back(e.path().filename().string());
+  std::sort(devices.begin(), devices.end());
+  return devices;
+}
+
+std::vector<std::string> FabricWarnings(const std::vector<RankChecks>& ranks) {
+  std::vector<std::string> warnings;
+  std::set<std::string> said;
+  for (const auto& r : ranks) {
+    if (r.nccl_network != "Socket" || r.ib_devices.empty() || !said.insert(r.node).second) continue;
+    std::string devices;
+    for (const auto& d : r.ib_devices) devices += (devices.empty() ? "" : ", ") + d;
+    warnings.push_back("node " + r.node + " has InfiniBand device(s) " + devices + " but NCCL uses TCP sockets (rank " +
+                       std::to_string(r.rank) + ": \"Using network Socket\"): its IB transport did not load; "
+                       "the image needs rdma-core's libibverbs (the GPU image has it), the container "
+                       "/dev/infiniband (Enroot's Mellanox hook mounts it where MELLANOX_VISIBLE_DEVICES is set, "
+                       "as in the GPU image), and NCCL_IB_DISABLE must be unset (docs/distributed.md#the-fabric)");
+  }
+  return warnings;
+}
+
 nlohmann::json Report(const std::vector<SweepRow>& sweep, const std::vector<RankChecks>& ranks,
                       const std::vector<std::string>& failures, const run::PreflightConfig& t, int64_t world_size,
-                      const std::string& backend) {
+                      const std::string& backend, const std::vector<std::string>& warnings) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : sweep) {
     rows.push_back({{"bytes", r.bytes},
@@ -369,6 +411,7 @@ nlohmann::json Report(const std::vector<SweepRow>& sweep, const std::vector<Rank
   for (const auto& r : ranks) per_rank.push_back(ToJson(r));
   return {{"passed", failures.empty()},
           {"failures", failures},
+          {"warnings", warnings},
           {"world_size", world_size},
           {"backend", backend},
           {"all_reduce", rows},

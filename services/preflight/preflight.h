@@ -95,8 +95,28 @@ struct RankChecks {
   double gpu_free_gb = -1.0;     ///< -1: no GPU
   double gpu_total_gb = -1.0;
   int64_t ecc_errors = -1;       ///< uncorrected, volatile (nvidia-smi); -1: not known
+  /// The network NCCL chose for this rank ("IB", "Socket", "AWS Libfabric",
+  /// ...: its "Using network" line, NcclNetwork); "" without NCCL or its log.
+  std::string nccl_network;
+  /// The node's InfiniBand devices (/sys/class/infiniband: mlx5_0, ...).
+  std::vector<std::string> ib_devices;
   std::vector<std::string> notes;
 };
+
+/// The network NCCL's log says it uses (the last "NCCL INFO Using network
+/// NAME" line of NCCL_DEBUG=INFO), "" when it says none.
+std::string NcclNetwork(const std::string& nccl_log);
+
+/// The InfiniBand devices under `dir` (the kernel's /sys/class/infiniband),
+/// sorted; none when it does not exist.
+std::vector<std::string> InfinibandDevices(const std::string& dir = "/sys/class/infiniband");
+
+/// Warnings, one per node, naming it: NCCL runs over TCP sockets on a node
+/// that has InfiniBand devices (NCCL falls back without an error when its
+/// IB transport does not load: no rdma-core in the image, no
+/// /dev/infiniband in the container, NCCL_IB_DISABLE), which costs most of
+/// the all-reduce's bandwidth.
+std::vector<std::string> FabricWarnings(const std::vector<RankChecks>& ranks);
 
 /// Free space (GB) of the file system holding `dir` (or its nearest
 /// existing parent); -1 when it cannot be asked.
@@ -121,10 +141,11 @@ RankChecks RankChecksFromJson(const nlohmann::json& j);
 std::vector<std::string> Judge(const std::vector<SweepRow>& sweep, const std::vector<RankChecks>& ranks,
                                const run::PreflightConfig& t);
 
-/// The whole report: configuration, sweep, every rank's checks, failures.
+/// The whole report: configuration, sweep, every rank's checks, failures
+/// and warnings (FabricWarnings).
 nlohmann::json Report(const std::vector<SweepRow>& sweep, const std::vector<RankChecks>& ranks,
                       const std::vector<std::string>& failures, const run::PreflightConfig& t, int64_t world_size,
-                      const std::string& backend);
+                      const std::string& backend, const std::vector<std::string>& warnings = {});
 
 /// Prometheus text exposition of the report (scdino_preflight_* gauges,
 /// labelled with the Slurm job `job`), for node_exporter's textfile

@@ -372,6 +372,8 @@ StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, 
   lo.cache_max_bytes = c.scdino.cache_max_mb << 20;
   lo.block_cache_max_bytes = c.scdino.block_cache_mb << 20;
   lo.on_bad_image = c.bad_image_policy();
+  // A model that computes in bf16 or fp16 sees no more than float16 holds.
+  lo.upload_dtype = c.precision() == model::Precision::kFp32 ? torch::kFloat32 : torch::kHalf;
   try {
     auto loader = std::make_unique<data::FileLoader>(std::move(dataset), lo, device);
     if (coordinator.is_rank_zero() && !loader->read_plan().empty()) {

@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
 
 #include "data/image_io.h"
 #include "data/synthetic.h"
@@ -158,28 +162,69 @@ TEST(FileLoader, AFailingReadingThreadBecomesAnErrorOfNext) {
   }
 }
 
-// The image cache stops growing at its bound; the images beyond it are read
-// again each epoch and the batches stay the same.
+// The image cache stops growing at its bound: the images it holds are read
+// once, those beyond it again each epoch (the loader runs on into the next
+// epoch, so counts beyond the first are not fixed), and the batches are
+// those of a loader without a cache.
 TEST(FileLoader, TheImageCacheIsBounded) {
   scdino::testing::ScratchDir dir;
   auto d = Write(dir.path(), 2, 4);
-  std::atomic<int> reads{0};
+  std::mutex mu;
+  std::map<std::string, int> reads;
   auto o = Options(1);
   o.cache = true;
   o.cache_max_bytes = 3 * 3 * 20 * 20 * 4;  // three images of 3 x 20 x 20 floats
   o.read = [&](const std::string& path, const ImagePrep& prep) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      ++reads[path];
+    }
+    return LoadImage(path, prep);
+  };
+  FileLoader cached(d, o), plain(d, Options(1));
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    const auto a = Epoch(cached, epoch), b = Epoch(plain, epoch);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].crops[0].equal(b[i].crops[0])) << "epoch " << epoch;
+  }
+  std::lock_guard<std::mutex> l(mu);
+  ASSERT_EQ(reads.size(), 8u);
+  int once = 0, again = 0;
+  for (const auto& [path, n] : reads) (n == 1 ? once : again) += n >= 1;
+  EXPECT_EQ(once, 3) << "the three images the bound holds are read once";
+  EXPECT_EQ(again, 5) << "the five beyond it are read each epoch";
+}
+
+// The queue runs on across an epoch's end: the next epoch's first batches
+// are read while the last ones of this epoch are taken, and they are the
+// batches that epoch has when started afresh (a resume).
+TEST(FileLoader, TheNextEpochsBatchesAreLoadedAheadAndAreThatEpochs) {
+  scdino::testing::ScratchDir dir;
+  auto d = Write(dir.path(), 2, 8);
+  std::atomic<int> reads{0};
+  auto o = Options(2);
+  o.read = [&](const std::string& path, const ImagePrep& prep) {
     ++reads;
     return LoadImage(path, prep);
   };
-  FileLoader loader(d, o);
-  std::vector<torch::Tensor> first, second;
-  for (int epoch = 0; epoch < 2; ++epoch) {
-    loader.StartEpoch(0, 0);
-    while (auto b = loader.Next()) (epoch == 0 ? first : second).push_back(b->crops[0]);
+  FileLoader ahead(d, o);
+  ahead.StartEpoch(0, 0);
+  std::vector<MultiCropBatch> first;
+  while (auto b = ahead.Next()) first.push_back(*b);
+  // The epoch is over; the workers go on into epoch 1 without a call.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (reads.load() < 16 + 4 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  ASSERT_EQ(first.size(), second.size());
-  for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(first[i].equal(second[i]));
-  EXPECT_EQ(reads.load(), 8 + (8 - 3)) << "all 8 read once, the 5 beyond the bound again";
+  EXPECT_GE(reads.load(), 16 + 4) << "no batch of epoch 1 was loaded ahead";
+  const auto second = Epoch(ahead, 1);
+  FileLoader fresh(d, Options(2));
+  const auto want = Epoch(fresh, 1);
+  ASSERT_EQ(second.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(second[i].indices.equal(want[i].indices)) << "batch " << i;
+    for (size_t c = 0; c < want[i].crops.size(); ++c) EXPECT_TRUE(second[i].crops[c].equal(want[i].crops[c]));
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -250,6 +251,73 @@ TEST(Judge, OneGpuPerTaskPassesASharedOrMissingOneIsNamed) {
     c.gpu = "";
   }
   EXPECT_EQ(Judge({}, cpu, t), std::vector<std::string>{});
+}
+
+// NCCL's own words (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,NET, as NCCL
+// 2.18-2.22 write them): which network it took. On a node whose IB
+// transport did not load, NET/IB finds no device and NCCL takes sockets.
+const char* kNcclOverIb =
+    "gpu01:1041:1041 [0] NCCL INFO Bootstrap : Using ib0:10.10.0.11<0>\n"
+    "gpu01:1041:1041 [0] NCCL INFO NCCL version 2.22.3+cuda12.4\n"
+    "gpu01:1041:1098 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ib0:10.10.0.11<0>\n"
+    "gpu01:1041:1098 [0] NCCL INFO Using network IB\n"
+    "gpu01:1041:1098 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0\n";
+const char* kNcclFellBackToSockets =
+    "gpu02:2203:2203 [0] NCCL INFO Bootstrap : Using ib0:10.10.0.12<0>\n"
+    "gpu02:2203:2203 [0] NCCL INFO NCCL version 2.22.3+cuda12.4\n"
+    "gpu02:2203:2260 [0] NCCL INFO Failed to open libibverbs.so[.1]\n"
+    "gpu02:2203:2260 [0] NCCL INFO NET/Socket : Using [0]ib0:10.10.0.12<0> [1]eth0:192.168.1.12<0>\n"
+    "gpu02:2203:2260 [0] NCCL INFO Using network Socket\n"
+    "gpu02:2203:2260 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/Socket/0\n";
+const char* kNcclOverEfa =
+    "p5-1:3101:3101 [0] NCCL INFO NET/OFI Using aws-ofi-nccl 1.9.1\n"
+    "p5-1:3101:3101 [0] NCCL INFO NET/OFI Selected Provider is efa (found 32 nics)\n"
+    "p5-1:3101:3101 [0] NCCL INFO Using network Libfabric\n";
+
+TEST(NcclNetwork, ReadsTheNetworkNcclTookFromItsLog) {
+  EXPECT_EQ(NcclNetwork(kNcclOverIb), "IB");
+  EXPECT_EQ(NcclNetwork(kNcclFellBackToSockets), "Socket");
+  EXPECT_EQ(NcclNetwork(kNcclOverEfa), "Libfabric");
+  EXPECT_EQ(NcclNetwork("gpu01:1:1 [0] NCCL INFO Using network AWS Libfabric\r\n"), "AWS Libfabric");
+  EXPECT_EQ(NcclNetwork(""), "");
+  EXPECT_EQ(NcclNetwork("gpu01:1041:1041 [0] NCCL INFO NCCL version 2.22.3+cuda12.4\n"), "");
+}
+
+TEST(InfinibandDevices, ListsTheKernelsDevicesOrNone) {
+  scdino::testing::ScratchDir dir;
+  for (const char* d : {"mlx5_1", "mlx5_0"}) std::filesystem::create_directories(dir.path() + "/ib/" + d);
+  EXPECT_EQ(InfinibandDevices(dir.path() + "/ib"), (std::vector<std::string>{"mlx5_0", "mlx5_1"}));
+  EXPECT_TRUE(InfinibandDevices(dir.path() + "/absent").empty());
+}
+
+// A node with InfiniBand devices whose NCCL took sockets is named, once,
+// whatever its rank count; IB, EFA and a node without IB devices are not.
+TEST(FabricWarnings, NameTheNodeWhoseNcclFellBackToSocketsBesideInfiniband) {
+  auto rank = [](const std::string& node, int64_t r, const char* log, std::vector<std::string> ib) {
+    RankChecks c;
+    c.node = node;
+    c.rank = r;
+    c.nccl_network = NcclNetwork(log);
+    c.ib_devices = std::move(ib);
+    return c;
+  };
+  const std::vector<std::string> ib{"mlx5_0", "mlx5_1"};
+  const std::vector<RankChecks> ranks{rank("gpu01", 0, kNcclOverIb, ib), rank("gpu01", 1, kNcclOverIb, ib),
+                                      rank("gpu02", 2, kNcclFellBackToSockets, ib),
+                                      rank("gpu02", 3, kNcclFellBackToSockets, ib),
+                                      rank("cpu07", 4, kNcclFellBackToSockets, {}), rank("p5-1", 5, kNcclOverEfa, {})};
+  const auto w = FabricWarnings(ranks);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("node gpu02 has InfiniBand device(s) mlx5_0, mlx5_1 but NCCL uses TCP sockets (rank 2"),
+            std::string::npos)
+      << w[0];
+  EXPECT_NE(w[0].find("rdma-core"), std::string::npos) << w[0];
+  // The warning reaches the report, beside a pass.
+  const auto report = Report({}, ranks, {}, run::PreflightConfig{}, 6, "nccl", w);
+  EXPECT_TRUE(report.at("passed").get<bool>());
+  EXPECT_EQ(report.at("warnings").size(), 1u);
+  EXPECT_EQ(RankChecksFromJson(ToJson(ranks[2])).nccl_network, "Socket");
+  EXPECT_EQ(RankChecksFromJson(ToJson(ranks[2])).ib_devices, ib);
 }
 
 }  // namespace
