@@ -2,11 +2,15 @@
 // (TIFF decode, channel selection, min-max, resize, normalisation, batched
 // ViT forward, L2 normalisation, shard and output files) on a generated data
 // set of synthetic cells, with a randomly initialised backbone. Prints one
-// JSON line.
+// JSON line. The cells are --image-size px (0: the model's --size, so that
+// no resize happens, scDINO's feature step at 224 px; 50: the seeds' cells,
+// resized to --size as scdino-features does). --precision bf16 runs the
+// forward under autocast (what scdino-features does on a GPU).
 //
 //   scdino-bench-features [--arch vit_small] [--patch 16] [--channels 5]
-//     [--size 224] [--images 64] [--batch 32] [--loaders 2] [--threads 0]
-//     [--device cpu|cuda] [--dir /tmp/scdino-bench-features]
+//     [--size 224] [--image-size 0] [--images 64] [--batch 32] [--loaders 2]
+//     [--threads 0] [--device cpu|cuda] [--precision fp32|bf16|fp16]
+//     [--dir /tmp/scdino-bench-features]
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -26,7 +30,8 @@ int main(int argc, char** argv) {
   const scdino::bench::Flags a(argc, argv, "scdino-bench-features", "Images/s of feature extraction from TIFF files (docs/performance.md).",
                                {{"arch", "vit_small"}, {"patch", "16"}, {"channels", "5"}, {"size", "224"},
                                 {"images", "64"}, {"batch", "32"}, {"loaders", "2"}, {"threads", "0"},
-                                {"device", "cpu"}, {"dir", "/tmp/scdino-bench-features"}});
+                                {"device", "cpu"}, {"dir", "/tmp/scdino-bench-features"}, {"image-size", "0"},
+                                {"precision", "fp32"}});
   auto num = [&](const char* k) { return a.num(k); };
   const int threads = scdino::run::ConfigureCpu(num("threads"));
   torch::Device device = a.str("device") == "cuda" ? torch::kCUDA : torch::kCPU;
@@ -39,7 +44,7 @@ int main(int argc, char** argv) {
   so.classes = 4;
   so.per_class = (num("images") + 3) / 4;
   so.channels = num("channels");
-  so.size = num("size");
+  so.size = num("image-size") > 0 ? num("image-size") : num("size");
   auto set = scdino::data::MakeSyntheticSet(so);
   for (int64_t i = 0; i < set.images.size(0); ++i) {
     const std::string cls = dir + "/data/" + set.class_names[set.labels[i].item<int64_t>()];
@@ -71,6 +76,7 @@ int main(int argc, char** argv) {
   eo.threads = static_cast<int>(num("loaders"));
   eo.shard_size = 4096;
   eo.device = device;
+  eo.precision = scdino::model::ParsePrecision(a.str("precision")).value();
   auto r = scdino::features::ExtractFeatures(job, eo);
   if (!r.ok()) {
     std::cerr << r.status().ToString() << "\n";
@@ -81,6 +87,8 @@ int main(int argc, char** argv) {
                         {"patch", num("patch")},
                         {"channels", num("channels")},
                         {"size", num("size")},
+                        {"image_size", so.size},
+                        {"precision", a.str("precision")},
                         {"images", r->images_written},
                         {"batch", num("batch")},
                         {"device", a.str("device")},

@@ -15,14 +15,14 @@
 //     [--device cpu|cuda] [--precision fp32|bf16|fp16] [--flops-per-cycle 32]
 //     [--peak-tflops 989] [--profile TRACE.json] [--cpu-gemm 1]
 //     [--fused-attention 1] [--count-steps 1] [--ops-detail 0]
-//     [--trainer 0] [--image-size 50] [--ranks 1] [--data DIR]
+//     [--trainer 0] [--image-size 50] [--ranks 1] [--data DIR] [--loaders 2]
 // Two steps are measured:
 // - --trainer 0: Dino::Step alone, on random crops made once;
 // - --trainer 1: the trainer's own step (training::Trainer): the file loader
 //   over TIFF cells of --image-size px (written into a scratch directory,
-//   or read from --data), the crops, the DINO step, the lagged read of its
-//   values; --ranks N runs N ranks as threads over Gloo, so the step's
-//   exchange and the gradient all-reduce are in it.
+//   or read from --data; --loaders reading threads), the crops, the DINO
+//   step, the lagged read of its values; --ranks N runs N ranks as threads
+//   over Gloo, so the step's exchange and the gradient all-reduce are in it.
 // --count-steps N counts N more steps (model/op_count.h): every operator
 // call the dispatcher records (aten_ops_per_step, the same scopes as
 // torch.profiler) and the host synchronisations (host_syncs_per_step);
@@ -54,6 +54,7 @@
 
 #include "bench/bench_flags.h"
 #include "common/files.h"
+#include "common/torch_compat.h"
 #include "data/image_io.h"
 #include "data/synthetic.h"
 #include "model/cpu_gemm.h"
@@ -188,7 +189,7 @@ int TrainerStep(const scdino::bench::Flags& a, int threads) {
   const std::string yaml = "meta:\n  name_of_run: bench\n  output_dir: " + out_dir + "\n  dataset_dir: " + data +
                            "\n  seed: 1\n  selected_channel_combination_per_run: [" + channels +
                            "]\ntrain_scDINO:\n  epochs: 1\n  saveckp_freq: 1\n  batch_size_per_gpu: " +
-                           std::to_string(B) + "\n  num_workers: 2\n  hyperparameters:\n    arch: " + a.str("arch") +
+                           std::to_string(B) + "\n  num_workers: " + std::to_string(num("loaders")) + "\n  hyperparameters:\n    arch: " + a.str("arch") +
                            "\n    patch_size: " + std::to_string(num("patch")) +
                            (num("depth") > 0 ? "\n    depth: " + std::to_string(num("depth")) : std::string()) +
                            "\n    global_crops_size: " + std::to_string(num("global")) +
@@ -294,7 +295,7 @@ int main(int argc, char** argv) {
                                 {"flops-per-cycle", "32"}, {"peak-tflops", "989"}, {"profile", ""}, {"cpu-gemm", "1"},
                                 {"precision", "fp32"}, {"fused-attention", "1"}, {"count-steps", "1"},
                                 {"ops-detail", "0"}, {"trainer", "0"}, {"image-size", "50"}, {"ranks", "1"},
-                                {"data", ""}});
+                                {"data", ""}, {"loaders", "2"}});
   auto num = [&](const char* k) { return a.num(k); };
   // --cpu-gemm 0: LibTorch's own ops (scdino.cpu_gemm: false).
   const int threads = scdino::run::ConfigureCpu(num("threads"), num("cpu-gemm") != 0);
@@ -368,6 +369,19 @@ int main(int argc, char** argv) {
                       {"gflop_per_image", flops / 1e9},
                       {"achieved_gflops", achieved / 1e9}};
   if (num("count-steps") > 0) PutCounts(r, counts, num("count-steps"), false, num("ops-detail") > 0);
+  {
+    // What SDPA takes for the global crops' attention, in the step's dtype.
+    const int64_t heads = o.vit.num_heads(), d = o.vit.embed_dim() / heads;
+    const int64_t tokens = (num("global") / num("patch")) * (num("global") / num("patch")) + 1;
+    const auto dtype = o.precision == scdino::model::Precision::kBf16   ? torch::kBFloat16
+                       : o.precision == scdino::model::Precision::kFp16 ? torch::kHalf
+                                                                        : torch::kFloat32;
+    const auto q = torch::zeros({2 * B, heads, tokens, d}, torch::TensorOptions(dtype).device(device));
+    r["attention"] = device.is_cuda() ? scdino::compat::SdpaBackend(q, q, q, std::pow(static_cast<double>(d), -0.5))
+                                      : std::string(scdino::model::HasPairGemm()
+                                                        ? "scdino's CPU attention (per-head products)"
+                                                        : "tensor ops (matmul, softmax)");
+  }
   if (device.is_cuda()) {
     const double peak = static_cast<double>(num("peak-tflops")) * 1e12;
     r["peak_gflops"] = peak / 1e9;

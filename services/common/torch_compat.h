@@ -7,8 +7,9 @@
 // - autocast: 2.4 replaced the per-device setters (set_enabled,
 //   set_cpu_enabled, ...) with ones taking the device type (model/precision).
 // - scaled_dot_product_attention: 2.0 added the fused attention (flash and
-//   memory-efficient kernels on CUDA), 2.1 its `scale` argument
-//   (model/attention_core).
+//   memory-efficient kernels on CUDA), 2.1 its `scale` argument and the
+//   choice it makes, _fused_sdp_choice (model/attention_core, the step
+//   benchmark).
 // - _fused_adamw_: the fused AdamW, on CUDA from 2.1, on the CPU from 2.4
 //   (model/optim).
 // - SDPA's cuDNN backend and its switch: 2.4 (run/environment).
@@ -142,6 +143,24 @@ inline void FusedAdamW(std::vector<torch::Tensor>& params, std::vector<torch::Te
   (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)steps, (void)lr, (void)beta1, (void)beta2,
       (void)eps, (void)found_inf;
   TORCH_CHECK(false, "the fused AdamW needs LibTorch 2.1 or later; this is ", TORCH_VERSION);
+#endif
+}
+
+/// The kernel scaled_dot_product_attention takes for these inputs here:
+/// "flash", "memory-efficient", "cuDNN", "math" (2.1+); where the LibTorch
+/// has no SDPA, says so.
+inline std::string SdpaBackend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale) {
+#if SCDINO_TORCH_AT_LEAST(2, 1)
+  switch (at::_fused_sdp_choice(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/false, scale)) {
+    case 0: return "math";
+    case 1: return "flash";
+    case 2: return "memory-efficient";
+    case 3: return "cuDNN";
+    default: return "other";
+  }
+#else
+  (void)q, (void)k, (void)v, (void)scale;
+  return std::string("none (LibTorch ") + TORCH_VERSION + " has no SDPA)";
 #endif
 }
 

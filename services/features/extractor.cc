@@ -292,11 +292,21 @@ StatusOr<ExtractResult> ExtractFeatures(const ExtractJob& job, const ExtractOpti
         result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
         return result;
       }
-      auto cls = Embed(job.backbone, batch->to(o.device, /*non_blocking=*/true));
-      out.push_back(cls.to(torch::kCPU, torch::kFloat32));
+      torch::Tensor cls;
+      {
+        model::AutocastGuard autocast(o.device, o.precision);
+        cls = Embed(job.backbone, batch->to(o.device, /*non_blocking=*/true));
+      }
+      // Back to page-locked memory without waiting: the shard's write below
+      // waits once for all of its batches.
+      out.push_back(o.device.is_cuda()
+                        ? cls.to(torch::kFloat32).to(torch::TensorOptions().device(torch::kCPU).pinned_memory(true),
+                                                     /*non_blocking=*/true)
+                        : cls.to(torch::kFloat32));
       result.images_written += batch->size(0);
       if (o.on_progress) o.on_progress(done_before + std::min(count, (b + 1) * o.batch_size), n);
     }
+    if (o.device.is_cuda()) torch::cuda::synchronize();
     const std::string base = shard_dir + "/" + ShardName(first, count);
     if (auto st = WriteNpy(base + ".npy", torch::cat(out)); !st.ok()) return st;
     json manifest = {{"first", first}, {"count", count}, {"fingerprint", fingerprint}, {"rank", o.rank}};

@@ -19,6 +19,7 @@
 #include "data/dataset.h"
 #include "data/split.h"
 #include "features/backbone.h"
+#include "model/precision.h"
 #include "run/coordinator.h"
 
 namespace scdino::features {
@@ -57,6 +58,9 @@ struct ExtractOptions {
   /// (a rank that died; a rerun resumes).
   std::chrono::milliseconds wait_timeout{std::chrono::minutes(5)};
   torch::Device device = torch::kCPU;
+  /// The forward's autocast on a GPU (bf16, fp16); fp32 on the CPU. The
+  /// features are float32 whatever it is.
+  model::Precision precision = model::Precision::kFp32;
   /// Rank 0's control channel (pause, resume, stop); null on other ranks.
   RunControl* control = nullptr;
   /// How the ranks meet: rank 0 publishes its control requests, the others

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "run/environment.h"
 #include "run/source.h"
 
 namespace scdino::features {
@@ -100,6 +101,14 @@ ExtractOptions ExtractOptionsFor(const run::RunConfig& config, const run::Launch
   ExtractOptions eo;
   eo.out_dir = config.features_dir(name);
   eo.batch_size = down.features_batch_size_per_gpu;
+  // A GPU's own batch (scDINO's 24 leaves it idle between launches) and
+  // half-precision arithmetic, unless the config says otherwise.
+  if (device.is_cuda()) {
+    if (!config.given_keys.count("downstream_analyses.compute_cls_features.batch_size_per_gpu")) {
+      eo.batch_size = kGpuFeaturesBatch;
+    }
+    eo.precision = run::DeviceSupportsBf16(device) ? model::Precision::kBf16 : model::Precision::kFp16;
+  }
   eo.threads = static_cast<int>(std::max<int64_t>(1, down.features_num_workers));
   eo.shard_size = config.scdino.features.shard_size;
   eo.normalize = down.normalize;

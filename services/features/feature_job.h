@@ -48,10 +48,15 @@ std::string FeaturesName(const std::string& checkpoint);
 StatusOr<Backbone> BackboneFor(const run::RunConfig& config, const std::string& checkpoint, const std::string& key,
                                const FeaturePrep& prep, torch::Device device);
 
+/// The features' batch on a GPU where the config does not set
+/// downstream_analyses.compute_cls_features.batch_size_per_gpu.
+constexpr int64_t kGpuFeaturesBatch = 256;
+
 /// ExtractOptions from the config (batch, decoding threads, shard size,
 /// normalisation, raw, timeouts) for this launch, writing to
-/// config.features_dir(name). The caller adds control, coordinator, stops
-/// and progress.
+/// config.features_dir(name); on a GPU, kGpuFeaturesBatch unless the config
+/// sets the batch, and bf16 autocast (fp16 before compute capability 8.0).
+/// The caller adds control, coordinator, stops and progress.
 ExtractOptions ExtractOptionsFor(const run::RunConfig& config, const run::LaunchInfo& launch, const std::string& name,
                                  torch::Device device);
 
