@@ -135,6 +135,7 @@ void PutCounts(nlohmann::json& r, const scdino::model::OpCounter::Counts& c, int
   r["training_thread_ops_per_step"] = static_cast<double>(c.ops - c.other_thread_ops) / steps;
   r["other_thread_ops_per_step"] = static_cast<double>(c.other_thread_ops) / steps;
   r["other_thread_syncs_per_step"] = static_cast<double>(c.other_thread_syncs) / steps;
+  r["aten_ops_per_step_without_cpu_bmm_loop"] = static_cast<double>(ops - c.inside_cpu_bmm) / steps;
   r["host_syncs_by_name"] = c.syncs_by_name;
   if (detail) r["ops_by_name"] = c.by_name;
 }

@@ -10,6 +10,17 @@ namespace {
 constexpr const char* kHostWait = "scdino::host_wait";
 
 std::atomic<OpCounter*> g_counter{nullptr};
+// Depth of aten::bmm / aten::baddbmm calls on this thread.
+thread_local int t_bmm_depth = 0;
+
+bool CpuBmm(const at::RecordFunction& fn) {
+  const char* name = fn.name();
+  if (std::strcmp(name, "aten::bmm") != 0 && std::strcmp(name, "aten::baddbmm") != 0) return false;
+  const auto in = fn.inputs();
+  return !in.empty() && in[0].isTensor() && in[0].toTensor().device().is_cpu();
+}
+
+struct BmmContext : at::ObserverContext {};
 // aten::copy_(self, src, non_blocking) from a device into CPU memory.
 bool BlockingCopyToCpu(const at::RecordFunction& fn) {
   const auto in = fn.inputs();
@@ -27,7 +38,12 @@ OpCounter::OpCounter() : owner_(std::this_thread::get_id()) {
       at::RecordFunctionCallback(
           [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
             if (OpCounter* c = g_counter.load()) c->Record(fn);
-            return nullptr;
+            if (!CpuBmm(fn)) return nullptr;
+            ++t_bmm_depth;
+            return std::make_unique<BmmContext>();
+          },
+          [](const at::RecordFunction&, at::ObserverContext* ctx) {
+            if (ctx != nullptr) --t_bmm_depth;
           })
           .needsInputs(true));
 }
@@ -49,6 +65,7 @@ void OpCounter::Record(const at::RecordFunction& fn) {
   std::lock_guard<std::mutex> l(mu_);
   ++counts_.ops;
   ++counts_.by_name[name];
+  if (t_bmm_depth > 0) ++counts_.inside_cpu_bmm;
   if (other_thread) ++counts_.other_thread_ops;
   if (sync) {
     ++counts_.host_syncs;

@@ -35,6 +35,11 @@ class OpCounter {
     /// created the counter (a loader's prefetch threads, other ranks run as
     /// threads).
     int64_t other_thread_ops = 0, other_thread_syncs = 0;
+    /// Of `ops`: the calls LibTorch's CPU bmm makes inside itself (without
+    /// MKL it loops over the matrices of a batch: a select, as_strided and
+    /// resolve_conj for each), which a GPU's one bmm call does not. The
+    /// same correction bench/python_train_step.py makes of PyTorch's count.
+    int64_t inside_cpu_bmm = 0;
     std::map<std::string, int64_t> by_name;  ///< calls per name (all threads)
     std::map<std::string, int64_t> syncs_by_name;
   };

@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
     mine.tasks_on_node = launch->local_world_size;
     mine.node = ThisHostName();
     mine.device = device->device.str();
+    mine.device_why = device->why;
     mine.run_dir = config.run_dir();
     mine.free_gb = FreeGigabytes(mine.run_dir);
     CheckGpu(device->device, nvidia_smi, &mine);
@@ -172,7 +173,8 @@ int main(int argc, char** argv) {
       failed = static_cast<int64_t>(failures.size());
       if (!sweep.empty()) std::cout << SweepTable(sweep, launch->world_size, backend);
       for (const auto& r : *all) {
-        std::cout << "# rank " << r.rank << " on " << r.node << " (" << r.device << "): " << r.free_gb
+        std::cout << "# rank " << r.rank << " on " << r.node << " (" << r.device
+                  << (r.device_why.empty() ? "" : ": " + r.device_why) << "): " << r.free_gb
                   << " GB free in " << r.run_dir;
         if (r.reads) std::cout << "; read " << r.read.files << " data-set files at " << r.read.mbps() << " MB/s";
         if (!r.gpu.empty()) std::cout << "; bound to GPU " << r.gpu;

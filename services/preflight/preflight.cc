@@ -255,6 +255,7 @@ nlohmann::json ToJson(const RankChecks& c) {
                    {"local_rank", c.local_rank},
                    {"node", c.node},
                    {"device", c.device},
+                   {"device_why", c.device_why},
                    {"run_dir", c.run_dir},
                    {"free_gb", c.free_gb},
                    {"gpus_visible", c.gpus_visible},
@@ -294,6 +295,7 @@ RankChecks RankChecksFromJson(const nlohmann::json& j) {
   c.gpu_free_gb = j.value("gpu_free_gb", -1.0);
   c.gpu_total_gb = j.value("gpu_total_gb", -1.0);
   c.ecc_errors = j.value("ecc_errors", int64_t{-1});
+  c.device_why = j.value("device_why", std::string());
   c.nccl_network = j.value("nccl_network", std::string());
   c.ib_devices = j.value("ib_devices", std::vector<std::string>{});
   c.notes = j.value("notes", std::vector<std::string>{});

@@ -80,6 +80,7 @@ struct RankChecks {
   int64_t local_rank = 0;
   std::string node;
   std::string device;            ///< "cpu" or "cuda:N"
+  std::string device_why;        ///< why (run::PickDevice): the key, the binding
   double free_gb = 0.0;          ///< run directory
   std::string run_dir;
   bool reads = false;            ///< this rank read the node's sample (local rank 0)

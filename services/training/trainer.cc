@@ -196,6 +196,8 @@ StatusOr<int64_t> Trainer::Rollback(const std::string& verdict, int64_t it) {
   collapse_ = from_start ? "" : "healthy";
   interval_health_ = model::HealthAverage();
   interval_loss_ = 0.0;
+  interval_steps_ = 0;
+  interval_seconds_ = interval_data_wait_ = 0.0;
   epoch_log_.Reset();
   result_.recoveries = recoveries_;
   // A restart now goes on from here, with these settings.
@@ -557,8 +559,12 @@ Status Trainer::EndOfInterval(int64_t it, const StepReport& last) {
   h.steps = interval_health_.steps();
   h.health = interval_health_.Mean();
   h.loss = h.steps > 0 ? interval_loss_ / static_cast<double>(h.steps) : last.loss;
+  const double step_s = interval_steps_ > 0 ? interval_seconds_ / static_cast<double>(interval_steps_) : 0.0;
+  const double data_share = interval_seconds_ > 0 ? interval_data_wait_ / interval_seconds_ : 0.0;
   interval_health_ = model::HealthAverage();
   interval_loss_ = 0.0;
+  interval_steps_ = 0;
+  interval_seconds_ = interval_data_wait_ = 0.0;
   // A fresh network's outputs are near-identical for every image, which
   // reads as a one-hot collapse: the verdict starts with the second epoch.
   Status stop;
@@ -594,15 +600,17 @@ Status Trainer::EndOfInterval(int64_t it, const StepReport& last) {
   reporter_.Health(h);
   if (options_.on_health) options_.on_health(h);
   if (options_.progress && coordinator_->is_rank_zero()) {
-    char buf[512];
+    char buf[640];
     std::snprintf(buf, sizeof buf,
                   "scdino-trainer: epoch %lld/%lld iteration %lld/%lld loss %.4f lr %.3g | teacher entropy %.3f "
-                  "(%.2f of ln K), KL %.3f, batch entropy %.3f, center norm %.3g, CLS std %.3g | %s",
+                  "(%.2f of ln K), KL %.3f, batch entropy %.3f, center norm %.3g, CLS std %.3g | %s | %.3f s a step, "
+                  "data wait %.0f%%",
                   static_cast<long long>(last.epoch + 1), static_cast<long long>(config_.train.epochs),
                   static_cast<long long>(it), static_cast<long long>(total_), h.loss, last.lr,
                   h.health.teacher_entropy, h.health.teacher_entropy_ratio, h.health.student_teacher_kl,
                   h.health.teacher_batch_entropy, h.health.center_norm, h.health.backbone_cls_std,
-                  h.collapse.empty() ? "not judged in the first epoch" : h.collapse.c_str());
+                  h.collapse.empty() ? "not judged in the first epoch" : h.collapse.c_str(), step_s,
+                  100.0 * data_share);
     *options_.progress << buf << std::endl;
   }
   return stop;
@@ -738,6 +746,9 @@ StatusOr<TrainResult> Trainer::RunLoop() {
         interval_health_.Add(report->health);
         interval_loss_ += report->loss;
       }
+      ++interval_steps_;
+      interval_seconds_ += report->step_seconds;
+      interval_data_wait_ += report->data_wait_seconds;
       // Intervals count from the start of each epoch, which ends one.
       const Status collapsed =
           (it % niter_) % config_.scdino.log_every == 0 ? EndOfInterval(it, *report) : Status::Ok();

@@ -195,6 +195,10 @@ class Trainer {
   EpochLog epoch_log_;
   model::HealthAverage interval_health_;
   double interval_loss_ = 0.0;
+  /// The interval's steps, their time and their wait for data (every step,
+  /// skipped ones too), for the progress line.
+  int64_t interval_steps_ = 0;
+  double interval_seconds_ = 0.0, interval_data_wait_ = 0.0;
   std::string collapse_;  ///< the last verdict ("" before the first)
   /// A collapse verdict the loop rolls back from after this step (recover).
   std::string rollback_;

@@ -541,6 +541,15 @@ def part_gpus():
                                               ("3", "node2", "1")]:
         fail(f"one GPU per task should pass: exit {r.returncode}, bindings {bound}: {r.stdout[-1500:]}")
     print(f"ok: one GPU per task on 2 nodes passes the preflight: {bound}")
+    # Every rank decides its device as Slurm bound it (scdino.device auto,
+    # the default; this build has no CUDA, so the CPU, saying which GPU the
+    # task was given).
+    decided = re.findall(r"# rank (\d) on (node\d) \(cpu: scdino\.device auto: a build without CUDA "
+                         r"\(Slurm bound GPU (\d) \(CUDA_VISIBLE_DEVICES=(\d)", r.stdout)
+    if sorted(decided) != [("0", "node1", "0", "0"), ("1", "node1", "1", "1"), ("2", "node2", "0", "0"),
+                           ("3", "node2", "1", "1")]:
+        fail(f"every rank should say its device and the GPU Slurm bound to it: {decided}: {r.stdout[-1500:]}")
+    print("ok: every rank decides its device as Slurm bound it (auto: the CPU here, naming its GPU)")
     r = step("--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1", "--gpus-per-node=1")
     if r.returncode != 6 or not re.search(r"GPU binding: node1: tasks 0 and 1 \(ranks 0 and 1\) are both bound to GPU 0",
                                           r.stdout):
