@@ -21,6 +21,7 @@ bool CpuBmm(const at::RecordFunction& fn) {
 }
 
 struct BmmContext : at::ObserverContext {};
+
 // aten::copy_(self, src, non_blocking) from a device into CPU memory.
 bool BlockingCopyToCpu(const at::RecordFunction& fn) {
   const auto in = fn.inputs();

@@ -178,6 +178,33 @@ TEST_P(MultiCrop, PaddedSamplesAreCroppedWithinTheirOwnPixels) {
   EXPECT_TRUE(AllClose(crop[0][0], canvas[0][0].slice(0, 0, 6).slice(1, 0, 6), 0, 1e-5));
 }
 
+// The tensor-op blur (two batched products with banded matrices, no
+// convolution: no cuDNN on a GPU) is torchvision's: reflect padding, then
+// the kernel along each axis, each image with its own kernel.
+TEST(MultiCropPaths, TheBlurAsMatrixProductsIsTheReflectPaddedConvolution) {
+  torch::manual_seed(8);
+  const int64_t N = 3, C = 2, S = 12, K = 5;
+  const auto x = torch::rand({N, C, S, S});
+  std::vector<torch::Tensor> rows;
+  for (double sigma : {0.3, 1.0, 1.5}) rows.push_back(torch::tensor(GaussianKernel(sigma, K), torch::kFloat32));
+  const auto kernels = torch::stack(rows);
+  auto taps = torch::zeros({K, S * S});
+  for (int64_t k = 0; k < K; ++k) {
+    for (int64_t i = 0; i < S; ++i) {
+      int64_t j = i + k - K / 2;
+      j = j < 0 ? -j : j >= S ? 2 * (S - 1) - j : j;
+      taps[k][i * S + j] += 1.0;
+    }
+  }
+  const auto got = SeparableBlur(x, kernels, taps);
+  namespace F = torch::nn::functional;
+  auto want = F::pad(x.reshape({1, N * C, S, S}), F::PadFuncOptions({K / 2, K / 2, K / 2, K / 2}).mode(torch::kReflect));
+  const auto k = kernels.repeat_interleave(C, 0);
+  want = F::conv2d(want, k.view({N * C, 1, K, 1}), F::Conv2dFuncOptions().groups(N * C));
+  want = F::conv2d(want, k.view({N * C, 1, 1, K}), F::Conv2dFuncOptions().groups(N * C)).reshape({N, C, S, S});
+  EXPECT_TRUE(AllClose(got, want, 0, 1e-6));
+}
+
 TEST(MultiCropPaths, FusedCpuAgreesWithTensorOps) {
   // Same crop boxes, flips, brightness and solarisation on both paths; they
   // differ only in resampling detail (the fused path clamps bicubic taps to

@@ -26,6 +26,31 @@ TEST(DinoLoss, CenterTargetsAreTheCentredSharpenedSoftmax) {
   EXPECT_TRUE(torch::allclose(loss->forward(s, t, 0), loss->cross_entropy(s, loss->teacher_targets(t, 0))));
 }
 
+// The cross-entropy, one matrix product over every pair of views, is the
+// reference's loop over (teacher view, student view) pairs of different
+// views, in value and gradient.
+TEST(DinoLoss, TheCrossTermsInOneProductAreTheReferencesLoop) {
+  torch::manual_seed(6);
+  const int64_t V = 4, B = 3, K = 8;
+  auto loss = MakeLoss(K, TeacherCentering::kCenter);
+  const auto s = torch::randn({V * B, K}, torch::kFloat64).requires_grad_(true);
+  const auto q = torch::softmax(torch::randn({2 * B, K}, torch::kFloat64), -1);
+  const auto got = loss->cross_entropy(s, q);
+  const auto logp = torch::log_softmax(s / 0.1, -1).chunk(V);
+  const auto qs = q.chunk(2);
+  torch::Tensor want = torch::zeros({}, torch::kFloat64);
+  for (int64_t iq = 0; iq < 2; ++iq) {
+    for (int64_t v = 0; v < V; ++v) {
+      if (v != iq) want = want + torch::sum(-qs[iq] * logp[v], -1).mean();
+    }
+  }
+  want = want / (2.0 * V - 2.0);
+  EXPECT_NEAR(got.item<double>(), want.item<double>(), 1e-12);
+  const auto g1 = torch::autograd::grad({got}, {s})[0];
+  const auto g2 = torch::autograd::grad({want}, {s})[0];
+  EXPECT_TRUE(torch::allclose(g1, g2, 1e-10, 1e-12));
+}
+
 TEST(DinoLoss, SinkhornKnoppSpreadsTheBatchOverThePrototypesWhereTheCenterGivesOneAnswer) {
   torch::manual_seed(4);
   const int64_t K = 16, rows = 32;
