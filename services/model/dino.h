@@ -47,8 +47,9 @@ struct DinoOptions {
   /// Epochs during which the last layer's gradients are cancelled.
   int64_t freeze_last_layer = 1;
   AdamWOptions adamw;
-  /// Autocast dtype of forward and loss; parameters, gradients and optimizer
-  /// state stay fp32. CPU autocast supports bf16 only.
+  /// Autocast dtype of the forward (the loss is computed in the master dtype,
+  /// as autocast runs the reference's softmaxes and sums); parameters,
+  /// gradients and optimizer state stay fp32. CPU autocast supports bf16 only.
   Precision precision = Precision::kFp32;
   /// The dtype of parameters, gradients, optimizer state and the center:
   /// float32 for training; float64 only to tell rounding from bugs (the

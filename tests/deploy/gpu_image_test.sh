@@ -47,7 +47,7 @@ echo "ok: built $image in $(( $(date +%s) - start )) s"
   fail "the image's label org.scdino.cudnn does not say stub"
 held=$(run_in "$image" sh -c 'ls /usr/local/bin; find / -xdev -name "libcuda.so*" -not -path "/proc/*" 2>/dev/null;
   readlink -f /usr/lib/x86_64-linux-gnu/libcudnn.so.9;
-  dpkg-query -W -f="\${Package} \${Version}\n" nvidia-cudnn libtorch-cuda-2.6 libnccl2 libibverbs1 ibverbs-providers librdmacm1;
+  dpkg-query -W -f="\${Package} \${Version} \${db:Status-Abbrev}\n" nvidia-cudnn libtorch-cuda-2.6 libnccl2 libibverbs1 ibverbs-providers librdmacm1t64;
   cat /usr/local/share/scdino/cuda-architectures.txt; for p in gcc g++ cc nvcc cmake; do command -v $p; done' 2>&1)
 echo "$held"
 for b in scdino-trainer scdino-features scdino-eval scdino-preflight scdinoctl scdino-synth scdino-stats scdino-pack scdino-config scdino-export; do
@@ -55,16 +55,18 @@ for b in scdino-trainer scdino-features scdino-eval scdino-preflight scdinoctl s
   v=$(run_in "$image" "$b" --version 2>&1) || fail "$b --version failed in the image: $v"
 done
 ! grep -q "libcuda.so" <<<"$held" || fail "the image holds an NVIDIA driver library (it must come from the host)"
-grep -q "^nvidia-cudnn 9.0.0.312~cuda12+scdino.stub$" <<<"$held" || fail "the image's cuDNN is not the stand-in"
+grep -q "^nvidia-cudnn 9.0.0.312~cuda12+scdino.stub ii" <<<"$held" || fail "the image's cuDNN is not the stand-in"
 grep -q "^libtorch-cuda-2.6 2.6" <<<"$held" && grep -q "^libnccl2 2.22" <<<"$held" || fail "not LibTorch 2.6 CUDA with NCCL 2.22"
 grep -q "sm_90" <<<"$held" || fail "no sm_90 (H100) code in libtorch_cuda.so"
 ! grep -qE "^/usr/bin/(gcc|g\+\+|cc|nvcc|cmake)$" <<<"$held" || fail "the runtime image holds a compiler or CMake"
-for p in libibverbs1 ibverbs-providers librdmacm1; do
-  grep -q "^$p " <<<"$held" || fail "the image lacks $p (NCCL's InfiniBand transport would fall back to sockets)"
+for p in libibverbs1 ibverbs-providers librdmacm1t64; do
+  grep -qE "^$p [^ ]+ ii" <<<"$held" || fail "the image lacks $p (NCCL's InfiniBand transport would fall back to sockets)"
 done
 # The stand-in exports what LibTorch imports so that it loads; were a call
 # ever to slip past the switch, it aborts naming the function.
-out=$(run_in "$image" python3 -c "import ctypes; ctypes.CDLL('libcudnn.so.9').cudnnCreate(None)" 2>&1); rc=$?
+# (Under sh: as a container's first process, PID 1, a signal without a
+# handler is ignored and abort() ends in a segmentation fault instead.)
+out=$(run_in "$image" sh -c "python3 -c \"import ctypes; ctypes.CDLL('libcudnn.so.9').cudnnCreate(None)\"; exit \$?" 2>&1); rc=$?
 [ "$rc" = 134 ] || fail "a call into the cuDNN stand-in exited $rc, expected 134 (abort): $out"
 grep -qF "cuDNN stand-in: cudnnCreate was called" <<<"$out" || fail "the stand-in's abort does not name cudnnCreate: $out"
 echo "ok: a call into the cuDNN stand-in aborts naming it"
