@@ -23,7 +23,7 @@
 //   or read from --data; --loaders reading threads), the crops, the DINO
 //   step, the lagged read of its values; --ranks N runs N ranks as threads
 //   over Gloo, so the step's exchange and the gradient all-reduce are in it.
-// --count-steps N counts N more steps (model/op_count.h): every operator
+// --count-steps N counts N more steps (common/op_count.h): every operator
 // call the dispatcher records (aten_ops_per_step, the same scopes as
 // torch.profiler) and the host synchronisations (host_syncs_per_step);
 // --ops-detail 1 lists the calls by name. --cpu-gemm 0 turns scdino's CPU
@@ -59,7 +59,7 @@
 #include "data/synthetic.h"
 #include "model/cpu_gemm.h"
 #include "model/dino.h"
-#include "model/op_count.h"
+#include "common/op_count.h"
 #include "model/vit.h"
 #include "run/environment.h"
 #include "run/source.h"
@@ -124,7 +124,7 @@ double MeasureGemmFlops() {
 }
 
 // The counts of `n` steps, per step, into the JSON line.
-void PutCounts(nlohmann::json& r, const scdino::model::OpCounter::Counts& c, int64_t n, bool training_thread_only,
+void PutCounts(nlohmann::json& r, const scdino::OpCounter::Counts& c, int64_t n, bool training_thread_only,
                bool detail) {
   const double steps = static_cast<double>(n);
   const int64_t ops = training_thread_only ? c.ops - c.other_thread_ops : c.ops;
@@ -202,8 +202,8 @@ int TrainerStep(const scdino::bench::Flags& a, int threads) {
                            (num("cpu-gemm") != 0 ? "true" : "false") +
                            "\n  log_every: 100000\n  learning_check: off\n";
   auto store = c10::make_intrusive<c10d::HashStore>();
-  std::optional<scdino::model::OpCounter> counter;
-  scdino::model::OpCounter::Counts counts;
+  std::optional<scdino::OpCounter> counter;
+  scdino::OpCounter::Counts counts;
   std::vector<double> step_seconds, data_wait;
   std::vector<scdino::Status> results(static_cast<size_t>(ranks), scdino::Status::Ok());
   std::vector<std::thread> workers;
@@ -338,9 +338,9 @@ int main(int argc, char** argv) {
   sync();
   profile.reset();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  scdino::model::OpCounter::Counts counts;
+  scdino::OpCounter::Counts counts;
   if (num("count-steps") > 0) {
-    scdino::model::OpCounter counter;
+    scdino::OpCounter counter;
     for (int64_t i = 0; i < num("count-steps"); ++i) dino.Step(in);
     sync();
     counts = counter.Take();

@@ -122,15 +122,23 @@ if [ -z "$bench_bin" ]; then
   build_dir=${build_dir:-$out/build}
   prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
   site=$("$python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
-  extra=()
-  [ -n "$deps" ] && extra+=(-DCMAKE_PREFIX_PATH="$deps;$prefix" -DCMAKE_CXX_FLAGS="-isystem $deps/include")
-  [ -n "$deps" ] && export LD_LIBRARY_PATH="$deps/lib:${LD_LIBRARY_PATH:-}"
-  section build 360 bash -c "cmake -G Ninja -S '$src' -B '$build_dir' -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_PREFIX_PATH='$prefix' ${extra[*]} -DTORCH_CUDA_ARCH_LIST=9.0 \
-      -DSCDINO_NCCL_INCLUDE_DIR='$site/nvidia/nccl/include' -DSCDINO_CUDNN_LIBRARY=\$(ls '$site'/nvidia/cudnn/lib/libcudnn.so.* | head -1) \
-      -DSCDINO_WITH_SERVICES=OFF -DSCDINO_BUILD_TESTS=OFF -DSCDINO_BUILD_BENCH=ON > '$out/configure.log' 2>&1 \
-    && cmake --build '$build_dir' --target scdino-bench-train-step scdino-bench-features" ||
-    { say "the build failed: $out/build.err, $out/configure.log"; exit 1; }
+  cxx_flags="" prefix_path=$prefix
+  if [ -n "$deps" ]; then
+    # The wheel ships no Gloo headers; the carried libraries' headers, CMake
+    # and pkg-config files are under DEPS.
+    cxx_flags="-isystem $deps/include" prefix_path="$deps;$prefix"
+    export LD_LIBRARY_PATH="$deps/lib:${LD_LIBRARY_PATH:-}" PKG_CONFIG_PATH="$deps/lib/pkgconfig:${PKG_CONFIG_PATH:-}"
+  fi
+  cudnn=$(ls "$site"/nvidia/cudnn/lib/libcudnn.so.* 2>/dev/null | head -1)
+  cat > "$out/build.sh" <<EOF
+set -e
+cmake -G Ninja -S '$src' -B '$build_dir' -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH='$prefix_path' \\
+  -DCMAKE_CXX_FLAGS='$cxx_flags' -DTORCH_CUDA_ARCH_LIST=9.0 -DSCDINO_NCCL_INCLUDE_DIR='$site/nvidia/nccl/include' \\
+  -DSCDINO_CUDNN_LIBRARY='$cudnn' -DSCDINO_WITH_SERVICES=OFF -DSCDINO_BUILD_TESTS=OFF -DSCDINO_BUILD_BENCH=ON \\
+  > '$out/configure.log'
+cmake --build '$build_dir' --target scdino-bench-train-step scdino-bench-features
+EOF
+  section build 360 bash "$out/build.sh" || { say "the build failed: $out/build.err, $out/configure.log"; exit 1; }
   bench_bin=$build_dir/bench
 fi
 step_bench=$bench_bin/scdino-bench-train-step

@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "model/op_count.h"
+#include "common/op_count.h"
 #include "runtime/exit_codes.h"
 
 namespace scdino::training {
@@ -177,7 +177,7 @@ void Collective::Wait(const c10::intrusive_ptr<c10d::Work>& work) {
     watchdog_->Watch(work, "an all-reduce");
     return;
   }
-  model::HostWaitScope host_wait;
+  HostWaitScope host_wait;
   auto failed = [&](const std::string& why) {
     ThrowIfError(Status::Aborted("rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) +
                                  ": a collective failed or did not complete within " +

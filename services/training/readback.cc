@@ -1,6 +1,6 @@
 #include "training/readback.h"
 
-#include "model/op_count.h"
+#include "common/op_count.h"
 
 #ifdef SCDINO_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -27,7 +27,7 @@ Readback::Readback(const torch::Tensor& t) {
 
 torch::Tensor Readback::Get() {
   // Marked on the CPU too: where a GPU run waits.
-  model::HostWaitScope wait;
+  HostWaitScope wait;
   if (wait_) {
     wait_();
     wait_ = nullptr;

@@ -17,7 +17,7 @@ class Readback {
   /// Queues the copy of `t` (on the current stream of its device).
   explicit Readback(const torch::Tensor& t);
   /// The values on the CPU; on a GPU, waits for the copy. Marked as a host
-  /// synchronisation for model::OpCounter on every device (a GPU waits
+  /// synchronisation for OpCounter on every device (a GPU waits
   /// here), once per call.
   torch::Tensor Get();
   bool defined() const { return host_.defined(); }

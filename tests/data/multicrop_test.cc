@@ -1,4 +1,5 @@
 #include "data/multicrop.h"
+#include "common/op_count.h"
 
 #include <gtest/gtest.h>
 
@@ -196,7 +197,10 @@ TEST(MultiCropPaths, TheBlurAsMatrixProductsIsTheReflectPaddedConvolution) {
       taps[k][i * S + j] += 1.0;
     }
   }
+  OpCounter counter;
   const auto got = SeparableBlur(x, kernels, taps);
+  // No convolution: nothing a GPU image would need cuDNN for.
+  EXPECT_EQ(counter.Take().by_name.count("aten::convolution"), 0u);
   namespace F = torch::nn::functional;
   auto want = F::pad(x.reshape({1, N * C, S, S}), F::PadFuncOptions({K / 2, K / 2, K / 2, K / 2}).mode(torch::kReflect));
   const auto k = kernels.repeat_interleave(C, 0);

@@ -58,6 +58,7 @@
 
 #include "common/safetensors.h"
 #include "model/dino.h"
+#include "common/op_count.h"
 #include "model/schedules.h"
 #include "support/test_support.h"
 
@@ -330,7 +331,10 @@ TEST(DinoParity, PatchEmbeddingEqualsTheConvolution) {
       const auto xc = x.detach().clone().requires_grad_(true);
       const auto w = embed->proj->weight.detach().clone().requires_grad_(true);
       const auto b = embed->proj->bias.detach().clone().requires_grad_(true);
+      OpCounter counter;
       const auto got = embed->forward(x);
+      // No convolution: nothing a GPU image would need cuDNN for.
+      EXPECT_EQ(counter.Take().by_name.count("aten::convolution"), 0u) << crop;
       const auto want = torch::conv2d(xc, w, b, {p, p}).flatten(2).transpose(1, 2);
       const double tol = dtype == torch::kFloat32 ? 1e-5 : 1e-12;
       EXPECT_TRUE(AllClose(got, want, tol, tol * want.abs().max().item<double>())) << crop << " tokens";

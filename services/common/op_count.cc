@@ -1,9 +1,9 @@
-#include "model/op_count.h"
+#include "common/op_count.h"
 
 #include <atomic>
 #include <cstring>
 
-namespace scdino::model {
+namespace scdino {
 
 namespace {
 
@@ -86,4 +86,4 @@ HostWaitScope::HostWaitScope() : guard_(at::RecordScope::USER_SCOPE) {
   if (guard_.isActive()) guard_.before(kHostWait);
 }
 
-}  // namespace scdino::model
+}  // namespace scdino

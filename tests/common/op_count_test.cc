@@ -1,13 +1,13 @@
-// The step benchmark's counter (model/op_count.h): what it counts as an
+// The step benchmark's counter (common/op_count.h): what it counts as an
 // operator call and as a host synchronisation, on which thread.
-#include "model/op_count.h"
+#include "common/op_count.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <thread>
 
-namespace scdino::model {
+namespace scdino {
 namespace {
 
 TEST(OpCounter, CountsEveryDispatchedCallNestedOnesIncluded) {
@@ -65,4 +65,4 @@ TEST(OpCounter, CallsInsideTheCpuBmmAreCountedApart) {
 }
 
 }  // namespace
-}  // namespace scdino::model
+}  // namespace scdino

@@ -22,7 +22,7 @@
 #include <string>
 #include <thread>
 
-namespace scdino::model {
+namespace scdino {
 
 /// Counts while it lives, on every thread (a global RecordFunction
 /// callback). At most one at a time in a process. Thread-safe.
@@ -72,4 +72,4 @@ class HostWaitScope {
   at::RecordFunction guard_;
 };
 
-}  // namespace scdino::model
+}  // namespace scdino
