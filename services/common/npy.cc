@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 
+#include "common/array_bytes.h"
 #include "common/files.h"
 
 namespace scdino {
@@ -136,26 +137,17 @@ StatusOr<torch::Tensor> ReadNpy(const std::string& path) {
   else if (descr == "<i8" || descr == "i8") dtype = torch::kInt64;
   else return bad("dtype '" + descr + "' (expected <f4, <f8, <i4 or <i8)");
   if (layout->fortran_order) return bad("Fortran order is not supported");
-  size_t numel = 1;
-  bool overflow = false, has_zero = false;
-  for (int64_t d : layout->shape) {
-    const auto dim = static_cast<size_t>(d);
-    if (dim == 0) has_zero = true;
-    else if (numel > std::numeric_limits<size_t>::max() / dim) overflow = true;
-    else numel *= dim;
-  }
-  if (has_zero) numel = 0, overflow = false;
   const size_t esize = torch::elementSize(dtype);
-  if (numel > std::numeric_limits<size_t>::max() / esize) overflow = true;
+  const auto want = ArrayBytes(layout->shape, esize);
   const size_t data = layout->data_offset;
   const size_t have = b.size() - data;
-  if (overflow || numel > have / esize || numel * esize != have) {
-    return bad("the shape needs " + (overflow ? std::string("more than 2^64") : std::to_string(numel * esize)) +
-               " data bytes, the file has " + std::to_string(have));
+  if (!want || *want != have) {
+    return bad("the shape " + ShapeText(layout->shape) + " needs " +
+               (want ? std::to_string(*want) : std::string("more than 2^63")) + " data bytes, the file has " +
+               std::to_string(have));
   }
-  const size_t want = numel * esize;
   auto t = torch::empty(layout->shape, torch::TensorOptions().dtype(dtype));
-  if (want > 0) std::memcpy(t.data_ptr(), b.data() + data, want);
+  if (*want > 0) std::memcpy(t.data_ptr(), b.data() + data, *want);
   return t;
 }
 

@@ -7,6 +7,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "common/array_bytes.h"
 #include "common/files.h"
 
 namespace scdino {
@@ -115,20 +116,12 @@ StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::st
       // allocated, without overflow: a hostile header must not throw.
       const uint64_t bytes_given = offs[1] - offs[0];
       const uint64_t esize = u16 ? 2 : torch::elementSize(dtype);
-      uint64_t numel = 1;
-      bool too_big = false, has_zero = false;
-      for (int64_t s : shape) {
-        if (s < 0) return bad("tensor '" + name + "': negative dimension in shape");
-        if (s == 0) has_zero = true;
-        else if (numel > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(s)) too_big = true;
-        else numel *= static_cast<uint64_t>(s);
+      const auto want = ArrayBytes(shape, esize);
+      if (!want || *want != bytes_given) {
+        return bad("tensor '" + name + "': " + std::to_string(bytes_given) + " bytes for shape " + ShapeText(shape) +
+                   " of " + dname + (want ? " (" + std::to_string(*want) + " bytes)" : " (more than 2^63 bytes)"));
       }
-      if (has_zero) numel = 0, too_big = false;
-      if (numel > bytes_given / esize) too_big = true;
-      if (too_big || bytes_given != numel * esize) {
-        return bad("tensor '" + name + "': " + std::to_string(bytes_given) + " bytes for " +
-                   (too_big ? std::string("more") : std::to_string(numel)) + " elements of " + dname);
-      }
+      const uint64_t numel = esize == 0 ? 0 : *want / esize;
       const char* src = data.data() + offs[0];
       torch::Tensor t;
       if (u16) {
@@ -145,6 +138,8 @@ StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::st
       }
       file.tensors.emplace(name, std::move(t));
     } catch (const json::exception& e) {
+      return bad("tensor '" + name + "': " + e.what());
+    } catch (const std::exception& e) {  // the allocation itself (memory)
       return bad("tensor '" + name + "': " + e.what());
     }
   }

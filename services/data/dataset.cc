@@ -263,9 +263,13 @@ StatusOr<RawImage> ReadEntry(const Dataset& d, size_t i) {
 }
 
 StatusOr<torch::Tensor> LoadEntry(const Dataset& d, size_t i, const ImagePrep& prep) {
-  auto raw = ReadEntry(d, i);
-  if (!raw.ok()) return raw.status();
-  return PrepareImage(*raw, prep, d.entries[i].path);
+  try {
+    auto raw = ReadEntry(d, i);
+    if (!raw.ok()) return raw.status();
+    return PrepareImage(*raw, prep, d.entries[i].path);
+  } catch (const std::exception& e) {  // memory, or a decoder's surprise: this file's error
+    return Status::DataLoss(d.entries[i].path + ": cannot load: " + e.what());
+  }
 }
 
 }  // namespace scdino::data

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "common/array_bytes.h"
 #include "common/csv.h"
 #include "common/files.h"
 #include "common/fingerprint.h"
@@ -25,6 +26,12 @@ namespace scdino::data {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace pack_format;
+
+namespace {
+// The largest .npy header a member may have: NumPy's version 1 (a 2-byte
+// length), with its magic and version.
+constexpr uint64_t kMaxNpyHeader = 10 + 65535;
+}  // namespace
 
 std::string PackFingerprint(const Dataset& d) {
   std::string key = "scdino-pack|" + std::to_string(d.entries.size()) + "\n";
@@ -213,10 +220,16 @@ StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& di
     if (e.bytes < 10 || e.bytes > shard_bytes || e.offset < 0 || e.offset > shard_bytes - e.bytes) {
       return bad("offset and bytes", f[4] + " and " + f[5], "outside the shard's " + std::to_string(shard_bytes) + " bytes");
     }
-    // Each side at most the member's bytes, so the product cannot overflow.
-    if (e.shape[0] < 1 || e.shape[1] < 1 || e.shape[2] < 1 || e.shape[0] > e.bytes || e.shape[1] > e.bytes ||
-        e.shape[2] > e.bytes || e.shape[0] * e.shape[1] > e.bytes || e.shape[0] * e.shape[1] * e.shape[2] > e.bytes) {
+    // The member is an .npy of the image: its header (at most 64 KiB in
+    // NumPy's format) and at most 4 bytes a sample. A row whose bytes the
+    // shape cannot explain would have a reader allocate them from the shard.
+    const auto pixels = ArrayBytes({e.shape[0], e.shape[1], e.shape[2]}, 1);
+    if (e.shape[0] < 1 || e.shape[1] < 1 || e.shape[2] < 1 || !pixels || *pixels > static_cast<uint64_t>(e.bytes)) {
       return bad("shape", f[7] + "x" + f[8] + "x" + f[9], "not an image of " + f[5] + " bytes");
+    }
+    if (static_cast<uint64_t>(e.bytes) > *pixels * 4 + kMaxNpyHeader) {
+      return bad("bytes", f[5], "at most " + std::to_string(*pixels * 4 + kMaxNpyHeader) + " for a " + f[7] + "x" + f[8] +
+                                    "x" + f[9] + " image");
     }
     if (e.position < 0 || e.position >= n_total) {
       return bad("position", f[11], "expected 0.." + std::to_string(n_total - 1));

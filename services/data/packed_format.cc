@@ -26,12 +26,6 @@ uint32_t Crc32(const char* data, size_t n, uint32_t crc) {
   return crc;
 }
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string out = "(";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + ")";
-}
-
 std::string DtypeName(const torch::Tensor& t) {
   if (t.scalar_type() == torch::kUInt8) return "uint8";
   if (t.scalar_type() == torch::kInt32) return "uint16";  // ReadImage widens 16-bit samples

@@ -18,8 +18,6 @@ constexpr int kFormatVersion = 1;
 
 /// zlib's CRC-32 (as Python's zlib.crc32), continued from `crc`.
 uint32_t Crc32(const char* data, size_t n, uint32_t crc = 0);
-/// "(H, W, C)".
-std::string ShapeText(const std::vector<int64_t>& shape);
 /// uint8, uint16 (ReadImage widens 16-bit samples to int32) or float32.
 std::string DtypeName(const torch::Tensor& t);
 /// The raw H x W x C image as a .npy member: '|u1', '<u2' or '<f4', C order.

@@ -39,7 +39,7 @@ StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& pr
   if (o.on_progress) o.on_progress(0, take);
   std::mutex err_mu;
   Status error;
-  auto work = [&](int t) {
+  auto accumulate = [&](int t) {
     torch::InferenceMode guard;
     at::set_num_threads(1);
     for (int64_t k = next++; k < take; k = next++) {
@@ -69,6 +69,15 @@ StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& pr
       }
       a.pixels += x.size(1);
       a.images += 1;
+    }
+  };
+  auto work = [&](int t) {
+    try {
+      accumulate(t);
+    } catch (const std::exception& e) {  // memory: the run's error, never the thread's end
+      std::lock_guard<std::mutex> l(err_mu);
+      if (error.ok()) error = Status::Internal("computing the channel statistics: " + std::string(e.what()));
+      next = take;
     }
   };
   std::vector<std::thread> pool;

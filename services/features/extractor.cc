@@ -46,7 +46,11 @@ StatusOr<torch::Tensor> LoadForModel(const data::Dataset& d, size_t i, const Fea
     return Status::InvalidArgument(d.entries[i].path + ": " + std::to_string(img->size(0)) + " channels after selection, but the "
                                    "statistics have " + std::to_string(prep.mean.size()));
   }
-  return PrepareForModel(*img, prep);
+  try {
+    return PrepareForModel(*img, prep);
+  } catch (const std::exception& e) {
+    return Status::DataLoss(d.entries[i].path + ": cannot prepare for the model: " + e.what());
+  }
 }
 
 std::vector<std::pair<int64_t, int64_t>> ShardRanges(int64_t n, int64_t shard_size) {
@@ -101,52 +105,82 @@ class Requests {
   const ExtractOptions& o_;
 };
 
+// A batch of decoded images, and the ones left out as bad (skip).
+struct LoadedBatch {
+  torch::Tensor images;  ///< undefined when every image was bad
+  std::vector<int64_t> skipped;  ///< data set indices
+  std::vector<std::string> why;  ///< one message per skipped image
+};
+
 // Decodes images [first, first + count) on `threads` threads into one batch
-// (in page-locked memory for a GPU: the copy then runs asynchronously).
-StatusOr<torch::Tensor> LoadBatch(const ExtractJob& job, int64_t first, int64_t count, int threads, bool pin) {
-  std::vector<torch::Tensor> images(static_cast<size_t>(count));
-  std::vector<Status> errors(static_cast<size_t>(threads));
+// (in page-locked memory for a GPU: the copy then runs asynchronously). A bad
+// image is the batch's error, or left out under on_bad_image: skip.
+StatusOr<LoadedBatch> LoadBatch(const ExtractJob& job, int64_t first, int64_t count, int threads, bool pin,
+                                data::BadImagePolicy on_bad) {
+  std::vector<StatusOr<torch::Tensor>> images(static_cast<size_t>(count), Status::Internal("not loaded"));
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
       for (int64_t i = t; i < count; i += threads) {
-        auto img = LoadForModel(job.dataset, static_cast<size_t>(first + i), job.prep);
-        if (!img.ok()) {
-          errors[static_cast<size_t>(t)] = img.status();
-          return;
-        }
-        images[static_cast<size_t>(i)] = *img;
+        images[static_cast<size_t>(i)] = LoadForModel(job.dataset, static_cast<size_t>(first + i), job.prep);
       }
     });
   }
   for (auto& w : workers) w.join();
-  for (const auto& e : errors) {
-    if (!e.ok()) return e;
-  }
-  for (size_t i = 1; i < images.size(); ++i) {
-    if (images[i].sizes() != images[0].sizes()) {
-      return Status::InvalidArgument(job.dataset.entries[static_cast<size_t>(first) + i].path + ": size " +
-                                     c10::str(images[i].sizes()) + " differs from " + c10::str(images[0].sizes()) +
+  LoadedBatch out;
+  std::vector<torch::Tensor> kept;
+  for (int64_t i = 0; i < count; ++i) {
+    auto& img = images[static_cast<size_t>(i)];
+    if (!img.ok()) {
+      if (on_bad == data::BadImagePolicy::kFail) return img.status();
+      out.skipped.push_back(first + i);
+      out.why.push_back(img.status().message());
+      continue;
+    }
+    if (!kept.empty() && img->sizes() != kept[0].sizes()) {
+      return Status::InvalidArgument(job.dataset.entries[static_cast<size_t>(first + i)].path + ": size " +
+                                     c10::str(img->sizes()) + " differs from " + c10::str(kept[0].sizes()) +
                                      " of the batch; set downstream_analyses.compute_cls_features.resize: True");
     }
+    kept.push_back(*img);
   }
-  auto batch = torch::stack(images);
-  return pin ? batch.pin_memory() : batch;
+  if (kept.empty()) return out;
+  auto batch = torch::stack(kept);
+  out.images = pin ? batch.pin_memory() : batch;
+  return out;
 }
 
 Status Assemble(const ExtractJob& job, const ExtractOptions& o, const std::string& shard_dir,
                 const std::string& fingerprint, int64_t n) {
   std::vector<torch::Tensor> parts;
+  std::vector<bool> skipped(static_cast<size_t>(n), false);
+  int64_t kept = 0;
   for (const auto& [first, count] : ShardRanges(n, o.shard_size)) {
-    auto part = ReadNpy(shard_dir + "/" + ShardName(first, count) + ".npy");
-    if (!part.ok()) return part.status();
-    if (part->dim() != 2 || part->size(0) != count) {
-      return Status::DataLoss(shard_dir + "/" + ShardName(first, count) + ".npy: expected " + std::to_string(count) +
-                              " rows, got shape " + c10::str(part->sizes()) + "; delete it and rerun");
+    const std::string base = shard_dir + "/" + ShardName(first, count);
+    auto manifest = ReadFile(base + ".json");
+    if (!manifest.ok()) return manifest.status();
+    int64_t left_out = 0;
+    for (const auto& i : json::parse(*manifest, nullptr, false).value("skipped", json::array())) {
+      if (!i.is_number_integer() || i.get<int64_t>() < first || i.get<int64_t>() >= first + count) {
+        return Status::DataLoss(base + ".json: skipped image " + i.dump() + " outside the shard; delete it and rerun");
+      }
+      skipped[static_cast<size_t>(i.get<int64_t>())] = true;
+      ++left_out;
     }
-    parts.push_back(*part);
+    auto part = ReadNpy(base + ".npy");
+    if (!part.ok()) return part.status();
+    if (part->dim() != 2 || part->size(0) != count - left_out) {
+      return Status::DataLoss(base + ".npy: expected " + std::to_string(count - left_out) + " rows, got shape " +
+                              c10::str(part->sizes()) + "; delete it and rerun");
+    }
+    kept += part->size(0);
+    if (part->size(0) > 0) parts.push_back(*part);
   }
-  auto raw = parts.empty() ? torch::zeros({0, 0}) : torch::cat(parts);
+  if (kept == 0) {
+    return Status::InvalidArgument("every one of the " + std::to_string(n) +
+                                   " images was bad (scdino.on_bad_image: skip): no features to write");
+  }
+  auto raw = torch::cat(parts);
   auto features = o.normalize ? F::normalize(raw, F::NormalizeFuncOptions().p(2).dim(1)) : raw;
   const int64_t d = raw.size(1);
   if (auto s = WriteNpy(o.out_dir + "/features.npy", features); !s.ok()) return s;
@@ -154,10 +188,15 @@ Status Assemble(const ExtractJob& job, const ExtractOptions& o, const std::strin
     if (auto s = WriteNpy(o.out_dir + "/features_raw.npy", raw); !s.ok()) return s;
   }
   std::vector<IndexRow> rows;
-  rows.reserve(static_cast<size_t>(n));
+  rows.reserve(static_cast<size_t>(kept));
+  json skipped_paths = json::array();
   const std::filesystem::path root(job.dataset.root);
   for (int64_t i = 0; i < n; ++i) {
     const auto& e = job.dataset.entries[static_cast<size_t>(i)];
+    if (skipped[static_cast<size_t>(i)]) {
+      skipped_paths.push_back(e.path);
+      continue;
+    }
     rows.push_back({e.path, job.dataset.classes.at(static_cast<size_t>(e.label)), e.label,
                     job.splits[static_cast<size_t>(i)]});
   }
@@ -171,7 +210,8 @@ Status Assemble(const ExtractJob& job, const ExtractOptions& o, const std::strin
                         {"iteration", job.backbone.iteration},
                         {"epoch", job.backbone.epoch}};
   meta["model"] = json::parse(job.backbone.model_json);
-  meta["n"] = n;
+  meta["n"] = kept;
+  meta["skipped_images"] = skipped_paths;
   meta["dim"] = d;
   meta["normalized"] = o.normalize;
   meta["classes"] = job.dataset.classes;
@@ -183,7 +223,7 @@ Status Assemble(const ExtractJob& job, const ExtractOptions& o, const std::strin
                    {"raw_features", o.write_raw ? "features_raw.npy" : ""}};
 
   AnnData a;
-  a.n_obs = n;
+  a.n_obs = kept;
   a.n_vars = d;
   auto fc = features.contiguous();
   a.X.assign(fc.data_ptr<float>(), fc.data_ptr<float>() + fc.numel());
@@ -235,6 +275,7 @@ StatusOr<ExtractResult> ExtractFeatures(const ExtractJob& job, const ExtractOpti
   for (auto c : job.prep.image.channels) key << c << ',';
   for (auto v : job.prep.mean) key << v << ',';
   for (auto v : job.prep.std) key << v << ',';
+  key << (o.on_bad_image == data::BadImagePolicy::kSkip ? "skip|" : "fail|");
   for (const auto& e : job.dataset.entries) key << e.path << '\n';
   const std::string fingerprint = Fingerprint(key.str());
   const std::string shard_dir = o.out_dir + "/shards";
@@ -274,12 +315,14 @@ StatusOr<ExtractResult> ExtractFeatures(const ExtractJob& job, const ExtractOpti
       continue;
     }
     std::vector<torch::Tensor> out;
+    json skipped = json::array();
     auto load = [&](int64_t b) {
       const int64_t bf = first + b * o.batch_size;
       const int64_t bc = std::min(o.batch_size, first + count - bf);
-      return std::async(std::launch::async, [&job, bf, bc, t = o.threads, pin = o.device.is_cuda()] {
-        return LoadBatch(job, bf, bc, t, pin);
-      });
+      return std::async(std::launch::async,
+                        [&job, bf, bc, t = o.threads, pin = o.device.is_cuda(), on_bad = o.on_bad_image] {
+                          return LoadBatch(job, bf, bc, t, pin, on_bad);
+                        });
     };
     const int64_t batches = (count + o.batch_size - 1) / o.batch_size;
     auto next = load(0);
@@ -292,10 +335,16 @@ StatusOr<ExtractResult> ExtractFeatures(const ExtractJob& job, const ExtractOpti
         result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
         return result;
       }
+      for (size_t k = 0; k < batch->skipped.size(); ++k) {
+        skipped.push_back(batch->skipped[k]);
+        if (o.log) *o.log << "scdino-features: skipping bad image: " << batch->why[k] << "\n";
+      }
+      result.images_skipped += static_cast<int64_t>(batch->skipped.size());
+      if (!batch->images.defined()) continue;
       torch::Tensor cls;
       {
         model::AutocastGuard autocast(o.device, o.precision);
-        cls = Embed(job.backbone, batch->to(o.device, /*non_blocking=*/true));
+        cls = Embed(job.backbone, batch->images.to(o.device, /*non_blocking=*/true));
       }
       // Back to page-locked memory without waiting: the shard's write below
       // waits once for all of its batches.
@@ -303,13 +352,14 @@ StatusOr<ExtractResult> ExtractFeatures(const ExtractJob& job, const ExtractOpti
                         ? cls.to(torch::kFloat32).to(torch::TensorOptions().device(torch::kCPU).pinned_memory(true),
                                                      /*non_blocking=*/true)
                         : cls.to(torch::kFloat32));
-      result.images_written += batch->size(0);
+      result.images_written += batch->images.size(0);
       if (o.on_progress) o.on_progress(done_before + std::min(count, (b + 1) * o.batch_size), n);
     }
     if (o.device.is_cuda()) torch::cuda::synchronize();
     const std::string base = shard_dir + "/" + ShardName(first, count);
-    if (auto st = WriteNpy(base + ".npy", torch::cat(out)); !st.ok()) return st;
-    json manifest = {{"first", first}, {"count", count}, {"fingerprint", fingerprint}, {"rank", o.rank}};
+    if (auto st = WriteNpy(base + ".npy", out.empty() ? torch::zeros({0, 0}) : torch::cat(out)); !st.ok()) return st;
+    json manifest = {{"first", first},   {"count", count},    {"fingerprint", fingerprint},
+                     {"rank", o.rank},   {"skipped", skipped}};
     if (auto st = WriteFileAtomic(base + ".json", manifest.dump() + "\n"); !st.ok()) return st;
     ++result.shards_written;
     done_before = images_complete();

@@ -53,6 +53,10 @@ struct ExtractOptions {
   bool normalize = true;
   /// Also write features_raw.npy.
   bool write_raw = false;
+  /// A bad image (unreadable, corrupt, wrong channels): kFail ends the run
+  /// naming it; kSkip leaves it out of the outputs (index.csv, features.npy,
+  /// .h5ad) and lists it in metadata.json's "skipped_images".
+  data::BadImagePolicy on_bad_image = data::BadImagePolicy::kFail;
   int64_t rank = 0, world_size = 1;
   /// How long rank 0 waits for another rank's next shard before giving up
   /// (a rank that died; a rerun resumes).
@@ -87,6 +91,7 @@ struct ExtractResult {
   bool already_complete = false;  ///< found complete and left as it was
   int64_t shards = 0, shards_skipped = 0, shards_written = 0;
   int64_t images_written = 0;   ///< by this rank in this run
+  int64_t images_skipped = 0;   ///< bad images this rank left out (on_bad_image: skip)
   double seconds = 0.0;         ///< this rank's extraction time
 };
 

@@ -113,6 +113,7 @@ ExtractOptions ExtractOptionsFor(const run::RunConfig& config, const run::Launch
   eo.shard_size = config.scdino.features.shard_size;
   eo.normalize = down.normalize;
   eo.write_raw = config.scdino.features.write_raw;
+  eo.on_bad_image = config.bad_image_policy();
   eo.rank = launch.rank;
   eo.world_size = launch.world_size;
   eo.wait_timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);

@@ -148,6 +148,7 @@ int main(int argc, char** argv) {
         // Rank 0's time and rate are its progress line's (ServicePlane).
         std::cerr << kProgram << ": rank " << launch->rank << ": " << r->images_written << " images, "
                   << r->shards_written << " shards written, " << r->shards_skipped << " already complete";
+        if (r->images_skipped > 0) std::cerr << ", " << r->images_skipped << " bad image(s) skipped";
         if (launch->rank > 0) {
           std::cerr << " (" << r->seconds << " s, " << (r->seconds > 0 ? r->images_written / r->seconds : 0.0)
                     << " images/s)";

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <regex>
 
+#include "common/array_bytes.h"
 #include "common/files.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
@@ -40,6 +41,19 @@ std::string SafetensorsWithHeader(const std::string& header, const std::string& 
   return out + header + data;
 }
 
+// The one size check every reader uses: zeros make an array empty, but the
+// other sides must still fit together (a tensor's strides multiply them).
+TEST(ArrayBytes, OverflowsAndNegativeSidesAreRefusedZerosAreEmpty) {
+  EXPECT_EQ(ArrayBytes({2, 3, 4}, 4), 96u);
+  EXPECT_EQ(ArrayBytes({}, 8), 8u);
+  EXPECT_EQ(ArrayBytes({5, 0}, 4), 0u);
+  EXPECT_EQ(ArrayBytes({int64_t{1} << 31, int64_t{1} << 31}, 1), uint64_t{1} << 62);
+  EXPECT_FALSE(ArrayBytes({int64_t{1} << 32, int64_t{1} << 32, 0}, 4));
+  EXPECT_FALSE(ArrayBytes({int64_t{1} << 31, int64_t{1} << 31}, 2));  // 2^63 bytes
+  EXPECT_FALSE(ArrayBytes({3, -1}, 1));
+  EXPECT_EQ(ShapeText({2, 3}), "(2, 3)");
+}
+
 TEST(Fuzz, DamagedAndHostileSafetensorsNeverThrow) {
   TensorMap t{{"w", torch::randn({3, 4})}, {"u", torch::arange(6, torch::kInt64).reshape({2, 3})}};
   const std::string bytes = SerializeSafetensors(t, {{"iteration", "12"}, {"classes", "[\"a\",\"b\"]"}});
@@ -53,6 +67,10 @@ TEST(Fuzz, DamagedAndHostileSafetensorsNeverThrow) {
   }
   cases.push_back(SafetensorsWithHeader(R"({"x": {"dtype": "F32", "shape": [4294967296, 4294967296, 0, -3], "data_offsets": [0, 0]}})", ""));
   cases.push_back(SafetensorsWithHeader(R"({"x": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 0]}})", ""));
+  // The issue's 100-byte checkpoint: an empty tensor whose other sides
+  // overflow its strides.
+  cases.push_back(SafetensorsWithHeader(R"({"x": {"dtype": "F32", "shape": [4294967296, 4294967296, 0], "data_offsets": [0, 0]}})", ""));
+  cases.push_back(SafetensorsWithHeader(R"({"x": {"dtype": "U16", "shape": [9223372036854775807, 0], "data_offsets": [0, 0]}})", ""));
   cases.push_back(SafetensorsWithHeader(R"({"x": 5})", ""));
   cases.push_back(SafetensorsWithHeader(R"([1, 2])", ""));
   cases.push_back(SafetensorsWithHeader(R"({"__metadata__": {"a": 5}})", ""));
@@ -77,7 +95,8 @@ TEST(Fuzz, DamagedAndHostileNpyNeverThrow) {
   const std::string header_start = bytes.substr(0, 10);
   for (const std::string shape :
        {"(99999999999999999999,)", "(-1,)", "(4611686018427387904, 4)", "(1 2,)", "()", "(0, 99999999999999999)",
-        "(4294967296, 4294967296, 4294967296)", "(5, 3, 0)", "(15,)", "(,,)", "(5, x)"}) {
+        "(4294967296, 4294967296, 4294967296)", "(5, 3, 0)", "(15,)", "(,,)", "(5, x)", "(4294967296, 4294967296, 0)",
+        "(999999999999999999, 999999999999999999, 0)"}) {
     std::string b = bytes;
     const auto at = b.find("(5,3)");
     ASSERT_NE(at, std::string::npos) << b.substr(0, 64);

@@ -322,6 +322,40 @@ TEST(PackedSet, FuzzedManifestsAndIndexesNeverReadOutOfBounds) {
   for (size_t i = 0; i < (*good)->entries().size(); ++i) EXPECT_TRUE((*good)->Read(static_cast<int64_t>(i)).ok());
 }
 
+// An index row's bytes are bounded by its shape (an .npy header and 4
+// bytes a sample), not only by its shard: with a sparse 1 GB shard, a row of
+// a 20 x 20 image claiming 100 MB is refused at open, naming the row's value.
+TEST(PackedSet, AnImagesBytesBeyondWhatItsShapeNeedsAreRefused) {
+  scdino::testing::ScratchDir dir;
+  auto d = WriteCells(dir.path() + "/src", 2, 3);
+  const std::string set_dir = dir.path() + "/packed";
+  ASSERT_TRUE(PackDataset(d, Small(set_dir)).ok());
+  auto manifest = nlohmann::json::parse(*ReadFile(set_dir + "/pack.json"));
+  ASSERT_EQ(manifest["shards"].size(), 1u);
+  const std::string shard = set_dir + "/" + manifest["shards"][0]["file"].get<std::string>();
+  fs::resize_file(shard, int64_t{1} << 30);  // sparse
+  manifest["shards"][0]["bytes"] = int64_t{1} << 30;
+  std::string index = *ReadFile(set_dir + "/index.csv");
+  // The first row's bytes (field 5).
+  const size_t row = index.find('\n') + 1;
+  size_t at = row;
+  for (int f = 0; f < 5; ++f) at = index.find(',', at) + 1;
+  index.replace(at, index.find(',', at) - at, "100000000");
+  ASSERT_TRUE(WriteFileAtomic(set_dir + "/index.csv", index).ok());
+  char crc[16];
+  std::snprintf(crc, sizeof crc, "%08lx",
+                ::crc32(0, reinterpret_cast<const Bytef*>(index.data()), static_cast<uInt>(index.size())));
+  manifest["index"]["bytes"] = index.size();
+  manifest["index"]["crc32"] = crc;
+  ASSERT_TRUE(WriteFileAtomic(set_dir + "/pack.json", manifest.dump()).ok());
+  auto set = PackedSet::Open(set_dir);
+  ASSERT_FALSE(set.ok());
+  EXPECT_EQ(set.status().code(), StatusCode::kDataLoss) << set.status().ToString();
+  EXPECT_NE(set.status().message().find("bytes"), std::string::npos) << set.status().message();
+  EXPECT_NE(set.status().message().find("100000000"), std::string::npos) << set.status().message();
+  EXPECT_NE(set.status().message().find("at most"), std::string::npos) << set.status().message();
+}
+
 // A shard name from pack.json is never joined unchecked: "../" and
 // absolute names are refused naming the name and what was expected.
 TEST(PackedSet, AShardNameOutsideTheSetIsRefused) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <nlohmann/json.hpp>
 #include <filesystem>
 #include <thread>
 
@@ -15,6 +16,7 @@
 #include "features/feature_set.h"
 #include "support/damage.h"
 #include "support/test_support.h"
+#include "support/tiny_tiff.h"
 
 namespace scdino::features {
 namespace {
@@ -199,6 +201,40 @@ TEST(ExtractFeatures, ABadImageNamesTheFile) {
   auto r = ExtractFeatures(f.job, f.Options("out"));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find(f.job.dataset.entries[2].path), std::string::npos) << r.status().ToString();
+}
+
+// The 162-byte TIFF claiming a terabyte tile, among good images:
+// under on_bad_image: fail the run's error names it (exit 2), under skip it
+// is left out of every output and listed, the other rows as before.
+TEST(ExtractFeatures, AHostileTiffFailsNamingItOrIsSkippedAndListed) {
+  Fixture f(7);
+  const std::string bad = f.job.dataset.entries[4].path;
+  ASSERT_TRUE(WriteFileAtomic(bad, scdino::testing::TiffClaimingAHugeTile()).ok());
+  auto failed = ExtractFeatures(f.job, f.Options("fail"));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kDataLoss) << failed.status().ToString();
+  EXPECT_NE(failed.status().message().find(bad), std::string::npos) << failed.status().ToString();
+
+  auto eo = f.Options("skip");
+  eo.on_bad_image = data::BadImagePolicy::kSkip;
+  auto skipped = ExtractFeatures(f.job, eo);
+  ASSERT_TRUE(skipped.ok()) << skipped.status().ToString();
+  EXPECT_EQ(skipped->images_skipped, 1);
+  EXPECT_EQ(skipped->images_written, 6);
+  auto set = ReadFeatureSet(f.scratch.file("skip"));
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  ASSERT_EQ(set->rows.size(), 6u);
+  ASSERT_EQ(set->features.size(0), 6);
+  for (const auto& r : set->rows) EXPECT_NE(r.path, bad);
+  auto meta = nlohmann::json::parse(*ReadFile(f.scratch.file("skip/metadata.json")));
+  EXPECT_EQ(meta["skipped_images"], nlohmann::json::array({bad}));
+  EXPECT_EQ(meta["n"], 6);
+  // The good images' rows are those of a run without the bad one.
+  ExtractJob without = f.job;
+  without.dataset.entries.erase(without.dataset.entries.begin() + 4);
+  without.splits.erase(without.splits.begin() + 4);
+  ASSERT_TRUE(ExtractFeatures(without, f.Options("good")).ok());
+  EXPECT_TRUE(scdino::testing::AllClose(set->features, *ReadNpy(f.scratch.file("good/features.npy")), 1e-5, 1e-6));
 }
 
 TEST(LoadBackbone, AWrongKeyListsWhatTheFileHolds) {
