@@ -6,21 +6,28 @@
 # Untrapped, it kills this shell, so nothing requeues the job. The trap only
 # records the signal; the shell waits for the step and requeues.
 
-scdino_signal=""
-trap 'scdino_signal=TERM' TERM
-trap 'scdino_signal=USR1' USR1
+scdino_signal="" scdino_signals=0
+trap 'scdino_signal=TERM scdino_signals=$((scdino_signals + 1))' TERM
+trap 'scdino_signal=USR1 scdino_signals=$((scdino_signals + 1))' USR1
 
 # scdino_wait PID: waits for a background step through signals delivered to
-# this shell and returns its exit code.
+# this shell and returns the step's own exit code, whatever the order of the
+# signal, the trap and the step's end.
 scdino_wait() {
-  local pid=$1 rc
+  local pid=$1 rc seen
   while :; do
+    seen=$scdino_signals
     wait "$pid"
     rc=$?
-    # wait returns early (code > 128) when a trapped signal arrives.
-    kill -0 "$pid" 2>/dev/null || break
+    # No trap ran: wait returned because the step ended, with its code.
+    [ "$seen" = "$scdino_signals" ] && return "$rc"
+    # A trap ran: wait may have returned early (128 + the signal), or with
+    # the step's code just before the trap. Waiting again tells: bash keeps
+    # the code of a background job that has ended, even one it has already
+    # reaped or reported, so the next wait returns it at once (or when the
+    # step ends). Asking the kernel (kill -0) instead lost the code of a
+    # step that ended between the two.
   done
-  return "$rc"
 }
 
 # Slurm 22.05 and later no longer hand the job's --cpus-per-task to srun.

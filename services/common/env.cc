@@ -19,6 +19,10 @@
 
 namespace scdino {
 
+Status WriteError(int e, std::string message) {
+  return (e == ENOSPC || e == EDQUOT) ? Status::NoSpace(std::move(message)) : Status::IOError(std::move(message));
+}
+
 std::string ThisHostName() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
@@ -35,12 +39,6 @@ std::string TextfileDir() {
 namespace {
 
 std::string Errno(int e = errno) { return std::strerror(e); }
-
-// A failed write: NoSpace for a full disk or quota (never worth a retry),
-// else IOError.
-Status WriteError(int e, std::string message) {
-  return (e == ENOSPC || e == EDQUOT) ? Status::NoSpace(std::move(message)) : Status::IOError(std::move(message));
-}
 
 std::string DirOf(const std::string& path) {
   auto parent = std::filesystem::path(path).parent_path();

@@ -69,6 +69,10 @@ class Env {
   virtual StatusOr<std::string> ReadFile(const std::string& path) = 0;
 };
 
+/// A write that failed with errno `e`: NoSpace for a full disk or quota
+/// (ENOSPC, EDQUOT: never worth a retry), else IOError.
+Status WriteError(int e, std::string message);
+
 /// The POSIX Env (what Env::Default() returns unless a test replaced it).
 Env* PosixEnv();
 

@@ -8,7 +8,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <vector>
 
 #include "common/digest.h"
 
@@ -23,6 +26,37 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, int mode)
     return Status::WriteFailed(s, "cannot write " + path + ": " + s.message() + "; the previous file, if any, is unchanged");
   }
   return f.Commit();
+}
+
+Status CopyFileAtomic(const std::string& from, const std::string& to) {
+  Env* env = Env::Default();
+  auto fail = [&](const Status& s) {
+    return Status::WriteFailed(s, "cannot keep " + from + " as " + to + ": " + s.message() +
+                                      "; the previous file, if any, is unchanged");
+  };
+  const std::string link = TempPathFor(to);
+  if (env->LinkFile(from, link).ok()) {
+    if (Status s = env->RenameFile(link, to); !s.ok()) {
+      (void)env->RemoveFile(link);
+      return fail(s);
+    }
+    (void)env->SyncPath(std::filesystem::path(to).parent_path().string());
+    return Status::Ok();
+  }
+  // No hard links here (or across mounts): a copy.
+  std::ifstream in(from, std::ios::binary);
+  if (!in) return fail(Status::IOError("cannot open " + from + ": " + std::strerror(errno)));
+  AtomicFile out(to, env);
+  if (Status s = out.Create(); !s.ok()) return fail(s);
+  std::vector<char> buf(size_t{1} << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    if (in.gcount() <= 0) break;
+    if (Status s = out.file()->Append({buf.data(), static_cast<size_t>(in.gcount())}); !s.ok()) return fail(s);
+  }
+  if (in.bad()) return fail(Status::IOError("cannot read " + from + ": " + std::strerror(errno)));
+  if (Status s = out.Commit(); !s.ok()) return fail(s);
+  return Status::Ok();
 }
 
 StatusOr<std::string> ReadFile(const std::string& path) { return Env::Default()->ReadFile(path); }

@@ -19,6 +19,13 @@ namespace scdino {
 /// (disk full, permission).
 Status WriteFileAtomic(const std::string& path, std::string_view data, int mode = 0644);
 
+/// Installs a copy of `from` at `to` atomically: a hard link where the file
+/// system allows one (free, and `from` is only ever replaced by a rename),
+/// else a copy streamed into an exclusive temporary, fsynced and renamed. On
+/// failure the temporary is removed and a previous `to` is left untouched; a
+/// full disk or quota is NoSpace, naming both paths.
+Status CopyFileAtomic(const std::string& from, const std::string& to);
+
 /// Reads a whole file; NotFound or IOError name the path.
 StatusOr<std::string> ReadFile(const std::string& path);
 

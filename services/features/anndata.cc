@@ -17,6 +17,7 @@
 
 #include <hdf5.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -159,8 +160,13 @@ class Writer {
 
  private:
   Status Fail(const std::string& what) {
-    return Status::IOError("cannot write " + target_ + ": " + what + " failed: " + Hdf5Reason() +
-                           "; a previous file there, if any, is unchanged");
+    // HDF5 writes through its own driver, whose innermost error says the
+    // system's reason: a full disk or quota is NoSpace (exit 8), as elsewhere.
+    const std::string reason = Hdf5Reason();
+    const bool full = reason.find(std::strerror(ENOSPC)) != std::string::npos ||
+                      reason.find(std::strerror(EDQUOT)) != std::string::npos;
+    return WriteError(full ? ENOSPC : EIO, "cannot write " + target_ + ": " + what + " failed: " + reason +
+                                               "; a previous file there, if any, is unchanged");
   }
 
   Status MakeTypes() {
@@ -377,7 +383,7 @@ Status WriteH5ad(const std::string& path, const AnnData& a) {
   // symlink) and reopened by libhdf5; AtomicFile removes it on failure.
   AtomicFile out(path);
   if (Status s = out.Create(0644, /*open=*/false); !s.ok()) {
-    return Status::IOError("cannot write " + path + ": " + s.message());
+    return Status::WriteFailed(s, "cannot write " + path + ": " + s.message());
   }
   Status s;
   {

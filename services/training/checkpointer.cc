@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "common/env.h"
+#include "common/files.h"
 
 namespace scdino::training {
 
@@ -88,22 +89,12 @@ Status Checkpointer::EndOfEpoch(int64_t epoch, int64_t iteration, int64_t niter,
 
 Status Checkpointer::KeepAsHealthy() {
   Status kept = Status::Ok();
-  if (coordinator_.is_rank_zero()) {
-    namespace fs = std::filesystem;
-    const std::string tmp = HealthyPath() + ".tmp";
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    // A hard link costs nothing; a file system without them gets a copy.
-    fs::create_hard_link(latest_, tmp, ec);
-    if (ec) {
-      ec.clear();
-      fs::copy_file(latest_, tmp, fs::copy_options::overwrite_existing, ec);
-    }
-    if (!ec) fs::rename(tmp, HealthyPath(), ec);
-    if (ec) kept = Status::IOError("cannot keep " + latest_ + " as " + HealthyPath() + ": " + ec.message());
-  }
-  if (coordinator_.Sum({kept.ok() ? 0.0 : 1.0})[0] > 0 && kept.ok()) {
-    return Status::IOError("rank 0 could not keep the healthy checkpoint " + HealthyPath() + " (its log says why)");
+  if (coordinator_.is_rank_zero()) kept = CopyFileAtomic(latest_, HealthyPath());
+  // As for a checkpoint: every rank stops now, with rank 0's exit code.
+  const auto outcome = coordinator_.Sum({kept.ok() ? 0.0 : 1.0, kept.code() == StatusCode::kNoSpace ? 1.0 : 0.0});
+  if (outcome[0] > 0 && kept.ok()) {
+    const std::string m = "rank 0 could not keep the healthy checkpoint " + HealthyPath() + " (its log says why)";
+    return outcome[1] > 0 ? Status::NoSpace(m + ": no space left") : Status::IOError(m);
   }
   return kept;
 }

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "support/fault_env.h"
+#include "support/full_disk.h"
 #include "support/test_support.h"
 
 namespace scdino {
@@ -71,6 +72,51 @@ TEST(WriteFileAtomic, DiskFullLeavesThePreviousFileAndNoPartialTemporary) {
   EXPECT_EQ(env->fired(), 1);
   EXPECT_EQ(*ReadFile(path), "old");
   EXPECT_EQ(Entries(dir.path()), 1) << "the partial temporary was left behind";
+}
+
+// last_healthy.safetensors is kept this way: a hard link where the file
+// system allows, else a copy; a full disk is NoSpace (exit 8), the
+// temporary is gone and the previous copy intact.
+TEST(CopyFileAtomic, LinksOrCopiesAndAFullDiskKeepsThePreviousCopy) {
+  testing::ScratchDir dir;
+  const std::string from = dir.file("checkpoint.safetensors"), to = dir.file("last_healthy.safetensors");
+  const std::string bytes(3 << 20, 'c');
+  ASSERT_TRUE(WriteFileAtomic(from, bytes).ok());
+  ASSERT_TRUE(CopyFileAtomic(from, to).ok());
+  EXPECT_EQ(*ReadFile(to), bytes);
+  EXPECT_EQ(std::filesystem::hard_link_count(to), 2u) << "a link, not a copy";
+  ASSERT_TRUE(WriteFileAtomic(from, "newer").ok());  // replaced by a rename: the kept copy stays
+  EXPECT_EQ(*ReadFile(to), bytes);
+  {
+    ScopedFaultEnv env;  // no links here, and the disk fills after 1000 bytes
+    env->Inject({FaultInjectingEnv::Op::kLink, "last_healthy", EXDEV});
+    env->Inject({FaultInjectingEnv::Op::kAppend, "last_healthy", ENOSPC, 1000});
+    ASSERT_TRUE(WriteFileAtomic(from, bytes + "x").ok());
+    Status s = CopyFileAtomic(from, to);
+    EXPECT_EQ(s.code(), StatusCode::kNoSpace) << s.ToString();
+    EXPECT_NE(s.message().find(to), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(from), std::string::npos) << s.message();
+  }
+  EXPECT_EQ(*ReadFile(to), bytes);
+  EXPECT_EQ(Entries(dir.path()), 2) << "a temporary was left behind";
+
+  // A real full disk: the kept copy on a 256 KiB tmpfs, across a mount (so
+  // no link), the checkpoint 3 MiB.
+  const std::string mount = dir.file("small");
+  std::filesystem::create_directories(mount);
+  std::string why;
+  auto full = testing::OnAFullDisk(mount, 256, [&] {
+    const std::string kept = mount + "/last_healthy.safetensors";
+    if (Status s = WriteFileAtomic(kept, "previous"); !s.ok()) return s;
+    Status s = CopyFileAtomic(from, kept);
+    if (s.ok()) return Status::Internal("copied 3 MiB onto a 256 KiB disk");
+    if (*ReadFile(kept) != "previous") return Status::Internal("the previous copy changed");
+    if (Entries(mount) != 1) return Status::Internal("a temporary was left behind");
+    return s;
+  }, &why);
+  if (!full) GTEST_SKIP() << why;
+  EXPECT_EQ(full->code(), StatusCode::kNoSpace) << full->ToString();
+  EXPECT_NE(full->message().find("No space left on device"), std::string::npos) << full->message();
 }
 
 TEST(WriteFileAtomic, PermissionFsyncAndRenameFailuresKeepThePreviousFile) {

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "support/full_disk.h"
 #include "support/test_support.h"
 
 namespace scdino::features {
@@ -221,6 +222,32 @@ TEST(WriteH5ad, FailuresNameThePathAndKeepAnExistingFile) {
   EXPECT_TRUE(std::filesystem::is_directory(blocked + "/inside"));
   EXPECT_EQ(EntriesIn(dir.path()), 2u) << "a temporary file was left behind";
   EXPECT_EQ(ReadBytes(path), before);
+}
+
+// A full disk while HDF5 writes is NoSpace (exit 8) naming the file, with
+// the temporary removed and the previous file intact: a real 256 KiB tmpfs
+// and 1 MB of features.
+TEST(WriteH5ad, AFullDiskIsNoSpaceAndKeepsThePreviousFile) {
+  testing::ScratchDir dir;
+  AnnData big = SmallAnnData();
+  big.n_vars = 50000;
+  big.X.assign(static_cast<size_t>(big.n_obs * big.n_vars), 0.25f);
+  big.var_names.clear();
+  for (int64_t j = 0; j < big.n_vars; ++j) big.var_names.push_back("cls_" + std::to_string(j));
+  std::string why;
+  auto full = testing::OnAFullDisk(dir.path(), 256, [&] {
+    const std::string path = dir.file("features.h5ad");
+    if (Status s = WriteH5ad(path, SmallAnnData()); !s.ok()) return s;
+    const std::string before = ReadBytes(path);
+    Status s = WriteH5ad(path, big);
+    if (s.ok()) return Status::Internal("wrote 1 MB of features onto a 256 KiB disk");
+    if (ReadBytes(path) != before) return Status::Internal("the previous file changed");
+    if (EntriesIn(dir.path()) != 1u) return Status::Internal("a temporary was left behind");
+    return s;
+  }, &why);
+  if (!full) GTEST_SKIP() << why;
+  EXPECT_EQ(full->code(), StatusCode::kNoSpace) << full->ToString();
+  EXPECT_NE(full->message().find(dir.file("features.h5ad")), std::string::npos) << full->message();
 }
 
 TEST(WriteH5ad, ZeroObsRoundTrips) {

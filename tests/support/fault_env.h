@@ -47,7 +47,7 @@ class FaultInjectingEnv : public Env {
   }
 
   StatusOr<std::unique_ptr<WritableFile>> NewExclusiveFile(const std::string& path, int mode) override {
-    if (auto f = Match(Op::kCreate, path)) return Status::IOError("cannot create " + path + ": " + Why(*f));
+    if (auto f = Match(Op::kCreate, path)) return WriteError(f->err, "cannot create " + path + ": " + Why(*f));
     auto file = base_->NewExclusiveFile(path, mode);
     if (!file.ok()) return file.status();
     return std::unique_ptr<WritableFile>(new File(this, path, std::move(file).value()));
@@ -59,7 +59,7 @@ class FaultInjectingEnv : public Env {
     return std::unique_ptr<WritableFile>(new File(this, path, std::move(file).value()));
   }
   Status SyncPath(const std::string& path) override {
-    if (auto f = Match(Op::kSync, path)) return Status::IOError("fsync of " + path + " failed: " + Why(*f));
+    if (auto f = Match(Op::kSync, path)) return WriteError(f->err, "fsync of " + path + " failed: " + Why(*f));
     return base_->SyncPath(path);
   }
   Status RenameFile(const std::string& from, const std::string& to) override {
@@ -102,15 +102,15 @@ class FaultInjectingEnv : public Env {
           (void)real_->Append(data.substr(0, room));
           written_ += room;
           env_->Consume(Op::kAppend, path_);
-          return Status::IOError("cannot write " + path_ + " after " + std::to_string(written_) + " bytes: " +
-                                 std::strerror(f->err));
+          return WriteError(f->err, "cannot write " + path_ + " after " + std::to_string(written_) + " bytes: " +
+                                        std::strerror(f->err));
         }
       }
       written_ += data.size();
       return real_->Append(data);
     }
     Status Sync() override {
-      if (auto f = env_->Match(Op::kSync, path_)) return Status::IOError("fsync of " + path_ + " failed: " + Why(*f));
+      if (auto f = env_->Match(Op::kSync, path_)) return WriteError(f->err, "fsync of " + path_ + " failed: " + Why(*f));
       return real_->Sync();
     }
     Status Close() override { return real_->Close(); }
