@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -44,6 +45,7 @@ StatusOr<ListeningSocket> ListenOn(const std::string& host, int64_t port) {
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) order.push_back(a);
   std::stable_partition(order.begin(), order.end(), [](const addrinfo* a) { return a->ai_family == AF_INET; });
   std::string why = "no address";
+  bool in_use = false;
   for (addrinfo* a : order) {
     const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) {
@@ -70,10 +72,12 @@ StatusOr<ListeningSocket> ListenOn(const std::string& host, int64_t port) {
       return l;
     }
     why = std::strerror(errno);
+    in_use = in_use || errno == EADDRINUSE;
     ::close(fd);
   }
   ::freeaddrinfo(found);
-  return Status::Unavailable("rendezvous: cannot listen on " + where + ": " + why);
+  const std::string m = "rendezvous: cannot listen on " + where + ": " + why;
+  return in_use ? Status::AlreadyExists(m) : Status::Unavailable(m);
 }
 
 std::string AttemptPrefix(const std::string& secret, const std::string& attempt) {
@@ -94,6 +98,44 @@ std::shared_ptr<Coordinator> Coordinator::OverStore(c10::intrusive_ptr<c10d::Sto
   return c;
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Whether something accepts connections at host:port within `wait`.
+bool Listening(const std::string& host, int64_t port, std::chrono::milliseconds wait) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  bool ok = false;
+  for (addrinfo* a = found; a != nullptr && !ok; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      ok = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int err = 0;
+      socklen_t len = sizeof(err);
+      ok = ::poll(&p, 1, static_cast<int>(wait.count())) == 1 &&
+           ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return ok;
+}
+
+std::string PortList(const std::vector<int64_t>& ports) {
+  std::string out;
+  for (size_t i = 0; i < ports.size(); ++i) out += (i ? ", " : "") + std::to_string(ports[i]);
+  return out;
+}
+
+}  // namespace
+
 StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& launch,
                                                             std::chrono::milliseconds timeout,
                                                             const std::string& secret) {
@@ -105,65 +147,143 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
   if (secret.size() < 16) {
     return Status::InvalidArgument("rendezvous: the job's secret is missing or shorter than 16 characters");
   }
-  if (const std::string w = EphemeralPortWarning(launch.master_port); !w.empty() && launch.local_rank == 0) {
+  const std::vector<int64_t> ports =
+      launch.port_candidates.empty() ? std::vector<int64_t>{launch.master_port} : launch.port_candidates;
+  if (const std::string w = EphemeralPortWarning(ports[0]); !w.empty() && launch.local_rank == 0) {
     std::cerr << "scdino: warning: " << w << "\n";
   }
-  c10d::TCPStoreOptions so = compat::TcpStoreOptions();
-  so.port = static_cast<uint16_t>(launch.master_port);
-  so.isServer = launch.rank == 0;
-  so.numWorkers = static_cast<size_t>(launch.world_size);
-  so.timeout = timeout;
-  if (so.isServer && compat::kStoreTakesListeningSocket) {
-    auto l = ListenOn(launch.master_addr, launch.master_port);
-    if (!l.ok()) return l.status();
-    if (l->loopback && launch.local_world_size < launch.world_size) {
-      // The other nodes know this node by another address than its own
-      // name gives here (a Debian /etc/hosts maps it to 127.0.1.1).
-      ::close(l->fd);
-      std::cerr << "scdino: warning: rendezvous: " << launch.master_addr << " is " << l->address
-                << " (loopback) on this node, but the job's ranks span several nodes: the store listens on every "
-                   "interface; set MASTER_ADDR to this node's cluster address to listen there alone\n";
-    } else {
-      compat::SetStoreListeningSocket(so, l->fd);  // the store owns it from here on
-    }
-  } else if (so.isServer) {
-    std::cerr << "scdino: rendezvous: LibTorch " << TORCH_VERSION << "'s store listens on every interface (port "
-              << launch.master_port << "); the job's keys are under its secret\n";
-  }
-  try {
-    auto store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
-    // Every rank's secret must be rank 0's. A run directory that is not the
-    // same directory on every node (node-local, or a mount one node lacks)
-    // gives each node a secret of its own, and the ranks would wait for keys
-    // that never come: said at once instead. Each rank's mark is keyed by
-    // the secret, this attempt and the rank, so neither a mark nor a key
-    // name reveals the secret, and a process that took the port cannot
-    // answer rank 0's mark by replaying another rank's.
-    const auto mark = [&](int64_t rank) {
-      return HmacSha256Hex(secret, "scdino-rundir\n" + launch.attempt + "\nrank " + std::to_string(rank)).substr(0, 32);
-    };
-    store->set("scdino-rundir/" + std::to_string(launch.rank), Bytes(mark(launch.rank)));
-    if (launch.rank != 0) {
-      store->wait({"scdino-rundir/0"}, timeout);
-      if (Text(store->get("scdino-rundir/0")) != mark(0)) {
-        return Status::FailedPrecondition(
-            "rank " + std::to_string(launch.rank) + " on " + ThisHostName() + ": the process serving the rendezvous at " +
-            launch.master_addr + ":" + std::to_string(launch.master_port) +
-            " does not hold this run's rendezvous.secret: either this node's run directory is not the one rank 0 "
-            "uses (the run directory must be the same directory on every node of the job, on a file system they "
-            "all share, not node-local storage such as /tmp; set meta.output_dir accordingly), or another process "
-            "holds the port");
-      }
-    }
+  // Each rank's mark is keyed by the secret, this attempt and the rank, so
+  // neither a mark nor a key name reveals the secret, and a process that
+  // took a port cannot answer with a mark it heard. A run directory that is
+  // not the same directory on every node (node-local, or a mount one node
+  // lacks) gives each node a secret of its own: said at once.
+  const auto mark = [&](int64_t rank) {
+    return HmacSha256Hex(secret, "scdino-rundir\n" + launch.attempt + "\nrank " + std::to_string(rank)).substr(0, 32);
+  };
+  const auto over = [&](c10::intrusive_ptr<c10d::TCPStore> store) {
     // Every key of the job under a prefix of this attempt alone: what a
     // listener on the port could learn is worth one failed attempt.
     auto job = c10::make_intrusive<c10d::PrefixStore>("scdino-job-" + AttemptPrefix(secret, launch.attempt), store);
     return OverStore(job, launch.rank, launch.world_size, timeout);
-  } catch (const std::exception& e) {
-    return Status::Unavailable("rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world_size) +
-                               ": rendezvous at " + launch.master_addr + ":" + std::to_string(launch.master_port) +
-                               " failed within " + std::to_string(timeout.count() / 1000) + " s: " + e.what());
+  };
+  const std::string rank_text = "rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world_size);
+  c10d::TCPStoreOptions so = compat::TcpStoreOptions();
+  so.numWorkers = static_cast<size_t>(launch.world_size);
+  so.waitWorkers = false;  // rank 0 waits for the ranks' marks instead, and checks them
+
+  if (launch.rank == 0) {
+    // The first port of the sequence this node can bind: another process
+    // holding one (a user's, another job's) moves the rendezvous, not ends it.
+    for (size_t k = 0; k < ports.size(); ++k) {
+      so.port = static_cast<uint16_t>(ports[k]);
+      so.isServer = true;
+      so.timeout = timeout;
+      auto l = ListenOn(launch.master_addr, ports[k]);
+      if (!l.ok() && l.status().code() == StatusCode::kAlreadyExists && k + 1 < ports.size()) {
+        std::cerr << "scdino: rendezvous: port " << ports[k] << " is taken on " << ThisHostName()
+                  << " by another process; serving on " << ports[k + 1]
+                  << ", the next port of this attempt's sequence (every rank derives it)\n";
+        continue;
+      }
+      if (!l.ok()) {
+        return Status::Unavailable(l.status().message() + (ports.size() > 1 ? " (every port of this attempt's sequence, " +
+                                                                                  PortList(ports) + ", is taken)"
+                                                                            : std::string()));
+      }
+      if (!compat::kStoreTakesListeningSocket) {
+        ::close(l->fd);  // LibTorch 1.13's store binds the port itself (on every interface)
+        std::cerr << "scdino: rendezvous: LibTorch " << TORCH_VERSION << "'s store listens on every interface (port "
+                  << ports[k] << "); the job's keys are under its secret\n";
+      } else if (l->loopback && launch.local_world_size < launch.world_size) {
+        // The other nodes know this node by another address than its own
+        // name gives here (a Debian /etc/hosts maps it to 127.0.1.1).
+        ::close(l->fd);
+        std::cerr << "scdino: warning: rendezvous: " << launch.master_addr << " is " << l->address
+                  << " (loopback) on this node, but the job's ranks span several nodes: the store listens on every "
+                     "interface; set MASTER_ADDR to this node's cluster address to listen there alone\n";
+      } else {
+        compat::SetStoreListeningSocket(so, l->fd);  // the store owns it from here on
+      }
+      try {
+        auto store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
+        store->set("scdino-rundir/0", Bytes(mark(0)));
+        std::vector<std::string> keys;
+        for (int64_t r = 1; r < launch.world_size; ++r) keys.push_back("scdino-rundir/" + std::to_string(r));
+        try {
+          if (!keys.empty()) store->wait(keys, timeout);
+        } catch (const std::exception&) {
+          std::string missing;
+          int64_t n = 0;
+          for (int64_t r = 1; r < launch.world_size; ++r) {
+            if (store->check({keys[static_cast<size_t>(r - 1)]})) continue;
+            missing += (n++ ? ", " : "") + std::to_string(r);
+          }
+          return Status::Unavailable("rank 0: rank" + std::string(n > 1 ? "s " : " ") + missing + " of " +
+                                     std::to_string(launch.world_size) + " did not join the rendezvous at " +
+                                     launch.master_addr + ":" + std::to_string(ports[k]) + " within " +
+                                     std::to_string(timeout.count() / 1000) + " s");
+        }
+        for (int64_t r = 1; r < launch.world_size; ++r) {
+          if (Text(store->get(keys[static_cast<size_t>(r - 1)])) != mark(r)) {
+            return Status::FailedPrecondition(
+                "rank 0: rank " + std::to_string(r) + " joined the rendezvous at " + launch.master_addr + ":" +
+                std::to_string(ports[k]) + " without this run's rendezvous.secret: its node's run directory is not "
+                "the one rank 0 uses (the run directory must be the same directory on every node of the job, on a "
+                "file system they all share, not node-local storage such as /tmp; set meta.output_dir accordingly)");
+          }
+        }
+        return over(store);
+      } catch (const std::exception& e) {
+        return Status::Unavailable(rank_text + ": rendezvous at " + launch.master_addr + ":" +
+                                   std::to_string(ports[k]) + " failed within " +
+                                   std::to_string(timeout.count() / 1000) + " s: " + e.what());
+      }
+    }
   }
+
+  // The other ranks try the ports in order until one serves rank 0's mark:
+  // a port nothing listens on (rank 0 not there yet, or elsewhere), a
+  // process that is not a store, or another run's store is passed by, and
+  // nothing of this rank is sent before rank 0's mark is proven.
+  const auto deadline = Clock::now() + timeout;
+  const auto step = std::chrono::milliseconds(10000);
+  Status last = Status::Unavailable(rank_text + ": nothing served the rendezvous at " + launch.master_addr +
+                                    " on this attempt's ports (" + PortList(ports) + ") within " +
+                                    std::to_string(timeout.count() / 1000) + " s: rank 0 never started, or failed");
+  while (Clock::now() < deadline) {
+    for (int64_t port : ports) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) break;
+      if (!Listening(launch.master_addr, port, std::min(left, std::chrono::milliseconds(2000)))) continue;
+      so.port = static_cast<uint16_t>(port);
+      so.isServer = false;
+      so.timeout = std::min(left, step);
+      try {
+        auto store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
+        store->wait({"scdino-rundir/0"}, std::min(left, step));
+        if (Text(store->get("scdino-rundir/0")) != mark(0)) {
+          last = Status::FailedPrecondition(
+              rank_text + " on " + ThisHostName() + ": the process serving the rendezvous at " + launch.master_addr +
+              ":" + std::to_string(port) +
+              " does not hold this run's rendezvous.secret: either this node's run directory is not the one rank 0 "
+              "uses (the run directory must be the same directory on every node of the job, on a file system they "
+              "all share, not node-local storage such as /tmp; set meta.output_dir accordingly), or another process "
+              "holds the port");
+          continue;
+        }
+        store->set("scdino-rundir/" + std::to_string(launch.rank), Bytes(mark(launch.rank)));
+        store->setTimeout(timeout);  // the probe's short one no longer
+        return over(store);
+      } catch (const std::exception& e) {
+        if (last.code() != StatusCode::kFailedPrecondition) {
+          last = Status::Unavailable(rank_text + ": rendezvous at " + launch.master_addr + ":" + std::to_string(port) +
+                                     " failed within " + std::to_string(timeout.count() / 1000) + " s: " + e.what());
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return last;
 }
 
 Status Coordinator::RankZeroFirst(const std::string& name, const std::function<Status()>& work) {

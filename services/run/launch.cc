@@ -40,10 +40,78 @@ std::vector<std::string> SplitTop(const std::string& s) {
 
 }  // namespace
 
-int64_t PortForJob(int64_t job_id, int64_t step_id) {
-  // A step of the same job moves by 7919 (prime to 12000), so the first
-  // steps of a job never share a port.
-  return 20000 + (job_id + 7919 * step_id) % 12000;
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+std::string SlurmConfPath() {
+  const char* conf = std::getenv("SLURM_CONF");
+  return conf != nullptr && *conf != '\0' ? conf : "/etc/slurm/slurm.conf";
+}
+
+}  // namespace
+
+std::vector<int64_t> RendezvousPorts(int64_t job_id, int64_t step_id, int64_t restart,
+                                     const std::vector<PortRange>& reserved) {
+  // The job's place in the range is hashed (jobs collide by chance only);
+  // a step moves it by 7919 and a restart by 3001, both prime to 12,000, so
+  // the steps of a job, and its restarts, never start on the same port; the
+  // next ports of a sequence are 4,813 apart (also prime to 12,000).
+  const int64_t base = static_cast<int64_t>(SplitMix64(static_cast<uint64_t>(job_id)) % 12000) +
+                       7919 * (step_id % 12000) + 3001 * (restart % 12000);
+  std::vector<int64_t> ports;
+  for (int64_t k = 0; ports.size() < static_cast<size_t>(kRendezvousPorts) && k < 12000; ++k) {
+    const int64_t p = 20000 + (base + 4813 * k) % 12000;
+    const bool taken = std::any_of(reserved.begin(), reserved.end(),
+                                   [p](const PortRange& r) { return p >= r.first && p <= r.second; });
+    if (!taken && std::find(ports.begin(), ports.end(), p) == ports.end()) ports.push_back(p);
+  }
+  return ports;
+}
+
+std::vector<PortRange> ReservedPorts(const std::string& slurm_conf) {
+  std::vector<PortRange> out = {{29500, 29500}, {29400, 29400}};
+  PortRange ctld{6817, 6817}, slurmd{6818, 6818};
+  std::ifstream in(slurm_conf);
+  // key=value lines, case-insensitive keys; a range is "a-b".
+  auto range = [](const std::string& v, PortRange* r) {
+    char* end = nullptr;
+    const long long a = std::strtoll(v.c_str(), &end, 10);
+    if (end == v.c_str() || a < 1) return;
+    long long b = a;
+    if (*end == '-') b = std::strtoll(end + 1, nullptr, 10);
+    if (b >= a) *r = {a, b};
+  };
+  for (std::string line; std::getline(in, line);) {
+    const auto hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+    key.erase(0, key.find_first_not_of(" \t"));
+    key.erase(key.find_last_not_of(" \t") + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (key == "slurmctldport") range(value, &ctld);
+    if (key == "slurmdport") range(value, &slurmd);
+    if (key == "srunportrange") {
+      PortRange r{0, -1};
+      range(value, &r);
+      if (r.second >= r.first) out.push_back(r);
+    }
+  }
+  out.push_back(ctld);
+  out.push_back(slurmd);
+  return out;
+}
+
+int64_t PortForJob(int64_t job_id, int64_t step_id, int64_t restart) {
+  return RendezvousPorts(job_id, step_id, restart, ReservedPorts(SlurmConfPath()))[0];
 }
 
 std::string EphemeralPortWarning(int64_t port, const std::string& range_file) {
@@ -166,10 +234,14 @@ StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>
     if (const char* st = getenv("SLURM_STEP_ID"); st != nullptr && std::isdigit(static_cast<unsigned char>(st[0]))) {
       if (auto s = get_int("SLURM_STEP_ID", 0, &step); !s.ok()) return s;
     }
-    info.master_port = PortForJob(job, step);
-    const char* restart = getenv("SLURM_RESTART_COUNT");
+    int64_t restart = 0;
+    if (auto s = get_int("SLURM_RESTART_COUNT", 0, &restart); !s.ok()) return s;
+    const char* conf = getenv("SLURM_CONF");
+    info.port_candidates =
+        RendezvousPorts(job, step, restart, ReservedPorts(conf != nullptr && *conf ? conf : "/etc/slurm/slurm.conf"));
+    info.master_port = info.port_candidates[0];
     info.attempt = "slurm job " + std::to_string(job) + " step " + std::to_string(step) + " restart " +
-                   (restart ? restart : "0");
+                   std::to_string(restart);
     // Tasks on this node: SLURM_STEP_TASKS_PER_NODE ("2(x3),1") at SLURM_NODEID.
     info.local_world_size = info.local_rank + 1;
     if (const char* tpn = getenv("SLURM_STEP_TASKS_PER_NODE") ? getenv("SLURM_STEP_TASKS_PER_NODE")
@@ -193,8 +265,12 @@ StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>
       info.master_addr = hosts->front();
     }
     if (const char* a = getenv("MASTER_ADDR")) info.master_addr = a;
-    if (auto s = get_int("MASTER_PORT", 1, &info.master_port); !s.ok()) return s;
+    if (getenv("MASTER_PORT") != nullptr) {
+      if (auto s = get_int("MASTER_PORT", 1, &info.master_port); !s.ok()) return s;
+      info.port_candidates = {info.master_port};  // the user's choice: that port alone
+    }
   }
+  if (info.port_candidates.empty()) info.port_candidates = {info.master_port};
   info.attempt += " at " + info.master_addr + ":" + std::to_string(info.master_port);
   if (info.rank >= info.world_size) {
     return Status::InvalidArgument("rank " + std::to_string(info.rank) + " is not below the world size " +

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -22,6 +23,11 @@ struct LaunchInfo {
   int64_t local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int64_t master_port = 29500;
+  /// The rendezvous ports of this attempt, in the order every rank tries
+  /// them (master_port first): rank 0 serves on the first it can bind, the
+  /// others find it by the run's secret (run/coordinator.h). One port where
+  /// it was given (MASTER_PORT, torchrun).
+  std::vector<int64_t> port_candidates;
   std::string source = "single";  ///< slurm | torchrun | single
   /// What tells this attempt from every other of the same run: Slurm's job,
   /// step and restart count (a requeue is another attempt), torchrun's run
@@ -42,16 +48,37 @@ inline constexpr const char* kEphemeralPortRangeFile = "/proc/sys/net/ipv4/ip_lo
 /// the variable.
 StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>& getenv);
 
-/// The port of a Slurm job step's rendezvous: in [20000, 32000), a function
-/// of the job and step alone, so that every task of the step computes the
-/// same one on whatever node it runs (nodes tuned differently included),
-/// steps running side by side (a trainer and an evaluator following it in
-/// one job) and jobs sharing a node rarely collide. It lies below Linux's
-/// default ephemeral range (32768-60999), from which outgoing connections
-/// take their local ports; on a node whose range covers it,
+/// A range of ports [first, last] that scdino never takes for a rendezvous.
+using PortRange = std::pair<int64_t, int64_t>;
+
+/// How many ports an attempt's rendezvous may try.
+inline constexpr int kRendezvousPorts = 8;
+
+/// The ports of a Slurm job step's rendezvous, in the order every rank tries
+/// them: kRendezvousPorts distinct ports in [20000, 32000), a function of
+/// the job, step and restart count alone, so every task computes the same
+/// list on whatever node it runs (nodes tuned differently included). The
+/// job's place is hashed, so two jobs share a first port by chance alone (1
+/// in 12,000), never because their ids differ by a multiple of anything; the
+/// steps of a job (a trainer and an evaluator side by side) and its
+/// restarts never start on the same port, so a process holding one fails
+/// one attempt, not every requeue. Ports in `reserved` are skipped. They lie
+/// below Linux's default ephemeral range (32768-60999), from which outgoing
+/// connections take their local ports; on a node whose range covers them,
 /// EphemeralPortWarning names the port, the range and the fix (MASTER_PORT
 /// overrides).
-int64_t PortForJob(int64_t job_id, int64_t step_id = 0);
+std::vector<int64_t> RendezvousPorts(int64_t job_id, int64_t step_id, int64_t restart,
+                                     const std::vector<PortRange>& reserved);
+
+/// The ports no rendezvous takes: torchrun's (29500, its c10d rendezvous's
+/// 29400) and Slurm's own from `slurm_conf` (SlurmctldPort, SlurmdPort,
+/// SrunPortRange; Slurm's defaults 6817 and 6818 when unset); a missing or
+/// unreadable file gives Slurm's defaults.
+std::vector<PortRange> ReservedPorts(const std::string& slurm_conf);
+
+/// The first rendezvous port of a job step's attempt, with the ports of
+/// this node's slurm.conf ($SLURM_CONF, else /etc/slurm/slurm.conf) reserved.
+int64_t PortForJob(int64_t job_id, int64_t step_id = 0, int64_t restart = 0);
 
 /// "" when `port` is outside this node's ephemeral port range (read from
 /// `range_file`), else a warning naming the port, the range and the fix.

@@ -313,14 +313,14 @@ TEST(Plots, UnwritablePathIsAnIOErrorNamingIt) {
     EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
     EXPECT_NE(s.message().find(missing), std::string::npos) << s.message();
   }
-  // A failing write (the disk fills up after 100 bytes) leaves the previous
-  // figure as it was.
+  // A full disk (after 100 bytes) is NoSpace (exit 8) and leaves the
+  // previous figure as it was.
   const std::string path = dir.file("keep.png");
   ASSERT_TRUE(WriteFileAtomic(path, "previous figure").ok());
   scdino::testing::ScopedFaultEnv env;
   env->Inject({scdino::testing::FaultInjectingEnv::Op::kAppend, "keep.png", ENOSPC, 100});
   Status s = PlotConfusionMatrix(path, Confusion(2), {"a", "b"}, "t");
-  EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
+  EXPECT_EQ(s.code(), StatusCode::kNoSpace) << s.ToString();
   EXPECT_NE(s.message().find(path), std::string::npos) << s.message();
   EXPECT_EQ(*ReadFile(path), "previous figure");
 }

@@ -318,8 +318,10 @@ class Squatter {
   std::string heard_;
 };
 
-// The squatter answers rank 0's mark with the one rank 1 sent it: rank 1
-// refuses it, and nothing rank 1 sent reveals the run's secret or a key of
+// A squatter that took the job's only rendezvous port (MASTER_PORT given)
+// and serves a store of its own, holding a mark for rank 0 (replayed from
+// another run): rank 1 refuses it, and sends nothing of its own before rank
+// 0's mark is proven, so the squatter hears no mark, no secret, no key of
 // the job; rank 0, unable to serve the rendezvous, replaces the secret, and
 // another attempt's keys share nothing with this one's.
 TEST(Coordinator, ASquatterOnTheRendezvousPortLearnsNothingOfUse) {
@@ -338,6 +340,7 @@ TEST(Coordinator, ASquatterOnTheRendezvousPortLearnsNothingOfUse) {
   own.waitWorkers = false;
   own.timeout = std::chrono::seconds(20);
   auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", own);
+  store->set("scdino-rundir/0", std::vector<uint8_t>(32, 'f'));
   LaunchInfo launch;
   launch.world_size = 2;
   launch.local_world_size = 2;
@@ -346,25 +349,17 @@ TEST(Coordinator, ASquatterOnTheRendezvousPortLearnsNothingOfUse) {
   launch.source = "slurm";
   launch.attempt = "slurm job 7 step 0 restart 0 at 127.0.0.1:" + std::to_string(launch.master_port);
   Squatter squatter(launch.master_port, own.port);
-  std::thread replay([&] {
-    for (int i = 0; i < 200 && !store->check({"scdino-rundir/1"}); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (store->check({"scdino-rundir/1"})) store->set("scdino-rundir/0", store->get("scdino-rundir/1"));
-  });
   LaunchInfo one = launch;
   one.rank = 1;
-  auto c1 = Coordinator::Connect(one, std::chrono::seconds(5), *secret);
-  // Today's code would go on: what it then sends is what a squatter hears.
-  if (c1.ok()) (void)(*c1)->ExchangeHosts("node2");
-  replay.join();
-  ASSERT_FALSE(c1.ok()) << "rank 1 took a replayed mark for rank 0's";
-  EXPECT_EQ(c1.status().code(), StatusCode::kFailedPrecondition);
+  auto c1 = Coordinator::Connect(one, std::chrono::seconds(3), *secret);
+  ASSERT_FALSE(c1.ok()) << "rank 1 took another run's mark for rank 0's";
+  EXPECT_EQ(c1.status().code(), StatusCode::kFailedPrecondition) << c1.status().ToString();
   EXPECT_NE(c1.status().message().find("does not hold this run's rendezvous.secret"), std::string::npos)
       << c1.status().message();
   EXPECT_NE(c1.status().message().find("or another process holds the port"), std::string::npos);
   const std::string heard = squatter.heard();
-  EXPECT_NE(heard.find("scdino-rundir/1"), std::string::npos) << "the squatter heard rank 1";
+  EXPECT_NE(heard.find("scdino-rundir/0"), std::string::npos) << "rank 1 asked for rank 0's mark";
+  EXPECT_EQ(heard.find("scdino-rundir/1"), std::string::npos) << "the squatter heard rank 1's mark";
   EXPECT_EQ(heard.find(*secret), std::string::npos) << "the squatter heard the run's secret";
   EXPECT_EQ(heard.find("scdino-job-"), std::string::npos) << "the squatter heard a key of the job";
 
@@ -385,6 +380,88 @@ TEST(Coordinator, ASquatterOnTheRendezvousPortLearnsNothingOfUse) {
   EXPECT_NE(prefix, AttemptPrefix(*fresh, launch.attempt));
 }
 
+// Two ranks of one attempt, as threads; their Status and where rank 0 served.
+struct Met {
+  std::vector<Status> status = std::vector<Status>(2);
+  std::vector<std::shared_ptr<Coordinator>> ranks = std::vector<std::shared_ptr<Coordinator>>(2);
+};
+Met MeetTwoRanks(const LaunchInfo& launch, const std::string& secret, std::chrono::milliseconds timeout) {
+  Met m;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      LaunchInfo mine = launch;
+      mine.rank = r;
+      auto c = Coordinator::Connect(mine, timeout, secret);
+      m.status[static_cast<size_t>(r)] = c.status();
+      if (c.ok()) m.ranks[static_cast<size_t>(r)] = *c;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return m;
+}
+
+LaunchInfo TwoRankLaunch(const std::string& attempt, std::vector<int64_t> ports) {
+  LaunchInfo launch;
+  launch.world_size = 2;
+  launch.local_world_size = 2;
+  launch.master_addr = "127.0.0.1";
+  launch.master_port = ports[0];
+  launch.port_candidates = std::move(ports);
+  launch.source = "slurm";
+  launch.attempt = attempt;
+  return launch;
+}
+
+// A process of another user holds the first port of the attempt's
+// sequence (it accepts and never answers): rank 0 serves on the next one,
+// the other rank finds it there, and the ranks work together.
+TEST(Coordinator, ASquatterOnTheFirstPortMovesTheRendezvousToTheNext) {
+  const int64_t taken = FreePort();
+  const int squatter = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(taken));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(squatter, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << std::strerror(errno);
+  ASSERT_EQ(::listen(squatter, 16), 0);
+  const std::vector<int64_t> ports = {taken, FreePort(), FreePort()};
+  auto m = MeetTwoRanks(TwoRankLaunch("slurm job 9 step 0 restart 0 at 127.0.0.1:" + std::to_string(taken), ports),
+                        std::string(64, 's'), std::chrono::seconds(60));
+  ::close(squatter);
+  ASSERT_TRUE(m.status[0].ok() && m.status[1].ok()) << m.status[0].ToString() << " | " << m.status[1].ToString();
+  EXPECT_TRUE(Accepts("127.0.0.1", ports[1])) << "rank 0 serves on the second port";
+  std::thread zero([&] { EXPECT_TRUE(m.ranks[0]->RankZeroFirst("stats", [] { return Status::Ok(); }).ok()); });
+  EXPECT_TRUE(m.ranks[1]->RankZeroFirst("stats", [] { return Status::Ok(); }).ok());
+  zero.join();
+}
+
+// Two jobs whose sequences start on the same port (two scdino runs on one
+// first node): the job there first keeps it; the other's rank 0 moves on,
+// and its rank 1, meeting the first job's store, refuses it (another
+// secret) and never joins it: each job's ranks meet their own rank 0.
+TEST(Coordinator, TwoJobsOnTheSamePortsNeverJoinEachOthersStore) {
+  const std::vector<int64_t> ports = {FreePort(), FreePort(), FreePort()};
+  // Job A's rank 0 alone: its rank 1 never comes, it serves on ports[0]
+  // meanwhile.
+  std::thread a_zero([&] {
+    LaunchInfo a = TwoRankLaunch("slurm job 100 step 0 restart 0 at 127.0.0.1:" + std::to_string(ports[0]), ports);
+    auto c = Coordinator::Connect(a, std::chrono::seconds(8), std::string(64, 'A'));
+    EXPECT_EQ(c.status().code(), StatusCode::kUnavailable) << c.status().ToString();
+    EXPECT_NE(c.status().message().find("rank 1 of 2 did not join the rendezvous"), std::string::npos)
+        << c.status().message();
+  });
+  for (int i = 0; i < 100 && !Accepts("127.0.0.1", ports[0]); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(Accepts("127.0.0.1", ports[0]));
+  auto m = MeetTwoRanks(TwoRankLaunch("slurm job 12100 step 0 restart 0 at 127.0.0.1:" + std::to_string(ports[0]), ports),
+                        std::string(64, 'B'), std::chrono::seconds(30));
+  ASSERT_TRUE(m.status[0].ok() && m.status[1].ok()) << m.status[0].ToString() << " | " << m.status[1].ToString();
+  std::thread zero([&] { EXPECT_TRUE(m.ranks[0]->RankZeroFirst("stats", [] { return Status::Ok(); }).ok()); });
+  EXPECT_TRUE(m.ranks[1]->RankZeroFirst("stats", [] { return Status::Ok(); }).ok());
+  zero.join();
+  a_zero.join();
+}
+
 TEST(ListenOn, NamesTheHostItCannotResolveAndSaysWhatIsLoopback) {
   auto bad = ListenOn("no-such-host.invalid", FreePort());
   ASSERT_EQ(bad.status().code(), StatusCode::kUnavailable);
@@ -400,7 +477,7 @@ TEST(ListenOn, NamesTheHostItCannotResolveAndSaysWhatIsLoopback) {
     ::getsockname(l->fd, reinterpret_cast<sockaddr*>(&a), &len);
     return static_cast<int64_t>(ntohs(a.sin_port));
   }());
-  ASSERT_EQ(taken.status().code(), StatusCode::kUnavailable);
+  ASSERT_EQ(taken.status().code(), StatusCode::kAlreadyExists) << "in use: the rendezvous moves to its next port";
   EXPECT_NE(taken.status().message().find("cannot listen on 127.0.0.1:"), std::string::npos)
       << taken.status().message();
   ::close(l->fd);

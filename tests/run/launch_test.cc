@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
 #include <map>
 
 #include "support/test_support.h"
@@ -57,7 +58,8 @@ TEST(Launch, FromSlurm) {
   EXPECT_EQ(l->local_rank, 1);
   EXPECT_EQ(l->master_addr, "gpu-st-3");
   EXPECT_EQ(l->master_port, PortForJob(123456));
-  EXPECT_EQ(l->master_port, 20000 + 123456 % 12000);
+  EXPECT_EQ(l->port_candidates.size(), static_cast<size_t>(kRendezvousPorts));
+  EXPECT_EQ(l->port_candidates[0], l->master_port);
   EXPECT_EQ(l->local_world_size, 2) << "local rank 1: at least 2 ranks on this node";
   EXPECT_EQ(l->attempt, "slurm job 123456 step 0 restart 0 at gpu-st-3:" + std::to_string(PortForJob(123456)));
 }
@@ -71,7 +73,7 @@ TEST(Launch, EveryAttemptOfARunIsToldApart) {
   requeued["SLURM_RESTART_COUNT"] = "1";
   EXPECT_EQ(From(first)->attempt, "slurm job 77 step 1 restart 0 at 127.0.0.1:" + std::to_string(PortForJob(77, 1)));
   EXPECT_EQ(From(requeued)->attempt,
-            "slurm job 77 step 1 restart 1 at 127.0.0.1:" + std::to_string(PortForJob(77, 1)));
+            "slurm job 77 step 1 restart 1 at 127.0.0.1:" + std::to_string(PortForJob(77, 1, 1)));
   const Env torchrun{{"RANK", "0"},        {"WORLD_SIZE", "2"}, {"TORCHELASTIC_RUN_ID", "abc"},
                      {"MASTER_PORT", "29600"}, {"TORCHELASTIC_RESTART_COUNT", "2"}};
   EXPECT_EQ(From(torchrun)->attempt, "torchrun run abc restart 2 at 127.0.0.1:29600");
@@ -79,7 +81,7 @@ TEST(Launch, EveryAttemptOfARunIsToldApart) {
 
 // Derived ports stay below the default ephemeral range (32768-60999), where
 // an outgoing connection could hold them, and depend on the job and step
-// alone: every node computes the same port however its own range is set
+// (and restart) alone: every node computes the same port however its own range is set
 // (a rank reading its node's range once disagreed with the others and the
 // rendezvous timed out). A port inside the node's range is named with the
 // range and the fix.
@@ -95,7 +97,7 @@ TEST(Launch, RendezvousPortsAreAFunctionOfTheJobAloneAndStayOutOfTheDefaultEphem
   EXPECT_EQ(EphemeralPortWarning(29500, d.file("range")), "");
   auto l = From({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "4242"}});
   ASSERT_TRUE(l.ok()) << l.status().ToString();
-  EXPECT_EQ(l->master_port, 20000 + 4242 % 12000);
+  EXPECT_EQ(l->master_port, PortForJob(4242));
   const std::string w = EphemeralPortWarning(40000, d.file("range"));
   EXPECT_NE(w.find("rendezvous port 40000 lies in this node's ephemeral port range 32768-60999"), std::string::npos)
       << w;
@@ -105,6 +107,43 @@ TEST(Launch, RendezvousPortsAreAFunctionOfTheJobAloneAndStayOutOfTheDefaultEphem
   std::ofstream(d.file("low")) << "10000\t60999\n";
   EXPECT_NE(EphemeralPortWarning(PortForJob(4242), d.file("low")).find("lies in this node's ephemeral port range"),
             std::string::npos);
+}
+
+// The ports of an attempt: the same list on every node, distinct, out of
+// the ports scdino must never take (torchrun's, Slurm's own, from
+// slurm.conf), other ports for a requeue, and no systematic collision
+// between jobs: not at 12,000 ids apart, not on torchrun's 29500 (today's
+// job 9,500 mod 12,000 took it), and over many jobs as often as chance.
+TEST(Launch, RendezvousPortsSkipReservedPortsAndDifferByJobStepAndRestart) {
+  scdino::testing::ScratchDir d;
+  std::ofstream(d.file("slurm.conf")) << "ClusterName=t\n SlurmctldPort = 21000-21003 # ha\nSlurmdPort=21010\n"
+                                        << "srunportrange=20000-25999\n";
+  const auto reserved = ReservedPorts(d.file("slurm.conf"));
+  std::set<int64_t> first;
+  int64_t shared = 0;
+  for (int64_t job = 0; job < 24000; job += 3) {
+    const auto ports = RendezvousPorts(job, 0, 0, reserved);
+    ASSERT_EQ(ports.size(), static_cast<size_t>(kRendezvousPorts));
+    EXPECT_EQ(std::set<int64_t>(ports.begin(), ports.end()).size(), ports.size()) << "job " << job;
+    for (int64_t p : ports) {
+      ASSERT_TRUE(p >= 26000 && p < 32000 && p != 29500 && p != 29400) << "job " << job << ": port " << p;
+    }
+    EXPECT_EQ(ports, RendezvousPorts(job, 0, 0, reserved)) << "the same list on every node";
+    EXPECT_NE(ports[0], RendezvousPorts(job, 0, 1, reserved)[0]) << "a requeue of job " << job << " takes another port";
+    EXPECT_NE(ports[0], RendezvousPorts(job, 1, 0, reserved)[0]) << "step 1 of job " << job;
+    if (!first.insert(ports[0]).second) ++shared;
+  }
+  for (int64_t job : {9500, 21500, 33500}) EXPECT_NE(PortForJob(job), 29500);
+  EXPECT_NE(RendezvousPorts(100, 0, 0, {}), RendezvousPorts(12100, 0, 0, {})) << "jobs 12,000 apart";
+  // 8,000 jobs over 6,000 ports: a first port shared by chance only.
+  EXPECT_LT(shared, 4000);
+  // Without slurm.conf: torchrun's ports and Slurm's defaults.
+  const auto defaults = ReservedPorts(d.file("none.conf"));
+  EXPECT_EQ(defaults, (std::vector<PortRange>{{29500, 29500}, {29400, 29400}, {6817, 6817}, {6818, 6818}}));
+  // MASTER_PORT given: that port alone.
+  auto l = From({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "5"}, {"MASTER_PORT", "23456"}});
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->port_candidates, std::vector<int64_t>{23456});
 }
 
 // Two steps of one job (a trainer and an evaluator following it) meet at
