@@ -6,8 +6,9 @@
 #   BUILD_DIR-asan  AddressSanitizer + UndefinedBehaviorSanitizer: the suites
 #                   of the code that parses what it reads, owns threads and
 #                   processes, or stops (common, data, run, runtime, control,
-#                   training, trainer, follower) and scdino-trainer (the
-#                   Slurm stop test runs it); not model, eval, features,
+#                   training, trainer, follower), scdino-trainer (the
+#                   Slurm stop test runs it) and scdino-fuzz-replay (the
+#                   fuzz corpora and crash inputs); not model, eval, features,
 #                   preflight, metrics: numeric kernels over tensors, whose
 #                   tests take minutes under ASan and whose memory LibTorch
 #                   owns
@@ -32,7 +33,7 @@ for kind in "${kinds[@]}"; do
     address)
       dir="$build_dir-asan" sanitize=address,undefined
       targets=(scdino_common_tests scdino_data_tests scdino_run_tests scdino_training_tests scdino_runtime_tests
-               scdino_control_tests scdino_trainer_tests scdino_follower_tests scdino-trainer) ;;
+               scdino_control_tests scdino_trainer_tests scdino_follower_tests scdino-trainer scdino-fuzz-replay) ;;
     thread)
       dir="$build_dir-tsan" sanitize=thread
       targets=(scdino_common_tests scdino_data_tests scdino_runtime_tests scdino_follower_tests

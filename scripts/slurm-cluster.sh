@@ -195,10 +195,23 @@ node_up() {  # NODE G
     touch "$state/ns/$n.uts"
     unshare --uts="$state/ns/$n.uts" hostname "$n"
   fi
+  # A checkout under /tmp (CI may clone anywhere) would be hidden by the
+  # node's own /tmp, and Slurm's prolog (a script of the checkout), the
+  # binaries and the run directories with it: those paths are bound into
+  # the node's /tmp at the same place, in the node's namespace alone.
+  local p
   if ! mountpoint -q "$state/ns/$n.mnt" 2>/dev/null; then
     touch "$state/ns/$n.mnt"
-    unshare --mount="$state/ns/$n.mnt" --propagation slave mount --bind "$d/tmp" /tmp
+    # shellcheck disable=SC2016,SC2046
+    unshare --mount="$state/ns/$n.mnt" --propagation slave sh -c '
+      d=$1; shift
+      for p in "$@"; do mkdir -p "$d/tmp/${p#/tmp/}" && mount --rbind "$p" "$d/tmp/${p#/tmp/}" || exit 1; done
+      mount --rbind "$d/tmp" /tmp' sh "$d" $(tmp_paths_to_share)
   fi
+  for p in $(tmp_paths_to_share); do
+    [ "$(in_node "$n" stat -c %d:%i "$p" 2>/dev/null)" = "$(stat -c %d:%i "$p")" ] ||
+      die "$n does not see $p (this machine's) under its own /tmp: start the cluster from a checkout outside /tmp"
+  done
   if ! alive "$d/slurmd.pid" "slurmd -f $conf -N $n"; then
     in_node "$n" /usr/sbin/slurmd -f "$conf" -N "$n"
   fi
@@ -207,6 +220,29 @@ node_up() {  # NODE G
       --collector.textfile.directory="$2/textfile" > "$2/node_exporter.log" 2>&1 < /dev/null & echo $! > "$2/node_exporter.pid"' \
       sh "$addr" "$d"
   fi
+}
+
+# The paths under /tmp every node must see as this machine does: the
+# checkout's parent (the checkout, a build beside or in it, ../shared), or
+# the checkout and ../shared when it lies in /tmp itself; and
+# $SCDINO_CLUSTER_SHARE (paths separated by colons). Nothing outside /tmp:
+# nodes share the rest of the file system.
+tmp_paths_to_share() {
+  local parent p
+  parent=$(dirname "$src")
+  {
+    if [ "$parent" = /tmp ]; then
+      echo "$src"
+      [ -d /tmp/shared ] && echo /tmp/shared
+    else
+      echo "$parent"
+    fi
+    tr ':' '\n' <<<"${SCDINO_CLUSTER_SHARE:-}"
+  } | while read -r p; do
+    [ -n "$p" ] || continue
+    p=$(realpath -m "$p")
+    case $p in /tmp/?*) echo "$p" ;; esac
+  done | sort -u
 }
 
 cmd_stop() {

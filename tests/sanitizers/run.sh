@@ -5,7 +5,8 @@
 #
 #   tests/sanitizers/run.sh address|thread SOURCE_DIR BUILD_DIR
 #
-# address: the unit tests of the suites BUILD_DIR-asan builds (ASan + UBSan;
+# address: the unit tests of the suites BUILD_DIR-asan builds and the fuzz
+# replays (ASan + UBSan;
 # LeakSanitizer at exit; scripts/build-sanitized.sh says which). thread: the
 # tests of BUILD_DIR-tsan whose code runs threads.
 set -euo pipefail
@@ -17,8 +18,9 @@ case $kind in
     export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=0:strict_string_checks=1"
     export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
     export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
-    # The suites not built there are placeholders named <suite>_NOT_BUILT.
-    select=(-L unit -E _NOT_BUILT) ;;
+    # The suites not built there are placeholders named <suite>_NOT_BUILT;
+    # the fuzz corpora and crash inputs are replayed here too.
+    select=(-L 'unit|fuzz' -E _NOT_BUILT) ;;
   thread)
     tree="$build-tsan"
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp:print_suppressions=0"
