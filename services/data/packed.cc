@@ -112,12 +112,15 @@ StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& di
   auto text = ReadFile(manifest_path);
   if (!text.ok()) return text.status();
   auto m = json::parse(*text, nullptr, false);
-  if (!m.is_object() || m.value("format", "") != "scdino-pack") {
+  // Types checked before any value is taken: json's value() throws on a
+  // key of another type (found by fuzzing: "format": {}).
+  if (!m.is_object() || !m.contains("format") || !m["format"].is_string() || m["format"] != "scdino-pack") {
     return Status::DataLoss(manifest_path + ": not a packed data set's manifest (expected JSON with \"format\": \"scdino-pack\")");
   }
-  if (m.value("version", 0) != kFormatVersion) {
-    return Status::FailedPrecondition(manifest_path + ": format version " + std::to_string(m.value("version", 0)) +
-                                      ", this scdino reads version " + std::to_string(kFormatVersion) + "; pack it again");
+  const json version = m.contains("version") ? m["version"] : json();
+  if (!version.is_number_integer() || version.get<int64_t>() != kFormatVersion) {
+    return Status::FailedPrecondition(manifest_path + ": format version " + version.dump() + ", this scdino reads version " +
+                                      std::to_string(kFormatVersion) + "; pack it again");
   }
   std::shared_ptr<PackedSet> set(new PackedSet());
   int64_t n_total = 0;

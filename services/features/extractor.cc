@@ -73,8 +73,8 @@ bool ShardComplete(const std::string& dir, int64_t first, int64_t count, const s
   auto text = ReadFile(dir + "/" + ShardName(first, count) + ".json");
   if (!text.ok()) return false;
   auto j = json::parse(*text, nullptr, false);
-  return j.is_object() && j.value("fingerprint", "") == fingerprint && j.value("count", -1) == count &&
-         FileExists(dir + "/" + ShardName(first, count) + ".npy");
+  return j.is_object() && j.contains("fingerprint") && j["fingerprint"] == fingerprint && j.contains("count") &&
+         j["count"] == count && FileExists(dir + "/" + ShardName(first, count) + ".npy");
 }
 
 // Between batches: rank 0 follows its control API (and publishes its
@@ -160,7 +160,9 @@ Status Assemble(const ExtractJob& job, const ExtractOptions& o, const std::strin
     auto manifest = ReadFile(base + ".json");
     if (!manifest.ok()) return manifest.status();
     int64_t left_out = 0;
-    for (const auto& i : json::parse(*manifest, nullptr, false).value("skipped", json::array())) {
+    const json m = json::parse(*manifest, nullptr, false);
+    const json none = json::array();
+    for (const auto& i : m.is_object() && m.contains("skipped") ? m["skipped"] : none) {
       if (!i.is_number_integer() || i.get<int64_t>() < first || i.get<int64_t>() >= first + count) {
         return Status::DataLoss(base + ".json: skipped image " + i.dump() + " outside the shard; delete it and rerun");
       }
@@ -284,7 +286,7 @@ StatusOr<ExtractResult> ExtractFeatures(const ExtractJob& job, const ExtractOpti
   // A complete directory of the same job is left as it is.
   if (auto meta = ReadFile(o.out_dir + "/metadata.json"); meta.ok()) {
     auto j = json::parse(*meta, nullptr, false);
-    if (j.is_object() && j.value("fingerprint", "") == fingerprint) {
+    if (j.is_object() && j.contains("fingerprint") && j["fingerprint"] == fingerprint) {
       result.completed = result.already_complete = true;
       if (o.on_progress) o.on_progress(n, n);
       return result;
