@@ -167,6 +167,7 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
     return OverStore(job, launch.rank, launch.world_size, timeout);
   };
   const std::string rank_text = "rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world_size);
+  const std::string attempt_id = Sha256Hex("scdino-attempt\n" + launch.attempt).substr(0, 32);
   c10d::TCPStoreOptions so = compat::TcpStoreOptions();
   so.numWorkers = static_cast<size_t>(launch.world_size);
   so.waitWorkers = false;  // rank 0 waits for the ranks' marks instead, and checks them
@@ -206,6 +207,10 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
       }
       try {
         auto store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
+        // Which attempt this store serves (no secret in it): a rank of the
+        // same attempt whose mark differs has another run directory, and
+        // says so at once; a rank of another attempt moves on.
+        store->set("scdino-attempt", Bytes(attempt_id));
         store->set("scdino-rundir/0", Bytes(mark(0)));
         std::vector<std::string> keys;
         for (int64_t r = 1; r < launch.world_size; ++r) keys.push_back("scdino-rundir/" + std::to_string(r));
@@ -262,6 +267,7 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
         auto store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
         store->wait({"scdino-rundir/0"}, std::min(left, step));
         if (Text(store->get("scdino-rundir/0")) != mark(0)) {
+          const bool ours = store->check({"scdino-attempt"}) && Text(store->get("scdino-attempt")) == attempt_id;
           last = Status::FailedPrecondition(
               rank_text + " on " + ThisHostName() + ": the process serving the rendezvous at " + launch.master_addr +
               ":" + std::to_string(port) +
@@ -269,6 +275,7 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
               "uses (the run directory must be the same directory on every node of the job, on a file system they "
               "all share, not node-local storage such as /tmp; set meta.output_dir accordingly), or another process "
               "holds the port");
+          if (ours) return last;  // this attempt's rank 0, with another secret: waiting cannot help
           continue;
         }
         store->set("scdino-rundir/" + std::to_string(launch.rank), Bytes(mark(launch.rank)));

@@ -436,6 +436,30 @@ TEST(Coordinator, ASquatterOnTheFirstPortMovesTheRendezvousToTheNext) {
   zero.join();
 }
 
+// A rank whose node has another run directory (node-local storage) holds
+// another secret: rank 0's store serves this attempt, so the rank says so
+// at once, not after the timeout, whatever the port sequence holds.
+TEST(Coordinator, ARankOfThisAttemptWithAnotherSecretIsRefusedAtOnce) {
+  const std::vector<int64_t> ports = {FreePort(), FreePort()};
+  const LaunchInfo launch = TwoRankLaunch("slurm job 31 step 0 restart 0 at 127.0.0.1:" + std::to_string(ports[0]), ports);
+  std::thread zero([&] {
+    LaunchInfo mine = launch;
+    mine.rank = 0;
+    (void)Coordinator::Connect(mine, std::chrono::seconds(6), std::string(64, 'x'));
+  });
+  LaunchInfo one = launch;
+  one.rank = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c1 = Coordinator::Connect(one, std::chrono::seconds(60), std::string(64, 'y'));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  zero.join();
+  ASSERT_FALSE(c1.ok());
+  EXPECT_EQ(c1.status().code(), StatusCode::kFailedPrecondition) << c1.status().ToString();
+  EXPECT_NE(c1.status().message().find("this node's run directory is not the one rank 0"), std::string::npos)
+      << c1.status().message();
+  EXPECT_LT(seconds, 5.0) << "refused after the timeout, not at once";
+}
+
 // Two jobs whose sequences start on the same port (two scdino runs on one
 // first node): the job there first keeps it; the other's rank 0 moves on,
 // and its rank 1, meeting the first job's store, refuses it (another
