@@ -30,7 +30,7 @@ std::string Text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
 }  // namespace
 
-StatusOr<ListeningSocket> ListenOn(const std::string& host, int64_t port) {
+StatusOr<ListeningSocket> ListenOn(const std::string& host, int64_t port, bool listen) {
   const std::string where = host + ":" + std::to_string(port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -54,7 +54,7 @@ StatusOr<ListeningSocket> ListenOn(const std::string& host, int64_t port) {
     }
     const int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && (!listen || ::listen(fd, SOMAXCONN) == 0)) {
       ListeningSocket l;
       l.fd = fd;
       char text[INET6_ADDRSTRLEN] = {};
@@ -179,7 +179,10 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
       so.port = static_cast<uint16_t>(ports[k]);
       so.isServer = true;
       so.timeout = timeout;
-      auto l = ListenOn(launch.master_addr, ports[k]);
+      // LibTorch 1.13's store binds the port itself: there, only whether it
+      // can be bound is asked (a socket that listened, even briefly, would
+      // take the other ranks' connections and reset them on close).
+      auto l = ListenOn(launch.master_addr, ports[k], compat::kStoreTakesListeningSocket);
       if (!l.ok() && l.status().code() == StatusCode::kAlreadyExists && k + 1 < ports.size()) {
         std::cerr << "scdino: rendezvous: port " << ports[k] << " is taken on " << ThisHostName()
                   << " by another process; serving on " << ports[k + 1]
@@ -269,7 +272,8 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
         if (Text(store->get("scdino-rundir/0")) != mark(0)) {
           const bool ours = store->check({"scdino-attempt"}) && Text(store->get("scdino-attempt")) == attempt_id;
           last = Status::FailedPrecondition(
-              rank_text + " on " + ThisHostName() + ": the process serving the rendezvous at " + launch.master_addr +
+              "rank " + std::to_string(launch.rank) + " on " + ThisHostName() +
+              ": the process serving the rendezvous at " + launch.master_addr +
               ":" + std::to_string(port) +
               " does not hold this run's rendezvous.secret: either this node's run directory is not the one rank 0 "
               "uses (the run directory must be the same directory on every node of the job, on a file system they "

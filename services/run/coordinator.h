@@ -49,14 +49,17 @@ std::string AttemptPrefix(const std::string& secret, const std::string& attempt)
 /// A socket bound to the address `host` resolves to (the first that binds)
 /// at `port`, listening: rank 0's store then listens where the other ranks
 /// connect, not on every interface. `loopback` says whether that address
-/// is a loopback one. Unavailable names the host, the port and the
-/// system's reason.
+/// is a loopback one. AlreadyExists when another socket holds the port (the
+/// rendezvous then moves to its next port), else Unavailable; both name the
+/// host, the port and the system's reason.
 struct ListeningSocket {
   int fd = -1;
   bool loopback = false;
   std::string address;  ///< numeric, as bound
 };
-StatusOr<ListeningSocket> ListenOn(const std::string& host, int64_t port);
+/// With listen = false the socket is bound only (whether the port is free),
+/// so no connection reaches it.
+StatusOr<ListeningSocket> ListenOn(const std::string& host, int64_t port, bool listen = true);
 
 class Coordinator {
  public:
