@@ -25,9 +25,28 @@ scdino_wait() {
     # the step's code just before the trap. Waiting again tells: bash keeps
     # the code of a background job that has ended, even one it has already
     # reaped or reported, so the next wait returns it at once (or when the
-    # step ends). Asking the kernel (kill -0) instead lost the code of a
-    # step that ended between the two.
+    # step ends). Asking the kernel (kill -0) for the code instead lost that
+    # of a step that ended between the two; here it only says whether to
+    # look again before that wait.
+    #
+    # Meanwhile, once a second: Slurm may have found a node of the job down
+    # and requeued it (the signal was its SIGTERM). This shell then has
+    # KillWait seconds left, too few to wait for a step whose ranks wait on
+    # the lost node, and only now can the job be changed. (Requeued with
+    # every node up, a preemption: the step is waited for, as it
+    # checkpoints.)
+    while scdino_step_runs "$pid"; do
+      if scdino_requeued_by_slurm && [ -n "$(scdino_lost_nodes)" ]; then
+        scdino_fit_requeued_job
+        exit 0
+      fi
+      sleep 1
+    done
   done
+}
+# scdino_step_runs PID: the step's process is there and not a zombie.
+scdino_step_runs() {
+  kill -0 "$1" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" != Z ]
 }
 
 # Slurm 22.05 and later no longer hand the job's --cpus-per-task to srun.
@@ -56,16 +75,39 @@ scdino_tasks_per_node() {
 # a container's node also gets NVIDIA_VISIBLE_DEVICES=void (Enroot's NVIDIA
 # hook then leaves the container alone: a CPU node has no
 # nvidia-container-cli, and the GPU image asks for every GPU).
+#
+# A restarted job (SLURM_RESTART_COUNT > 0) is never refused: its task
+# count is the one scdino_fit_requeued_job left (per node x the nodes left
+# when a node was lost), and Slurm may have given it more nodes than that
+# (the node came back first). Its steps then run --ntasks-per-node tasks on
+# every node Slurm gave (scdino_geometry) when each node has the CPUs (and
+# GPUs) for them, else the tasks Slurm laid out; the trainer resumes on
+# either world size (scdino.elastic_resume).
+scdino_geometry=()
 scdino_check_geometry() {
   local nodes=${SLURM_JOB_NUM_NODES:-1} ntasks=${SLURM_NTASKS:-1} asked=${SLURM_NTASKS_PER_NODE:-} per_node
   if [ -n "$asked" ] && [ "$asked" -gt 0 ] 2>/dev/null && [ "$ntasks" -ne $((asked * nodes)) ]; then
-    echo "scdino: job $SLURM_JOB_ID asked for $asked task(s) per node on $nodes node(s) ($((asked * nodes)) in all)" \
-         "but has $ntasks (SLURM_NTASKS=$ntasks, SLURM_TASKS_PER_NODE=${SLURM_TASKS_PER_NODE:-?}): another --ntasks" \
-         "(a directive, an environment variable) overrides the geometry; submit with --nodes and" \
-         "--ntasks-per-node alone, or a matching --ntasks" >&2
-    exit 2
+    if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] 2>/dev/null; then
+      local cpus_needed=$((asked * ${SLURM_CPUS_PER_TASK:-1})) gpus=${SLURM_GPUS_ON_NODE:-0}
+      if [ "${SLURM_CPUS_ON_NODE:-0}" -ge "$cpus_needed" ] && { [ "$gpus" = 0 ] || [ "$gpus" -ge "$asked" ]; } 2>/dev/null; then
+        scdino_geometry=(--nodes="$nodes" --ntasks=$((asked * nodes)) --ntasks-per-node="$asked")
+        echo "scdino: job $SLURM_JOB_ID restarted on $nodes node(s) with $ntasks task(s) (the count it was requeued" \
+             "with); each node has the CPUs${SLURM_GPUS_ON_NODE:+ and GPUs} for $asked: running $asked per node," \
+             "$((asked * nodes)) in all, as asked"
+      else
+        echo "scdino: job $SLURM_JOB_ID restarted on $nodes node(s) with $ntasks task(s) (the count it was requeued" \
+             "with; SLURM_TASKS_PER_NODE=${SLURM_TASKS_PER_NODE:-?}): a node has the CPUs or GPUs for fewer than" \
+             "$asked, so the steps run the $ntasks task(s) Slurm laid out"
+      fi
+    else
+      echo "scdino: job $SLURM_JOB_ID asked for $asked task(s) per node on $nodes node(s) ($((asked * nodes)) in all)" \
+           "but has $ntasks (SLURM_NTASKS=$ntasks, SLURM_TASKS_PER_NODE=${SLURM_TASKS_PER_NODE:-?}): another --ntasks" \
+           "(a directive, an environment variable) overrides the geometry; submit with --nodes and" \
+           "--ntasks-per-node alone, or a matching --ntasks" >&2
+      exit 2
+    fi
   fi
-  per_node=$(scdino_tasks_per_node)
+  [ ${#scdino_geometry[@]} -gt 0 ] && per_node=$asked || per_node=$(scdino_tasks_per_node)
   if [ "${SLURM_GPUS_ON_NODE:-0}" -gt 0 ] 2>/dev/null && [ "${per_node:-1}" -gt "$SLURM_GPUS_ON_NODE" ] &&
      [ -z "${SLURM_GPUS_PER_TASK:-}" ] && [ -z "${SCDINO_TRAIN_STEP:-}" ]; then
     echo "scdino: job $SLURM_JOB_ID runs $per_node task(s) on a node with $SLURM_GPUS_ON_NODE GPU(s)" \
@@ -87,14 +129,13 @@ scdino_step() {
   if [ "${SLURM_GPUS_ON_NODE:-0}" -gt 0 ] 2>/dev/null && [ -z "${SLURM_GPUS_PER_TASK:-}" ]; then
     gpus=(--gpus-per-task=1)
   fi
-  srun --kill-on-bad-exit=1 "${gpus[@]}" "$@" &
+  srun --kill-on-bad-exit=1 "${gpus[@]}" "${scdino_geometry[@]}" "$@" &
   scdino_wait $!
 }
 
 # scdino_requeue_or_exit RC: exit code 75 means stopped by a signal with the
 # progress saved, 9 that a rank or its node was lost (the last checkpoint is
-# intact; a job asked with --nodes=MIN-MAX resumes on the nodes left,
-# scdino.elastic_resume): requeue the job (at most SCDINO_MAX_REQUEUES times, 20 by
+# intact): requeue the job (at most SCDINO_MAX_REQUEUES times, 20 by
 # default, counted by Slurm's SLURM_RESTART_COUNT) and end this run of it.
 # A step that ended otherwise after this shell got a signal is requeued too:
 # a job-wide SIGTERM also reaches srun, which then kills its tasks at once
@@ -106,37 +147,111 @@ scdino_step() {
 # would fail it again), 7 (did not learn) and 8 (the disk is full: it would
 # fail again) are never requeued, signal or not. Any other code ends the
 # job with it; 0 returns.
+#
+# A lost node: Slurm requeues the job itself once it finds the node down
+# (SlurmdTimeout), keeping its task count (per node x the nodes it had),
+# and this shell then has KillWait seconds: scdino_wait notices and fits the
+# job (scdino_fit_requeued_job). The ranks may notice first (exit 9,
+# scdino.distributed_timeout_s): then this shell waits for Slurm's verdict
+# (SlurmdTimeout + 60 s at most, SCDINO_NODE_WAIT_S) rather than requeue at
+# once, because a running job's task count cannot be changed, and a job this
+# shell requeues is only pending once this shell has ended. No verdict in
+# time (the nodes answer: a rank was lost, not a node) and the job is
+# requeued as it is.
 scdino_requeue_or_exit() {
   local rc=$1 max=${SCDINO_MAX_REQUEUES:-20} restarts=${SLURM_RESTART_COUNT:-0} why
   if [ "$rc" -eq 75 ]; then
     why="checkpoint written after a signal${scdino_signal:+ ($scdino_signal)}"
   elif [ "$rc" -eq 9 ]; then
-    why="a rank or its node was lost (see above); resuming from the last checkpoint on the nodes Slurm gives the job"
+    why="a rank or its node was lost (see above); the job resumes from the last checkpoint"
   elif [ -n "$scdino_signal" ] && ! case $rc in 0|2|4|5|6|7|8) true ;; *) false ;; esac; then
     why="the step ended with code $rc after a signal ($scdino_signal) reached the whole job; resuming from the last checkpoint"
   else
     [ "$rc" -eq 0 ] || exit "$rc"
     return 0
   fi
-  if [ "$restarts" -ge "$max" ]; then
+  if ! scdino_requeued_by_slurm && [ "$restarts" -ge "$max" ]; then
     echo "scdino: $why, but job $SLURM_JOB_ID was already requeued $restarts times (SCDINO_MAX_REQUEUES=$max);" \
          "not requeueing. Submit it again to resume."
     exit 75
   fi
-  echo "scdino: $why; requeueing job $SLURM_JOB_ID (restart $((restarts + 1)) of at most $max)"
-  # Slurm may have requeued it already (a node failure does): not an error.
-  scontrol requeue "$SLURM_JOB_ID" 2>/dev/null || echo "scdino: job $SLURM_JOB_ID was already requeued by Slurm"
-  # Slurm keeps a requeued job's task count (--ntasks-per-node x the nodes it
-  # had), which a lost node can no longer give: one node fewer, so that a job
-  # asked with --nodes=MIN-MAX resumes on the nodes left (one asked with a
-  # fixed --nodes waits for its nodes, with one task less on each).
-  local per_node=${SLURM_NTASKS_PER_NODE:-} nodes=${SLURM_JOB_NUM_NODES:-1}
-  if [ "$rc" -eq 9 ] && [ -n "$per_node" ] && [ "$nodes" -gt 1 ]; then
-    scontrol update JobId="$SLURM_JOB_ID" NumTasks=$((per_node * (nodes - 1))) ||
-      echo "scdino: warning: could not lower job $SLURM_JOB_ID's task count; it waits for $nodes nodes"
-    echo "scdino: job $SLURM_JOB_ID resumes with $((per_node * (nodes - 1))) task(s), $per_node per node"
+  if [ "$rc" -eq 9 ] && ! scdino_requeued_by_slurm; then
+    local wait_s=${SCDINO_NODE_WAIT_S:-$(($(scdino_slurmd_timeout) + 60))} t0=$SECONDS
+    echo "scdino: $why; waiting up to $wait_s s for Slurm to find whether a node of job $SLURM_JOB_ID is down" \
+         "(SlurmdTimeout; SCDINO_NODE_WAIT_S) before requeueing it"
+    while ! scdino_requeued_by_slurm && [ $((SECONDS - t0)) -lt "$wait_s" ]; do
+      sleep 1
+    done
+  fi
+  if scdino_requeued_by_slurm; then
+    echo "scdino: $why"
+    scdino_fit_requeued_job
+  else
+    echo "scdino: $why; requeueing job $SLURM_JOB_ID (restart $((restarts + 1)) of at most $max): it starts" \
+         "again on ${SLURM_JOB_NUM_NODES:-1} node(s), as now"
+    scontrol requeue "$SLURM_JOB_ID" 2>/dev/null || echo "scdino: job $SLURM_JOB_ID was already requeued by Slurm"
   fi
   exit 0
+}
+
+# scdino_job_field NAME: this job's NAME=value from scontrol (empty when
+# Slurm no longer knows the job).
+scdino_job_field() {
+  [ -n "${SLURM_JOB_ID:-}" ] || return 0
+  { scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$1=//p" | head -1; } || true
+}
+# scdino_requeued_by_slurm: Slurm counts a restart this run of the job did
+# not start with: the job is pending again (shown COMPLETING while any of
+# its processes, this shell among them, still runs).
+scdino_requeued_by_slurm() {
+  local r
+  r=$(scdino_job_field Restarts)
+  [ -n "$r" ] && [ "$r" -gt "${SLURM_RESTART_COUNT:-0}" ] 2>/dev/null
+}
+# scdino_lost_nodes: the job's nodes Slurm has down, not responding,
+# draining or failing, comma-separated (empty: none).
+scdino_lost_nodes() {
+  [ -n "${SLURM_JOB_NODELIST:-}" ] || return 0
+  { sinfo -h -N -n "$SLURM_JOB_NODELIST" -o '%N %t' 2>/dev/null |
+    awk '$2 ~ /[*~#!%$@^-]$|^(down|drain|drng|fail|maint|boot|pow)/ {print $1}' | sort -u | paste -sd, -; } || true
+}
+scdino_slurmd_timeout() {
+  local t
+  t=$(scontrol show config 2>/dev/null | sed -n 's/^SlurmdTimeout *= *\([0-9]*\).*/\1/p') || true
+  echo "${t:-300}"
+}
+
+# scdino_fit_requeued_job: Slurm requeued the job, keeping the task count of
+# its last start (per node x the nodes it had). With some of its nodes down,
+# a job asked with --ntasks-per-node gets per node x the nodes left: a job
+# asked with --nodes=MIN-MAX then starts again on the nodes left (at least
+# MIN); one asked with a fixed --nodes=N still waits for N nodes (Slurm
+# keeps its node count). Neither form can be told from inside the job (Slurm
+# shows what the job holds until it has ended), and neither needs to be:
+# on every node Slurm gives it, the restarted job runs its --ntasks-per-node
+# tasks (scdino_check_geometry). Says what it did.
+scdino_fit_requeued_job() {
+  local id=$SLURM_JOB_ID per_node=${SLURM_NTASKS_PER_NODE:-} nodes=${SLURM_JOB_NUM_NODES:-1} lost n_lost left
+  lost=$(scdino_lost_nodes)
+  n_lost=$(echo "$lost" | tr ',' '\n' | grep -c .) || true
+  if [ "$n_lost" -eq 0 ]; then
+    echo "scdino: Slurm requeued job $id; none of its nodes is down now: it starts again on $nodes node(s), as before"
+  elif [ -n "$per_node" ] && [ "$nodes" -gt 1 ]; then
+    left=$((nodes - n_lost))
+    [ "$left" -ge 1 ] || left=1
+    if scontrol update JobId="$id" NumTasks=$((per_node * left)); then
+      echo "scdino: Slurm requeued job $id with $lost down; its task count is now $((per_node * left))" \
+           "($per_node per node on the $left node(s) left): asked with --nodes=MIN-MAX it starts again on the" \
+           "nodes left (at least MIN), asked with --nodes=$nodes once $nodes nodes are up; either way it runs" \
+           "$per_node task(s) on every node it gets"
+    else
+      echo "scdino: warning: Slurm requeued job $id with $lost down, but its task count could not be lowered:" \
+           "it starts again once $nodes nodes are up"
+    fi
+  else
+    echo "scdino: Slurm requeued job $id with $lost down: it starts again with its ${SLURM_NTASKS:-1} task(s)" \
+         "once Slurm can place them"
+  fi
 }
 
 # Node-local staging of a packed data set (scdino-pack; docs/data.md).

@@ -102,17 +102,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Whether something accepts connections at host:port within `wait`.
-bool Listening(const std::string& host, int64_t port, std::chrono::milliseconds wait) {
+// A socket connected to host:port within `wait` (blocking from then on),
+// or -1: nothing accepts connections there.
+int ConnectWithin(const std::string& host, int64_t port, std::chrono::milliseconds wait) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
-  bool ok = false;
-  for (addrinfo* a = found; a != nullptr && !ok; a = a->ai_next) {
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return -1;
+  int connected = -1;
+  for (addrinfo* a = found; a != nullptr && connected < 0; a = a->ai_next) {
     const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) continue;
+    bool ok = false;
     if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
       ok = true;
     } else if (errno == EINPROGRESS) {
@@ -122,10 +124,47 @@ bool Listening(const std::string& host, int64_t port, std::chrono::milliseconds 
       ok = ::poll(&p, 1, static_cast<int>(wait.count())) == 1 &&
            ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
     }
-    ::close(fd);
+    if (ok) {
+      connected = fd;
+    } else {
+      ::close(fd);
+    }
   }
   ::freeaddrinfo(found);
-  return ok;
+  return connected;
+}
+
+// Whether a c10d TCPStore serves host:port, asked within `wait` in the
+// store's own protocol (LibTorch 2.x: a VALIDATE with its magic number,
+// then a CHECK of one key, answered by one byte, 0 or 1). LibTorch 2.x's
+// store client waits without a bound for its first answer, so a process
+// that accepts and never answers would hold a rank for ever: it is asked
+// here first. LibTorch 1.13's client is bounded by its timeout, and its
+// protocol has no VALIDATE: there, accepting is enough.
+bool ServesAStore(const std::string& host, int64_t port, std::chrono::milliseconds wait) {
+  const int fd = ConnectWithin(host, port, wait);
+  if (fd < 0) return false;
+  bool store = true;
+  if (compat::kStoreTakesListeningSocket) {
+    constexpr uint8_t kValidate = 0, kCheck = 5;
+    constexpr uint32_t kMagic = 0x3C85F7CE;
+    const std::string key = "/scdino-attempt";
+    std::string query;
+    const auto put = [&](const auto& v) { query.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+    put(kValidate);
+    put(kMagic);
+    put(kCheck);
+    put(static_cast<uint64_t>(1));
+    put(static_cast<uint64_t>(key.size()));
+    query += key;
+    store = ::send(fd, query.data(), query.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(query.size());
+    pollfd p{fd, POLLIN, 0};
+    uint8_t answer = 255;
+    store = store && ::poll(&p, 1, static_cast<int>(wait.count())) == 1 && ::recv(fd, &answer, 1, 0) == 1 &&
+            answer <= 1;
+  }
+  ::close(fd);
+  return store;
 }
 
 std::string PortList(const std::vector<int64_t>& ports) {
@@ -160,11 +199,13 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
   const auto mark = [&](int64_t rank) {
     return HmacSha256Hex(secret, "scdino-rundir\n" + launch.attempt + "\nrank " + std::to_string(rank)).substr(0, 32);
   };
-  const auto over = [&](c10::intrusive_ptr<c10d::TCPStore> store) {
+  const auto over = [&](c10::intrusive_ptr<c10d::TCPStore> store, int64_t port) {
     // Every key of the job under a prefix of this attempt alone: what a
     // listener on the port could learn is worth one failed attempt.
     auto job = c10::make_intrusive<c10d::PrefixStore>("scdino-job-" + AttemptPrefix(secret, launch.attempt), store);
-    return OverStore(job, launch.rank, launch.world_size, timeout);
+    auto c = OverStore(job, launch.rank, launch.world_size, timeout);
+    c->port_ = port;
+    return c;
   };
   const std::string rank_text = "rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world_size);
   const std::string attempt_id = Sha256Hex("scdino-attempt\n" + launch.attempt).substr(0, 32);
@@ -240,7 +281,7 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
                 "file system they all share, not node-local storage such as /tmp; set meta.output_dir accordingly)");
           }
         }
-        return over(store);
+        return over(store, ports[k]);
       } catch (const std::exception& e) {
         return Status::Unavailable(rank_text + ": rendezvous at " + launch.master_addr + ":" +
                                    std::to_string(ports[k]) + " failed within " +
@@ -262,7 +303,7 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
     for (int64_t port : ports) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) break;
-      if (!Listening(launch.master_addr, port, std::min(left, std::chrono::milliseconds(2000)))) continue;
+      if (!ServesAStore(launch.master_addr, port, std::min(left, std::chrono::milliseconds(2000)))) continue;
       so.port = static_cast<uint16_t>(port);
       so.isServer = false;
       so.timeout = std::min(left, step);
@@ -284,7 +325,7 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
         }
         store->set("scdino-rundir/" + std::to_string(launch.rank), Bytes(mark(launch.rank)));
         store->setTimeout(timeout);  // the probe's short one no longer
-        return over(store);
+        return over(store, port);
       } catch (const std::exception& e) {
         if (last.code() != StatusCode::kFailedPrecondition) {
           last = Status::Unavailable(rank_text + ": rendezvous at " + launch.master_addr + ":" + std::to_string(port) +

@@ -86,6 +86,9 @@ class Coordinator {
   int64_t world_size() const { return world_size_; }
   bool is_rank_zero() const { return rank_ == 0; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  /// The port the rendezvous met on (the first of the attempt's sequence
+  /// that rank 0 could serve); 0 without one.
+  int64_t port() const { return port_; }
   /// The raw store (for a process group over the same rendezvous); null
   /// for a single process.
   const c10::intrusive_ptr<c10d::Store>& store() const { return raw_; }
@@ -137,7 +140,7 @@ class Coordinator {
  private:
   Coordinator() = default;
   c10::intrusive_ptr<c10d::Store> raw_, store_;  // store_: our keys, under a prefix
-  int64_t rank_ = 0, world_size_ = 1;
+  int64_t rank_ = 0, world_size_ = 1, port_ = 0;
   std::chrono::milliseconds timeout_{std::chrono::minutes(5)};
   SumOverRanks sum_;
   RunRequests published_;

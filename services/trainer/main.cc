@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
       options.collective = parts.collective;
       std::cerr << "scdino-trainer: rank " << launch->rank << " of " << launch->world_size << ", "
                 << options.collective->backend() << " (" << launch->source << " launch, rendezvous "
-                << launch->master_addr << ":" << launch->master_port << ")\n";
+                << launch->master_addr << ":" << parts.coordinator->port() << ")\n";
     }
     auto started = ServicePlane::Start(config, *launch, {"trainer", "", ""});
     if (!started.ok()) return Fail(nullptr, started.status());

@@ -21,9 +21,11 @@ PART:
   gpus      the preflight's GPU binding check on the GRES: one GPU per task
             passes; two tasks on one GPU, and a task without one in a GPU
             job, fail naming node and task
-  nodeloss  node2 lost mid-epoch (slurmd and tasks killed, link down): the
-            ranks on node1 stop naming it, the job requeues and resumes on
-            node1 alone with exact schedules; a later job uses both nodes
+  nodeloss  node2 lost mid-epoch (slurmd and tasks killed, link down), twice:
+            a --nodes=1-2 job, Slurm finding the node down first, resumes
+            on node1 alone; a --nodes=2 job, its ranks noticing first,
+            pends while node2 is down and resumes with 2 ranks on each node
+            once it is back; both with exact schedules
 
 Prints "ok: ..." lines; "FAIL: ..." and exit 1 on the first failure.
 """
@@ -575,89 +577,133 @@ def part_nodeloss():
     extra = "  elastic_resume: global_batch\n  distributed_timeout_s: 30\n  log_samples: true\n"
     lost = config("lost", cells, epochs=12, extra=extra)
     ref = config("whole", cells, epochs=12, extra=extra)
+    # The ranks notice a lost node within 8 s, before Slurm does (SlurmdTimeout 15 s).
+    fixed = config("fixed", cells, epochs=12, extra=extra.replace("distributed_timeout_s: 30", "distributed_timeout_s: 8"))
     trainer_env = f",SCDINO_BIN={BUILD}/services/trainer,SCDINO_PREFLIGHT=0"
+    train = os.path.join(SRC, "deploy/slurm/train.sbatch")
     # The uninterrupted run: 4 ranks on 2 nodes.
-    job, out = submit(["--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1",
-                       os.path.join(SRC, "deploy/slurm/train.sbatch"), ref], "whole", exports=trainer_env)
+    job, out = submit(["--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1", train, ref], "whole",
+                      exports=trainer_env)
     if wait_job(job, 600, out) != 0:
         fail("the uninterrupted 2-node run failed", out)
-    # The same run on 1-2 nodes: node2 is lost in its fourth epoch.
-    job, out = submit(["--nodes=1-2", "--ntasks-per-node=2", "--cpus-per-task=1",
-                       os.path.join(SRC, "deploy/slurm/train.sbatch"), lost], "lost", exports=trainer_env)
-    log = os.path.join(WORK, "runs", "lost", "log.jsonl")
-    t0 = time.time()
-    while (not os.path.exists(log) or len(open(log).read().strip().split("\n")) < 3) and time.time() - t0 < 300:
-        time.sleep(0.2)
-    if len(ranks_by_node(out)) != 4:
-        fail(f"the job did not start on both nodes: {ranks_by_node(out)}", out)
-    lost_at = time.time()
+
+    def started(run_name, out):
+        log = os.path.join(WORK, "runs", run_name, "log.jsonl")
+        t0 = time.time()
+        while (not os.path.exists(log) or len(open(log).read().strip().split("\n")) < 3) and time.time() - t0 < 300:
+            time.sleep(0.2)
+        if len(ranks_by_node(out)) != 4:
+            fail(f"the job did not start on both nodes: {ranks_by_node(out)}", out)
+
+    def wait_for(out, words, seconds, what):
+        t0 = time.time()
+        while words not in text(out) and time.time() - t0 < seconds:
+            time.sleep(0.5)
+        if words not in text(out):
+            fail(f"{what}: no '{words}' within {seconds} s", out)
+
+    # --nodes=1-2, Slurm first: node2 lost in the fourth epoch and marked
+    # down at once; the job resumes on node1 alone.
+    job, out = submit(["--nodes=1-2", "--ntasks-per-node=2", "--cpus-per-task=1", train, lost], "lost",
+                      exports=trainer_env)
+    started("lost", out)
     run("bash", CLUSTER, "lose", "node2")
     try:
-        t0 = time.time()
-        while "lost contact with" not in text(out) and time.time() - t0 < 120:
-            time.sleep(0.5)
+        slurm("scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=scdino test: node lost")
+        wait_for(out, "Slurm requeued job", 120, "Slurm marked node2 down")
         o = text(out)
-        m = re.search(r"rank \d+ of 4: lost contact with ([^\n]*)", o)
-        if not m or "node2" not in m.group(1):
-            fail("the ranks on node1 did not stop naming node2", out)
-        print(f"ok: node2 lost: the ranks on node1 stopped within {time.time() - lost_at:.0f} s: {m.group(0)}")
-        # Slurm requeues the job (node failure); it resumes on node1 alone.
+        if "with node2 down; its task count is now 2 (2 per node on the 1 node(s) left)" not in o:
+            fail("the batch script did not fit the --nodes=1-2 job to the node left, or did not say so", out)
+        print("ok: --nodes=1-2, Slurm first: " + re.search(r"scdino: Slurm requeued job[^\n]*", o).group(0))
         code = wait_job(job, 900, out)
         o = text(out)
-        resumed = re.findall(r"resume: (.*)", o)
-        if code != 0 or not resumed:
+        if code != 0 or not re.findall(r"resume: (.*)", o):
             fail(f"the job did not requeue and complete on the remaining node (exit {code})", out)
-        after = o.split("lost contact with")[-1]
+        after = o.split("Slurm requeued job")[-1]
         nodes_after = set(re.findall(r"rank \d+ metrics on http://([^:]+):", after))
         if nodes_after != {"node1"}:
             fail(f"the requeued job ran on {nodes_after}, expected node1 alone", out)
-        print(f"ok: the job requeued and resumed on node1 alone: {resumed[0]}")
-        # A job that needs the lost node waits, and Slurm says why.
-        down, down_out = submit(["--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1",
-                                 os.path.join(SRC, "deploy/slurm/train.sbatch"), ref], "down", exports=trainer_env)
-        t0 = time.time()
-        reason = ""
-        while "node2" not in reason and time.time() - t0 < 60:
-            reason = slurm("squeue", "-h", "-j", down, "-o", "%r", check=False).stdout.strip()
-            time.sleep(0.5)
-        slurm("scancel", down, check=False)
-        if "ReqNodeNotAvail" not in reason or "node2" not in reason:
-            fail(f"a 2-node job submitted while node2 is down: squeue says '{reason}'")
-        print(f"ok: a 2-node job submitted while node2 is down pends, Slurm saying: {reason}")
+        print(f"ok: the --nodes=1-2 job resumed on node1 alone with 2 ranks and completed")
     finally:
         run("bash", CLUSTER, "restore", "node2")
+    lost_out = o
+
+    # --nodes=2, the ranks first: node2 lost; once Slurm finds it down the
+    # batch script fits the job, which pends for its 2 nodes until node2 is
+    # back, then resumes with 2 ranks on each.
+    job, out = submit(["--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1", train, fixed], "fixed",
+                      exports=trainer_env)
+    started("fixed", out)
+    lost_at = time.time()
+    run("bash", CLUSTER, "lose", "node2")
+    try:
+        wait_for(out, "with node2 down; its task count is now 2", 120, "Slurm finding node2 down")
+        o = text(out)
+        m = re.search(r"rank \d+ of 4: lost contact with ([^\n]*)", o)
+        if not m or "node2" not in m.group(1) or o.find(m.group(0)) > o.find("DUE TO NODE FAILURE"):
+            fail("the ranks on node1 did not stop first naming node2", out)
+        print(f"ok: --nodes=2, ranks first: node1's ranks stopped within {time.time() - lost_at:.0f} s: {m.group(0)}")
+        # srun waits for node2's tasks until Slurm finds node2 down, so the
+        # batch script learns it from Slurm's requeue either way.
+        print("ok: " + re.search(r"scdino: Slurm requeued job[^\n]*", o).group(0))
+        t0 = time.time()
+        reason = ""
+        while "node2" not in reason and "DOWN" not in reason and time.time() - t0 < 60:
+            reason = slurm("squeue", "-h", "-j", job, "-o", "%T %r", check=False).stdout.strip()
+            if "BeginTime" in reason:  # the requeue's hold: lifted, so that Slurm says what the job waits for
+                slurm("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
+            time.sleep(0.5)
+        if not reason.startswith("PENDING") or ("node2" not in reason and "DOWN" not in reason):
+            fail(f"the --nodes=2 job while node2 is down: squeue says '{reason}'", out)
+        print(f"ok: the --nodes=2 job pends while node2 is down, Slurm saying: {reason}")
+        # Held while node2 comes back: Slurm 22.05 allocating a node at the
+        # instant it registers again once gave the job one node under a
+        # two-node environment, and srun then waited for ever ("Requested
+        # nodes are busy"); a node back from a failure takes longer than that.
+        slurm("scontrol", "hold", job, check=False)
+    finally:
+        run("bash", CLUSTER, "restore", "node2")
+    t0 = time.time()
+    while "idle" not in slurm("sinfo", "-h", "-n", "node2", "-o", "%T", check=False).stdout and time.time() - t0 < 60:
+        time.sleep(0.5)
+    time.sleep(5)
+    slurm("scontrol", "release", job, check=False)
+    code = wait_job(job, 900, out)
+    o = text(out)
+    after = o.split("Slurm requeued job")[-1]
+    if code != 0 or set(re.findall(r"rank \d+ metrics on http://([^:]+):", after)) != {"node1", "node2"}:
+        fail(f"the --nodes=2 job did not resume on both nodes once node2 was back (exit {code})", out)
+    ranks_after = {int(r): n for r, n in re.findall(r"rank (\d+) metrics on http://([^:]+):", after)}
+    if sorted(ranks_after.values()) != ["node1", "node1", "node2", "node2"]:
+        fail(f"the --nodes=2 job resumed with other than 2 ranks on each node: {ranks_after}", out)
+    print("ok: node2 back: the --nodes=2 job resumed on both nodes with 2 ranks each and completed")
+
     # Exact: the same images at every step as the uninterrupted run (the
     # per-rank sampler logs of both), and the final weights within float
     # tolerance of another world size's summation order.
-    def steps(run_name, resumed_at=None):
+    def steps(run_name, resumed_at, resumed_world):
         """iteration -> (sorted images of every rank, lr, momentum): the attempt that counts for each iteration
-        (after a resume at `resumed_at`, the resumed run's, at its world size)."""
+        (from `resumed_at` on, the resumed run's at its world size, whose lines come after the first attempt's)."""
         seen = {}
         for f in glob.glob(os.path.join(WORK, "runs", run_name, "samples", "rank*.jsonl")):
             for line in open(f):
                 e = json.loads(line)
-                later = resumed_at is not None and e["iteration"] >= resumed_at
-                if later != (resumed_at is not None and e["world_size"] == 2):
-                    continue  # a step the first attempt made and the resumed run made again
-                imgs, lr, mom = seen.get(e["iteration"], ([], e["lr"], e["momentum"]))
-                seen[e["iteration"]] = (imgs + e["samples"], lr, mom)
-        return {k: (sorted(v[0]), v[1], v[2]) for k, v in seen.items()}
-    at = int(re.search(r"resuming from iteration (\d+)", o).group(1))
-    a, b = steps("whole"), steps("lost", at)
-    differ = [k for k in a if k not in b or a[k][0] != b[k][0] or abs(a[k][1] - b[k][1]) > 1e-12 or
-              abs(a[k][2] - b[k][2]) > 1e-12]
-    if differ:
-        fail(f"the run resumed at iteration {at} on 2 ranks did not take the uninterrupted 4-rank run's images and "
-             f"schedule values at every step: {len(differ)} differ, first {differ[:5]}")
-    print(f"ok: all {len(a)} steps (resumed at {at}) took the uninterrupted 2-node run's images, learning rate and "
-          "teacher momentum (elastic resume, exact schedules)")
-    # A later job uses both nodes again.
-    job, out = submit(["--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1",
-                       os.path.join(SRC, "deploy/slurm/train.sbatch"), config("again", cells, epochs=1)], "again",
-                      exports=trainer_env)
-    if wait_job(job, 300, out) != 0 or set(ranks_by_node(out).values()) != {"node1", "node2"}:
-        fail("a later job did not use both nodes again", out)
-    print("ok: node2 restored: a later job runs on both nodes again")
+                if e["iteration"] >= resumed_at and e["world_size"] != resumed_world:
+                    continue  # a step of the first attempt that the resumed run made again
+                seen.setdefault(e["iteration"], {})[f] = e
+        return {k: (sorted(i for e in v.values() for i in e["samples"]), next(iter(v.values()))["lr"],
+                    next(iter(v.values()))["momentum"]) for k, v in seen.items()}
+    a = steps("whole", 1 << 30, 4)
+    for name, o, world in (("lost", lost_out, 2), ("fixed", o, 4)):
+        at = int(re.search(r"resuming from iteration (\d+)", o).group(1))
+        b = steps(name, at, world)
+        differ = [k for k in a if k not in b or a[k][0] != b[k][0] or abs(a[k][1] - b[k][1]) > 1e-12 or
+                  abs(a[k][2] - b[k][2]) > 1e-12]
+        if differ:
+            fail(f"the {name} run resumed at iteration {at} on {world} ranks did not take the uninterrupted 4-rank "
+                 f"run's images and schedule values at every step: {len(differ)} differ, first {differ[:5]}")
+        print(f"ok: {name}: all {len(a)} steps (resumed at {at} on {world} ranks) took the uninterrupted run's "
+              "images, learning rate and teacher momentum (exact schedules)")
 
 
 def main():
