@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <iomanip>
 #include <set>
 #include <sstream>
@@ -85,27 +86,35 @@ std::string ConfusionCsv(const std::vector<std::vector<int64_t>>& m, const std::
   return confusion.str();
 }
 
-}  // namespace
+// The rows of a features directory, by split, and every row's class.
+struct Rows {
+  std::vector<int64_t> train, test, labels;
+  std::vector<int64_t> y_true;  ///< the test rows' classes
+  torch::Tensor label_tensor, train_idx, test_idx;
+};
 
-StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOptions& o) {
-  std::vector<int64_t> train_rows, test_rows, all_labels;
+StatusOr<Rows> SplitRows(const features::FeatureSet& set) {
+  Rows r;
   for (size_t i = 0; i < set.rows.size(); ++i) {
-    (set.rows[i].split == data::Split::kTrain ? train_rows : test_rows).push_back(static_cast<int64_t>(i));
-    all_labels.push_back(set.rows[i].class_index);
+    (set.rows[i].split == data::Split::kTrain ? r.train : r.test).push_back(static_cast<int64_t>(i));
+    r.labels.push_back(set.rows[i].class_index);
   }
-  if (train_rows.empty() || test_rows.empty()) {
+  if (r.train.empty() || r.test.empty()) {
     return Status::InvalidArgument(set.dir + "/index.csv: kNN needs train and test rows, got " +
-                                   std::to_string(train_rows.size()) + " train and " +
-                                   std::to_string(test_rows.size()) + " test (see scdino.split)");
+                                   std::to_string(r.train.size()) + " train and " + std::to_string(r.test.size()) +
+                                   " test (see scdino.split)");
   }
-  if (auto s = MakeDirs(o.out_dir); !s.ok()) return s;
-  EvalResult result;
-  result.n_train = static_cast<int64_t>(train_rows.size());
-  result.n_test = static_cast<int64_t>(test_rows.size());
+  for (auto t : r.test) r.y_true.push_back(r.labels[static_cast<size_t>(t)]);
+  r.label_tensor = torch::tensor(r.labels, torch::kInt64);
+  r.train_idx = torch::tensor(r.train, torch::kInt64);
+  r.test_idx = torch::tensor(r.test, torch::kInt64);
+  return r;
+}
+
+// Weighted kNN of the test rows against the train rows, scored for every
+// k of the options; false when stopped before it ended.
+StatusOr<bool> ScoreKnn(const features::FeatureSet& set, const Rows& rows, const EvalOptions& o, EvalResult* result) {
   const auto classes = static_cast<int64_t>(set.classes.size());
-  auto labels = torch::tensor(all_labels, torch::kInt64);
-  auto train_idx = torch::tensor(train_rows, torch::kInt64), test_idx = torch::tensor(test_rows, torch::kInt64);
-  auto features = set.features.to(o.device);
   KnnOptions ko;
   ko.ks = o.ks;
   ko.temperature = o.temperature;
@@ -114,17 +123,17 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
     if (o.on_progress) o.on_progress(done, total);
     return o.control ? !o.control->HoldWhilePaused(o.stop_signal) : !(o.stop_signal && o.stop_signal());
   };
-  if (o.log) *o.log << "scdino-eval: kNN of " << result.n_test << " test against " << result.n_train << " train rows\n";
+  if (o.log) *o.log << "scdino-eval: kNN of " << result->n_test << " test against " << result->n_train << " train rows\n";
   KnnResult knn;
   try {
-    knn = WeightedKnn(features.index_select(0, train_idx.to(o.device)), labels.index_select(0, train_idx).to(o.device),
-                      features.index_select(0, test_idx.to(o.device)), classes, ko);
+    auto features = set.features.to(o.device);
+    knn = WeightedKnn(features.index_select(0, rows.train_idx.to(o.device)),
+                      rows.label_tensor.index_select(0, rows.train_idx).to(o.device),
+                      features.index_select(0, rows.test_idx.to(o.device)), classes, ko);
   } catch (const c10::Error& e) {
     return Status::InvalidArgument(set.dir + ": " + e.what_without_backtrace());
   }
-  if (!knn.completed) return result;
-  std::vector<int64_t> y_true;
-  for (auto r : test_rows) y_true.push_back(all_labels[static_cast<size_t>(r)]);
+  if (!knn.completed) return false;
   for (size_t i = 0; i < o.ks.size(); ++i) {
     auto ranked = knn.ranked[i].to(torch::kCPU).contiguous();
     const int64_t keep = ranked.size(1);
@@ -135,23 +144,22 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
       y_pred.push_back(p[q * keep]);
       lists.emplace_back(p + q * keep, p + (q + 1) * keep);
     }
-    auto report = Evaluate(y_true, y_pred, set.classes);
+    auto report = Evaluate(rows.y_true, y_pred, set.classes);
     if (!report.ok()) return report.status();
-    auto top5 = TopKAccuracy(y_true, lists, 5);
+    auto top5 = TopKAccuracy(rows.y_true, lists, 5);
     if (!top5.ok()) return top5.status();
-    KnnScore s{o.ks[i], knn.k_used[i], report->accuracy, *top5, classes > 5, *report};
-    result.scores.push_back(std::move(s));
-    if (result.scores.back().top1 > result.scores[result.best].top1) result.best = i;
+    result->scores.push_back({o.ks[i], knn.k_used[i], report->accuracy, *top5, classes > 5, *report});
+    if (result->scores.back().top1 > result->scores[result->best].top1) result->best = i;
   }
+  return true;
+}
 
-  auto should_stop = [&] {
-    return o.control ? o.control->HoldWhilePaused(o.stop_signal) : (o.stop_signal && o.stop_signal());
-  };
-  // The linear probe on the same split, and k-means of the test rows. A
-  // stop during either still writes the kNN results below, then ends.
-  bool stopped = false;
+// The linear probe on the same split; false when stopped before it ended.
+StatusOr<bool> Probe(const features::FeatureSet& set, const Rows& rows, const EvalOptions& o,
+                     const std::function<bool()>& should_stop, EvalResult* result) {
+  bool completed = true;
   if (!o.linear_probe) {
-    result.linear.skipped = "scdino.evaluation.linear_probe is false";
+    result->linear.skipped = "scdino.evaluation.linear_probe is false";
   } else {
     LinearProbeOptions lo;
     lo.c_grid = o.linear_probe_c;
@@ -159,76 +167,73 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
     lo.should_stop = should_stop;
     ProgressLog probe_log(o.log, "scdino-eval: linear probe", "fits");
     lo.on_progress = [&](int64_t done, int64_t total) { probe_log.Report(done, total); };
-    auto lp = LinearProbe(set.features.index_select(0, train_idx), labels.index_select(0, train_idx),
-                          set.features.index_select(0, test_idx), classes, lo);
+    auto lp = LinearProbe(set.features.index_select(0, rows.train_idx), rows.label_tensor.index_select(0, rows.train_idx),
+                          set.features.index_select(0, rows.test_idx), static_cast<int64_t>(set.classes.size()), lo);
     if (lp.ok()) {
-      auto report = Evaluate(y_true, lp->predicted, set.classes);
+      auto report = Evaluate(rows.y_true, lp->predicted, set.classes);
       if (!report.ok()) return report.status();
-      result.linear = {true, "", lp->c, lp->grid, lp->validation, lp->n_validation, lp->iterations,
-                       report->accuracy, *report};
+      result->linear = {true, "", lp->c, lp->grid, lp->validation, lp->n_validation, lp->iterations,
+                        report->accuracy, *report};
     } else if (lp.status().code() == StatusCode::kAborted) {
-      stopped = true;
-      result.linear.skipped = "stopped before the linear probe ended";
+      completed = false;
+      result->linear.skipped = "stopped before the linear probe ended";
     } else if (lp.status().code() == StatusCode::kFailedPrecondition) {
-      result.linear.skipped = lp.status().message();
+      result->linear.skipped = lp.status().message();
     } else {
       return lp.status();
     }
   }
-  if (result.linear.done) {
-    if (o.log) *o.log << "scdino-eval: linear probe top-1 " << FormatFixed(result.linear.top1, 3) << " (C "
-                      << result.linear.c << " of " << result.linear.grid.size() << " on " << result.linear.n_validation
-                      << " validation rows)\n";
-  } else if (o.log) {
-    *o.log << "scdino-eval: linear probe skipped: " << result.linear.skipped << "\n";
-  }
-  std::set<int64_t> test_classes(y_true.begin(), y_true.end());
-  if (stopped) {
-    result.clustering.skipped = "stopped before k-means";
-  } else if (!o.kmeans) {
-    result.clustering.skipped = "scdino.evaluation.kmeans is false";
-  } else if (test_classes.size() < 2) {
-    result.clustering.skipped = "the test rows have " + std::to_string(test_classes.size()) +
-                                " class: cluster scores need at least two";
+  if (!o.log) return completed;
+  if (result->linear.done) {
+    *o.log << "scdino-eval: linear probe top-1 " << FormatFixed(result->linear.top1, 3) << " (C " << result->linear.c
+           << " of " << result->linear.grid.size() << " on " << result->linear.n_validation << " validation rows)\n";
   } else {
-    KMeansOptions ko2;
-    ko2.restarts = o.kmeans_restarts;
-    ko2.seed = o.seed;
-    ko2.should_stop = should_stop;
-    ProgressLog kmeans_log(o.log, "scdino-eval: k-means", "restarts");
-    ko2.on_progress = [&](int64_t done, int64_t total) { kmeans_log.Report(done, total); };
-    const auto k = static_cast<int64_t>(test_classes.size());
-    auto km = KMeans(set.features.index_select(0, test_idx), k, ko2);
-    if (!km.ok() && km.status().code() == StatusCode::kAborted) {
-      stopped = true;
-      result.clustering.skipped = "stopped before k-means ended";
-    } else if (!km.ok()) {
-      return km.status();
-    } else {
-      result.clustering = {true, "", k, AdjustedRandIndex(y_true, km->assignment),
-                           NormalizedMutualInformation(y_true, km->assignment), km->inertia, km->assignment};
-      if (o.log) *o.log << "scdino-eval: k-means (k " << k << ") of the test rows: ARI "
-                        << FormatFixed(result.clustering.ari, 3) << ", NMI " << FormatFixed(result.clustering.nmi, 3)
-                        << "\n";
-    }
+    *o.log << "scdino-eval: linear probe skipped: " << result->linear.skipped << "\n";
   }
+  return completed;
+}
 
-  // Results: JSON with everything, CSV summaries.
-  json j = {{"features", set.dir},
-            {"metadata", json::parse(set.metadata_json, nullptr, false)},
-            {"n_train", result.n_train},
-            {"n_test", result.n_test},
-            {"temperature", o.temperature},
-            {"classes", set.classes},
-            {"best_k", result.scores[result.best].k},
-            {"knn", json::array()}};
-  j["linear_probe"] = LinearJson(result.linear);
-  j["clustering"] = ClusteringJson(result.clustering);
+// k-means of the test rows, as many clusters as they have classes; false
+// when stopped before it ended.
+StatusOr<bool> Cluster(const features::FeatureSet& set, const Rows& rows, const EvalOptions& o,
+                       const std::function<bool()>& should_stop, EvalResult* result) {
+  const std::set<int64_t> test_classes(rows.y_true.begin(), rows.y_true.end());
+  if (!o.kmeans) {
+    result->clustering.skipped = "scdino.evaluation.kmeans is false";
+    return true;
+  }
+  if (test_classes.size() < 2) {
+    result->clustering.skipped = "the test rows have " + std::to_string(test_classes.size()) +
+                                 " class: cluster scores need at least two";
+    return true;
+  }
+  KMeansOptions ko;
+  ko.restarts = o.kmeans_restarts;
+  ko.seed = o.seed;
+  ko.should_stop = should_stop;
+  ProgressLog kmeans_log(o.log, "scdino-eval: k-means", "restarts");
+  ko.on_progress = [&](int64_t done, int64_t total) { kmeans_log.Report(done, total); };
+  const auto k = static_cast<int64_t>(test_classes.size());
+  auto km = KMeans(set.features.index_select(0, rows.test_idx), k, ko);
+  if (!km.ok() && km.status().code() == StatusCode::kAborted) {
+    result->clustering.skipped = "stopped before k-means ended";
+    return false;
+  }
+  if (!km.ok()) return km.status();
+  result->clustering = {true, "", k, AdjustedRandIndex(rows.y_true, km->assignment),
+                        NormalizedMutualInformation(rows.y_true, km->assignment), km->inertia, km->assignment};
+  if (o.log) *o.log << "scdino-eval: k-means (k " << k << ") of the test rows: ARI "
+                    << FormatFixed(result->clustering.ari, 3) << ", NMI " << FormatFixed(result->clustering.nmi, 3)
+                    << "\n";
+  return true;
+}
+
+// The scores' tables (CSV) and confusion matrices (CSV and PNG).
+Status WriteTablesAndFigures(const features::FeatureSet& set, const EvalOptions& o, EvalResult* result) {
   std::ostringstream summary, per_class;
   summary << "k,k_used,top1_accuracy,top5_accuracy,balanced_accuracy,macro_precision,macro_recall,macro_f1,weighted_f1\n";
   per_class << "k,class,precision,recall,f1,support,predicted\n";
-  for (const auto& s : result.scores) {
-    j["knn"].push_back(ReportJson(s));
+  for (const auto& s : result->scores) {
     const auto& r = s.report;
     summary << s.k << ',' << s.k_used << ',' << FormatFixed(s.top1, 6) << ',' << (s.top5_applies ? FormatFixed(s.top5, 6) : std::string()) << ','
             << FormatFixed(r.balanced_accuracy, 6) << ',' << FormatFixed(r.macro_precision, 6) << ',' << FormatFixed(r.macro_recall, 6) << ','
@@ -238,66 +243,112 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
                 << FormatFixed(c.f1, 6) << ',' << c.support << ',' << c.predicted << '\n';
     }
   }
-  const auto& best = result.scores[result.best];
-  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
-           {"knn_results.json", j.dump(2) + "\n"},
-           {"knn_results.csv", summary.str()},
-           {"per_class.csv", per_class.str()},
-           {"confusion_matrix.csv", ConfusionCsv(best.report.confusion, set.classes)}}) {
+  const auto& best = result->scores[result->best];
+  std::vector<std::pair<std::string, std::string>> tables = {
+      {"knn_results.csv", summary.str()},
+      {"per_class.csv", per_class.str()},
+      {"confusion_matrix.csv", ConfusionCsv(best.report.confusion, set.classes)}};
+  if (result->linear.done) {
+    tables.emplace_back("linear_probe_confusion_matrix.csv", ConfusionCsv(result->linear.report.confusion, set.classes));
+  }
+  for (const auto& [name, text] : tables) {
     if (auto s = WriteFileAtomic(o.out_dir + "/" + name, text); !s.ok()) return s;
-    result.files.push_back(name);
+    result->files.push_back(name);
   }
-  if (result.linear.done) {
-    if (auto s = WriteFileAtomic(o.out_dir + "/linear_probe_confusion_matrix.csv",
-                                 ConfusionCsv(result.linear.report.confusion, set.classes));
-        !s.ok()) {
-      return s;
-    }
-    result.files.push_back("linear_probe_confusion_matrix.csv");
-  }
-
-  // Figures.
   const std::string run = set.dir.substr(set.dir.find_last_of('/') + 1);
   if (auto s = PlotConfusionMatrix(o.out_dir + "/confusion_matrix.png", best.report.confusion, set.classes,
-                                   "kNN confusion matrix, " + run + ", k=" + std::to_string(best.k) +
-                                       ", top-1 " + FormatFixed(100 * best.top1, 1) + "%");
+                                   "kNN confusion matrix, " + run + ", k=" + std::to_string(best.k) + ", top-1 " +
+                                       FormatFixed(100 * best.top1, 1) + "%");
       !s.ok()) {
     return s;
   }
-  result.files.push_back("confusion_matrix.png");
-  if (result.linear.done) {
-    if (auto s = PlotConfusionMatrix(o.out_dir + "/linear_probe_confusion_matrix.png", result.linear.report.confusion,
-                                     set.classes, "linear probe confusion matrix, " + run + ", C=" +
-                                         FormatFixed(result.linear.c, result.linear.c < 1 ? 2 : 0) + ", top-1 " +
-                                         FormatFixed(100 * result.linear.top1, 1) + "%");
-        !s.ok()) {
-      return s;
-    }
-    result.files.push_back("linear_probe_confusion_matrix.png");
+  result->files.push_back("confusion_matrix.png");
+  if (!result->linear.done) return Status::Ok();
+  if (auto s = PlotConfusionMatrix(o.out_dir + "/linear_probe_confusion_matrix.png", result->linear.report.confusion,
+                                   set.classes, "linear probe confusion matrix, " + run + ", C=" +
+                                       FormatFixed(result->linear.c, result->linear.c < 1 ? 2 : 0) + ", top-1 " +
+                                       FormatFixed(100 * result->linear.top1, 1) + "%");
+      !s.ok()) {
+    return s;
   }
-  if (stopped) return result;  // the kNN results are written; not completed
-  EmbeddingOptions eo = o.embeddings;
-  eo.seed = o.seed;
-  eo.knn_memory_bytes = o.knn_memory_bytes;
-  eo.log = o.log;
-  eo.should_stop = should_stop;
-  if (result.clustering.done) {
-    eo.kmeans.assign(set.rows.size(), -1);
-    for (size_t i = 0; i < test_rows.size(); ++i) {
-      eo.kmeans[static_cast<size_t>(test_rows[i])] = result.clustering.assignment[i];
-    }
-  }
-  auto views = WriteEmbeddings(set, test_rows, eo, o.out_dir);
-  if (!views.ok()) {
-    if (views.status().code() == StatusCode::kAborted) return result;  // stopped: what is written stays
-    return views.status();
-  }
-  result.embeddings = views->summary;
-  result.files.insert(result.files.end(), views->files.begin(), views->files.end());
-  // The results again, now with the embeddings' trustworthiness.
-  j["embeddings"] = result.embeddings;
+  result->files.push_back("linear_probe_confusion_matrix.png");
+  return Status::Ok();
+}
+
+// knn_results.json: everything, the embeddings' summary among it when
+// they were made.
+Status WriteResultsJson(const features::FeatureSet& set, const EvalOptions& o, EvalResult* result) {
+  json j = {{"features", set.dir},
+            {"metadata", json::parse(set.metadata_json, nullptr, false)},
+            {"n_train", result->n_train},
+            {"n_test", result->n_test},
+            {"temperature", o.temperature},
+            {"classes", set.classes},
+            {"best_k", result->scores[result->best].k},
+            {"knn", json::array()}};
+  for (const auto& s : result->scores) j["knn"].push_back(ReportJson(s));
+  j["linear_probe"] = LinearJson(result->linear);
+  j["clustering"] = ClusteringJson(result->clustering);
+  if (!result->embeddings.is_null()) j["embeddings"] = result->embeddings;
   if (auto s = WriteFileAtomic(o.out_dir + "/knn_results.json", j.dump(2) + "\n"); !s.ok()) return s;
-  result.completed = true;
+  result->files.insert(result->files.begin(), "knn_results.json");
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOptions& o) {
+  auto rows = SplitRows(set);
+  if (!rows.ok()) return rows.status();
+  if (auto s = MakeDirs(o.out_dir); !s.ok()) return s;
+  EvalResult result;
+  result.n_train = static_cast<int64_t>(rows->train.size());
+  result.n_test = static_cast<int64_t>(rows->test.size());
+  auto knn = ScoreKnn(set, *rows, o, &result);
+  if (!knn.ok()) return knn.status();
+  if (!*knn) return result;  // stopped in the kNN: nothing written
+
+  // The linear probe and k-means; a stop during either still writes the
+  // kNN's results, then ends.
+  const std::function<bool()> should_stop = [&] {
+    return o.control ? o.control->HoldWhilePaused(o.stop_signal) : (o.stop_signal && o.stop_signal());
+  };
+  auto probed = Probe(set, *rows, o, should_stop, &result);
+  if (!probed.ok()) return probed.status();
+  StatusOr<bool> clustered = true;
+  if (*probed) {
+    clustered = Cluster(set, *rows, o, should_stop, &result);
+  } else {
+    result.clustering.skipped = "stopped before k-means";
+  }
+  if (!clustered.ok()) return clustered.status();
+  if (auto s = WriteTablesAndFigures(set, o, &result); !s.ok()) return s;
+  // The embeddings last (the longest part); knn_results.json once, after
+  // them or whatever ended them, so that it is there in every outcome.
+  Status made = Status::Ok();
+  if (*probed && *clustered) {
+    EmbeddingOptions eo = o.embeddings;
+    eo.seed = o.seed;
+    eo.knn_memory_bytes = o.knn_memory_bytes;
+    eo.log = o.log;
+    eo.should_stop = should_stop;
+    if (result.clustering.done) {
+      eo.kmeans.assign(set.rows.size(), -1);
+      for (size_t i = 0; i < rows->test.size(); ++i) {
+        eo.kmeans[static_cast<size_t>(rows->test[i])] = result.clustering.assignment[i];
+      }
+    }
+    auto views = WriteEmbeddings(set, rows->test, eo, o.out_dir);
+    if (views.ok()) {
+      result.embeddings = views->summary;
+      result.files.insert(result.files.end(), views->files.begin(), views->files.end());
+      result.completed = true;
+    } else if (views.status().code() != StatusCode::kAborted) {
+      made = views.status();  // stopped: what is written stays, and the run is not completed
+    }
+  }
+  if (auto s = WriteResultsJson(set, o, &result); !s.ok()) return s;
+  if (!made.ok()) return made;
   return result;
 }
 
