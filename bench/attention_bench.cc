@@ -30,8 +30,13 @@ double MsPerCall(int64_t iters, const F& fn) {
 int main(int argc, char** argv) {
   const scdino::bench::Flags a(argc, argv, "scdino-bench-attention",
                                "Forward + backward of the attention core, both implementations (docs/performance.md).",
-                               {{"batch", "16"}, {"tokens", "197"}, {"dim", "192"}, {"heads", "3"}, {"iters", "20"},
-                                {"threads", "2"}, {"impl", "both"}});
+                               {{"batch", "16", "images a step"},
+                                {"tokens", "197", "tokens an image (197: a 224 px crop of 16 px patches, and the CLS token)"},
+                                {"dim", "192", "embedding width"},
+                                {"heads", "3", "attention heads"},
+                                {"iters", "20", "timed forward + backward passes"},
+                                {"threads", "2", "intra-op threads"},
+                                {"impl", "both", "which attention to time: cpu (per-head products), tensor (LibTorch ops) or both"}});
   const int threads = scdino::run::ConfigureCpu(a.num("threads"));
   const int64_t B = a.num("batch"), N = a.num("tokens"), C = a.num("dim"), H = a.num("heads");
   const double scale = 1.0 / std::sqrt(static_cast<double>(C / H));

@@ -24,10 +24,18 @@
 
 int main(int argc, char** argv) {
   const scdino::bench::Flags a(argc, argv, "scdino-bench-data", "Images/s of the file loader and multi-crop augmentation (docs/performance.md).",
-                               {{"data", ""}, {"batch", "32"}, {"batches", "20"}, {"threads", "2"},
-                                {"loader-threads", "2"}, {"global", "224"}, {"local", "96"}, {"local-crops", "8"},
-                                {"cache", "0"}, {"shuffle", "auto"}, {"shuffle-buffer", "4096"},
-                                {"drop-caches", "0"}});
+                               {{"data", "", "the data set: an image folder or a packed set (scdino-pack)"},
+                                {"batch", "32", "images a batch"},
+                                {"batches", "20", "batches to time (0: one epoch)"},
+                                {"threads", "2", "intra-op threads"},
+                                {"loader-threads", "2", "loader threads (scdino.num_workers)"},
+                                {"global", "224", "global crop size, px"},
+                                {"local", "96", "local crop size, px"},
+                                {"local-crops", "8", "local crops an image"},
+                                {"cache", "0", "1: keep decoded images in memory after the first epoch"},
+                                {"shuffle", "auto", "global, blocks, or auto (blocks for a packed set)"},
+                                {"shuffle-buffer", "4096", "images in the block shuffle buffer"},
+                                {"drop-caches", "0", "1: drop the page cache first (root), as a node's first epoch meets it"}});
   auto num = [&](const char* k) { return a.num(k); };
   const int threads = scdino::run::ConfigureCpu(num("threads"));
   // A cold page cache (root only): what the first epoch on a node meets.

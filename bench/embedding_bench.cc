@@ -34,12 +34,12 @@ int main(int argc, char** argv) {
   scdino::bench::Flags f(argc, argv, "scdino-bench-embedding",
                          "Times scdino-eval's embeddings (t-SNE, UMAP, trustworthiness) on features.npy/labels.npy "
                          "written by bench/embedding_vs_sklearn.py",
-                         {{"data", "/tmp/emb"},
-                          {"threads", "2"},
-                          {"tsne", "1"},
-                          {"umap", "1"},
-                          {"trustworthiness-points", "20000"},
-                          {"out", "/tmp/scdino-embedding-bench"}});
+                         {{"data", "/tmp/emb", "directory with features.npy and labels.npy (bench/embedding_vs_sklearn.py writes them)"},
+                          {"threads", "2", "intra-op threads"},
+                          {"tsne", "1", "1: time t-SNE"},
+                          {"umap", "1", "1: time UMAP"},
+                          {"trustworthiness-points", "20000", "points trustworthiness is measured on"},
+                          {"out", "/tmp/scdino-embedding-bench", "directory for the figures and summary"}});
   const int threads = static_cast<int>(f.num("threads"));
   torch::set_num_threads(threads);
   auto x = scdino::ReadNpy(f.str("data") + "/features.npy");

@@ -28,10 +28,18 @@
 
 int main(int argc, char** argv) {
   const scdino::bench::Flags a(argc, argv, "scdino-bench-features", "Images/s of feature extraction from TIFF files (docs/performance.md).",
-                               {{"arch", "vit_small"}, {"patch", "16"}, {"channels", "5"}, {"size", "224"},
-                                {"images", "64"}, {"batch", "32"}, {"loaders", "2"}, {"threads", "0"},
-                                {"device", "cpu"}, {"dir", "/tmp/scdino-bench-features"}, {"image-size", "0"},
-                                {"precision", "fp32"}});
+                               {{"arch", "vit_small", "ViT preset (vit_tiny, vit_small, vit_base)"},
+                                {"patch", "16", "patch size, px"},
+                                {"channels", "5", "image channels"},
+                                {"size", "224", "the model's input size, px (scDINO resizes to it)"},
+                                {"images", "64", "synthetic images to extract"},
+                                {"batch", "32", "images a forward pass"},
+                                {"loaders", "2", "loader threads"},
+                                {"threads", "0", "intra-op threads (0: all cores)"},
+                                {"device", "cpu", "cpu or cuda"},
+                                {"dir", "/tmp/scdino-bench-features", "scratch directory for the images and features (removed first)"},
+                                {"image-size", "0", "size of the TIFF files, px (0: the input size, no resize)"},
+                                {"precision", "fp32", "fp32, bf16 or fp16"}});
   auto num = [&](const char* k) { return a.num(k); };
   const int threads = scdino::run::ConfigureCpu(num("threads"));
   torch::Device device = a.str("device") == "cuda" ? torch::kCUDA : torch::kCPU;

@@ -14,8 +14,13 @@
 
 int main(int argc, char** argv) {
   const scdino::bench::Flags a(argc, argv, "scdino-bench-knn", "Queries/s of the weighted kNN (docs/performance.md).",
-                               {{"train", "90000"}, {"test", "22000"}, {"dim", "384"}, {"classes", "10"},
-                                {"memory-mb", "512"}, {"threads", "0"}, {"device", "cpu"}});
+                               {{"train", "90000", "train rows"},
+                                {"test", "22000", "test rows (queries)"},
+                                {"dim", "384", "feature width"},
+                                {"classes", "10", "classes"},
+                                {"memory-mb", "512", "memory for one block of similarities, MiB (scdino.evaluation.knn_memory_mb)"},
+                                {"threads", "0", "intra-op threads (0: all cores)"},
+                                {"device", "cpu", "cpu or cuda"}});
   auto num = [&](const char* k) { return a.num(k); };
   const int threads = scdino::run::ConfigureCpu(num("threads"));
   torch::Device device = a.str("device") == "cuda" ? torch::kCUDA : torch::kCPU;

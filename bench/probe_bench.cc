@@ -19,7 +19,9 @@
 int main(int argc, char** argv) {
   const scdino::bench::Flags a(argc, argv, "scdino-bench-probe",
                                "Seconds and top-1 of the linear probe (docs/performance.md).",
-                               {{"dir", ""}, {"c-grid", "0.01,0.1,1,10,100,1000"}, {"threads", "0"}});
+                               {{"dir", "", "directory with x_train.npy, y_train.npy, x_test.npy, y_test.npy (bench/probe_vs_sklearn.py writes them)"},
+                                {"c-grid", "0.01,0.1,1,10,100,1000", "inverse regularisation strengths tried, comma-separated (scdino.evaluation.linear_probe_c)"},
+                                {"threads", "0", "intra-op threads (0: all cores)"}});
   const int threads = scdino::run::ConfigureCpu(a.num("threads"));
   auto read = [&](const char* name) {
     auto t = scdino::ReadNpy(a.str("dir") + "/" + name);
