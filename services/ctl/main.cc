@@ -9,7 +9,10 @@
 #include <cstdlib>
 #include <ctime>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <string>
+#include <variant>
 
 #include "common/cli.h"
 #include "common/learning_verdict.h"
@@ -187,13 +190,17 @@ void PrintLine(const v1::Status& s) {
   std::fflush(stdout);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::string run_dir, service = "trainer", target, token_file, tls_ca, tls_name;
+// The command line, parsed.
+struct Options {
+  std::string command, run_dir, service = "trainer", target, token_file, tls_ca, tls_name;
   bool json = false, tls = false;
-  double timeout = -1;
+  double timeout = -1;  ///< seconds; -1: the command's default
   int64_t interval_ms = 0;
+};
+
+// Parses the command line into `o`; an exit code when the program ends
+// here (after --help, or a bad command line).
+std::optional<int> ParseCommandLine(int argc, char** argv, Options* o) {
   scdino::cli::App app("scdinoctl",
                        "Status and steering of a running scdino service through its control API (docs/control.md).\n"
                        "Exit codes: 0 ok, 1 failed, 2 bad arguments, 3 unreachable, 4 unauthenticated,\n"
@@ -201,25 +208,27 @@ int main(int argc, char** argv) {
   app->require_subcommand(1);
   // Options may follow the command, as in `scdinoctl status --run-dir runs/x`.
   app->fallthrough();
-  app->add_option("--run-dir", run_dir, "the run directory (endpoint file and control.token found there)")
+  app->add_option("--run-dir", o->run_dir, "the run directory (endpoint file and control.token found there)")
       ->type_name("DIR");
-  app->add_option("--service", service, "which service of the run")->check(CLI::IsMember({"trainer", "features", "eval"}));
-  app->add_option("--target", target, "a server address instead of --run-dir")->type_name("HOST:PORT");
-  app->add_option("--token-file", token_file,
+  app->add_option("--service", o->service, "which service of the run")
+      ->check(CLI::IsMember({"trainer", "features", "eval"}));
+  app->add_option("--target", o->target, "a server address instead of --run-dir")->type_name("HOST:PORT");
+  app->add_option("--token-file", o->token_file,
                   "the run's control token (with --target; with --run-dir when it is not <run_dir>/control.token)")
       ->type_name("FILE");
-  app->add_flag("--tls", tls, "use TLS (with --target)");
-  app->add_option("--tls-ca", tls_ca, "PEM roots to trust for TLS (with --target: the run's tls_cert)")->type_name("FILE");
-  app->add_option("--tls-name", tls_name,
+  app->add_flag("--tls", o->tls, "use TLS (with --target)");
+  app->add_option("--tls-ca", o->tls_ca, "PEM roots to trust for TLS (with --target: the run's tls_cert)")
+      ->type_name("FILE");
+  app->add_option("--tls-name", o->tls_name,
                   "the name the server's certificate is issued to (with --target: the endpoint file's tls_name)")
       ->type_name("NAME");
-  app->add_flag("--json", json, "JSON instead of tables (one object per line for watch)");
-  app->add_option("--timeout", timeout, "seconds to wait for an answer")
+  app->add_flag("--json", o->json, "JSON instead of tables (one object per line for watch)");
+  app->add_option("--timeout", o->timeout, "seconds to wait for an answer")
       ->check(CLI::NonNegativeNumber)
       ->default_str("10; checkpoint: 600");
   app->add_subcommand("status", "the run's state, progress, speed and last values");
   app->add_subcommand("watch", "status on every change until the run ends (Ctrl-C to leave)")
-      ->add_option("--interval-ms", interval_ms, "also print every N ms when nothing changed")
+      ->add_option("--interval-ms", o->interval_ms, "also print every N ms when nothing changed")
       ->check(CLI::NonNegativeNumber);
   app->add_subcommand("pause", "pause at the next step boundary");
   app->add_subcommand("resume", "continue a paused run");
@@ -230,29 +239,37 @@ int main(int argc, char** argv) {
                       "replace the run's token by a new one (with --run-dir); the running services take it at the next "
                       "call, and the old token is refused from then on");
   if (auto code = app.Parse(argc, argv)) return *code == 0 ? kOk : kBadArguments;
-  const std::string command = app->get_subcommands().front()->get_name();
-  if (run_dir.empty() == target.empty()) {
+  o->command = app->get_subcommands().front()->get_name();
+  if (o->run_dir.empty() == o->target.empty()) {
     std::cerr << "scdinoctl: give either --run-dir DIR or --target HOST:PORT (with --token-file)\n";
     return kBadArguments;
   }
-  if (command == "rotate-token") {
-    if (run_dir.empty()) {
-      std::cerr << "scdinoctl: rotate-token needs --run-dir DIR\n";
-      return kBadArguments;
-    }
-    auto services = scdino::control::RotateToken(run_dir, token_file);
-    if (!services.ok()) {
-      std::cerr << "scdinoctl: " << services.status().message() << "\n";
-      return services.status().code() == scdino::StatusCode::kNotFound ? kNotFound : kFailed;
-    }
-    std::cout << "rotate-token: new token in " << (token_file.empty() ? run_dir + "/control.token" : token_file);
-    for (const auto& name : *services) std::cout << (&name == &services->front() ? "; endpoint of " : ", ") << name;
-    std::cout << (services->empty() ? "; no service of the run is running" : " signed with it") << "\n";
-    return kOk;
+  if (o->timeout < 0) o->timeout = o->command == "checkpoint" ? 600 : 10;
+  return std::nullopt;
+}
+
+int RotateToken(const Options& o) {
+  if (o.run_dir.empty()) {
+    std::cerr << "scdinoctl: rotate-token needs --run-dir DIR\n";
+    return kBadArguments;
   }
+  auto services = scdino::control::RotateToken(o.run_dir, o.token_file);
+  if (!services.ok()) {
+    std::cerr << "scdinoctl: " << services.status().message() << "\n";
+    return services.status().code() == scdino::StatusCode::kNotFound ? kNotFound : kFailed;
+  }
+  std::cout << "rotate-token: new token in " << (o.token_file.empty() ? o.run_dir + "/control.token" : o.token_file);
+  for (const auto& name : *services) std::cout << (&name == &services->front() ? "; endpoint of " : ", ") << name;
+  std::cout << (services->empty() ? "; no service of the run is running" : " signed with it") << "\n";
+  return kOk;
+}
+
+// The server to call and its token: from the run directory's endpoint
+// file, or --target with --token-file. An exit code when neither works.
+std::variant<scdino::control::ClientTarget, int> ResolveTarget(const Options& o) {
   scdino::control::ClientTarget t;
-  if (!run_dir.empty()) {
-    auto r = scdino::control::ResolveRun(run_dir, service, token_file);
+  if (!o.run_dir.empty()) {
+    auto r = scdino::control::ResolveRun(o.run_dir, o.service, o.token_file);
     if (!r.ok()) {
       std::cerr << "scdinoctl: " << r.status().message() << "\n";
       return r.status().code() == scdino::StatusCode::kNotFound ? kNotFound : kFailed;
@@ -260,108 +277,138 @@ int main(int argc, char** argv) {
     t = *r;
     if (!t.plaintext_warning.empty()) std::cerr << "scdinoctl: warning: " << t.plaintext_warning << "\n";
   } else {
-    if (token_file.empty()) {
+    if (o.token_file.empty()) {
       std::cerr << "scdinoctl: --target needs --token-file (the run's control.token)\n";
       return kBadArguments;
     }
-    auto token = scdino::control::ReadToken(token_file);
+    auto token = scdino::control::ReadToken(o.token_file);
     if (!token.ok()) {
       std::cerr << "scdinoctl: " << token.status().message() << "\n";
       return token.status().code() == scdino::StatusCode::kNotFound ? kNotFound : kFailed;
     }
-    t.target = target;
+    t.target = o.target;
     t.token = *token;
-    t.tls = tls;
-    t.tls_name = tls_name;
+    t.tls = o.tls;
+    t.tls_name = o.tls_name;
   }
-  t.tls_ca_file = tls_ca;
+  t.tls_ca_file = o.tls_ca;
+  return t;
+}
+
+// One connection to the service: its stubs, and a context for each call.
+struct Connection {
+  const Options& o;
+  scdino::control::ClientTarget t;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Control::Stub> control = v1::Control::NewStub(channel);
+  std::unique_ptr<v1::Trainer::Stub> trainer = v1::Trainer::NewStub(channel);
+
+  void Prepare(grpc::ClientContext& ctx, bool deadline) const {
+    scdino::control::AddToken(&ctx, t.token);
+    if (deadline) ctx.set_deadline(Deadline());
+  }
+  std::chrono::system_clock::time_point Deadline() const {
+    return std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.timeout * 1000));
+  }
+};
+
+int ShowStatus(const Connection& c) {
+  grpc::ClientContext ctx;
+  c.Prepare(ctx, true);
+  v1::Status s;
+  auto st = c.control->GetStatus(&ctx, v1::GetStatusRequest(), &s);
+  if (!st.ok()) return ExitFor(st, c.t.target);
+  c.o.json ? (void)(std::cout << Json(s) << "\n") : PrintTable(s);
+  return kOk;
+}
+
+int Watch(const Connection& c) {
+  // The first message has to come within the timeout; then no deadline.
+  grpc::ClientContext ctx;
+  c.Prepare(ctx, false);
+  if (!c.channel->WaitForConnected(c.Deadline())) {
+    std::cerr << "scdinoctl: " << c.t.target << ": not reachable within " << c.o.timeout << " s\n";
+    return kUnreachable;
+  }
+  v1::WatchStatusRequest req;
+  req.set_interval_ms(c.o.interval_ms);
+  auto reader = c.control->WatchStatus(&ctx, req);
+  v1::Status s;
+  while (reader->Read(&s)) c.o.json ? (void)(std::cout << Json(s) << std::endl) : PrintLine(s);
+  auto st = reader->Finish();
+  if (!st.ok()) return ExitFor(st, c.t.target);
+  return s.state() == v1::RUN_STATE_FAILED ? kFailed : kOk;
+}
+
+// pause, resume or stop.
+int Request(const Connection& c, const std::string& command) {
+  grpc::ClientContext ctx;
+  c.Prepare(ctx, true);
+  v1::ControlReply reply;
+  grpc::Status st;
+  if (command == "pause") st = c.control->Pause(&ctx, v1::PauseRequest(), &reply);
+  if (command == "resume") st = c.control->Resume(&ctx, v1::ResumeRequest(), &reply);
+  if (command == "stop") st = c.control->Stop(&ctx, v1::StopRequest(), &reply);
+  if (!st.ok()) return ExitFor(st, c.t.target);
+  if (c.o.json) {
+    std::cout << Json(reply) << "\n";
+  } else {
+    std::cout << command << ": requested; the run is " << StateName(reply.state()) << "\n";
+  }
+  return kOk;
+}
+
+int SaveCheckpoint(const Connection& c) {
+  grpc::ClientContext ctx;
+  c.Prepare(ctx, true);
+  v1::SaveCheckpointReply reply;
+  auto st = c.trainer->SaveCheckpoint(&ctx, v1::SaveCheckpointRequest(), &reply);
+  if (!st.ok()) return ExitFor(st, c.t.target);
+  if (c.o.json) {
+    std::cout << Json(reply) << "\n";
+  } else {
+    std::cout << reply.path() << " (iteration " << reply.iteration() << ")\n";
+  }
+  return kOk;
+}
+
+int ListCheckpoints(const Connection& c) {
+  grpc::ClientContext ctx;
+  c.Prepare(ctx, true);
+  v1::ListCheckpointsReply reply;
+  auto st = c.trainer->ListCheckpoints(&ctx, v1::ListCheckpointsRequest(), &reply);
+  if (!st.ok()) return ExitFor(st, c.t.target);
+  if (c.o.json) {
+    std::cout << Json(reply) << "\n";
+    return kOk;
+  }
+  std::printf("%-10s %-6s %-10s %-20s %s\n", "ITERATION", "EPOCH", "SIZE_MB", "WRITTEN", "PATH");
+  for (const auto& cp : reply.checkpoints()) {
+    std::printf("%-10lld %-6lld %-10.1f %-20s %s\n", static_cast<long long>(cp.iteration()),
+                static_cast<long long>(cp.epoch()), static_cast<double>(cp.size_bytes()) / 1e6,
+                Time(cp.modified_unix_ms()).c_str(), cp.path().c_str());
+  }
+  return kOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (auto code = ParseCommandLine(argc, argv, &o)) return *code;
+  if (o.command == "rotate-token") return RotateToken(o);
+  auto resolved = ResolveTarget(o);
+  if (const int* code = std::get_if<int>(&resolved)) return *code;
+  const auto& t = std::get<scdino::control::ClientTarget>(resolved);
   auto channel = scdino::control::OpenChannel(t);
   if (!channel.ok()) {
     std::cerr << "scdinoctl: " << channel.status().message() << "\n";
     return kFailed;
   }
-  if (timeout < 0) timeout = command == "checkpoint" ? 600 : 10;
-  auto context = [&](grpc::ClientContext& ctx, bool deadline) {
-    scdino::control::AddToken(&ctx, t.token);
-    if (deadline) {
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)));
-    }
-  };
-  auto control = v1::Control::NewStub(*channel);
-  auto trainer = v1::Trainer::NewStub(*channel);
-
-  if (command == "status") {
-    grpc::ClientContext ctx;
-    context(ctx, true);
-    v1::Status s;
-    auto st = control->GetStatus(&ctx, v1::GetStatusRequest(), &s);
-    if (!st.ok()) return ExitFor(st, t.target);
-    json ? (void)(std::cout << Json(s) << "\n") : PrintTable(s);
-    return kOk;
-  }
-  if (command == "watch") {
-    // The first message has to come within the timeout; then no deadline.
-    grpc::ClientContext ctx;
-    context(ctx, false);
-    if (!(*channel)->WaitForConnected(std::chrono::system_clock::now() +
-                                      std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)))) {
-      std::cerr << "scdinoctl: " << t.target << ": not reachable within " << timeout << " s\n";
-      return kUnreachable;
-    }
-    v1::WatchStatusRequest req;
-    req.set_interval_ms(interval_ms);
-    auto reader = control->WatchStatus(&ctx, req);
-    v1::Status s;
-    while (reader->Read(&s)) json ? (void)(std::cout << Json(s) << std::endl) : PrintLine(s);
-    auto st = reader->Finish();
-    if (!st.ok()) return ExitFor(st, t.target);
-    return s.state() == v1::RUN_STATE_FAILED ? kFailed : kOk;
-  }
-  if (command == "pause" || command == "resume" || command == "stop") {
-    grpc::ClientContext ctx;
-    context(ctx, true);
-    v1::ControlReply reply;
-    grpc::Status st;
-    if (command == "pause") st = control->Pause(&ctx, v1::PauseRequest(), &reply);
-    if (command == "resume") st = control->Resume(&ctx, v1::ResumeRequest(), &reply);
-    if (command == "stop") st = control->Stop(&ctx, v1::StopRequest(), &reply);
-    if (!st.ok()) return ExitFor(st, t.target);
-    if (json) {
-      std::cout << Json(reply) << "\n";
-    } else {
-      std::cout << command << ": requested; the run is " << StateName(reply.state()) << "\n";
-    }
-    return kOk;
-  }
-  if (command == "checkpoint") {
-    grpc::ClientContext ctx;
-    context(ctx, true);
-    v1::SaveCheckpointReply reply;
-    auto st = trainer->SaveCheckpoint(&ctx, v1::SaveCheckpointRequest(), &reply);
-    if (!st.ok()) return ExitFor(st, t.target);
-    if (json) {
-      std::cout << Json(reply) << "\n";
-    } else {
-      std::cout << reply.path() << " (iteration " << reply.iteration() << ")\n";
-    }
-    return kOk;
-  }
-  // checkpoints
-  grpc::ClientContext ctx;
-  context(ctx, true);
-  v1::ListCheckpointsReply reply;
-  auto st = trainer->ListCheckpoints(&ctx, v1::ListCheckpointsRequest(), &reply);
-  if (!st.ok()) return ExitFor(st, t.target);
-  if (json) {
-    std::cout << Json(reply) << "\n";
-    return kOk;
-  }
-  std::printf("%-10s %-6s %-10s %-20s %s\n", "ITERATION", "EPOCH", "SIZE_MB", "WRITTEN", "PATH");
-  for (const auto& c : reply.checkpoints()) {
-    std::printf("%-10lld %-6lld %-10.1f %-20s %s\n", static_cast<long long>(c.iteration()),
-                static_cast<long long>(c.epoch()), static_cast<double>(c.size_bytes()) / 1e6,
-                Time(c.modified_unix_ms()).c_str(), c.path().c_str());
-  }
-  return kOk;
+  const Connection c{o, t, *channel};
+  if (o.command == "status") return ShowStatus(c);
+  if (o.command == "watch") return Watch(c);
+  if (o.command == "pause" || o.command == "resume" || o.command == "stop") return Request(c, o.command);
+  if (o.command == "checkpoint") return SaveCheckpoint(c);
+  return ListCheckpoints(c);
 }

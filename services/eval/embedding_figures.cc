@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <iomanip>
 #include <map>
 #include <memory>
@@ -112,6 +113,146 @@ std::vector<int64_t> StratifiedSubsample(const std::vector<int64_t>& rows, const
   return out;
 }
 
+namespace {
+
+// Progress lines at a bounded rate, with the rate and an ETA (common/progress.h).
+std::function<void(int64_t, int64_t)> Progress(const EmbeddingOptions& o, const char* what, const char* unit) {
+  auto log = std::make_shared<ProgressLog>(o.log, std::string("scdino-eval: ") + what, unit);
+  return [log](int64_t done, int64_t total) { log->Report(done, total); };
+}
+
+// Barnes-Hut t-SNE over the neighbour graph, started from the PCA layout
+// (scikit-learn's init="pca", rescaled inside).
+StatusOr<View> TsneView(const NeighborGraph& graph, int64_t n, double perplexity, const std::vector<float>& pca_xy,
+                        const EmbeddingOptions& o, const std::string& title, nlohmann::json* summary) {
+  if (o.log) *o.log << "scdino-eval: t-SNE of " << n << " rows (Barnes-Hut, perplexity " << perplexity << ")\n";
+  BarnesHutTsneOptions to;
+  to.perplexity = perplexity;
+  to.iterations = o.tsne_iterations;
+  to.initial_layout = pca_xy;
+  to.threads = o.threads;
+  to.seed = o.seed;
+  to.should_stop = o.should_stop;
+  to.on_progress = Progress(o, "t-SNE", "iterations");
+  const auto t0 = Clock::now();
+  auto tsne = BarnesHutTsne(graph, to);
+  if (!tsne.ok()) return tsne.status();
+  (*summary)["tsne"] = {{"seconds", Since(t0)}, {"perplexity", tsne->perplexity}, {"kl_divergence", tsne->kl_divergence}};
+  return View{"tsne", title, 2, tsne->y, "t-SNE 1", "t-SNE 2"};
+}
+
+// UMAP over the neighbour graph (for the cosine metric, the graph of the
+// unit rows: on them 1 - cos = |a - b|^2 / 2, the same neighbours).
+StatusOr<View> UmapView(const NeighborGraph& graph, const torch::Tensor& x, int64_t umap_k,
+                        const std::vector<float>& pca_xy, const EmbeddingOptions& o, const std::string& title,
+                        nlohmann::json* summary) {
+  UmapOptions uo;
+  uo.n_neighbors = umap_k;
+  uo.min_dist = o.umap_min_dist;
+  uo.n_components = o.umap_n_components;
+  uo.metric = o.umap_metric;
+  uo.spread = o.umap_spread;
+  uo.epochs = o.umap_epochs;
+  uo.seed = o.seed;
+  uo.threads = o.threads;
+  uo.should_stop = o.should_stop;
+  uo.on_progress = Progress(o, "UMAP", "epochs");
+  if (uo.n_components == 2) uo.initial_layout = pca_xy;  // the fallback of the spectral start
+  NeighborGraph umap_graph = graph;
+  if (o.umap_metric == "cosine") {
+    auto unit = torch::nn::functional::normalize(x, torch::nn::functional::NormalizeFuncOptions().dim(1));
+    auto g = NearestNeighborGraph(unit, umap_graph.k, o.knn_memory_bytes, o.should_stop);
+    if (!g.ok()) return g.status();
+    umap_graph = std::move(g).value();
+    for (auto& v : umap_graph.distances) v = v * v / 2;
+  }
+  const int64_t n = x.size(0);
+  if (o.log) *o.log << "scdino-eval: UMAP of " << n << " rows (" << o.umap_metric << ", " << umap_k << " neighbours)\n";
+  const auto t0 = Clock::now();
+  auto umap = Umap(umap_graph, uo);
+  if (!umap.ok()) return umap.status();
+  if (!umap->init_note.empty() && o.log) *o.log << "scdino-eval: UMAP initialisation: " << umap->init_note << "\n";
+  (*summary)["umap"] = {{"seconds", Since(t0)}, {"init", umap->init}, {"epochs", umap->epochs},
+                        {"n_neighbors", umap_k}, {"metric", o.umap_metric}};
+  return View{"umap", title, o.umap_n_components, umap->embedding, "UMAP 1", "UMAP 2"};
+}
+
+// How well each view keeps the neighbourhoods of the features, on a
+// stratified subsample of the rows; into the summary.
+Status ScoreTrustworthiness(const std::vector<View>& views, const std::vector<int64_t>& rows,
+                            const std::vector<int64_t>& row_labels, const std::vector<float>& xv, int64_t d,
+                            const EmbeddingOptions& o, nlohmann::json* summary) {
+  const auto tw_rows = StratifiedSubsample(rows, row_labels, o.trustworthiness_points, o.seed + 1);
+  const auto m = static_cast<int64_t>(tw_rows.size());
+  const int64_t tk = std::min<int64_t>(o.trustworthiness_k, (m - 1) / 2);
+  if (tk < 1) return Status::Ok();
+  std::vector<int64_t> local;  // positions of tw_rows within rows
+  for (size_t i = 0, j = 0; i < rows.size() && j < tw_rows.size(); ++i) {
+    if (rows[i] == tw_rows[j]) local.push_back(static_cast<int64_t>(i)), ++j;
+  }
+  std::vector<float> xs;
+  for (auto i : local) xs.insert(xs.end(), xv.begin() + i * d, xv.begin() + (i + 1) * d);
+  for (const auto& v : views) {
+    std::vector<float> ys;
+    for (auto i : local) ys.insert(ys.end(), v.xy.begin() + i * v.cols, v.xy.begin() + (i + 1) * v.cols);
+    TrustworthinessOptions tw;
+    tw.k = tk;
+    tw.threads = o.threads;
+    tw.should_stop = o.should_stop;
+    auto t = Trustworthiness(xs, m, d, ys, v.cols, tw);
+    if (!t.ok()) return t.status();
+    (*summary)[v.name]["trustworthiness"] = *t;
+    (*summary)[v.name]["trustworthiness_k"] = tk;
+    (*summary)[v.name]["trustworthiness_rows"] = m;
+    if (o.log) *o.log << "scdino-eval: " << v.name << " trustworthiness(" << tk << ") " << FormatFixed(*t, 4) << "\n";
+  }
+  return Status::Ok();
+}
+
+// One figure a view, coloured by class, with its trustworthiness in the
+// title; then the last view (UMAP when drawn) again, coloured by k-means
+// cluster: beside the class colours it shows which classes the clusters
+// merge. The files written, into `files`.
+Status DrawViews(const std::vector<View>& views, const std::vector<int64_t>& rows,
+                 const std::vector<int64_t>& row_labels, const std::vector<std::string>& classes,
+                 const EmbeddingOptions& o, const nlohmann::json& summary, const std::string& out_dir,
+                 std::vector<std::string>* files) {
+  for (const auto& v : views) {
+    if (o.should_stop && o.should_stop()) return Status::Aborted("stopped before the figures were drawn");
+    const std::string file = v.name + ".png";
+    std::string title = v.title;
+    if (summary[v.name].contains("trustworthiness")) {
+      title += ", trustworthiness " + FormatFixed(summary[v.name]["trustworthiness"].get<double>(), 3);
+    }
+    if (auto s = PlotEmbedding(out_dir + "/" + file, FirstTwo(v), row_labels, classes, title, v.x_label, v.y_label);
+        !s.ok()) {
+      return s;
+    }
+    files->push_back(file);
+  }
+  if (o.kmeans.empty() || views.empty()) return Status::Ok();
+  const View& v = views.back();
+  std::vector<int64_t> clusters;
+  int64_t k = 0;
+  for (auto r : rows) {
+    clusters.push_back(o.kmeans[static_cast<size_t>(r)]);
+    k = std::max(k, clusters.back() + 1);
+  }
+  std::vector<std::string> names;
+  for (int64_t c = 0; c < k; ++c) names.push_back("cluster " + std::to_string(c));
+  const std::string file = v.name + "_kmeans.png";
+  if (auto s = PlotEmbedding(out_dir + "/" + file, FirstTwo(v), clusters, names,
+                             v.title + ", coloured by k-means cluster (k " + std::to_string(k) + ")", v.x_label,
+                             v.y_label);
+      !s.ok()) {
+    return s;
+  }
+  files->push_back(file);
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<EmbeddingResult> WriteEmbeddings(const features::FeatureSet& set, const std::vector<int64_t>& all_rows,
                                           const EmbeddingOptions& o, const std::string& out_dir) {
   EmbeddingResult result;
@@ -139,7 +280,7 @@ StatusOr<EmbeddingResult> WriteEmbeddings(const features::FeatureSet& set, const
                                                   ? " of " + std::to_string(all_rows.size()) + " test cells"
                                                   : " test cells");
   std::vector<View> views;
-  auto t0 = Clock::now();
+  const auto t0 = Clock::now();
   auto pca = Pca2(xv, n, d);
   if (!pca.ok()) return pca.status();
   views.push_back({"pca", "PCA of " + of + ", " + name, 2, pca->xy,
@@ -156,124 +297,25 @@ StatusOr<EmbeddingResult> WriteEmbeddings(const features::FeatureSet& set, const
   k = std::min(k, n - 1);
   NeighborGraph graph;
   if (k >= 1) {
-    t0 = Clock::now();
+    const auto g0 = Clock::now();
     auto g = NearestNeighborGraph(x, k, o.knn_memory_bytes, o.should_stop);
     if (!g.ok()) return g.status();
     graph = std::move(g).value();
-    result.summary["neighbor_graph"] = {{"k", k}, {"seconds", Since(t0)}};
+    result.summary["neighbor_graph"] = {{"k", k}, {"seconds", Since(g0)}};
   }
-  // Progress lines at a bounded rate, with the rate and an ETA (common/progress.h).
-  auto progress = [&](const char* what, const char* unit) {
-    auto log = std::make_shared<ProgressLog>(o.log, std::string("scdino-eval: ") + what, unit);
-    return [log](int64_t done, int64_t total) { log->Report(done, total); };
-  };
   if (do_tsne) {
-    if (o.log) *o.log << "scdino-eval: t-SNE of " << n << " rows (Barnes-Hut, perplexity " << perplexity << ")\n";
-    BarnesHutTsneOptions to;
-    to.perplexity = perplexity;
-    to.iterations = o.tsne_iterations;
-    to.initial_layout = pca->xy;  // scikit-learn's init="pca", rescaled inside
-    to.threads = o.threads;
-    to.seed = o.seed;
-    to.should_stop = o.should_stop;
-    to.on_progress = progress("t-SNE", "iterations");
-    t0 = Clock::now();
-    auto tsne = BarnesHutTsne(graph, to);
-    if (!tsne.ok()) return tsne.status();
-    views.push_back({"tsne", "t-SNE of " + of + ", " + name, 2, tsne->y, "t-SNE 1", "t-SNE 2"});
-    result.summary["tsne"] = {{"seconds", Since(t0)}, {"perplexity", tsne->perplexity}, {"kl_divergence", tsne->kl_divergence}};
+    auto v = TsneView(graph, n, perplexity, pca->xy, o, "t-SNE of " + of + ", " + name, &result.summary);
+    if (!v.ok()) return v.status();
+    views.push_back(std::move(v).value());
   }
   if (do_umap) {
-    UmapOptions uo;
-    uo.n_neighbors = umap_k;
-    uo.min_dist = o.umap_min_dist;
-    uo.n_components = o.umap_n_components;
-    uo.metric = o.umap_metric;
-    uo.spread = o.umap_spread;
-    uo.epochs = o.umap_epochs;
-    uo.seed = o.seed;
-    uo.threads = o.threads;
-    uo.should_stop = o.should_stop;
-    uo.on_progress = progress("UMAP", "epochs");
-    if (uo.n_components == 2) uo.initial_layout = pca->xy;  // the fallback of the spectral start
-    NeighborGraph umap_graph = graph;
-    if (o.umap_metric == "cosine") {
-      // On unit rows 1 - cos = |a - b|^2 / 2: the same neighbours.
-      auto unit = torch::nn::functional::normalize(x, torch::nn::functional::NormalizeFuncOptions().dim(1));
-      auto g = NearestNeighborGraph(unit, umap_graph.k, o.knn_memory_bytes, o.should_stop);
-      if (!g.ok()) return g.status();
-      umap_graph = std::move(g).value();
-      for (auto& v : umap_graph.distances) v = v * v / 2;
-    }
-    if (o.log) *o.log << "scdino-eval: UMAP of " << n << " rows (" << o.umap_metric << ", " << umap_k << " neighbours)\n";
-    t0 = Clock::now();
-    auto umap = Umap(umap_graph, uo);
-    if (!umap.ok()) return umap.status();
-    if (!umap->init_note.empty() && o.log) *o.log << "scdino-eval: UMAP initialisation: " << umap->init_note << "\n";
-    views.push_back({"umap", "UMAP of " + of + ", " + name, o.umap_n_components, umap->embedding, "UMAP 1", "UMAP 2"});
-    result.summary["umap"] = {{"seconds", Since(t0)}, {"init", umap->init}, {"epochs", umap->epochs},
-                              {"n_neighbors", umap_k}, {"metric", o.umap_metric}};
+    auto v = UmapView(graph, x, umap_k, pca->xy, o, "UMAP of " + of + ", " + name, &result.summary);
+    if (!v.ok()) return v.status();
+    views.push_back(std::move(v).value());
   }
-
-  // How well each keeps the neighbourhoods of the features.
-  const auto tw_rows = StratifiedSubsample(rows, row_labels, o.trustworthiness_points, o.seed + 1);
-  const auto m = static_cast<int64_t>(tw_rows.size());
-  const int64_t tk = std::min<int64_t>(o.trustworthiness_k, (m - 1) / 2);
-  std::vector<int64_t> local;  // positions of tw_rows within rows
-  for (size_t i = 0, j = 0; i < rows.size() && j < tw_rows.size(); ++i) {
-    if (rows[i] == tw_rows[j]) local.push_back(static_cast<int64_t>(i)), ++j;
-  }
-  std::vector<float> xs;
-  for (auto i : local) xs.insert(xs.end(), xv.begin() + i * d, xv.begin() + (i + 1) * d);
-  for (const auto& v : views) {
-    if (tk < 1) break;
-    std::vector<float> ys;
-    for (auto i : local) ys.insert(ys.end(), v.xy.begin() + i * v.cols, v.xy.begin() + (i + 1) * v.cols);
-    TrustworthinessOptions tw;
-    tw.k = tk;
-    tw.threads = o.threads;
-    tw.should_stop = o.should_stop;
-    auto t = Trustworthiness(xs, m, d, ys, v.cols, tw);
-    if (!t.ok()) return t.status();
-    result.summary[v.name]["trustworthiness"] = *t;
-    result.summary[v.name]["trustworthiness_k"] = tk;
-    result.summary[v.name]["trustworthiness_rows"] = m;
-    if (o.log) *o.log << "scdino-eval: " << v.name << " trustworthiness(" << tk << ") " << FormatFixed(*t, 4) << "\n";
-  }
-
-  for (const auto& v : views) {
-    if (o.should_stop && o.should_stop()) return Status::Aborted("stopped before the figures were drawn");
-    const std::string file = v.name + ".png";
-    std::string title = v.title;
-    if (result.summary[v.name].contains("trustworthiness")) {
-      title += ", trustworthiness " + FormatFixed(result.summary[v.name]["trustworthiness"].get<double>(), 3);
-    }
-    if (auto s = PlotEmbedding(out_dir + "/" + file, FirstTwo(v), row_labels, set.classes, title, v.x_label, v.y_label);
-        !s.ok()) {
-      return s;
-    }
-    result.files.push_back(file);
-  }
-  if (!o.kmeans.empty() && !views.empty()) {
-    // The last view (UMAP when drawn) again, coloured by k-means cluster:
-    // beside the class colours it shows which classes the clusters merge.
-    const View& v = views.back();
-    std::vector<int64_t> clusters;
-    int64_t k = 0;
-    for (auto r : rows) {
-      clusters.push_back(o.kmeans[static_cast<size_t>(r)]);
-      k = std::max(k, clusters.back() + 1);
-    }
-    std::vector<std::string> names;
-    for (int64_t c = 0; c < k; ++c) names.push_back("cluster " + std::to_string(c));
-    const std::string file = v.name + "_kmeans.png";
-    if (auto s = PlotEmbedding(out_dir + "/" + file, FirstTwo(v), clusters, names,
-                               v.title + ", coloured by k-means cluster (k " + std::to_string(k) + ")", v.x_label,
-                               v.y_label);
-        !s.ok()) {
-      return s;
-    }
-    result.files.push_back(file);
+  if (auto s = ScoreTrustworthiness(views, rows, row_labels, xv, d, o, &result.summary); !s.ok()) return s;
+  if (auto s = DrawViews(views, rows, row_labels, set.classes, o, result.summary, out_dir, &result.files); !s.ok()) {
+    return s;
   }
   if (auto s = WriteCoordinates(set, rows, x, views, result.summary, o.kmeans, out_dir); !s.ok()) return s;
   result.files.push_back("embeddings.csv");

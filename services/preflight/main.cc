@@ -28,6 +28,128 @@ using namespace scdino::preflight;  // NOLINT
 
 int Fail(const Status& s) { return runtime::Fail(nullptr, "scdino-preflight", s); }
 
+// The data set's read throughput from this node (one task a node reads, so
+// that the figure is the node's): a packed set through the packed reader,
+// from where the trainer will read it (this node's staged copy, when there
+// is one), else the indexed files. A data set this node cannot index is a
+// failed check of the node, judged with the others' (every rank still
+// meets the rest).
+void CheckDataRead(const run::RunConfig& config, bool has_config, int64_t files, RankChecks* mine) {
+  if (config.scdino.data_source == "synthetic" ||
+      (config.scdino.data_source == "folder" && config.meta.dataset_dir.empty())) {
+    mine->notes.push_back("no data set files to read (" +
+                          std::string(has_config ? "scdino.data_source " + config.scdino.data_source : "no --config") +
+                          ")");
+    return;
+  }
+  mine->reads = true;
+  auto packed = run::OpenPackedDataset(config);
+  if (!packed.ok()) {
+    mine->read.error = packed.status().message();
+  } else if (*packed) {
+    mine->read = ReadPackedThroughput(**packed, files);
+    mine->notes.push_back("read the packed set from " + (*packed)->files_dir() +
+                          ((*packed)->files_dir() == config.meta.dataset_dir ? " (the shared copy)"
+                                                                             : " (this node's copy)"));
+  } else if (auto data = run::IndexDataset(config); data.ok()) {
+    std::vector<std::string> paths;
+    for (const auto& e : data->entries) paths.push_back(e.path);
+    mine->read = ReadThroughput(paths, files);
+  } else {
+    mine->read.error = data.status().message();
+  }
+}
+
+// What this rank checks on its own: its device and GPU, the binding Slurm
+// set (judged across the node's tasks on rank 0; without a GPU driver too:
+// the test cluster's GPUs are stand-ins), free space, the data set's reads
+// and the InfiniBand devices.
+RankChecks CheckThisRank(const run::RunConfig& config, const run::LaunchInfo& launch, const run::DeviceChoice& device,
+                         const std::string& nvidia_smi, bool has_config) {
+  RankChecks mine;
+  mine.rank = launch.rank;
+  mine.local_rank = launch.local_rank;
+  mine.tasks_on_node = launch.local_world_size;
+  mine.node = ThisHostName();
+  mine.device = device.device.str();
+  mine.device_why = device.why;
+  mine.run_dir = config.run_dir();
+  mine.free_gb = FreeGigabytes(mine.run_dir);
+  CheckGpu(device.device, nvidia_smi, &mine);
+  auto binding = run::GpuBindingFromEnv([](const char* k) { return std::getenv(k); }, launch.local_rank);
+  if (binding.ok()) {
+    mine.gpu_job = binding->gpu_job;
+    mine.gpu = binding->gpu;
+  } else {
+    mine.gpu_job = true;
+    mine.binding_error = binding.status().message();
+  }
+  if (launch.local_rank == 0 && config.scdino.preflight.read_files > 0) {
+    CheckDataRead(config, has_config, config.scdino.preflight.read_files, &mine);
+  }
+  mine.ib_devices = InfinibandDevices();
+  return mine;
+}
+
+// Which network NCCL takes is in its own log (NCCL_DEBUG=INFO), into a file
+// of this rank's, read after the sweep; a job that sets NCCL_DEBUG itself
+// keeps its log where it wants it. The file's path, or empty.
+std::string LogNcclNetwork(const run::RunConfig& config, const run::LaunchInfo& launch, const torch::Device& device) {
+  if (launch.world_size <= 1 || !device.is_cuda() || std::getenv("NCCL_DEBUG") != nullptr) return "";
+  const std::string dir = config.run_dir() + "/preflight-nccl";
+  if (!MakeDirs(dir).ok()) return "";
+  const std::string log = dir + "/rank" + std::to_string(launch.rank) + ".log";
+  std::remove(log.c_str());
+  ::setenv("NCCL_DEBUG", "INFO", 1);
+  ::setenv("NCCL_DEBUG_SUBSYS", "INIT,NET", 1);
+  ::setenv("NCCL_DEBUG_FILE", log.c_str(), 1);
+  return log;
+}
+
+// Where rank 0 writes the report.
+struct ReportFiles {
+  std::string json, prom, textfile_dir;
+};
+
+// Rank 0: judges every rank's checks and the sweep, prints them, writes the
+// report (JSON, Prometheus text, the dashboard's textfile copy); the number
+// of failed checks.
+StatusOr<int64_t> Verdict(const std::vector<SweepRow>& sweep, const std::vector<RankChecks>& all,
+                          const run::PreflightConfig& t, int64_t world_size, const std::string& backend,
+                          const ReportFiles& files) {
+  const auto failures = Judge(sweep, all, t);
+  const auto warnings = FabricWarnings(all);
+  if (!sweep.empty()) std::cout << SweepTable(sweep, world_size, backend);
+  for (const auto& r : all) {
+    std::cout << "# rank " << r.rank << " on " << r.node << " (" << r.device
+              << (r.device_why.empty() ? "" : ": " + r.device_why) << "): " << r.free_gb << " GB free in "
+              << r.run_dir;
+    if (r.reads) std::cout << "; read " << r.read.files << " data-set files at " << r.read.mbps() << " MB/s";
+    if (!r.gpu.empty()) std::cout << "; bound to GPU " << r.gpu;
+    if (!r.nccl_network.empty()) std::cout << "; NCCL network " << r.nccl_network;
+    if (!r.ib_devices.empty()) std::cout << "; " << r.ib_devices.size() << " InfiniBand device(s)";
+    if (r.gpu_free_gb >= 0) std::cout << "; GPU " << r.gpu_free_gb << " of " << r.gpu_total_gb << " GB free";
+    for (const auto& n : r.notes) std::cout << "; " << n;
+    std::cout << "\n";
+  }
+  const auto report = Report(sweep, all, failures, t, world_size, backend, warnings);
+  const char* job = std::getenv("SLURM_JOB_ID");
+  if (auto s = WriteFileAtomic(files.json, report.dump(2) + "\n"); !s.ok()) return s;
+  const std::string prom = PrometheusText(sweep, all, failures, job ? job : "");
+  if (auto s = WriteFileAtomic(files.prom, prom); !s.ok()) return s;
+  // The dashboard's copy: a problem there must not stop a job whose checks passed.
+  WriteTextfile(files.textfile_dir, "scdino-preflight.prom", prom, "scdino-preflight");
+  std::cerr << "scdino-preflight: " << (failures.empty() ? "passed" : "FAILED") << " on " << world_size << " rank(s)";
+  if (!sweep.empty()) {
+    std::cerr << ": all-reduce busbw " << sweep.back().busbw_gbps << " GB/s at " << sweep.back().bytes
+              << " B, latency " << sweep.front().seconds * 1e6 << " us at " << sweep.front().bytes << " B";
+  }
+  std::cerr << "; report " << files.json << "\n";
+  for (const auto& f : failures) std::cerr << "scdino-preflight: FAILED: " << f << "\n";
+  for (const auto& w : warnings) std::cerr << "scdino-preflight: warning: " << w << "\n";
+  return static_cast<int64_t>(failures.size());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -68,83 +190,12 @@ int main(int argc, char** argv) {
     const auto timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
     auto coordinator = run::Rendezvous(config, *launch, timeout);
     if (!coordinator.ok()) return Fail(coordinator.status());
-    const bool zero = launch->rank == 0;
     const auto& t = config.scdino.preflight;
-
-    RankChecks mine;
-    mine.rank = launch->rank;
-    mine.local_rank = launch->local_rank;
-    mine.tasks_on_node = launch->local_world_size;
-    mine.node = ThisHostName();
-    mine.device = device->device.str();
-    mine.device_why = device->why;
-    mine.run_dir = config.run_dir();
-    mine.free_gb = FreeGigabytes(mine.run_dir);
-    CheckGpu(device->device, nvidia_smi, &mine);
-    // The binding as Slurm set it, judged across the node's tasks on rank 0
-    // (without a GPU driver too: the test cluster's GPUs are stand-ins).
-    auto binding = run::GpuBindingFromEnv([](const char* k) { return std::getenv(k); }, launch->local_rank);
-    if (binding.ok()) {
-      mine.gpu_job = binding->gpu_job;
-      mine.gpu = binding->gpu;
-    } else {
-      mine.gpu_job = true;
-      mine.binding_error = binding.status().message();
-    }
-    // One task per node reads the data set, so that the figure is the node's.
-    if (launch->local_rank == 0 && t.read_files > 0) {
-      if (config.scdino.data_source == "synthetic" ||
-          (config.scdino.data_source == "folder" && config.meta.dataset_dir.empty())) {
-        mine.notes.push_back("no data set files to read (" + std::string(cl.config_path().empty()
-                                                                              ? "no --config"
-                                                                              : "scdino.data_source " +
-                                                                                    config.scdino.data_source) +
-                             ")");
-      } else {
-        // A data set this node cannot index is a failed check of the node,
-        // judged with the others' (every rank still meets the rest).
-        mine.reads = true;
-        // A packed set through the packed reader, from where the trainer
-        // will read it (this node's staged copy, when there is one).
-        auto packed = run::OpenPackedDataset(config);
-        if (packed.ok() && *packed) {
-          mine.read = ReadPackedThroughput(**packed, t.read_files);
-          mine.notes.push_back("read the packed set from " + (*packed)->files_dir() +
-                               ((*packed)->files_dir() == config.meta.dataset_dir ? " (the shared copy)"
-                                                                                  : " (this node's copy)"));
-        } else if (packed.ok()) {
-          auto data = run::IndexDataset(config);
-          if (data.ok()) {
-            std::vector<std::string> paths;
-            for (const auto& e : data->entries) paths.push_back(e.path);
-            mine.read = ReadThroughput(paths, t.read_files);
-          } else {
-            mine.read.error = data.status().message();
-          }
-        } else {
-          mine.read.error = packed.status().message();
-        }
-      }
-    }
-
-    mine.ib_devices = InfinibandDevices();
+    RankChecks mine = CheckThisRank(config, *launch, *device, nvidia_smi, !cl.config_path().empty());
     std::vector<SweepRow> sweep;
     std::shared_ptr<training::Collective> collective;
     std::string backend = "none (one rank)";
-    // Which network NCCL takes is in its own log (NCCL_DEBUG=INFO), into a
-    // file of this rank's, read after the sweep; a job that sets NCCL_DEBUG
-    // itself keeps its log where it wants it.
-    std::string nccl_log;
-    if (launch->world_size > 1 && device->device.is_cuda() && std::getenv("NCCL_DEBUG") == nullptr) {
-      const std::string dir = config.run_dir() + "/preflight-nccl";
-      if (MakeDirs(dir).ok()) {
-        nccl_log = dir + "/rank" + std::to_string(launch->rank) + ".log";
-        std::remove(nccl_log.c_str());
-        ::setenv("NCCL_DEBUG", "INFO", 1);
-        ::setenv("NCCL_DEBUG_SUBSYS", "INIT,NET", 1);
-        ::setenv("NCCL_DEBUG_FILE", nccl_log.c_str(), 1);
-      }
-    }
+    const std::string nccl_log = LogNcclNetwork(config, *launch, device->device);
     if (launch->world_size > 1) {
       training::DistributedOptions dist;
       dist.timeout = timeout;
@@ -165,43 +216,13 @@ int main(int argc, char** argv) {
     }
     auto all = GatherOnRankZero(**coordinator, mine);
     if (!all.ok()) return Fail(all.status());
-
     int64_t failed = 0;
-    if (zero) {
-      const auto failures = Judge(sweep, *all, t);
-      const auto warnings = FabricWarnings(*all);
-      failed = static_cast<int64_t>(failures.size());
-      if (!sweep.empty()) std::cout << SweepTable(sweep, launch->world_size, backend);
-      for (const auto& r : *all) {
-        std::cout << "# rank " << r.rank << " on " << r.node << " (" << r.device
-                  << (r.device_why.empty() ? "" : ": " + r.device_why) << "): " << r.free_gb
-                  << " GB free in " << r.run_dir;
-        if (r.reads) std::cout << "; read " << r.read.files << " data-set files at " << r.read.mbps() << " MB/s";
-        if (!r.gpu.empty()) std::cout << "; bound to GPU " << r.gpu;
-        if (!r.nccl_network.empty()) std::cout << "; NCCL network " << r.nccl_network;
-        if (!r.ib_devices.empty()) std::cout << "; " << r.ib_devices.size() << " InfiniBand device(s)";
-        if (r.gpu_free_gb >= 0) std::cout << "; GPU " << r.gpu_free_gb << " of " << r.gpu_total_gb << " GB free";
-        for (const auto& n : r.notes) std::cout << "; " << n;
-        std::cout << "\n";
-      }
-      const auto report = Report(sweep, *all, failures, t, launch->world_size, backend, warnings);
-      if (json_path.empty()) json_path = config.run_dir() + "/preflight.json";
-      if (prom_path.empty()) prom_path = config.run_dir() + "/preflight.prom";
-      const char* job = std::getenv("SLURM_JOB_ID");
-      if (auto s = WriteFileAtomic(json_path, report.dump(2) + "\n"); !s.ok()) return Fail(s);
-      const std::string prom = PrometheusText(sweep, *all, failures, job ? job : "");
-      if (auto s = WriteFileAtomic(prom_path, prom); !s.ok()) return Fail(s);
-      // The dashboard's copy: a problem there must not stop a job whose checks passed.
-      WriteTextfile(textfile_dir, "scdino-preflight.prom", prom, "scdino-preflight");
-      std::cerr << "scdino-preflight: " << (failures.empty() ? "passed" : "FAILED") << " on " << launch->world_size
-                << " rank(s)";
-      if (!sweep.empty()) {
-        std::cerr << ": all-reduce busbw " << sweep.back().busbw_gbps << " GB/s at " << sweep.back().bytes
-                  << " B, latency " << sweep.front().seconds * 1e6 << " us at " << sweep.front().bytes << " B";
-      }
-      std::cerr << "; report " << json_path << "\n";
-      for (const auto& f : failures) std::cerr << "scdino-preflight: FAILED: " << f << "\n";
-      for (const auto& w : warnings) std::cerr << "scdino-preflight: warning: " << w << "\n";
+    if (launch->rank == 0) {
+      const ReportFiles files{json_path.empty() ? config.run_dir() + "/preflight.json" : json_path,
+                              prom_path.empty() ? config.run_dir() + "/preflight.prom" : prom_path, textfile_dir};
+      auto verdict = Verdict(sweep, *all, t, launch->world_size, backend, files);
+      if (!verdict.ok()) return Fail(verdict.status());
+      failed = *verdict;
     }
     // Every rank ends with rank 0's verdict.
     if (collective) {
