@@ -103,62 +103,63 @@ ssize_t PreadFully(int fd, char* buf, size_t n, int64_t offset) {
   return static_cast<ssize_t>(done);
 }
 
-}  // namespace
+// What pack.json says.
+struct Manifest {
+  std::vector<std::string> classes;
+  int64_t block_samples = 0, channels = 0, depth = 0, samples = 0, index_bytes = 0;
+  uint32_t index_crc32 = 0;
+  std::string fingerprint;
+  std::vector<ShardInfo> shards;
+};
 
-StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& dir, const std::string& logical_root) {
-  RaiseOpenFileLimit();
-  CountIndexPass();
-  const std::string manifest_path = dir + "/pack.json";
-  auto text = ReadFile(manifest_path);
-  if (!text.ok()) return text.status();
-  auto m = json::parse(*text, nullptr, false);
-  // Types checked before any value is taken: json's value() throws on a
-  // key of another type (found by fuzzing: "format": {}).
-  if (!m.is_object() || !m.contains("format") || !m["format"].is_string() || m["format"] != "scdino-pack") {
-    return Status::DataLoss(manifest_path + ": not a packed data set's manifest (expected JSON with \"format\": \"scdino-pack\")");
+// pack.json: its types checked before any value is taken (json's value()
+// throws on a key of another type: found by fuzzing, "format": {}), shard
+// names as scdino writes them (a name from another writer never reaches
+// outside the set's directory: "../", "/"), and counts in their bounds.
+StatusOr<Manifest> ParseManifest(const std::string& path, const std::string& text) {
+  auto j = json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("format") || !j["format"].is_string() || j["format"] != "scdino-pack") {
+    return Status::DataLoss(path + ": not a packed data set's manifest (expected JSON with \"format\": \"scdino-pack\")");
   }
-  const json version = m.contains("version") ? m["version"] : json();
+  const json version = j.contains("version") ? j["version"] : json();
   if (!version.is_number_integer() || version.get<int64_t>() != kFormatVersion) {
-    return Status::FailedPrecondition(manifest_path + ": format version " + version.dump() + ", this scdino reads version " +
+    return Status::FailedPrecondition(path + ": format version " + version.dump() + ", this scdino reads version " +
                                       std::to_string(kFormatVersion) + "; pack it again");
   }
-  std::shared_ptr<PackedSet> set(new PackedSet());
-  int64_t n_total = 0;
+  Manifest m;
   try {
-    set->files_dir_ = dir;
-    set->dataset_.root = logical_root.empty() ? dir : logical_root;
-    set->dataset_.classes = m.at("classes").get<std::vector<std::string>>();
-    set->block_samples_ = m.at("block_samples").get<int64_t>();
-    set->channels_ = m.at("channels").get<int64_t>();
-    set->depth_ = m.at("folder_depth_for_labels").get<int64_t>();
-    set->fingerprint_ = m.at("fingerprint").get<std::string>();
-    n_total = m.at("samples").get<int64_t>();
-    set->index_bytes_ = m.at("index").at("bytes").get<int64_t>();
-    set->index_crc32_ = ParseHex32(m.at("index").at("crc32").get<std::string>());
-    for (const auto& s : m.at("shards")) {
-      set->shards_.push_back({s.at("file").get<std::string>(), s.at("samples").get<int64_t>(),
-                              s.at("bytes").get<int64_t>(), ParseHex32(s.at("crc32").get<std::string>()),
-                              s.contains("sha256") ? s.at("sha256").get<std::string>() : std::string()});
+    m.classes = j.at("classes").get<std::vector<std::string>>();
+    m.block_samples = j.at("block_samples").get<int64_t>();
+    m.channels = j.at("channels").get<int64_t>();
+    m.depth = j.at("folder_depth_for_labels").get<int64_t>();
+    m.fingerprint = j.at("fingerprint").get<std::string>();
+    m.samples = j.at("samples").get<int64_t>();
+    m.index_bytes = j.at("index").at("bytes").get<int64_t>();
+    m.index_crc32 = ParseHex32(j.at("index").at("crc32").get<std::string>());
+    for (const auto& s : j.at("shards")) {
+      m.shards.push_back({s.at("file").get<std::string>(), s.at("samples").get<int64_t>(), s.at("bytes").get<int64_t>(),
+                          ParseHex32(s.at("crc32").get<std::string>()),
+                          s.contains("sha256") ? s.at("sha256").get<std::string>() : std::string()});
     }
   } catch (const std::exception& e) {
-    return Status::DataLoss(manifest_path + ": " + e.what());
+    return Status::DataLoss(path + ": " + e.what());
   }
-  set->content_fingerprint_ = Fingerprint(*text);
-  // Shard names as scdino writes them, nothing else: a name from another
-  // writer never reaches outside the set's directory ("../", "/").
-  for (const auto& s : set->shards_) {
+  for (const auto& s : m.shards) {
     if (!IsShardName(s.file)) {
-      return Status::DataLoss(manifest_path + ": shard file '" + s.file + "': expected a name shard-NNNNN.tar");
+      return Status::DataLoss(path + ": shard file '" + s.file + "': expected a name shard-NNNNN.tar");
     }
-    if (s.bytes < 0) return Status::DataLoss(manifest_path + ": shard " + s.file + ": bytes " + std::to_string(s.bytes));
+    if (s.bytes < 0) return Status::DataLoss(path + ": shard " + s.file + ": bytes " + std::to_string(s.bytes));
   }
-  if (set->block_samples_ < 1 || set->block_samples_ > (int64_t{1} << 32)) {
-    return Status::DataLoss(manifest_path + ": block_samples is " + std::to_string(set->block_samples_) +
-                            ", expected 1 to 2^32");
+  if (m.block_samples < 1 || m.block_samples > (int64_t{1} << 32)) {
+    return Status::DataLoss(path + ": block_samples is " + std::to_string(m.block_samples) + ", expected 1 to 2^32");
   }
-  if (n_total < 1) return Status::DataLoss(manifest_path + ": samples is " + std::to_string(n_total) + ", expected >= 1");
-  // Every shard, with the size pack.json gives it (opened when first read).
-  for (const auto& s : set->shards_) {
+  if (m.samples < 1) return Status::DataLoss(path + ": samples is " + std::to_string(m.samples) + ", expected >= 1");
+  return m;
+}
+
+// Every shard there, with the size pack.json gives it (opened when first read).
+Status CheckShardFiles(const std::string& dir, const std::string& manifest_path, const std::vector<ShardInfo>& shards) {
+  for (const auto& s : shards) {
     const std::string path = dir + "/" + s.file;
     std::error_code ec;
     const auto size = fs::file_size(path, ec);
@@ -168,107 +169,173 @@ StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& di
                               std::to_string(s.bytes) + ": cut short, or a shard of another packed set; pack again");
     }
   }
-  set->fds_.assign(set->shards_.size(), -1);
-  const std::string index_path = dir + "/index.csv";
-  auto index = ReadFile(index_path);
-  if (!index.ok()) return index.status();
+  return Status::Ok();
+}
+
+// index.csv's rows, each checked against pack.json and its shard.
+struct IndexRows {
+  std::vector<PackedEntry> entries;
+  std::vector<DatasetEntry> paths;  ///< the same rows, as a data set's entries under `root`
+  std::vector<int64_t> pack_order;
+  std::unordered_map<std::string, int64_t> by_path;
+};
+
+// One row of index.csv, its fields checked against pack.json and its
+// shard. The member is an .npy of the image: its header (at most 64 KiB in
+// NumPy's format) and at most 4 bytes a sample; a row whose bytes the shape
+// cannot explain would have a reader allocate them from the shard.
+StatusOr<std::pair<PackedEntry, int64_t>> ParseIndexRow(const std::vector<std::string>& f, const Manifest& m,
+                                                        const std::function<Status(const std::string&, const std::string&,
+                                                                                   const std::string&)>& bad) {
+  if (f.size() != 12) return bad("row", "of " + std::to_string(f.size()) + " fields", "expected 12");
+  PackedEntry e;
+  int64_t label = 0;
+  const char* names[] = {"path", "label", "class", "shard", "offset", "bytes", "crc32", "height", "width", "channels"};
+  int field = 1;
+  try {
+    label = std::stoll(f[1]);
+    field = 3, e.shard = std::stoll(f[3]);
+    field = 4, e.offset = std::stoll(f[4]);
+    field = 5, e.bytes = std::stoll(f[5]);
+    field = 6, e.crc32 = ParseHex32(f[6]);
+    field = 7, e.shape[0] = std::stoll(f[7]);
+    field = 8, e.shape[1] = std::stoll(f[8]);
+    field = 9, e.shape[2] = std::stoll(f[9]);
+    field = 11, e.position = std::stoll(f[11]);
+  } catch (const std::exception&) {
+    return bad(field == 11 ? "position" : names[field], "'" + f[field] + "'", "not a number");
+  }
+  const auto classes = static_cast<int64_t>(m.classes.size());
+  if (label < 0 || label >= classes) return bad("label", f[1], "expected 0.." + std::to_string(classes - 1));
+  if (e.shard < 0 || e.shard >= static_cast<int64_t>(m.shards.size())) {
+    return bad("shard", f[3], "pack.json has " + std::to_string(m.shards.size()) + " shards");
+  }
+  const int64_t shard_bytes = m.shards[static_cast<size_t>(e.shard)].bytes;
+  if (e.bytes < 10 || e.bytes > shard_bytes || e.offset < 0 || e.offset > shard_bytes - e.bytes) {
+    return bad("offset and bytes", f[4] + " and " + f[5], "outside the shard's " + std::to_string(shard_bytes) + " bytes");
+  }
+  const auto pixels = ArrayBytes({e.shape[0], e.shape[1], e.shape[2]}, 1);
+  if (e.shape[0] < 1 || e.shape[1] < 1 || e.shape[2] < 1 || !pixels || *pixels > static_cast<uint64_t>(e.bytes)) {
+    return bad("shape", f[7] + "x" + f[8] + "x" + f[9], "not an image of " + f[5] + " bytes");
+  }
+  if (static_cast<uint64_t>(e.bytes) > *pixels * 4 + kMaxNpyHeader) {
+    return bad("bytes", f[5], "at most " + std::to_string(*pixels * 4 + kMaxNpyHeader) + " for a " + f[7] + "x" + f[8] +
+                                  "x" + f[9] + " image");
+  }
+  if (e.position < 0 || e.position >= m.samples) {
+    return bad("position", f[11], "expected 0.." + std::to_string(m.samples - 1));
+  }
+  return std::make_pair(e, label);
+}
+
+// index.csv, the pack's own (its size and CRC-32 as pack.json says), every
+// row checked, every pack position taken once.
+StatusOr<IndexRows> ParseIndex(const std::string& index_path, const std::string& manifest_path, const std::string& text,
+                               const Manifest& m, const std::string& root) {
   // At least a line of ~20 bytes per image: a hostile count allocates nothing.
-  if (n_total > static_cast<int64_t>(index->size()) / 20 + 1) {
-    return Status::DataLoss(manifest_path + ": samples is " + std::to_string(n_total) + ", more than " + index_path +
-                            " (" + std::to_string(index->size()) + " bytes) can list");
+  if (m.samples > static_cast<int64_t>(text.size()) / 20 + 1) {
+    return Status::DataLoss(manifest_path + ": samples is " + std::to_string(m.samples) + ", more than " + index_path +
+                            " (" + std::to_string(text.size()) + " bytes) can list");
   }
-  const uint32_t index_crc = Crc32(index->data(), index->size());
-  if (static_cast<int64_t>(index->size()) != set->index_bytes_ || index_crc != set->index_crc32_) {
-    return Status::DataLoss(index_path + ": " + std::to_string(index->size()) + " bytes with CRC-32 " + Hex32(index_crc) +
-                            ", " + manifest_path + " says " + std::to_string(set->index_bytes_) + " with " +
-                            Hex32(set->index_crc32_) + ": not this pack's index; pack again");
+  const uint32_t crc = Crc32(text.data(), text.size());
+  if (static_cast<int64_t>(text.size()) != m.index_bytes || crc != m.index_crc32) {
+    return Status::DataLoss(index_path + ": " + std::to_string(text.size()) + " bytes with CRC-32 " + Hex32(crc) + ", " +
+                            manifest_path + " says " + std::to_string(m.index_bytes) + " with " + Hex32(m.index_crc32) +
+                            ": not this pack's index; pack again");
   }
+  IndexRows rows;
+  rows.pack_order.assign(static_cast<size_t>(m.samples), -1);
   size_t pos = 0;
   int64_t lineno = 0;
   std::vector<std::string> f;
-  set->pack_order_.assign(n_total, -1);
-  while (pos < index->size()) {
+  while (pos < text.size()) {
     ++lineno;
-    const bool closed = NextCsvRecord(*index, &pos, &f);
+    const bool closed = NextCsvRecord(text, &pos, &f);
     if (lineno == 1) continue;  // header
     if (f.size() == 1 && f[0].empty()) continue;
     auto bad = [&](const std::string& field, const std::string& value, const std::string& why) {
       return Status::DataLoss(index_path + ": line " + std::to_string(lineno) + ": " + field + " " + value + ": " + why);
     };
     if (!closed) return bad("row", "", "a quoted field is not closed");
-    if (f.size() != 12) return bad("row", "of " + std::to_string(f.size()) + " fields", "expected 12");
-    PackedEntry e;
-    int64_t label = 0;
-    const char* names[] = {"path", "label", "class", "shard", "offset", "bytes", "crc32", "height", "width", "channels"};
-    int field = 1;
-    try {
-      label = std::stoll(f[1]);
-      field = 3, e.shard = std::stoll(f[3]);
-      field = 4, e.offset = std::stoll(f[4]);
-      field = 5, e.bytes = std::stoll(f[5]);
-      field = 6, e.crc32 = ParseHex32(f[6]);
-      field = 7, e.shape[0] = std::stoll(f[7]);
-      field = 8, e.shape[1] = std::stoll(f[8]);
-      field = 9, e.shape[2] = std::stoll(f[9]);
-      field = 11, e.position = std::stoll(f[11]);
-    } catch (const std::exception&) {
-      return bad(field == 11 ? "position" : names[field], "'" + f[field] + "'", "not a number");
-    }
-    const int64_t classes = static_cast<int64_t>(set->dataset_.classes.size());
-    if (label < 0 || label >= classes) return bad("label", f[1], "expected 0.." + std::to_string(classes - 1));
-    if (e.shard < 0 || e.shard >= static_cast<int64_t>(set->shards_.size())) {
-      return bad("shard", f[3], "pack.json has " + std::to_string(set->shards_.size()) + " shards");
-    }
-    const int64_t shard_bytes = set->shards_[e.shard].bytes;
-    if (e.bytes < 10 || e.bytes > shard_bytes || e.offset < 0 || e.offset > shard_bytes - e.bytes) {
-      return bad("offset and bytes", f[4] + " and " + f[5], "outside the shard's " + std::to_string(shard_bytes) + " bytes");
-    }
-    // The member is an .npy of the image: its header (at most 64 KiB in
-    // NumPy's format) and at most 4 bytes a sample. A row whose bytes the
-    // shape cannot explain would have a reader allocate them from the shard.
-    const auto pixels = ArrayBytes({e.shape[0], e.shape[1], e.shape[2]}, 1);
-    if (e.shape[0] < 1 || e.shape[1] < 1 || e.shape[2] < 1 || !pixels || *pixels > static_cast<uint64_t>(e.bytes)) {
-      return bad("shape", f[7] + "x" + f[8] + "x" + f[9], "not an image of " + f[5] + " bytes");
-    }
-    if (static_cast<uint64_t>(e.bytes) > *pixels * 4 + kMaxNpyHeader) {
-      return bad("bytes", f[5], "at most " + std::to_string(*pixels * 4 + kMaxNpyHeader) + " for a " + f[7] + "x" + f[8] +
-                                    "x" + f[9] + " image");
-    }
-    if (e.position < 0 || e.position >= n_total) {
-      return bad("position", f[11], "expected 0.." + std::to_string(n_total - 1));
-    }
-    if (set->pack_order_[e.position] >= 0) return bad("position", f[11], "taken by an earlier row");
-    set->pack_order_[e.position] = static_cast<int64_t>(set->entries_.size());
-    set->by_path_.emplace(f[0], static_cast<int64_t>(set->entries_.size()));
-    set->dataset_.entries.push_back({(fs::path(set->dataset_.root) / f[0]).string(), label});
-    set->entries_.push_back(e);
+    auto row = ParseIndexRow(f, m, bad);
+    if (!row.ok()) return row.status();
+    const auto& [e, label] = *row;
+    if (rows.pack_order[static_cast<size_t>(e.position)] >= 0) return bad("position", f[11], "taken by an earlier row");
+    const auto n = static_cast<int64_t>(rows.entries.size());
+    rows.pack_order[static_cast<size_t>(e.position)] = n;
+    rows.by_path.emplace(f[0], n);
+    rows.paths.push_back({(fs::path(root) / f[0]).string(), label});
+    rows.entries.push_back(e);
   }
-  if (static_cast<int64_t>(set->entries_.size()) != n_total) {
-    return Status::DataLoss(index_path + ": " + std::to_string(set->entries_.size()) + " rows, pack.json says " +
-                            std::to_string(n_total) + " images");
+  if (static_cast<int64_t>(rows.entries.size()) != m.samples) {
+    return Status::DataLoss(index_path + ": " + std::to_string(rows.entries.size()) + " rows, pack.json says " +
+                            std::to_string(m.samples) + " images");
   }
-  // A block is read with one pread: every image of it must lie in its
-  // shard, between its first image's start and its last image's end (an
-  // index from another writer, reordered, would be read outside the block).
-  for (int64_t b = 0; b < set->blocks(); ++b) {
-    const int64_t first = b * set->block_samples_, last = std::min(first + set->block_samples_, n_total) - 1;
-    const auto [begin, end] = set->BlockRange(b);
-    const int64_t shard = set->entries_[set->pack_order_[first]].shard;
+  return rows;
+}
+
+// A block is read with one pread: every image of it must lie in its shard,
+// between its first image's start and its last image's end (an index from
+// another writer, reordered, would be read outside the block).
+Status CheckBlocks(const PackedSet& set, const std::string& index_path) {
+  const auto n = static_cast<int64_t>(set.pack_order().size());
+  for (int64_t b = 0; b < set.blocks(); ++b) {
+    const int64_t first = b * set.block_samples(), last = std::min(first + set.block_samples(), n) - 1;
+    const auto [begin, end] = set.BlockRange(b);
+    const int64_t shard = set.entries()[static_cast<size_t>(set.pack_order()[static_cast<size_t>(first)])].shard;
     for (int64_t p = first; p <= last; ++p) {
-      const auto& e = set->entries_[set->pack_order_[p]];
+      const auto i = static_cast<size_t>(set.pack_order()[static_cast<size_t>(p)]);
+      const auto& e = set.entries()[i];
       if (e.shard != shard) {
         return Status::DataLoss(index_path + ": block " + std::to_string(b) + " spans two shards (block_samples " +
-                                std::to_string(set->block_samples_) + "); pack again");
+                                std::to_string(set.block_samples()) + "); pack again");
       }
       if (e.offset < begin || e.offset + e.bytes > end) {
         return Status::DataLoss(index_path + ": the image at position " + std::to_string(p) + " (" +
-                                set->dataset_.entries[set->pack_order_[p]].path + ") lies at bytes " +
-                                std::to_string(e.offset) + " to " + std::to_string(e.offset + e.bytes) +
-                                ", outside its block's " + std::to_string(begin) + " to " + std::to_string(end) +
-                                ": not an index scdino wrote; pack again");
+                                set.dataset().entries[i].path + ") lies at bytes " + std::to_string(e.offset) + " to " +
+                                std::to_string(e.offset + e.bytes) + ", outside its block's " + std::to_string(begin) +
+                                " to " + std::to_string(end) + ": not an index scdino wrote; pack again");
       }
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& dir, const std::string& logical_root) {
+  RaiseOpenFileLimit();
+  CountIndexPass();
+  const std::string manifest_path = dir + "/pack.json", index_path = dir + "/index.csv";
+  auto text = ReadFile(manifest_path);
+  if (!text.ok()) return text.status();
+  auto m = ParseManifest(manifest_path, *text);
+  if (!m.ok()) return m.status();
+  if (auto s = CheckShardFiles(dir, manifest_path, m->shards); !s.ok()) return s;
+  auto index = ReadFile(index_path);
+  if (!index.ok()) return index.status();
+  const std::string root = logical_root.empty() ? dir : logical_root;
+  auto rows = ParseIndex(index_path, manifest_path, *index, *m, root);
+  if (!rows.ok()) return rows.status();
+
+  std::shared_ptr<PackedSet> set(new PackedSet());
+  set->files_dir_ = dir;
+  set->dataset_.root = root;
+  set->dataset_.classes = std::move(m->classes);
+  set->dataset_.entries = std::move(rows->paths);
+  set->block_samples_ = m->block_samples;
+  set->channels_ = m->channels;
+  set->depth_ = m->depth;
+  set->fingerprint_ = m->fingerprint;
+  set->content_fingerprint_ = Fingerprint(*text);
+  set->index_bytes_ = m->index_bytes;
+  set->index_crc32_ = m->index_crc32;
+  set->shards_ = std::move(m->shards);
+  set->fds_.assign(set->shards_.size(), -1);
+  set->entries_ = std::move(rows->entries);
+  set->pack_order_ = std::move(rows->pack_order);
+  set->by_path_ = std::move(rows->by_path);
+  if (auto s = CheckBlocks(*set, index_path); !s.ok()) return s;
   return std::shared_ptr<const PackedSet>(std::move(set));
 }
 
