@@ -63,7 +63,9 @@ int main(int argc, char** argv) {
                     "checkpoint it has written and writes, until it ends");
   cl.app().add_flag("--no-attention", no_attention, "skip the attention maps (they need the checkpoint)");
   if (auto code = cl.Parse(argc, argv)) return *code;
-  auto& config = cl.config();
+  const auto settings = cl.RunSettings();
+  if (!settings) return kExitBadInput;
+  const auto& config = *settings;
   if (follow && !dirs.empty()) {
     std::cerr << kProgram << ": --follow evaluates the trainer's checkpoints; drop --features\n";
     return kExitBadInput;

@@ -55,8 +55,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"teacher", "student"}));
   app.add_flag("--raw", raw, "also write features_raw.npy (before L2 normalisation)");
   if (auto code = cl.Parse(argc, argv)) return *code;
-  auto& config = cl.config();
-  if (raw) config.scdino.features.write_raw = true;
+  std::vector<scdino::run::KeyValue> flags;
+  if (raw) flags.push_back({"scdino.features.write_raw", "true"});
+  const auto settings = cl.RunSettings(flags);
+  if (!settings) return kExitBadInput;
+  const auto& config = *settings;
   if (key.empty()) key = config.downstream.checkpoint_key;
   if (follow && (all || !checkpoints.empty())) {
     std::cerr << kProgram << ": --follow takes the trainer's checkpoints; drop --checkpoint and --all-checkpoints\n";

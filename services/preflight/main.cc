@@ -175,8 +175,11 @@ int main(int argc, char** argv) {
                   "$SCDINO_TEXTFILE_DIR, else Debian's node_exporter directory where it is writable")
       ->type_name("DIR");
   if (auto code = cl.Parse(argc, argv)) return *code;
-  auto& config = cl.config();
-  if (cl.config_path().empty()) config.meta.name_of_run = "preflight";
+  std::vector<run::KeyValue> defaults;
+  if (cl.config_path().empty()) defaults.push_back({"meta.name_of_run", "preflight"});
+  const auto settings = cl.RunSettings(defaults);
+  if (!settings) return kExitBadInput;
+  const auto& config = *settings;
   cl.ConfigureCpu();
   // Every part with threads lives in the work's scope and is stopped as it
   // ends (the control API and metrics, then the rendezvous); then the

@@ -134,7 +134,7 @@ Status RunConfig::CheckChannelCount(int64_t got, const std::string& what) const 
                                  std::to_string(scdino.channel_combination) + "], scdino.channel_combination)");
 }
 
-model::DinoOptions RunConfig::dino_options(bool bf16_supported) const {
+model::DinoOptions RunConfig::dino_options(torch::Device device, bool bf16_supported) const {
   const auto& h = train.hyperparameters;
   model::DinoOptions o;
   o.vit = model::VitOptions::Preset(h.arch);
@@ -163,13 +163,13 @@ model::DinoOptions RunConfig::dino_options(bool bf16_supported) const {
   o.koleo_loss_weight = scdino.koleo_loss_weight;
   o.clip_grad = h.clip_grad;
   o.freeze_last_layer = h.freeze_last_layer;
-  o.precision = precision(bf16_supported);
+  o.precision = precision(device, bf16_supported);
   o.loss_scaling = o.precision == model::Precision::kFp16;
   return o;
 }
 
-model::Precision RunConfig::precision(bool bf16_supported) const {
-  if (scdino.device != "cuda") return model::Precision::kFp32;
+model::Precision RunConfig::precision(torch::Device device, bool bf16_supported) const {
+  if (!device.is_cuda()) return model::Precision::kFp32;
   if (scdino.precision == "auto") {
     if (!train.hyperparameters.use_fp16) return model::Precision::kFp32;
     // GPUs before compute capability 8.0 (V100, T4) have no bf16 arithmetic;
@@ -242,7 +242,7 @@ StatusOr<RunConfig> ParseRunConfig(const std::string& text, const std::string& o
   if (root.IsNull()) return Status::InvalidArgument(origin + ": the file is empty; expected the sections meta and train_scDINO");
   Status s = ReadConfigKeys(root, &c);
   // With recipe: auto the keys checked against each other (warm-ups and
-  // epochs, crops and patch) may still be derived: ApplyRecipe checks them.
+  // epochs, crops and patch) may still be derived: WithValues checks them.
   if (s.ok() && c.scdino.recipe != "auto") s = CrossCheck(c);
   if (!s.ok()) return Status::InvalidArgument(origin + ": " + s.message());
   return c;

@@ -228,7 +228,8 @@ struct EvaluationConfig {
 /// Section `scdino`: what scDINO's file does not say.
 struct RuntimeConfig {
   /// auto | cuda | cpu: the GPU Slurm bound to the task (else the CPU),
-  /// only a GPU, only the CPU (run::PickDevice resolves it at start).
+  /// only a GPU, only the CPU (run::PickDevice resolves it at start, for
+  /// each rank; the config keeps what the file says).
   std::string device = "auto";
   /// Mixed precision on CUDA: auto (bf16 when train.hyperparameters.use_fp16,
   /// as scDINO's flag, else fp32) | fp32 | bf16 | fp16 (with dynamic loss
@@ -344,9 +345,6 @@ struct RunConfig {
   std::vector<std::string> warnings;
   /// Keys the file sets (canonical paths), which scdino.recipe: auto keeps.
   std::set<std::string> given_keys;
-  /// Keys a recipe set (ApplyRecipe: a command line's read of recipe.json),
-  /// which ResetRecipe puts back to their defaults.
-  std::set<std::string> recipe_keys;
 
   std::string run_dir() const;
   std::string stats_path() const;
@@ -362,11 +360,13 @@ struct RunConfig {
   /// many input channels as the config selects; the error names both counts,
   /// the config and the key that selects them.
   Status CheckChannelCount(int64_t got, const std::string& what) const;
-  /// The model; `bf16_supported`: whether the training GPU has bf16
-  /// arithmetic (compute capability >= 8.0), which decides precision auto.
-  model::DinoOptions dino_options(bool bf16_supported = true) const;
-  /// The precision this run trains in (scdino.precision resolved for the device).
-  model::Precision precision(bool bf16_supported = true) const;
+  /// The model on `device` (run::PickDevice's); `bf16_supported`: whether
+  /// that GPU has bf16 arithmetic (compute capability >= 8.0), which
+  /// decides precision auto.
+  model::DinoOptions dino_options(torch::Device device = torch::kCPU, bool bf16_supported = true) const;
+  /// The precision this run trains in on `device`: fp32 on the CPU,
+  /// scdino.precision resolved for a GPU.
+  model::Precision precision(torch::Device device = torch::kCPU, bool bf16_supported = true) const;
   model::ScheduleOptions schedule_options(int64_t niter_per_epoch, int64_t world_size) const;
   /// Crop sizes, scales, augmentation and seed (normalisation is filled from
   /// the channel statistics).
@@ -376,13 +376,27 @@ struct RunConfig {
 };
 
 /// The checks across keys (crops against the patch, warm-ups against the
-/// epochs, ...), as ParseRunConfig makes them; for a config changed after
-/// parsing (scdino.recipe: auto).
+/// epochs, ...), as ParseRunConfig makes them.
 Status CheckConfig(const RunConfig& c);
+
+/// One key set after the file was read (a recipe's value, an elastic
+/// resume's batch, a recovery's setting, a command-line flag): the key's
+/// full path and its value as YAML.
+struct KeyValue {
+  std::string key, value;
+};
+
+/// A new config: `c` with `values` read as the file's keys are (the same
+/// validation), then the checks across keys. `c` itself never changes:
+/// after parsing, a config is only ever replaced whole. With `file_wins`, a
+/// key the file gives (c.given_keys) keeps the file's value (a recipe's
+/// values); otherwise every value is set (settings that override the file).
+/// Errors start with c.source_path and say "with the derived settings".
+StatusOr<RunConfig> WithValues(const RunConfig& c, const std::vector<KeyValue>& values, bool file_wins);
 
 /// Parses and validates YAML text; `origin` (the path) starts every error.
 /// With scdino.recipe: auto the checks across keys wait for the recipe
-/// (run::ApplyRecipe makes them).
+/// (WithValues makes them).
 StatusOr<RunConfig> ParseRunConfig(const std::string& yaml_text, const std::string& origin);
 StatusOr<RunConfig> LoadRunConfig(const std::string& path);
 

@@ -357,12 +357,26 @@ Status ReadConfigKeys(const YAML::Node& root, RunConfig* c) {
   return Status::Ok();
 }
 
-Status SetConfigKey(const std::string& path, const YAML::Node& value, RunConfig* c) {
+StatusOr<RunConfig> WithValues(const RunConfig& c, const std::vector<KeyValue>& values, bool file_wins) {
+  RunConfig out = c;
   std::optional<YAML::Node> unused;
-  for (const auto& key : Table(*c, &unused)) {
-    if (key.path == path) return key.field.read(value, path);
+  const auto keys = Table(out, &unused);
+  for (const auto& v : values) {
+    if (file_wins && c.given_keys.count(v.key) > 0) continue;  // the file wins, also over a recipe.json
+    YAML::Node node;
+    try {
+      node = YAML::Load(v.value);
+    } catch (const YAML::Exception&) {
+      return Status::InvalidArgument("the value of " + v.key + " is not YAML: " + v.value);
+    }
+    const auto key = std::find_if(keys.begin(), keys.end(), [&](const Key& k) { return k.path == v.key; });
+    if (key == keys.end()) return Status::InvalidArgument("unknown key '" + v.key + "'");
+    if (auto s = key->field.read(node, v.key); !s.ok()) return s;
   }
-  return Status::InvalidArgument("unknown key '" + path + "'");
+  if (auto s = CheckConfig(out); !s.ok()) {
+    return Status::InvalidArgument(c.source_path + " with the derived settings: " + s.message());
+  }
+  return out;
 }
 
 std::vector<KeyDoc> ConfigKeys() {

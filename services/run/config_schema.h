@@ -34,14 +34,11 @@ std::vector<KeyDoc> ConfigKeys();
 /// The Markdown key reference of docs/config.md (one table per section).
 std::string ConfigReference();
 
-/// Reads the keys of a parsed YAML document into `c`: unknown keys, wrong
-/// types and out-of-range values become one InvalidArgument naming the
-/// line, the key path, the value and what was expected (without the file
-/// name, which the caller adds). Ignored keys add to c->warnings.
+/// The parser's own (ParseRunConfig): reads the keys of a parsed YAML
+/// document into `c`: unknown keys, wrong types and out-of-range values
+/// become one InvalidArgument naming the line, the key path, the value and
+/// what was expected (without the file name, which the caller adds).
+/// Ignored keys add to c->warnings.
 Status ReadConfigKeys(const YAML::Node& root, RunConfig* c);
-
-/// Sets one key (its full path) as if the file had it, with the same
-/// validation; InvalidArgument for an unknown key or a bad value.
-Status SetConfigKey(const std::string& path, const YAML::Node& value, RunConfig* c);
 
 }  // namespace scdino::run

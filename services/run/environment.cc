@@ -193,7 +193,7 @@ StatusOr<DeviceDecision> DecideDevice(const RunConfig& config, const LaunchInfo&
   return d;
 }
 
-StatusOr<DeviceChoice> PickDevice(RunConfig& config, const LaunchInfo& launch) {
+StatusOr<DeviceChoice> PickDevice(const RunConfig& config, const LaunchInfo& launch) {
   DeviceFacts facts;
 #ifdef SCDINO_WITH_CUDA
   facts.cuda_build = true;
@@ -210,7 +210,6 @@ StatusOr<DeviceChoice> PickDevice(RunConfig& config, const LaunchInfo& launch) {
   if (!d.ok()) return d.status();
   DeviceChoice c;
   c.why = d->why;
-  config.scdino.device = d->gpu < 0 ? "cpu" : "cuda";
   if (d->gpu < 0) return c;
 #ifdef SCDINO_WITH_CUDA
   if (d->cudnn_off) compat::SwitchCudnnOff();

@@ -42,7 +42,9 @@ struct DeviceChoice {
 
 /// scdino.device for this process: the CPU, or the GPU of its local rank,
 /// which becomes the current CUDA device; `auto` is the GPU when one is
-/// visible, else the CPU, and is replaced in `config` by what it chose.
+/// visible, else the CPU. What it chose is this rank's alone (its
+/// placement): the config keeps what the file says, and what depends on
+/// the device (the precision) takes DeviceChoice::device.
 /// Refuses, naming the config, the key and the counts: cuda where no GPU is
 /// visible (or the build has no CUDA), more ranks on a node than it has
 /// GPUs (rather than sharing one), and a GPU whose driver is older than the
@@ -50,7 +52,7 @@ struct DeviceChoice {
 /// (containers/cuda/local-packages.sh) cuDNN is switched off, and SDPA's
 /// cuDNN backend with it: the model calls no cuDNN (the patch embedding and
 /// the blur are matrix products).
-StatusOr<DeviceChoice> PickDevice(RunConfig& config, const LaunchInfo& launch);
+StatusOr<DeviceChoice> PickDevice(const RunConfig& config, const LaunchInfo& launch);
 
 /// What PickDevice decides from: the build and what the process sees.
 struct DeviceFacts {

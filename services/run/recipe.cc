@@ -1,14 +1,11 @@
 #include "run/recipe.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
-#include "run/config_schema.h"
 
 namespace scdino::run {
 namespace {
@@ -183,29 +180,35 @@ StatusOr<std::vector<RecipeValue>> DeriveRecipe(const DataShape& d, const RunCon
 
 namespace {
 
-Status Apply(const std::vector<RecipeValue>& values, bool keep_given, RunConfig* c) {
-  for (const auto& v : values) {
-    if (keep_given && c->given_keys.count(v.key) > 0) continue;  // the file wins, also over a recipe.json
-    YAML::Node node;
-    try {
-      node = YAML::Load(v.value);
-    } catch (const YAML::Exception&) {
-      return Status::InvalidArgument("the value of " + v.key + " is not YAML: " + v.value);
-    }
-    if (auto s = SetConfigKey(v.key, node, c); !s.ok()) return s;
-    if (keep_given) c->recipe_keys.insert(v.key);
-  }
-  if (auto s = CheckConfig(*c); !s.ok()) {
-    return Status::InvalidArgument(c->source_path + " with the derived settings: " + s.message());
-  }
-  return Status::Ok();
+std::vector<KeyValue> KeyValues(const std::vector<RecipeValue>& values) {
+  std::vector<KeyValue> out;
+  for (const auto& v : values) out.push_back({v.key, v.value});
+  return out;
 }
 
 }  // namespace
 
-Status ApplyRecipe(const std::vector<RecipeValue>& recipe, RunConfig* c) { return Apply(recipe, true, c); }
+StatusOr<RunConfig> WithRecipe(const RunConfig& c, const std::vector<RecipeValue>& recipe) {
+  return WithValues(c, KeyValues(recipe), /*file_wins=*/true);
+}
 
-Status ApplySettings(const std::vector<RecipeValue>& settings, RunConfig* c) { return Apply(settings, false, c); }
+StatusOr<RunConfig> WithSettings(const RunConfig& c, const std::vector<RecipeValue>& settings) {
+  return WithValues(c, KeyValues(settings), /*file_wins=*/false);
+}
+
+StatusOr<RunConfig> SettingsOfRun(const RunConfig& c, std::string* warning) {
+  if (c.scdino.recipe != "auto") return c;
+  auto recipe = ReadRecipe(RecipePath(c));
+  if (recipe.ok()) return WithRecipe(c, recipe->values);
+  if (recipe.status().code() != StatusCode::kNotFound) return recipe.status();
+  if (warning) {
+    *warning = "scdino.recipe is auto but " + RecipePath(c) +
+               " is not there yet (scdino-trainer writes it at the run's start): the file's values and the defaults "
+               "apply";
+  }
+  if (auto s = CheckConfig(c); !s.ok()) return Status::InvalidArgument(c.source_path + ": " + s.message());
+  return c;
+}
 
 std::vector<std::string> DescribeRecipe(const std::vector<RecipeValue>& recipe) {
   std::vector<std::string> lines;
@@ -288,18 +291,6 @@ bool SameData(const DataShape& a, const DataShape& b) {
 std::string DescribeData(const DataShape& d) {
   return std::to_string(d.images) + " images of " + ImageDims(d) + ", " + std::to_string(d.channels) +
          " channels, from " + d.origin;
-}
-
-Status ResetRecipe(RunConfig* c) {
-  const auto keys = ConfigKeys();
-  for (const auto& key : c->recipe_keys) {
-    if (c->given_keys.count(key) > 0) continue;
-    const auto k = std::find_if(keys.begin(), keys.end(), [&](const KeyDoc& d) { return d.path == key; });
-    if (k == keys.end()) return Status::InvalidArgument("the recipe's key " + key + " is not a configuration key");
-    if (auto s = SetConfigKey(key, YAML::Load(k->default_value), c); !s.ok()) return s;
-  }
-  c->recipe_keys.clear();
-  return Status::Ok();
 }
 
 std::vector<RecipeValue> SaferSettings(const RunConfig& c, const std::string& verdict) {

@@ -57,13 +57,20 @@ Status CheckDataFitsRun(const DataShape& d, const RunConfig& c);
 /// the key. InvalidArgument for images too small for any ViT recipe (16 px).
 StatusOr<std::vector<RecipeValue>> DeriveRecipe(const DataShape& d, const RunConfig& c);
 
-/// Sets every value whose key the file does not give (c->given_keys), then
-/// checks the config across keys.
-Status ApplyRecipe(const std::vector<RecipeValue>& recipe, RunConfig* c);
+/// `c` with every value whose key the file does not give (c.given_keys),
+/// checked across keys (run::WithValues).
+StatusOr<RunConfig> WithRecipe(const RunConfig& c, const std::vector<RecipeValue>& recipe);
 
-/// Sets every value, whatever the file says (a recovery's settings), then
-/// checks the config across keys.
-Status ApplySettings(const std::vector<RecipeValue>& settings, RunConfig* c);
+/// `c` with every value, whatever the file says (a recovery's settings, an
+/// elastic resume's batch), checked across keys.
+StatusOr<RunConfig> WithSettings(const RunConfig& c, const std::vector<RecipeValue>& settings);
+
+/// The settings a run trained with, for the services after its trainer
+/// (features, evaluation, the preflight): with scdino.recipe: auto, `c`
+/// with the values of the run's recipe.json; `c` checked across keys when
+/// there is none yet (`warning` then says so: the file's values and the
+/// defaults apply). With recipe: manual, `c` as it is.
+StatusOr<RunConfig> SettingsOfRun(const RunConfig& c, std::string* warning);
 
 /// Lines that say what the recipe set and kept, for the log.
 std::vector<std::string> DescribeRecipe(const std::vector<RecipeValue>& recipe);
@@ -89,12 +96,6 @@ StatusOr<RecipeFile> ReadRecipe(const std::string& path);
 bool SameData(const DataShape& a, const DataShape& b);
 /// "1200 images of 64 x 64 px, 5 channels, from data/cells".
 std::string DescribeData(const DataShape& d);
-
-/// Sets every key a recipe set (c->recipe_keys: what the command line
-/// applied from recipe.json, stale or another node's view) back to its
-/// default and forgets them, before a recipe is derived anew or rank 0's
-/// is applied.
-Status ResetRecipe(RunConfig* c);
 
 /// The changes after the `recovery`-th collapse (1-based) judged `verdict`
 /// (uniform_collapse, onehot_collapse) from the settings of `c`: a lower

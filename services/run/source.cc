@@ -238,84 +238,6 @@ Status MeasureFlips(const RunConfig& c, const data::Dataset& dataset, DataShape*
   return Status::Ok();
 }
 
-namespace {
-
-// Rank 0's part of SettleRecipe: the recipe as rank 0 sees the data and
-// recipe.json, applied to `c` and written there; `values` gets it.
-StatusOr<std::vector<std::string>> SettleOnRankZero(RunConfig* c, const data::Dataset& dataset, int64_t ranks,
-                                                    bool resuming, const std::function<bool()>& should_stop,
-                                                    std::vector<RecipeValue>* values) {
-  auto shape = MeasureData(*c, dataset, ranks);
-  if (!shape.ok()) return shape.status();
-  std::vector<std::string> lines;
-  if (c->scdino.recipe == "auto") {
-    const std::string path = RecipePath(*c);
-    auto file = ReadRecipe(path);
-    if (!file.ok() && file.status().code() != StatusCode::kNotFound) return file.status();
-    std::vector<RecipeValue> recipe;
-    if (file.ok() && SameData(file->data, *shape)) {
-      recipe = file->values;
-      lines.push_back("recipe auto, as " + path + " holds it (the run's start derived it):");
-    } else {
-      if (file.ok()) {
-        // Derived for other data: a resume of those weights on this data
-        // would train another run under the old one's name.
-        if (resuming) {
-          return Status::InvalidArgument(path + " was derived for " + DescribeData(file->data) +
-                                         ", but the data now is " + DescribeData(*shape) +
-                                         ": a resume trains on the data its run started with; point the config at "
-                                         "that data, or start afresh with --no-resume (a new recipe is derived)");
-        }
-        lines.push_back(path + " was derived for " + DescribeData(file->data) + "; this fresh start's data is " +
-                        DescribeData(*shape) + ": the recipe is derived anew");
-        // The command line applied the stale values: back to the defaults.
-        if (auto s = ResetRecipe(c); !s.ok()) return s;
-      }
-      if (auto s = MeasureFlips(*c, dataset, &*shape, should_stop); !s.ok()) return s;
-      auto derived = DeriveRecipe(*shape, *c);
-      if (!derived.ok()) return derived.status();
-      recipe = std::move(derived).value();
-      if (auto s = MakeDirs(c->run_dir()); !s.ok()) return s;
-      if (auto s = WriteRecipe(path, *shape, recipe); !s.ok()) return s;
-      lines.push_back("recipe auto for " + std::to_string(shape->images) + " images of " +
-                      std::to_string(shape->height) + " x " + std::to_string(shape->width) + " px, " +
-                      std::to_string(shape->channels) + " channels, global batch " +
-                      std::to_string(shape->global_batch) + " (written to " + path + "; keys the config sets win):");
-    }
-    if (auto s = ApplyRecipe(recipe, c); !s.ok()) return s;
-    for (auto& l : DescribeRecipe(recipe)) lines.push_back("  " + l);
-    *values = std::move(recipe);
-  }
-  if (auto s = CheckDataFitsRun(*shape, *c); !s.ok()) return s;
-  return lines;
-}
-
-}  // namespace
-
-StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* c, const data::Dataset& dataset, Coordinator& coordinator,
-                                                bool resuming, const std::function<bool()>& should_stop) {
-  std::vector<std::string> lines;
-  auto decided = coordinator.RankZeroDecides("recipe", [&]() -> StatusOr<std::string> {
-    RunConfig mine = *c;
-    std::vector<RecipeValue> values;
-    auto settled = SettleOnRankZero(&mine, dataset, coordinator.world_size(), resuming, should_stop, &values);
-    if (!settled.ok()) return settled.status();
-    lines = std::move(settled).value();
-    return RecipeValuesJson(values);
-  });
-  if (!decided.ok()) return decided.status();
-  auto values = ParseRecipeValues(*decided, "the recipe rank 0 settled");
-  if (!values.ok()) return values.status();
-  if (c->scdino.recipe == "auto") {
-    // Back to the file and the defaults first: what this rank's command line
-    // applied from its own read of recipe.json (stale, or another node's
-    // view) must not outlive rank 0's recipe.
-    if (auto s = ResetRecipe(c); !s.ok()) return s;
-    if (auto s = ApplyRecipe(*values, c); !s.ok()) return s;
-  }
-  return lines;
-}
-
 StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, data::Dataset dataset,
                                                             Coordinator& coordinator, torch::Device device,
                                                             const std::function<bool()>& should_stop) {
@@ -373,7 +295,7 @@ StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, 
   lo.block_cache_max_bytes = c.scdino.block_cache_mb << 20;
   lo.on_bad_image = c.bad_image_policy();
   // A model that computes in bf16 or fp16 sees no more than float16 holds.
-  lo.upload_dtype = c.precision() == model::Precision::kFp32 ? torch::kFloat32 : torch::kHalf;
+  lo.upload_dtype = c.precision(device) == model::Precision::kFp32 ? torch::kFloat32 : torch::kHalf;
   try {
     auto loader = std::make_unique<data::FileLoader>(std::move(dataset), lo, device);
     if (coordinator.is_rank_zero() && !loader->read_plan().empty()) {

@@ -77,22 +77,6 @@ StatusOr<DataShape> MeasureData(const RunConfig& config, const data::Dataset& da
 Status MeasureFlips(const RunConfig& config, const data::Dataset& dataset, DataShape* shape,
                     const std::function<bool()>& should_stop = {});
 
-/// The trainer's start: the data measured and checked against the batch
-/// and crops (CheckDataFitsRun) and, with scdino.recipe: auto, the recipe
-/// applied to `config`: the one recipe.json in the run directory holds (a
-/// run started before on the same data), else derived from the data and
-/// written there (the flips from MeasureFlips). A recipe.json derived for
-/// other data is derived anew on a fresh start (saying so) and refused,
-/// naming both data sets, when `resuming` (a checkpoint is there and
-/// --no-resume was not given). Rank 0 alone reads the data and recipe.json
-/// and decides; every rank puts back what its command line applied from its
-/// own read of recipe.json (RunConfig::recipe_keys) and applies rank 0's
-/// values, or returns rank 0's error. Returns the lines to log (rank 0's;
-/// none on the other ranks).
-StatusOr<std::vector<std::string>> SettleRecipe(RunConfig* config, const data::Dataset& dataset,
-                                                Coordinator& coordinator, bool resuming,
-                                                const std::function<bool()>& should_stop = {});
-
 /// The multi-crop source of the trainer on `device`, sharded for the
 /// coordinator's rank: in memory for synthetic data, else the threaded file
 /// loader of `dataset` (IndexDataset; after the statistics, and

@@ -34,27 +34,20 @@ std::optional<int> CommandLine::Parse(int argc, const char* const* argv, std::os
   }
   config_ = std::move(config).value();
   for (const auto& w : config_.warnings) err << program_ << ": " << config_path_ << ": " << w << "\n";
-  // scdino.recipe: auto: the values the trainer derived at the run's start,
-  // so that every service sees the model and crops it trained with.
-  if (config_.scdino.recipe == "auto") {
-    auto recipe = run::ReadRecipe(run::RecipePath(config_));
-    Status applied = recipe.ok() ? run::ApplyRecipe(recipe->values, &config_) : recipe.status();
-    if (recipe.status().code() == StatusCode::kNotFound) {
-      // The trainer derives it (run::SettleRecipe); the others go on with
-      // the file as it is.
-      applied = program_ == "scdino-trainer" ? Status::Ok() : run::CheckConfig(config_);
-      if (program_ != "scdino-trainer") {
-        err << program_ << ": warning: scdino.recipe is auto but " << run::RecipePath(config_)
-            << " is not there yet (scdino-trainer writes it at the run's start): the file's values and the defaults "
-               "apply\n";
-      }
-    }
-    if (!applied.ok()) {
-      err << program_ << ": " << applied.message() << "\n";
-      return kExitBadInput;
-    }
-  }
   return std::nullopt;
+}
+
+std::optional<run::RunConfig> CommandLine::RunSettings(const std::vector<run::KeyValue>& flags,
+                                                      std::ostream& err) const {
+  std::string warning;
+  auto settings = run::SettingsOfRun(config_, &warning);
+  if (settings.ok() && !flags.empty()) settings = run::WithValues(*settings, flags, /*file_wins=*/false);
+  if (!settings.ok()) {
+    err << program_ << ": " << settings.status().message() << "\n";
+    return std::nullopt;
+  }
+  if (!warning.empty()) err << program_ << ": warning: " << warning << "\n";
+  return std::move(settings).value();
 }
 
 int CommandLine::ConfigureCpu() const {

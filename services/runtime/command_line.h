@@ -9,6 +9,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/cli.h"
 #include "run/config.h"
@@ -32,8 +33,18 @@ class CommandLine {
 
   const std::string& program() const { return program_; }
   const std::string& config_path() const { return config_path_; }
-  run::RunConfig& config() { return config_; }
+  /// The config as the file gives it, never changed after Parse. What a
+  /// run derives at its start (the recipe, an elastic resume's batch) is
+  /// not in it: the trainer settles its plan (run/plan.h) and the services
+  /// after it read the run's settings (run::SettingsOfRun).
   const run::RunConfig& config() const { return config_; }
+  /// For the services after the trainer (features, evaluation, the
+  /// preflight): the settings the run trained with (run::SettingsOfRun:
+  /// the config with its recipe.json), then `flags` (a service's own
+  /// flags, as config keys that win over the file). nullopt after a message
+  /// on `err` naming the file and key: exit with kExitBadInput.
+  std::optional<run::RunConfig> RunSettings(const std::vector<run::KeyValue>& flags = {},
+                                            std::ostream& err = std::cerr) const;
   /// run::ConfigureCpu with --threads, else scdino.threads (0: all cores),
   /// and scdino.cpu_gemm.
   /// Returns the thread count.

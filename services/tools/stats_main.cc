@@ -4,6 +4,7 @@
 // with the data set's fingerprint.
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/cli.h"
@@ -23,6 +24,11 @@ int main(int argc, char** argv) {
       ->type_name("FILE");
   if (auto code = app.Parse(argc, argv)) return *code;
   auto config = scdino::run::LoadRunConfig(config_path);
+  // --out: the file's scdino.stats_file, set as the file would (a JSON
+  // string is YAML whatever the path holds).
+  if (config.ok() && !out.empty()) {
+    config = scdino::run::WithValues(*config, {{"scdino.stats_file", nlohmann::json(out).dump()}}, false);
+  }
   if (!config.ok()) {
     std::cerr << "scdino-stats: " << config.status().message() << "\n";
     return ExitCodeFor(config.status());
@@ -32,7 +38,6 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
   scdino::run::ConfigureCpu(config->scdino.threads, config->scdino.cpu_gemm);
-  if (!out.empty()) config->scdino.stats_file = out;
   const std::string path = config->stats_path();
   std::remove(path.c_str());  // computed afresh: that is what the tool is for
   auto dataset = scdino::run::IndexDataset(*config);

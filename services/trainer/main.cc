@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   if (auto code = cl.Parse(argc, argv)) return *code;
   options.resume = !no_resume;
   Parts parts;
-  auto& config = cl.config();
+  const auto& config = cl.config();
   const int threads = cl.ConfigureCpu();
   const int code = GuardMain("scdino-trainer", [&]() -> int {
     auto launch = scdino::run::LaunchFromEnv([](const char* k) { return std::getenv(k); });
@@ -88,23 +88,20 @@ int main(int argc, char** argv) {
     // Each rank's first line: where it computes, and why.
     std::cerr << "scdino-trainer: rank " << launch->rank << " of " << launch->world_size << ": device "
               << device->device << " (" << device->why << "), precision "
-              << scdino::model::PrecisionName(config.precision(options.bf16_supported)) << "; run "
+              << scdino::model::PrecisionName(config.precision(device->device, options.bf16_supported)) << "; run "
               << config.run_dir() << ", " << threads << " CPU threads, matrix products on "
               << scdino::model::CpuGemmDescription();
     if (device->device.is_cpu()) std::cerr << ", " << scdino::run::KeepFreedMemoryForCpuTraining();
     std::cerr << "\n";
     if (auto s = scdino::run::PrepareRunDir(config); !s.ok()) return Fail(nullptr, s);
-    // On another world size, the checkpoint's global batch may set the
-    // per-rank batch (scdino.elastic_resume: global_batch) before the data
-    // source is made with it.
+    // What the checkpoint sets on another world size (an elastic resume's
+    // batch): read by every rank, so that a world size it cannot take is
+    // refused before the rendezvous; rank 0's read goes into the plan.
+    std::vector<scdino::run::RecipeValue> resume;
     if (options.resume) {
-      std::string note;
-      auto b = scdino::training::ResumeBatchPerGpu(config.run_dir() + "/checkpoint.safetensors", launch->world_size,
-                                                   config.train.batch_size_per_gpu, config.scdino.elastic_resume,
-                                                   &note);
-      if (!b.ok()) return Fail(nullptr, b.status());
-      if (!note.empty() && launch->rank == 0) std::cerr << "scdino-trainer: resume: " << note << "\n";
-      config.train.batch_size_per_gpu = *b;
+      auto values = scdino::trainer::ElasticResume(config, launch->world_size);
+      if (!values.ok()) return Fail(nullptr, values.status());
+      resume = std::move(values).value();
     }
     const auto timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
     auto coordinator = scdino::run::Rendezvous(config, *launch, timeout);
@@ -134,15 +131,15 @@ int main(int argc, char** argv) {
     parts.plane = std::move(started).value();
     ServicePlane* plane = parts.plane.get();
     AttachTrainer(*plane, &options, device->device);
-    // The data, indexed once: the recipe, the source and the learning
-    // check. The statistics of a large data set take minutes: a stop ends them.
+    // The data, indexed once: the run's plan (the recipe, an elastic
+    // resume's batch), the source and the learning check. The statistics of
+    // a large data set take minutes: a stop ends them.
     const bool resuming = options.resume && scdino::FileExists(config.run_dir() + "/checkpoint.safetensors");
-    auto data = scdino::trainer::PrepareTrainingData(&config, *parts.coordinator, device->device, resuming, &std::cerr,
-                                                     [plane] {
-                                                       return StopSignalReceived() || plane->control().Requests().stop;
-                                                     });
+    auto data = scdino::trainer::PrepareTrainingData(
+        config, *parts.coordinator, device->device, resuming, resume, &std::cerr,
+        [plane] { return StopSignalReceived() || plane->control().Requests().stop; });
     if (!data.ok()) return Fail(plane, data.status());
-    const bool require_learning = config.scdino.learning_check == "require";
+    const bool require_learning = data->plan.settings.scdino.learning_check == "require";
     if (data->check) {
       parts.check = std::move(data->check);
       options.learning_check = [raw = parts.check.get()](scdino::model::VisionTransformer teacher, int64_t epoch,
@@ -152,7 +149,7 @@ int main(int argc, char** argv) {
     }
     // The options' copies of the shared parts go with the trainer; the
     // shutdown holds the others.
-    parts.trainer = std::make_unique<scdino::training::Trainer>(std::move(config), std::move(data->source),
+    parts.trainer = std::make_unique<scdino::training::Trainer>(std::move(data->plan.settings), std::move(data->source),
                                                                std::exchange(options, {}));
     // Signals stop reaching the trainer before the shutdown destroys it,
     // also when an exception unwinds this scope.

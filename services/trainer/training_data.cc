@@ -1,30 +1,43 @@
 #include "trainer/training_data.h"
 
 #include "run/source.h"
+#include "training/checkpoint.h"
 
 namespace scdino::trainer {
 
-StatusOr<TrainingData> PrepareTrainingData(run::RunConfig* config, run::Coordinator& coordinator,
-                                           torch::Device device, bool resuming, std::ostream* log,
+StatusOr<std::vector<run::RecipeValue>> ElasticResume(const run::RunConfig& config, int64_t ranks) {
+  std::string note;
+  auto batch = training::ResumeBatchPerGpu(config.run_dir() + "/checkpoint.safetensors", ranks,
+                                           config.train.batch_size_per_gpu, config.scdino.elastic_resume, &note);
+  if (!batch.ok()) return batch.status();
+  if (*batch == config.train.batch_size_per_gpu) return std::vector<run::RecipeValue>{};
+  return std::vector<run::RecipeValue>{{"train_scDINO.batch_size_per_gpu", std::to_string(*batch), note, false}};
+}
+
+StatusOr<TrainingData> PrepareTrainingData(const run::RunConfig& config, run::Coordinator& coordinator,
+                                           torch::Device device, bool resuming,
+                                           const std::vector<run::RecipeValue>& resume, std::ostream* log,
                                            const std::function<bool()>& should_stop) {
-  auto dataset = run::IndexDataset(*config, coordinator.is_rank_zero() ? log : nullptr);
+  auto dataset = run::IndexDataset(config, coordinator.is_rank_zero() ? log : nullptr);
   if (!dataset.ok()) return dataset.status();
   // The data against the batch and crops, and the recipe derived from it
   // (scdino.recipe: auto), before anything is built from the config.
-  auto recipe = run::SettleRecipe(config, *dataset, coordinator, resuming, should_stop);
-  if (!recipe.ok()) return recipe.status();
+  auto plan = run::SettlePlan(config, *dataset, coordinator, resuming, resume, should_stop);
+  if (!plan.ok()) return plan.status();
   if (coordinator.is_rank_zero() && log) {
-    for (const auto& line : *recipe) *log << "scdino-trainer: " << line << "\n";
+    for (const auto& line : plan->why) *log << "scdino-trainer: " << line << "\n";
   }
   TrainingData out;
+  out.plan = std::move(plan).value();
+  const run::RunConfig& settings = out.plan.settings;
   // The source and the check each keep a copy of the index (their threads
   // read it side by side); copying it is not indexing again.
-  auto source = run::MakeSource(*config, *dataset, coordinator, device, should_stop);
+  auto source = run::MakeSource(settings, *dataset, coordinator, device, should_stop);
   if (!source.ok()) return source.status();
-  if (auto s = config->CheckChannelCount((*source)->channels(), "the data"); !s.ok()) return s;
+  if (auto s = settings.CheckChannelCount((*source)->channels(), "the data"); !s.ok()) return s;
   out.source = std::move(source).value();
-  if (coordinator.is_rank_zero() && config->scdino.learning_check != "off") {
-    auto made = LearningCheck::Make(*config, *dataset, device, &out.no_check);
+  if (coordinator.is_rank_zero() && settings.scdino.learning_check != "off") {
+    auto made = LearningCheck::Make(settings, *dataset, device, &out.no_check);
     if (!made.ok()) return made.status();
     out.check = std::move(made).value();
   }

@@ -12,16 +12,21 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "data/batch_source.h"
 #include "run/config.h"
 #include "run/coordinator.h"
+#include "run/plan.h"
 #include "trainer/learning_check.h"
 
 namespace scdino::trainer {
 
 struct TrainingData {
+  /// What every rank trains with (run/plan.h): the source and the check
+  /// are made from plan.settings.
+  run::RunPlan plan;
   std::unique_ptr<data::MultiCropSource> source;
   /// Rank 0's, with scdino.learning_check not off and something to check
   /// against; else null and `no_check` says why (empty when it is off or
@@ -30,14 +35,24 @@ struct TrainingData {
   std::string no_check;
 };
 
-/// Indexes the data of `config` once, settles the recipe on it (run::
-/// SettleRecipe; `config` takes its values and rank 0 writes its lines to
-/// `log` as soon as it is settled), then makes the source (the statistics
-/// first; `should_stop` ends them) and, on rank 0, the learning check.
-/// `resuming`: a checkpoint will be resumed (a recipe derived for other
-/// data is then refused).
-StatusOr<TrainingData> PrepareTrainingData(run::RunConfig* config, run::Coordinator& coordinator,
-                                           torch::Device device, bool resuming, std::ostream* log,
+/// What the checkpoint in the run directory sets for a resume on `ranks`
+/// ranks: with scdino.elastic_resume: global_batch on another world size,
+/// the batch per rank that keeps its global batch (its `why` says so);
+/// nothing otherwise. InvalidArgument, naming the numbers, when `ranks`
+/// does not divide that global batch: every rank refuses so before the
+/// rendezvous.
+StatusOr<std::vector<run::RecipeValue>> ElasticResume(const run::RunConfig& config, int64_t ranks);
+
+/// Indexes the data of `config` once, settles the run's plan on it (run::
+/// SettlePlan: the recipe and rank 0's `resume`, ElasticResume's values;
+/// rank 0 writes its lines to `log` as soon as it is settled), then makes
+/// the source (the statistics first; `should_stop` ends them) and, on rank
+/// 0, the learning check, both from the plan's settings. `resuming`: a
+/// checkpoint will be resumed (a recipe derived for other data is then
+/// refused).
+StatusOr<TrainingData> PrepareTrainingData(const run::RunConfig& config, run::Coordinator& coordinator,
+                                           torch::Device device, bool resuming,
+                                           const std::vector<run::RecipeValue>& resume, std::ostream* log,
                                            const std::function<bool()>& should_stop = {});
 
 }  // namespace scdino::trainer

@@ -40,12 +40,12 @@ run::Agreement Merge(const run::Agreement& a, const run::Agreement& b) {
 }  // namespace
 
 Trainer::Trainer(run::RunConfig config, std::unique_ptr<data::MultiCropSource> source, TrainerOptions options)
-    : config_(std::move(config)),
-      source_(std::move(source)),
+    : source_(std::move(source)),
       options_(std::move(options)),
       coordinator_(options_.coordinator ? options_.coordinator : run::Coordinator::Single()),
       device_(options_.device ? *options_.device
-                              : torch::Device(config_.scdino.device == "cuda" ? torch::kCUDA : torch::kCPU)),
+                              : torch::Device(config.scdino.device == "cuda" ? torch::kCUDA : torch::kCPU)),
+      config_(std::move(config)),
       reporter_(options_.control) {
   RebuildModel();
   ThrowIfError(config_.CheckChannelCount(source_->channels(), "the data source"));
@@ -75,9 +75,9 @@ void Trainer::RebuildModel() {
   torch::manual_seed(static_cast<uint64_t>(config_.meta.seed));
   // In place: the checkpointer holds a reference to it.
   if (dino_) {
-    *dino_ = model::Dino(config_.dino_options(options_.bf16_supported), device_);
+    *dino_ = model::Dino(config_.dino_options(device_, options_.bf16_supported), device_);
   } else {
-    dino_ = std::make_unique<model::Dino>(config_.dino_options(options_.bf16_supported), device_);
+    dino_ = std::make_unique<model::Dino>(config_.dino_options(device_, options_.bf16_supported), device_);
   }
   // One rank has nothing to exchange, however it was launched.
   if (auto c = options_.collective; c && c->world_size() > 1) {
@@ -88,18 +88,89 @@ void Trainer::RebuildModel() {
 }
 
 Status Trainer::ApplyRecoverySettings(const std::vector<run::RecipeValue>& settings) {
-  if (auto s = run::ApplySettings(settings, &config_); !s.ok()) return s;
-  recovery_settings_.insert(recovery_settings_.end(), settings.begin(), settings.end());
+  auto recovered = run::WithSettings(config_, settings);
+  if (!recovered.ok()) return recovered.status();
+  config_ = std::move(recovered).value();
+  recovery_.settings.insert(recovery_.settings.end(), settings.begin(), settings.end());
   try {
-    schedules_ = model::MakeSchedules(config_.schedule_options(niter_, coordinator_->world_size()));
+    steps_.schedules = model::MakeSchedules(config_.schedule_options(steps_.niter, coordinator_->world_size()));
   } catch (const std::exception& e) {
     return Status::InvalidArgument(config_.source_path + " after a recovery: " + e.what());
   }
   RebuildModel();
-  nlohmann::json j{{"count", recoveries_}, {"settings", nlohmann::json::array()}};
-  for (const auto& v : recovery_settings_) j["settings"].push_back({{"key", v.key}, {"value", v.value}});
+  nlohmann::json j{{"count", recovery_.count}, {"settings", nlohmann::json::array()}};
+  for (const auto& v : recovery_.settings) j["settings"].push_back({{"key", v.key}, {"value", v.value}});
   if (checkpointer_) checkpointer_->set_recoveries(j.dump());
   return Status::Ok();
+}
+
+StatusOr<std::string> Trainer::RollbackTarget(const std::string& verdict, int64_t it) const {
+  const std::string path = checkpointer_->HealthyPath();
+  if (FileExists(path)) return std::string("healthy");
+  // The latest checkpoint holds weights trained under another on_collapse
+  // setting: never replaced by untrained ones.
+  if (resumed_.from > 0 && !resumed_.under_recover) {
+    return Status::Diverged("training collapsed (" + verdict + " at iteration " + std::to_string(it) +
+                            "), and no checkpoint was judged healthy to roll back to (" + path +
+                            " is not there): " + checkpointer_->latest() + " (iteration " +
+                            std::to_string(resumed_.from) +
+                            ") was trained without scdino.on_collapse: recover, and a rollback to the start would "
+                            "replace it with untrained weights; it is kept as it is. Start afresh with the safer "
+                            "settings (docs/training.md) in another run directory, or with --no-resume");
+  }
+  return std::string("start");
+}
+
+StatusOr<std::string> Trainer::LoadRollbackPoint(const std::string& path) {
+  auto loaded = LoadCheckpoint(path, *dino_);
+  if (!loaded.ok()) return loaded.status();
+  // What the state holds (the optimizer's moments included), for ranks
+  // that have not trained it.
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const auto& [name, t] : dino_->StateDict()) {
+    tensors.push_back({name, static_cast<int>(t.scalar_type()), t.sizes().vec()});
+  }
+  return nlohmann::json{{"iteration", loaded->iteration},
+                        {"epoch_position", loaded->epoch_position},
+                        {"has_run", loaded->has_run_shape},
+                        {"run", loaded->run.ToJson()},
+                        {"tensors", tensors}}
+      .dump();
+}
+
+StatusOr<int64_t> Trainer::TakeRollbackPoint(const std::string& path) {
+  // Rank 0 reads the file; its iteration, position and weights go to
+  // every rank.
+  auto info = coordinator_->RankZeroDecides("rollback-info-" + std::to_string(recovery_.count),
+                                            [&] { return LoadRollbackPoint(path); });
+  if (!info.ok()) return info.status();
+  CheckpointInfo saved;
+  nlohmann::json tensors;
+  try {
+    const auto j = nlohmann::json::parse(*info);
+    tensors = j.at("tensors");
+    saved.iteration = j.at("iteration").get<int64_t>();
+    saved.epoch_position = j.at("epoch_position").get<int64_t>();
+    saved.has_run_shape = j.at("has_run").get<bool>();
+    if (saved.has_run_shape) {
+      auto run = RunShape::FromJson(j.at("run").get<std::string>(), path);
+      if (!run.ok()) return run.status();
+      saved.run = *run;
+    }
+  } catch (const std::exception& e) {
+    return Status::Internal("rank 0's rollback point is not what it sends: " + std::string(e.what()));
+  }
+  if (options_.collective) {
+    if (auto s = TakeRankZeroState(tensors); !s.ok()) return s;
+  } else if (!coordinator_->is_rank_zero()) {
+    auto loaded = LoadCheckpoint(path, *dino_);
+    if (!loaded.ok()) return loaded.status();
+  }
+  // Converted like a resume: the healthy point may be of another global
+  // batch (an elastic resume since).
+  auto place = PlaceAt(saved, path);
+  if (!place.ok()) return place.status();
+  return place->iteration;
 }
 
 StatusOr<int64_t> Trainer::Rollback(const std::string& verdict, int64_t it) {
@@ -109,32 +180,13 @@ StatusOr<int64_t> Trainer::Rollback(const std::string& verdict, int64_t it) {
   // counts, and its weights reach every rank (a node whose file system
   // shows no last_healthy, or an older one, trains the same weights).
   const std::string path = checkpointer_->HealthyPath();
-  auto target = coordinator_->RankZeroDecides("rollback-" + std::to_string(recoveries_ + 1),
-                                              [&]() -> StatusOr<std::string> {
-                                                if (FileExists(path)) return std::string("healthy");
-                                                // The latest checkpoint holds weights trained under
-                                                // another on_collapse setting: never replaced by
-                                                // untrained ones.
-                                                if (resumed_from_ > 0 && !resumed_under_recover_) {
-                                                  return Status::Diverged(
-                                                      "training collapsed (" + verdict + " at iteration " +
-                                                      std::to_string(it) + "), and no checkpoint was judged "
-                                                      "healthy to roll back to (" + path + " is not there): " +
-                                                      checkpointer_->latest() + " (iteration " +
-                                                      std::to_string(resumed_from_) + ") was trained without "
-                                                      "scdino.on_collapse: recover, and a rollback to the start "
-                                                      "would replace it with untrained weights; it is kept as it "
-                                                      "is. Start afresh with the safer settings "
-                                                      "(docs/training.md) in another run directory, or with "
-                                                      "--no-resume");
-                                                }
-                                                return std::string("start");
-                                              });
+  auto target = coordinator_->RankZeroDecides("rollback-" + std::to_string(recovery_.count + 1),
+                                              [&] { return RollbackTarget(verdict, it); });
   if (!target.ok()) return target.status();
   const bool from_start = *target == "start";
-  ++recoveries_;
+  ++recovery_.count;
   RecoveryReport r;
-  r.recovery = recoveries_;
+  r.recovery = recovery_.count;
   r.max_recoveries = config_.scdino.max_recoveries;
   r.verdict = verdict;
   r.from_iteration = it;
@@ -142,70 +194,27 @@ StatusOr<int64_t> Trainer::Rollback(const std::string& verdict, int64_t it) {
   const auto settings = run::SaferSettings(config_, verdict);
   for (const auto& v : settings) r.changes.push_back(v.key + ": " + v.value + " (" + v.why + ")");
   if (auto s = ApplyRecoverySettings(settings); !s.ok()) return s;  // the model is rebuilt: fresh weights
-  resumed_epoch_ = -1;
+  resumed_.epoch = -1;
   if (!from_start) {
-    // Rank 0 reads the file; its iteration, position and weights go to
-    // every rank.
-    auto info = coordinator_->RankZeroDecides("rollback-info-" + std::to_string(recoveries_),
-                                              [&]() -> StatusOr<std::string> {
-                                                auto loaded = LoadCheckpoint(path, *dino_);
-                                                if (!loaded.ok()) return loaded.status();
-                                                // What the state holds (the optimizer's moments
-                                                // included), for ranks that have not trained it.
-                                                nlohmann::json tensors = nlohmann::json::array();
-                                                for (const auto& [name, t] : dino_->StateDict()) {
-                                                  tensors.push_back({name, static_cast<int>(t.scalar_type()),
-                                                                     t.sizes().vec()});
-                                                }
-                                                return nlohmann::json{{"iteration", loaded->iteration},
-                                                                      {"epoch_position", loaded->epoch_position},
-                                                                      {"has_run", loaded->has_run_shape},
-                                                                      {"run", loaded->run.ToJson()},
-                                                                      {"tensors", tensors}}
-                                                    .dump();
-                                              });
-    if (!info.ok()) return info.status();
-    CheckpointInfo saved;
-    nlohmann::json tensors;
-    try {
-      const auto j = nlohmann::json::parse(*info);
-      tensors = j.at("tensors");
-      saved.iteration = j.at("iteration").get<int64_t>();
-      saved.epoch_position = j.at("epoch_position").get<int64_t>();
-      saved.has_run_shape = j.at("has_run").get<bool>();
-      if (saved.has_run_shape) {
-        auto run = RunShape::FromJson(j.at("run").get<std::string>(), path);
-        if (!run.ok()) return run.status();
-        saved.run = *run;
-      }
-    } catch (const std::exception& e) {
-      return Status::Internal("rank 0's rollback point is not what it sends: " + std::string(e.what()));
-    }
-    if (options_.collective) {
-      if (auto s = TakeRankZeroState(tensors); !s.ok()) return s;
-    } else if (!coordinator_->is_rank_zero()) {
-      auto loaded = LoadCheckpoint(path, *dino_);
-      if (!loaded.ok()) return loaded.status();
-    }
-    // Converted like a resume: the healthy point may be of another global
-    // batch (an elastic resume since).
-    auto place = PlaceAt(saved, path);
-    if (!place.ok()) return place.status();
-    r.to_iteration = place->iteration;
+    auto to = TakeRollbackPoint(path);
+    if (!to.ok()) return to.status();
+    r.to_iteration = *to;
   }
-  collapse_ = from_start ? "" : "healthy";
-  interval_health_ = model::HealthAverage();
-  interval_loss_ = 0.0;
-  interval_steps_ = 0;
-  interval_seconds_ = interval_data_wait_ = 0.0;
+  recovery_.collapse = from_start ? "" : "healthy";
+  interval_ = Interval();
   epoch_log_.Reset();
-  result_.recoveries = recoveries_;
+  result_.recoveries = recovery_.count;
   // A restart now goes on from here, with these settings.
   checkpointer_->set_epoch_position(EpochPosition(r.to_iteration));
-  if (auto s = checkpointer_->ResumePoint(r.to_iteration, niter_); !s.ok()) return s;
+  if (auto s = checkpointer_->ResumePoint(r.to_iteration, steps_.niter); !s.ok()) return s;
+  ReportRecovery(r);
+  return r.to_iteration;
+}
+
+void Trainer::ReportRecovery(const RecoveryReport& r) {
   if (options_.progress && coordinator_->is_rank_zero()) {
-    *options_.progress << "scdino-trainer: recovering from " << verdict << " at iteration " << it << " ("
-                       << recoveries_ << " of at most " << r.max_recoveries
+    *options_.progress << "scdino-trainer: recovering from " << r.verdict << " at iteration " << r.from_iteration
+                       << " (" << r.recovery << " of at most " << r.max_recoveries
                        << ", scdino.on_collapse: recover): back to iteration " << r.to_iteration << ", "
                        << r.checkpoint << ", with\n";
     for (const auto& c : r.changes) *options_.progress << "scdino-trainer:   " << c << "\n";
@@ -213,7 +222,6 @@ StatusOr<int64_t> Trainer::Rollback(const std::string& verdict, int64_t it) {
   }
   reporter_.Recovery(r);
   if (options_.on_recovery) options_.on_recovery(r);
-  return r.to_iteration;
 }
 
 Status Trainer::TakeRankZeroState(const nlohmann::json& tensors) {
@@ -269,13 +277,13 @@ Status Trainer::OutOfMemory(const std::string& what) const {
       std::to_string(h.global_crops_size) + " px and " + std::to_string(h.local_crops_number) + " local crops of " +
       std::to_string(h.local_crops_size) + " px (" + h.arch + ", patch " + std::to_string(h.patch_size) + ", out_dim " +
       std::to_string(h.out_dim) + ", precision " +
-      model::PrecisionName(config_.precision(options_.bf16_supported)) + ") needs more; " + peak +
+      model::PrecisionName(config_.precision(device_, options_.bf16_supported)) + ") needs more; " + peak +
       ". Lower train_scDINO.batch_size_per_gpu (more GPUs keep the global batch), "
       "hyperparameters.local_crops_number or the crop sizes");
 }
 
 std::optional<LearningReport> Trainer::CheckLearning(int64_t epoch, int64_t it) {
-  const bool numbered = (epoch + 1) % config_.train.saveckp_freq == 0 || it == total_;
+  const bool numbered = (epoch + 1) % config_.train.saveckp_freq == 0 || it == steps_.total;
   if (!options_.learning_check || !numbered || !coordinator_->is_rank_zero()) return std::nullopt;
   const std::optional<LearningReport> checked = options_.learning_check(dino_->teacher->backbone, epoch + 1, it);
   if (!checked) return std::nullopt;
@@ -350,7 +358,7 @@ StatusOr<int64_t> Trainer::Resume() {
     std::vector<run::RecipeValue> settings;
     try {
       const auto j = nlohmann::json::parse(info->recoveries_json);
-      recoveries_ = j.at("count").get<int64_t>();
+      recovery_.count = j.at("count").get<int64_t>();
       for (const auto& v : j.at("settings")) {
         settings.push_back({v.at("key").get<std::string>(), v.at("value").get<std::string>(), "", false});
       }
@@ -360,9 +368,9 @@ StatusOr<int64_t> Trainer::Resume() {
     if (auto s = ApplyRecoverySettings(settings); !s.ok()) return s;
     info = LoadCheckpoint(latest, *dino_);
     if (!info.ok()) return info.status();
-    result_.recoveries = recoveries_;
+    result_.recoveries = recovery_.count;
     if (coordinator_->is_rank_zero()) {
-      std::cerr << "scdino-trainer: resume: with the settings of " << recoveries_ << " recovery(ies) from a collapse\n";
+      std::cerr << "scdino-trainer: resume: with the settings of " << recovery_.count << " recovery(ies) from a collapse\n";
     }
   }
   // Every rank loaded the same iteration (the sums of it and its square
@@ -376,10 +384,10 @@ StatusOr<int64_t> Trainer::Resume() {
         " from " + latest + ", but the ranks' mean is " + std::to_string(sums[0] / world) +
         ": the nodes do not see the same file (a shared file system's cache?); run again once every node sees it");
   }
-  resumed_from_ = info->iteration;
+  resumed_.from = info->iteration;
   auto parsed = run::ParseRunConfig(info->config_text, latest);
-  resumed_under_recover_ = recoveries_ > 0 || (parsed.ok() && parsed->scdino.on_collapse == "recover");
-  const RunShape now{coordinator_->world_size(), config_.train.batch_size_per_gpu, config_.train.epochs, niter_,
+  resumed_.under_recover = recovery_.count > 0 || (parsed.ok() && parsed->scdino.on_collapse == "recover");
+  const RunShape now{coordinator_->world_size(), config_.train.batch_size_per_gpu, config_.train.epochs, steps_.niter,
                      source_->dataset_size(), config_.channels(), source_->epoch_order()};
   if (info->has_run_shape) {
     auto notes = CheckResume(info->run, now, info->iteration, latest, config_.scdino.elastic_resume);
@@ -396,7 +404,7 @@ StatusOr<int64_t> Trainer::Resume() {
   if (!place.ok()) return place.status();
   if (options_.progress && coordinator_->is_rank_zero()) {
     *options_.progress << "scdino-trainer: resuming from iteration " << place->iteration << " (epoch "
-                       << place->epoch + 1 << ", batch " << place->iteration % niter_ << " of " << niter_ << ", image "
+                       << place->epoch + 1 << ", batch " << place->iteration % steps_.niter << " of " << steps_.niter << ", image "
                        << place->position << " of the epoch's order) of " << latest << std::endl;
   }
   return place->iteration;
@@ -406,32 +414,32 @@ StatusOr<Trainer::Place> Trainer::PlaceAt(const CheckpointInfo& info, const std:
   // The checkpoint's position in the epoch's order, laid over this run's
   // global batch (another world size or batch per GPU: an elastic resume).
   const int64_t global = config_.train.batch_size_per_gpu * coordinator_->world_size();
-  const int64_t saved_niter = info.has_run_shape ? info.run.niter_per_epoch : niter_;
+  const int64_t saved_niter = info.has_run_shape ? info.run.niter_per_epoch : steps_.niter;
   const int64_t saved_global = info.has_run_shape ? info.run.global_batch() : global;
   Place p;
   p.epoch = info.iteration / saved_niter;
   const int64_t done = info.iteration % saved_niter;
   p.position = info.epoch_position >= 0 ? info.epoch_position : done * saved_global;
   p.iteration = info.iteration;
-  epoch_start_ = data::EpochStart(done);
-  if (saved_niter != niter_ || p.position != done * global) {
+  resumed_.epoch_start = data::EpochStart(done);
+  if (saved_niter != steps_.niter || p.position != done * global) {
     try {
-      epoch_start_ = source_->ResumeAt(p.position);
+      resumed_.epoch_start = source_->ResumeAt(p.position);
     } catch (const std::exception& e) {
       return Status::FailedPrecondition(path + ": " + e.what());
     }
-    p.iteration = p.epoch * niter_ + epoch_start_.batch;
+    p.iteration = p.epoch * steps_.niter + resumed_.epoch_start.batch;
   }
-  resumed_epoch_ = p.epoch;
+  resumed_.epoch = p.epoch;
   return p;
 }
 
 int64_t Trainer::EpochPosition(int64_t it) const {
   const int64_t global = source_->batch_size() * coordinator_->world_size();
-  if (it % niter_ == 0) return 0;
-  if (it / niter_ != resumed_epoch_) return (it % niter_) * global;
-  const int64_t first = epoch_start_.position < 0 ? epoch_start_.batch * global : epoch_start_.position;
-  return first + (it % niter_ - epoch_start_.batch) * global;
+  if (it % steps_.niter == 0) return 0;
+  if (it / steps_.niter != resumed_.epoch) return (it % steps_.niter) * global;
+  const int64_t first = resumed_.epoch_start.position < 0 ? resumed_.epoch_start.batch * global : resumed_.epoch_start.position;
+  return first + (it % steps_.niter - resumed_.epoch_start.batch) * global;
 }
 
 Status Trainer::LogSamples(int64_t it, const torch::Tensor& indices, const model::StepInput& in) {
@@ -462,7 +470,7 @@ run::Agreement Trainer::LocalView() const {
 }
 
 Status Trainer::Launch(int64_t it) {
-  const int64_t epoch = it / niter_;
+  const int64_t epoch = it / steps_.niter;
   Pending p;
   p.launched = Clock::now();
   std::optional<data::MultiCropBatch> b = source_->Next();
@@ -471,7 +479,7 @@ Status Trainer::Launch(int64_t it) {
   report.data_wait_seconds = Seconds(p.launched, Clock::now());
   if (!b) {
     return Status::Internal("data source ended epoch " + std::to_string(epoch) + " after " +
-                            std::to_string(it % niter_) + " of " + std::to_string(niter_) + " batches");
+                            std::to_string(it % steps_.niter) + " of " + std::to_string(steps_.niter) + " batches");
   }
   // Stochastic depth draws from a stream seeded per iteration, so a resumed
   // run repeats exactly the draws of an uninterrupted one.
@@ -481,9 +489,9 @@ Status Trainer::Launch(int64_t it) {
   model::StepInput in;
   in.crops = std::move(b->crops);
   in.epoch = epoch;
-  in.lr = schedules_.lr[it];
-  in.weight_decay = schedules_.weight_decay[it];
-  in.momentum = schedules_.momentum[it];
+  in.lr = steps_.schedules.lr[it];
+  in.weight_decay = steps_.schedules.weight_decay[it];
+  in.momentum = steps_.schedules.momentum[it];
   if (samples_log_) {
     if (auto s = LogSamples(it, b->indices, in); !s.ok()) return s;
   }
@@ -504,7 +512,7 @@ Status Trainer::Launch(int64_t it) {
   auto out = dino_->Step(in, hooks);
   report.iteration = it + 1;
   report.epoch = epoch;
-  report.iterations_to_process = total_;
+  report.iterations_to_process = steps_.total;
   report.epochs_to_process = config_.train.epochs;
   report.lr = in.lr;
   report.weight_decay = in.weight_decay;
@@ -547,8 +555,8 @@ StatusOr<StepReport> Trainer::Complete() {
 bool Trainer::MustDrain(int64_t launched) const {
   // Only what every rank knows alike: where the iterations are, and the
   // agreement's sums (a rank's own view reaches the others one step later).
-  const int64_t in_epoch = launched % niter_;
-  return in_epoch == 0 || in_epoch % config_.scdino.log_every == 0 || launched >= total_ ||
+  const int64_t in_epoch = launched % steps_.niter;
+  return in_epoch == 0 || in_epoch % config_.scdino.log_every == 0 || launched >= steps_.total ||
          (options_.stop_after_iterations >= 0 && launched >= options_.stop_after_iterations) || AnyRequest(agreed_);
 }
 
@@ -556,30 +564,27 @@ Status Trainer::EndOfInterval(int64_t it, const StepReport& last) {
   HealthReport h;
   h.iteration = it;
   h.epoch = last.epoch;
-  h.steps = interval_health_.steps();
-  h.health = interval_health_.Mean();
-  h.loss = h.steps > 0 ? interval_loss_ / static_cast<double>(h.steps) : last.loss;
-  const double step_s = interval_steps_ > 0 ? interval_seconds_ / static_cast<double>(interval_steps_) : 0.0;
-  const double data_share = interval_seconds_ > 0 ? interval_data_wait_ / interval_seconds_ : 0.0;
-  interval_health_ = model::HealthAverage();
-  interval_loss_ = 0.0;
-  interval_steps_ = 0;
-  interval_seconds_ = interval_data_wait_ = 0.0;
+  h.steps = interval_.health.steps();
+  h.health = interval_.health.Mean();
+  h.loss = h.steps > 0 ? interval_.loss / static_cast<double>(h.steps) : last.loss;
+  const double step_s = interval_.steps > 0 ? interval_.seconds / static_cast<double>(interval_.steps) : 0.0;
+  const double data_share = interval_.seconds > 0 ? interval_.data_wait / interval_.seconds : 0.0;
+  interval_ = Interval();
   // A fresh network's outputs are near-identical for every image, which
   // reads as a one-hot collapse: the verdict starts with the second epoch.
   Status stop;
   if (h.steps > 0 && last.epoch >= 1) {
     const auto verdict = model::JudgeCollapse(h.health);
     h.collapse = model::CollapseName(verdict);
-    if (h.collapse != collapse_ && verdict != model::Collapse::kHealthy) {
+    if (h.collapse != recovery_.collapse && verdict != model::Collapse::kHealthy) {
       const std::string what = std::string(h.collapse) + " at iteration " + std::to_string(it) + " (epoch " +
                                std::to_string(last.epoch) + "): " + model::DescribeCollapse(verdict, h.health) +
                                " over the last " + std::to_string(h.steps) + " iterations";
       const bool recover = config_.scdino.on_collapse == "recover";
-      if (recover && recoveries_ < config_.scdino.max_recoveries) {
-        rollback_ = h.collapse;
+      if (recover && recovery_.count < config_.scdino.max_recoveries) {
+        recovery_.rollback = h.collapse;
       } else if (recover) {
-        stop = Status::Diverged("training collapsed again, " + what + ", after " + std::to_string(recoveries_) +
+        stop = Status::Diverged("training collapsed again, " + what + ", after " + std::to_string(recovery_.count) +
                                 " recoveries (scdino.max_recoveries); stopping. docs/training.md says what to change; "
                                 "the last checkpoint is kept");
       } else if (config_.scdino.on_collapse == "stop") {
@@ -591,11 +596,11 @@ Status Trainer::EndOfInterval(int64_t it, const StepReport& last) {
                            << "; docs/training.md says what to change (scdino.on_collapse: stop would stop here)"
                            << std::endl;
       }
-    } else if (verdict == model::Collapse::kHealthy && !collapse_.empty() && collapse_ != h.collapse &&
+    } else if (verdict == model::Collapse::kHealthy && !recovery_.collapse.empty() && recovery_.collapse != h.collapse &&
                options_.progress && coordinator_->is_rank_zero()) {
       *options_.progress << "scdino-trainer: healthy again at iteration " << it << std::endl;
     }
-    collapse_ = h.collapse;
+    recovery_.collapse = h.collapse;
   }
   reporter_.Health(h);
   if (options_.on_health) options_.on_health(h);
@@ -606,7 +611,7 @@ Status Trainer::EndOfInterval(int64_t it, const StepReport& last) {
                   "(%.2f of ln K), KL %.3f, batch entropy %.3f, center norm %.3g, CLS std %.3g | %s | %.3f s a step, "
                   "data wait %.0f%%",
                   static_cast<long long>(last.epoch + 1), static_cast<long long>(config_.train.epochs),
-                  static_cast<long long>(it), static_cast<long long>(total_), h.loss, last.lr,
+                  static_cast<long long>(it), static_cast<long long>(steps_.total), h.loss, last.lr,
                   h.health.teacher_entropy, h.health.teacher_entropy_ratio, h.health.student_teacher_kl,
                   h.health.teacher_batch_entropy, h.health.center_norm, h.health.backbone_cls_std,
                   h.collapse.empty() ? "not judged in the first epoch" : h.collapse.c_str(), step_s,
@@ -618,10 +623,10 @@ Status Trainer::EndOfInterval(int64_t it, const StepReport& last) {
 
 Status Trainer::EndOfEpoch(int64_t epoch, int64_t it) {
   reporter_.State(RunState::kCheckpointing);
-  Status s = checkpointer_->EndOfEpoch(epoch, it, niter_, it == total_);
+  Status s = checkpointer_->EndOfEpoch(epoch, it, steps_.niter, it == steps_.total);
   if (s.ok()) result_.checkpoint = checkpointer_->latest();
   // What recover rolls back to: an epoch end judged healthy.
-  if (s.ok() && config_.scdino.on_collapse == "recover" && rollback_.empty() && collapse_ == "healthy") {
+  if (s.ok() && config_.scdino.on_collapse == "recover" && recovery_.rollback.empty() && recovery_.collapse == "healthy") {
     s = checkpointer_->KeepAsHealthy();
   }
   reporter_.State(RunState::kRunning);
@@ -634,7 +639,7 @@ StatusOr<StopReason> Trainer::Act(run::Agreement agreed, int64_t it) {
     if (agreed.stop()) return agreed.stop_by_api ? StopReason::kApi : StopReason::kSignal;
     if (agreed.checkpoint_by_api) {
       reporter_.State(RunState::kCheckpointing);
-      auto path = checkpointer_->Snapshot(it, niter_);
+      auto path = checkpointer_->Snapshot(it, steps_.niter);
       if (options_.control) {
         options_.control->CompleteCheckpoints(path.ok() ? StatusOr<std::string>(*path) : path.status(), it);
       }
@@ -642,7 +647,7 @@ StatusOr<StopReason> Trainer::Act(run::Agreement agreed, int64_t it) {
       result_.checkpoint = checkpointer_->latest();
     } else if (agreed.checkpoint_by_time) {
       reporter_.State(RunState::kCheckpointing);
-      if (auto s = checkpointer_->ResumePoint(it, niter_); !s.ok()) return s;
+      if (auto s = checkpointer_->ResumePoint(it, steps_.niter); !s.ok()) return s;
       result_.checkpoint = checkpointer_->latest();
     }
     if (!agreed.pause) break;
@@ -662,15 +667,15 @@ StatusOr<StopReason> Trainer::Act(run::Agreement agreed, int64_t it) {
   return StopReason::kNone;
 }
 
-StatusOr<TrainResult> Trainer::RunLoop() {
+StatusOr<int64_t> Trainer::Start() {
   const std::string run_dir = config_.run_dir();
   if (auto s = MakeDirs(run_dir); !s.ok()) return s;
-  niter_ = source_->batches_per_epoch();
+  steps_.niter = source_->batches_per_epoch();
   const int64_t epochs = config_.train.epochs;
-  total_ = epochs * niter_;
+  steps_.total = epochs * steps_.niter;
   const int64_t world = coordinator_->world_size();
   try {
-    schedules_ = model::MakeSchedules(config_.schedule_options(niter_, world));
+    steps_.schedules = model::MakeSchedules(config_.schedule_options(steps_.niter, world));
   } catch (const std::exception& e) {
     return Status::InvalidArgument(config_.source_path + ": " + e.what());
   }
@@ -678,7 +683,7 @@ StatusOr<TrainResult> Trainer::RunLoop() {
   info.world_size = world;
   info.config_text = config_.source_text;
   info.classes = source_->class_names();
-  info.run = RunShape{world, config_.train.batch_size_per_gpu, epochs, niter_, source_->dataset_size(),
+  info.run = RunShape{world, config_.train.batch_size_per_gpu, epochs, steps_.niter, source_->dataset_size(),
                       config_.channels(), source_->epoch_order()};
   CheckpointPolicy policy{config_.train.saveckp_freq, config_.scdino.keep_checkpoints,
                           config_.scdino.checkpoint_every_minutes};
@@ -689,16 +694,15 @@ StatusOr<TrainResult> Trainer::RunLoop() {
                                                  });
   auto resumed = Resume();
   if (!resumed.ok()) return resumed.status();
-  int64_t it = *resumed;
+  const int64_t it = *resumed;
   result_.iteration = it;
   // A run that starts afresh (--no-resume, a reused run directory) must not
   // roll back to another run's healthy checkpoint.
   if (it == 0 && coordinator_->is_rank_zero()) std::remove(checkpointer_->HealthyPath().c_str());
-  std::unique_ptr<WritableFile> log_file;
   if (coordinator_->is_rank_zero()) {
     auto f = Env::Default()->NewAppendableFile(run_dir + "/log.jsonl");
     if (!f.ok()) return f.status();
-    log_file = std::move(f).value();
+    epoch_file_ = std::move(f).value();
   }
   if (config_.scdino.log_samples) {
     if (auto s = MakeDirs(run_dir + "/samples"); !s.ok()) return s;
@@ -707,109 +711,129 @@ StatusOr<TrainResult> Trainer::RunLoop() {
     if (!f.ok()) return f.status();
     samples_log_ = std::move(f).value();
   }
-  reporter_.Start(it, niter_, epochs, source_->batch_size() * world);
+  reporter_.Start(it, steps_.niter, epochs, source_->batch_size() * world);
   // A resume with a larger global batch can find less than one batch left
   // in its epoch: that epoch ends here, with its checkpoints (the last
   // epoch's end completes the run).
-  if (resumed_epoch_ >= 0 && it > 0 && it % niter_ == 0 && it / niter_ - 1 == resumed_epoch_) {
+  if (resumed_.epoch >= 0 && it > 0 && it % steps_.niter == 0 && it / steps_.niter - 1 == resumed_.epoch) {
     checkpointer_->set_epoch_position(0);
-    if (auto s = EndOfEpoch(resumed_epoch_, it); !s.ok()) return s;
+    if (auto s = EndOfEpoch(resumed_.epoch, it); !s.ok()) return s;
   }
+  return it;
+}
+
+Status Trainer::LogEpoch(int64_t epoch, int64_t it, double seconds, const StepReport& last) {
   const auto sum = [this](std::vector<double> v) { return coordinator_->Sum(std::move(v)); };
+  auto line = epoch_log_.Line(epoch, it, seconds, last, sum);
+  if (!recovery_.collapse.empty()) line["collapse"] = recovery_.collapse;
+  if (recovery_.count > 0) line["recoveries"] = recovery_.count;
+  if (recovery_.rollback.empty()) {
+    if (auto check = CheckLearning(epoch, it)) {
+      line["knn_top1"] = check->trained_top1;
+      line["knn_random_top1"] = check->random_top1;
+      line["knn_pixels_top1"] = check->pixels_top1;
+      line["learning_verdict"] = check->verdict().name;
+    }
+  }
+  if (auto mem = QueryDeviceMemory(device_)) {
+    line["gpu_mem_peak_bytes"] = mem->peak_allocated_bytes;
+    line["gpu_mem_reserved_bytes"] = mem->reserved_bytes;
+  }
+  if (dino_->scaler) line["loss_scale"] = dino_->scaler->scale();
+  epoch_log_.Reset();
+  if (!epoch_file_) return Status::Ok();
+  if (auto s = epoch_file_->Append(line.dump() + "\n"); !s.ok()) return s;
+  if (options_.log) *options_.log << line.dump() << std::endl;
+  return Status::Ok();
+}
+
+void Trainer::Count(const StepReport& report) {
+  result_.iteration = report.iteration;
+  checkpointer_->set_epoch_position(EpochPosition(report.iteration));
+  epoch_log_.Add(report);
+  reporter_.Step(report, result_.nonfinite_steps);
+  if (options_.on_step) options_.on_step(report);
+  if (report.finite) {
+    interval_.health.Add(report.health);
+    interval_.loss += report.loss;
+  }
+  ++interval_.steps;
+  interval_.seconds += report.step_seconds;
+  interval_.data_wait += report.data_wait_seconds;
+}
+
+StatusOr<StopReason> Trainer::Stop(int64_t it) {
+  const auto paused_from = Clock::now();
+  auto reason = Act(std::exchange(agreed_, run::Agreement()), it);
+  epoch_began_ += Clock::now() - paused_from;  // a pause is not training time
+  if (!reason.ok()) return reason.status();
+  if (*reason == StopReason::kNone && options_.stop_after_iterations >= 0 && it >= options_.stop_after_iterations) {
+    reason = StopReason::kIterationLimit;
+  }
+  if (*reason != StopReason::kNone) {
+    reporter_.State(RunState::kStopping);
+    if (it % steps_.niter != 0) {
+      if (auto s = checkpointer_->ResumePoint(it, steps_.niter); !s.ok()) return s;
+      result_.checkpoint = checkpointer_->latest();
+    }
+    result_.stopped_by = *reason;
+  }
+  return reason;
+}
+
+StatusOr<TrainResult> Trainer::RunLoop() {
+  auto started = Start();
+  if (!started.ok()) return started.status();
+  int64_t it = *started;
   bool epoch_started = false;
-  auto epoch_start = Clock::now();
   agreed_ = run::Agreement();
   // `launched` steps are queued on the device; `it` of them are read. A
   // step's values are read once the next is queued, or at once where
   // something needs them (MustDrain); checkpoints, the agreement's actions
   // and rollbacks come only when every queued step is read.
   int64_t launched = it;
-  while (it < total_) {
+  while (it < steps_.total) {
     if (!epoch_started) {
-      const int64_t epoch = launched / niter_;
-      source_->StartEpoch(epoch, epoch == resumed_epoch_ ? epoch_start_ : data::EpochStart(launched % niter_));
+      const int64_t epoch = launched / steps_.niter;
+      source_->StartEpoch(epoch, epoch == resumed_.epoch ? resumed_.epoch_start
+                                                         : data::EpochStart(launched % steps_.niter));
       epoch_started = true;
-      epoch_start = Clock::now();
+      epoch_began_ = Clock::now();
     }
     if (auto s = Launch(launched); !s.ok()) return s;
     ++launched;
     while (!pending_.empty() && (pending_.size() > 1 || MustDrain(launched))) {
       auto report = Complete();
       if (!report.ok()) return report.status();
-      const int64_t epoch = report->epoch;
-      result_.iteration = it = report->iteration;
-      checkpointer_->set_epoch_position(EpochPosition(it));
-      epoch_log_.Add(*report);
-      reporter_.Step(*report, result_.nonfinite_steps);
-      if (options_.on_step) options_.on_step(*report);
-      if (report->finite) {
-        interval_health_.Add(report->health);
-        interval_loss_ += report->loss;
-      }
-      ++interval_steps_;
-      interval_seconds_ += report->step_seconds;
-      interval_data_wait_ += report->data_wait_seconds;
+      Count(*report);
+      it = report->iteration;
       // Intervals count from the start of each epoch, which ends one.
       const Status collapsed =
-          (it % niter_) % config_.scdino.log_every == 0 ? EndOfInterval(it, *report) : Status::Ok();
-      if (it % niter_ == 0) {
-        auto line = epoch_log_.Line(epoch, it, Seconds(epoch_start, Clock::now()), *report, sum);
-        if (!collapse_.empty()) line["collapse"] = collapse_;
-        if (recoveries_ > 0) line["recoveries"] = recoveries_;
-        if (rollback_.empty()) {
-          if (auto check = CheckLearning(epoch, it)) {
-            line["knn_top1"] = check->trained_top1;
-            line["knn_random_top1"] = check->random_top1;
-            line["knn_pixels_top1"] = check->pixels_top1;
-            line["learning_verdict"] = check->verdict().name;
-          }
-        }
-        if (auto mem = QueryDeviceMemory(device_)) {
-          line["gpu_mem_peak_bytes"] = mem->peak_allocated_bytes;
-          line["gpu_mem_reserved_bytes"] = mem->reserved_bytes;
-        }
-        if (dino_->scaler) line["loss_scale"] = dino_->scaler->scale();
-        if (log_file) {
-          if (auto s = log_file->Append(line.dump() + "\n"); !s.ok()) return s;
-          if (options_.log) *options_.log << line.dump() << std::endl;
-        }
-        epoch_log_.Reset();
+          (it % steps_.niter) % config_.scdino.log_every == 0 ? EndOfInterval(it, *report) : Status::Ok();
+      if (it % steps_.niter == 0) {
+        if (auto s = LogEpoch(report->epoch, it, Seconds(epoch_began_, Clock::now()), *report); !s.ok()) return s;
         epoch_started = false;
-        if (auto s = EndOfEpoch(epoch, it); !s.ok()) return s;
+        if (auto s = EndOfEpoch(report->epoch, it); !s.ok()) return s;
       }
       if (!collapsed.ok()) {
-        if (it % niter_ != 0) {
-          if (auto s = checkpointer_->ResumePoint(it, niter_); !s.ok()) return s;
+        if (it % steps_.niter != 0) {
+          if (auto s = checkpointer_->ResumePoint(it, steps_.niter); !s.ok()) return s;
         }
         return collapsed;
       }
-      if (!rollback_.empty()) {
-        auto back = Rollback(std::exchange(rollback_, ""), it);
+      if (!recovery_.rollback.empty()) {
+        auto back = Rollback(std::exchange(recovery_.rollback, ""), it);
         if (!back.ok()) return back.status();
         result_.iteration = it = launched = *back;
         agreed_ = run::Agreement();
         epoch_started = false;
         break;
       }
-      if (it >= total_) break;
+      if (it >= steps_.total) break;
       if (!pending_.empty()) continue;  // acted on once every queued step is read
-      const auto paused_from = Clock::now();
-      auto reason = Act(std::exchange(agreed_, run::Agreement()), it);
-      epoch_start += Clock::now() - paused_from;  // a pause is not training time
+      auto reason = Stop(it);
       if (!reason.ok()) return reason.status();
-      if (*reason == StopReason::kNone && options_.stop_after_iterations >= 0 &&
-          it >= options_.stop_after_iterations) {
-        reason = StopReason::kIterationLimit;
-      }
-      if (*reason != StopReason::kNone) {
-        reporter_.State(RunState::kStopping);
-        if (it % niter_ != 0) {
-          if (auto s = checkpointer_->ResumePoint(it, niter_); !s.ok()) return s;
-          result_.checkpoint = checkpointer_->latest();
-        }
-        result_.stopped_by = *reason;
-        return result_;
-      }
+      if (*reason != StopReason::kNone) return result_;
     }
   }
   result_.completed = true;

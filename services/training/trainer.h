@@ -122,8 +122,20 @@ class Trainer {
 
  private:
   StatusOr<TrainResult> RunLoop();
+  /// The loop's start: the schedules, the checkpointer, the resume, the log
+  /// files; returns the iteration to go on from.
+  StatusOr<int64_t> Start();
+  /// A read step counted: the result, the epoch's log, the interval, the
+  /// reports.
+  void Count(const StepReport& report);
+  /// The epoch's log line (with the learning check when one is due), on
+  /// rank 0 to log.jsonl and TrainerOptions::log.
+  Status LogEpoch(int64_t epoch, int64_t it, double seconds, const StepReport& last);
+  /// Acts on the agreement once every queued step is read (Act) and says
+  /// whether the loop stops there (after a resume checkpoint).
+  StatusOr<StopReason> Stop(int64_t it);
   /// Loads the latest checkpoint (after checking the run's shape); returns
-  /// the iteration to continue from, and sets epoch_start_ to where that
+  /// the iteration to continue from, and sets resumed_.epoch_start to where that
   /// epoch's batches start (a position of its own on another global batch).
   StatusOr<int64_t> Resume();
   /// Samples of the current epoch's order trained on after iteration `it`.
@@ -161,13 +173,25 @@ class Trainer {
   /// The model (and gradient reducer) built anew from config_: after the
   /// settings changed, before a checkpoint is loaded into it.
   void RebuildModel();
-  /// Sets `settings` in config_ and rebuilds what they shape; records them
-  /// for the checkpoints (a resume applies them again).
+  /// Replaces config_ by a new config with `settings` (run::WithSettings)
+  /// and rebuilds what they shape; records them for the checkpoints (a
+  /// resume applies them again).
   Status ApplyRecoverySettings(const std::vector<run::RecipeValue>& settings);
   /// on_collapse: recover: back to the last checkpoint judged healthy, with
   /// safer settings (run::SaferSettings) for `verdict`; returns the
   /// iteration to go on from.
   StatusOr<int64_t> Rollback(const std::string& verdict, int64_t it);
+  /// Rank 0's choice of where a rollback goes: "healthy" (the last epoch
+  /// end judged healthy) or "start"; Diverged when neither may be taken.
+  StatusOr<std::string> RollbackTarget(const std::string& verdict, int64_t it) const;
+  /// Rank 0: the healthy checkpoint at `path` loaded, and what it holds as
+  /// JSON for the other ranks.
+  StatusOr<std::string> LoadRollbackPoint(const std::string& path);
+  /// Every rank: rank 0's rollback point taken (its weights, its place in
+  /// the epoch's order); returns the iteration to go on from.
+  StatusOr<int64_t> TakeRollbackPoint(const std::string& path);
+  /// The rollback said on rank 0's progress stream and reported.
+  void ReportRecovery(const RecoveryReport& r);
   /// Out of memory at the current iteration (`what`: the allocator's words):
   /// InvalidArgument naming the batch, the crops, the model and the peak
   /// memory, and what to lower (exit code 2: the config is the cure).
@@ -176,48 +200,57 @@ class Trainer {
   /// loaded a rollback point); `tensors`: rank 0's [name, dtype, shape]s.
   Status TakeRankZeroState(const nlohmann::json& tensors);
   /// Where this run goes on from a checkpoint saved at `info`'s run shape:
-  /// sets epoch_start_ and resumed_epoch_ (a resume, a rollback).
+  /// sets resumed_.epoch_start and resumed_.epoch (a resume, a rollback).
   struct Place {
     int64_t iteration = 0, epoch = 0, position = 0;
   };
   StatusOr<Place> PlaceAt(const CheckpointInfo& info, const std::string& path);
 
-  run::RunConfig config_;
+  // Constant after construction.
   std::unique_ptr<data::MultiCropSource> source_;
   TrainerOptions options_;
   std::shared_ptr<run::Coordinator> coordinator_;
-  std::unique_ptr<GradientAllReducer> reducer_;
-  std::unique_ptr<model::Dino> dino_;
   torch::Device device_;
-  std::atomic<bool> stop_{false};
-  StatusReporter reporter_;
-  std::unique_ptr<Checkpointer> checkpointer_;
-  EpochLog epoch_log_;
-  model::HealthAverage interval_health_;
-  double interval_loss_ = 0.0;
-  /// The interval's steps, their time and their wait for data (every step,
-  /// skipped ones too), for the progress line.
-  int64_t interval_steps_ = 0;
-  double interval_seconds_ = 0.0, interval_data_wait_ = 0.0;
-  std::string collapse_;  ///< the last verdict ("" before the first)
-  /// A collapse verdict the loop rolls back from after this step (recover).
-  std::string rollback_;
-  int64_t recoveries_ = 0;
-  /// The iteration this process resumed from (0: it started afresh), and
-  /// whether that checkpoint was trained under on_collapse: recover (a
-  /// rollback to the start may then replace it).
-  int64_t resumed_from_ = 0;
-  bool resumed_under_recover_ = false;
-  /// The settings of the recoveries so far, in order (later ones win).
-  std::vector<run::RecipeValue> recovery_settings_;
-  model::Schedules schedules_;
-  int64_t niter_ = 1, total_ = 1;
-  /// Where the current epoch's batches start; resumed_epoch_ is the epoch a
-  /// resume set it for (-1: none pending).
-  data::EpochStart epoch_start_;
-  int64_t resumed_epoch_ = -1;
-  std::unique_ptr<WritableFile> samples_log_;
-  /// A queued step: what the host knows of it, and its values on the way.
+  std::atomic<bool> stop_{false};  ///< RequestStop's, from any thread
+
+  // The settings and what is built from them: replaced whole by a
+  // collapse recovery (run::WithSettings), never edited.
+  run::RunConfig config_;
+  std::unique_ptr<model::Dino> dino_;
+  std::unique_ptr<GradientAllReducer> reducer_;
+  /// Set once the loop starts: batches per epoch, iterations in all, and
+  /// the schedules over them.
+  struct Steps {
+    int64_t niter = 1, total = 1;
+    model::Schedules schedules;
+  } steps_;
+
+  // Owned by the loop.
+  /// Where this process resumed (a resume, a rollback).
+  struct Resumed {
+    int64_t from = 0;            ///< the iteration it resumed from (0: it started afresh)
+    bool under_recover = false;  ///< that checkpoint was trained under on_collapse: recover
+    /// Where the current epoch's batches start; `epoch` is the epoch a
+    /// resume set it for (-1: none pending).
+    data::EpochStart epoch_start;
+    int64_t epoch = -1;
+  } resumed_;
+  /// The logging interval's steps so far (every step, skipped ones too):
+  /// their health and loss, time and wait for data, for the progress line.
+  struct Interval {
+    model::HealthAverage health;
+    double loss = 0.0;
+    int64_t steps = 0;
+    double seconds = 0.0, data_wait = 0.0;
+  } interval_;
+  /// The collapse verdicts and the recoveries from them.
+  struct Recovery {
+    std::string collapse;  ///< the last verdict ("" before the first)
+    std::string rollback;  ///< a verdict the loop rolls back from after this step (recover)
+    int64_t count = 0;
+    std::vector<run::RecipeValue> settings;  ///< of the recoveries so far, in order (later ones win)
+  } recovery_;
+  /// The queued steps: what the host knows of each, and its values on the way.
   struct Pending {
     StepReport report;
     Readback values;
@@ -227,7 +260,15 @@ class Trainer {
   /// What the ranks agreed in the exchanges of the steps read since the
   /// last Act (requests are acted on once every queued step is read).
   run::Agreement agreed_;
+  Clock::time_point epoch_began_;  ///< pauses excluded
   TrainResult result_;
+
+  // Where the run is written and reported.
+  StatusReporter reporter_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  EpochLog epoch_log_;
+  std::unique_ptr<WritableFile> epoch_file_;  ///< rank 0's log.jsonl
+  std::unique_ptr<WritableFile> samples_log_;
 };
 
 }  // namespace scdino::training

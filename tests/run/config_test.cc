@@ -139,28 +139,31 @@ scdino:
   EXPECT_EQ(a.solarize_p, 0.5);
 }
 
-// Mixed precision follows scDINO's use_fp16 on CUDA unless scdino.precision
-// says otherwise; CPU runs always train in fp32.
+// Mixed precision follows scDINO's use_fp16 on the GPU a rank was placed on
+// unless scdino.precision says otherwise; CPU runs always train in fp32.
 TEST(RunConfig, PrecisionResolvesForTheDevice) {
-  auto precision = [](const std::string& yaml) {
+  const torch::Device gpu(torch::kCUDA, 0);
+  auto precision = [](const std::string& yaml, torch::Device device) {
     auto c = ParseRunConfig("meta: {dataset_dir: /d}\n" + yaml, "p.yaml");
     EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return c.ok() ? c->precision() : model::Precision::kFp32;
+    return c.ok() ? c->precision(device) : model::Precision::kFp32;
   };
-  EXPECT_EQ(precision("scdino: {device: cuda}\n"), model::Precision::kBf16);  // use_fp16 defaults to true
-  EXPECT_EQ(precision("train_scDINO: {hyperparameters: {use_fp16: false}}\nscdino: {device: cuda}\n"),
-            model::Precision::kFp32);
-  EXPECT_EQ(precision("scdino: {device: cuda, precision: fp16}\n"), model::Precision::kFp16);
-  EXPECT_EQ(precision("scdino: {device: cpu, precision: bf16}\n"), model::Precision::kFp32);
+  EXPECT_EQ(precision("", gpu), model::Precision::kBf16);  // use_fp16 defaults to true
+  EXPECT_EQ(precision("scdino: {device: cuda}\n", gpu), model::Precision::kBf16);
+  EXPECT_EQ(precision("train_scDINO: {hyperparameters: {use_fp16: false}}\n", gpu), model::Precision::kFp32);
+  EXPECT_EQ(precision("scdino: {precision: fp16}\n", gpu), model::Precision::kFp16);
+  EXPECT_EQ(precision("scdino: {precision: bf16}\n", torch::kCPU), model::Precision::kFp32);
+  EXPECT_EQ(precision("scdino: {device: cuda}\n", torch::kCPU), model::Precision::kFp32);
   // A GPU without bf16 (compute capability < 8.0) trains scDINO's use_fp16
   // in fp16 with loss scaling.
   auto old_gpu = ParseRunConfig("meta: {dataset_dir: /d}\nscdino: {device: cuda}\n", "p.yaml");
   ASSERT_TRUE(old_gpu.ok());
-  EXPECT_EQ(old_gpu->precision(/*bf16_supported=*/false), model::Precision::kFp16);
-  EXPECT_TRUE(old_gpu->dino_options(/*bf16_supported=*/false).loss_scaling);
+  EXPECT_EQ(old_gpu->precision(gpu, /*bf16_supported=*/false), model::Precision::kFp16);
+  EXPECT_TRUE(old_gpu->dino_options(gpu, /*bf16_supported=*/false).loss_scaling);
   auto c = ParseRunConfig("meta: {dataset_dir: /d}\nscdino: {device: cuda, precision: fp16}\n", "p.yaml");
   ASSERT_TRUE(c.ok());
-  EXPECT_TRUE(c->dino_options().loss_scaling);
+  EXPECT_TRUE(c->dino_options(gpu).loss_scaling);
+  EXPECT_FALSE(c->dino_options(torch::kCPU).loss_scaling);
 }
 
 // The small-data recipe's keys reach the model; KoLeo needs a neighbour.

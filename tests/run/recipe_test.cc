@@ -15,6 +15,7 @@
 #include "common/files.h"
 #include "data/image_io.h"
 #include "data/synthetic.h"
+#include "run/plan.h"
 #include "run/source.h"
 #include "support/cell_folders.h"
 #include "support/ranks.h"
@@ -26,6 +27,12 @@ namespace {
 using scdino::testing::ExpectInvalid;
 using scdino::testing::Ranks;
 using scdino::testing::ScratchDir;
+
+// The config a With* call made (the test fails on an error).
+RunConfig Applied(const StatusOr<RunConfig>& c) {
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? *c : RunConfig();
+}
 
 // A config with recipe: auto; `train` and `scdino` are the sections' other keys.
 RunConfig RecipeConfig(const std::string& train = "", const std::string& scdino = "") {
@@ -106,7 +113,7 @@ TEST(Recipe, FlipsOnlyWhereTheImagesLieEveryWhichWay) {
   EXPECT_TRUE(said("scdino.augmentation.vflip_p: 0.5 (flipped up-down, an image is 1.05 x as far"));
   // The file's value wins.
   RunConfig c = RecipeConfig("", ", augmentation: {hflip_p: 0.5}");
-  ASSERT_TRUE(ApplyRecipe(*DeriveRecipe(digits, c), &c).ok());
+  c = Applied(WithRecipe(c, *DeriveRecipe(digits, c)));
   EXPECT_EQ(c.scdino.augmentation.hflip_p, 0.5);
   EXPECT_EQ(c.scdino.augmentation.vflip_p, 0.5);
 }
@@ -125,7 +132,7 @@ TEST(Recipe, TheBlurIsDinosRelativeToTheCropOfImagesFramedAlike) {
   EXPECT_EQ(Values(*DeriveRecipe(Shape(10000, 28), RecipeConfig())).count("scdino.augmentation.blur_sigma"), 0u);
   aligned.height = aligned.width = 28;
   RunConfig c = RecipeConfig("", ", augmentation: {blur_sigma: [0.5, 1]}");
-  ASSERT_TRUE(ApplyRecipe(*DeriveRecipe(aligned, c), &c).ok());
+  c = Applied(WithRecipe(c, *DeriveRecipe(aligned, c)));
   EXPECT_EQ(c.scdino.augmentation.blur_sigma[0], 0.5);
 }
 
@@ -154,7 +161,7 @@ TEST(Recipe, TheFilesKeysWinAndTheRestFollowThem) {
   RunConfig c = RecipeConfig(", epochs: 3, hyperparameters: {patch_size: 16}");
   auto r = DeriveRecipe(Shape(512, 64), c);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ASSERT_TRUE(ApplyRecipe(*r, &c).ok());
+  c = Applied(WithRecipe(c, *r));
   EXPECT_EQ(c.train.epochs, 3);
   EXPECT_EQ(c.train.hyperparameters.patch_size, 16);
   EXPECT_EQ(c.train.hyperparameters.global_crops_size, 64);  // a multiple of the file's patch
@@ -178,7 +185,7 @@ TEST(Recipe, WrittenOnceAndReadByTheOtherServices) {
   EXPECT_TRUE(SameData(back->data, Shape(1800, 32)));
   EXPECT_FALSE(SameData(back->data, Shape(1801, 32)));
   EXPECT_FALSE(SameData(back->data, Shape(1800, 64)));
-  ASSERT_TRUE(ApplyRecipe(back->values, &c).ok());
+  c = Applied(WithRecipe(c, back->values));
   EXPECT_EQ(c.train.hyperparameters.patch_size, 4);
   EXPECT_EQ(c.downstream.resize_length, 32);
   ASSERT_TRUE(WriteFileAtomic(path, "{\"values\": 3}").ok());
@@ -223,7 +230,7 @@ TEST(Recipe, SaferSettingsAfterACollapse) {
   EXPECT_EQ(onehot["scdino.teacher_centering"], "sinkhorn_knopp");
   EXPECT_EQ(onehot.count(H + "teacher_temp"), 0u);
   // The settings override the file's keys.
-  ASSERT_TRUE(ApplySettings(SaferSettings(c, "uniform_collapse"), &c).ok());
+  c = Applied(WithSettings(c, SaferSettings(c, "uniform_collapse")));
   EXPECT_DOUBLE_EQ(c.train.hyperparameters.lr, 0.005);
   EXPECT_DOUBLE_EQ(c.train.hyperparameters.teacher_temp, 0.01);
 }
@@ -251,23 +258,25 @@ TEST(Recipe, SettledFromTheDataOnDisk) {
   WriteRecipeCells(dir.file("cells"), 10);
   auto parsed = AutoRecipeConfig(dir, "cells");
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  RunConfig c = *parsed;
+  const RunConfig c = *parsed;
   auto shape = MeasureData(c, *IndexDataset(c), 1);
   ASSERT_TRUE(shape.ok()) << shape.status().ToString();
   EXPECT_EQ(shape->images, 20);
   EXPECT_EQ(shape->height, 20);
   EXPECT_EQ(shape->channels, 3);
-  auto lines = SettleRecipe(&c, *IndexDataset(c), *Coordinator::Single(), false);
-  ASSERT_TRUE(lines.ok()) << lines.status().ToString();
-  EXPECT_EQ(c.train.hyperparameters.patch_size, 4);
-  EXPECT_EQ(c.train.hyperparameters.global_crops_size, 20);
-  EXPECT_EQ(c.train.hyperparameters.local_crops_size, 8);
+  auto plan = SettlePlan(c, *IndexDataset(c), *Coordinator::Single(), false);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->settings.train.hyperparameters.patch_size, 4);
+  EXPECT_EQ(plan->settings.train.hyperparameters.global_crops_size, 20);
+  EXPECT_EQ(plan->settings.train.hyperparameters.local_crops_size, 8);
+  EXPECT_EQ(c.train.hyperparameters.patch_size, parsed->train.hyperparameters.patch_size) << "the config is not edited";
   EXPECT_TRUE(FileExists(RecipePath(c)));
   // Two ranks of 16: more than the 20 images.
   RunConfig two = *parsed;
   two.train.batch_size_per_gpu = 16;
   std::filesystem::remove(RecipePath(two));
-  ExpectInvalid(SettleRecipe(&two, *IndexDataset(two), *Ranks(2)[0], false).status(), "20 images, fewer than one global batch of 32");
+  ExpectInvalid(SettlePlan(two, *IndexDataset(two), *Ranks(2)[0], false).status(),
+                "20 images, fewer than one global batch of 32");
 }
 
 // recipe.json records the data it was derived for: the same run directory
@@ -281,27 +290,26 @@ TEST(Recipe, OtherDataDerivesAnewOnAFreshStartAndRefusesAResume) {
     EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
     return *parsed;
   };
-  RunConfig small = config_for("small");
-  ASSERT_TRUE(SettleRecipe(&small, *IndexDataset(small), *Coordinator::Single(), false).ok());
+  const RunConfig small = config_for("small");
+  auto small_plan = SettlePlan(small, *IndexDataset(small), *Coordinator::Single(), false);
+  ASSERT_TRUE(small_plan.ok()) << small_plan.status().ToString();
   const std::string path = RecipePath(small);
   auto written = ReadRecipe(path);
   ASSERT_TRUE(written.ok());
   EXPECT_EQ(written->data.images, 20);
 
-  // What every service's command line does first: the file's values applied.
-  RunConfig large = config_for("large");
-  ASSERT_TRUE(ApplyRecipe(written->values, &large).ok());
-  const auto refused = SettleRecipe(&large, *IndexDataset(large), *Coordinator::Single(), /*resuming=*/true);
+  const RunConfig large = config_for("large");
+  const auto refused = SettlePlan(large, *IndexDataset(large), *Coordinator::Single(), /*resuming=*/true);
   ExpectInvalid(refused.status(), path + " was derived for 20 images of 20 x 20 px, 3 channels, from " +
                                       dir.file("small") + ", but the data now is 80 images of 20 x 20 px, 3 "
                                       "channels, from " + dir.file("large"));
   ExpectInvalid(refused.status(), "--no-resume");
   EXPECT_EQ(ReadRecipe(path)->data.images, 20) << "a refused resume leaves the file as it was";
 
-  auto lines = SettleRecipe(&large, *IndexDataset(large), *Coordinator::Single(), /*resuming=*/false);
-  ASSERT_TRUE(lines.ok()) << lines.status().ToString();
-  ASSERT_FALSE(lines->empty());
-  EXPECT_NE(lines->front().find("this fresh start's data is 80 images"), std::string::npos) << lines->front();
+  auto plan = SettlePlan(large, *IndexDataset(large), *Coordinator::Single(), /*resuming=*/false);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_FALSE(plan->why.empty());
+  EXPECT_NE(plan->why.front().find("this fresh start's data is 80 images"), std::string::npos) << plan->why.front();
   auto rewritten = ReadRecipe(path);
   ASSERT_TRUE(rewritten.ok());
   EXPECT_EQ(rewritten->data.images, 80);
@@ -311,41 +319,47 @@ TEST(Recipe, OtherDataDerivesAnewOnAFreshStartAndRefusesAResume) {
   ASSERT_TRUE(shape.ok());
   auto derived = DeriveRecipe(*shape, fresh);
   ASSERT_TRUE(derived.ok());
-  ASSERT_TRUE(ApplyRecipe(*derived, &fresh).ok());
-  EXPECT_EQ(large.train.epochs, fresh.train.epochs);
-  EXPECT_EQ(large.train.hyperparameters.lr, fresh.train.hyperparameters.lr);
-  EXPECT_EQ(large.train.hyperparameters.momentum_teacher, fresh.train.hyperparameters.momentum_teacher);
-  EXPECT_NE(large.train.epochs, small.train.epochs) << "the recipe depends on the image count";
+  fresh = Applied(WithRecipe(fresh, *derived));
+  const auto& settled = plan->settings;
+  EXPECT_EQ(settled.train.epochs, fresh.train.epochs);
+  EXPECT_EQ(settled.train.hyperparameters.lr, fresh.train.hyperparameters.lr);
+  EXPECT_EQ(settled.train.hyperparameters.momentum_teacher, fresh.train.hyperparameters.momentum_teacher);
+  EXPECT_NE(settled.train.epochs, small_plan->settings.train.epochs) << "the recipe depends on the image count";
 }
 
-// The recipe is rank 0's decision (DESIGN, round 4): another rank reads
-// neither the data nor recipe.json for it. Here rank 1's node sees no
-// files, and its command line applied a stale recipe.json of other data
-// (with a key rank 0's recipe does not set): it ends with rank 0's config
-// exactly, and rank 0's failure reaches it.
-TEST(Recipe, RankZeroSettlesItAndEveryRankAppliesIt) {
+// The plan is rank 0's decision (DESIGN, round 4): another rank reads
+// neither the data nor recipe.json for it, and its read of the checkpoint
+// is not used. Here rank 1's node sees no files and read another batch
+// from the checkpoint: it ends with rank 0's settings exactly, and rank 0's
+// failure reaches it.
+TEST(Recipe, RankZeroSettlesThePlanAndEveryRankTakesIt) {
   ScratchDir dir;
   WriteRecipeCells(dir.file("cells"), 10);
   auto parsed = AutoRecipeConfig(dir, "cells");
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  RunConfig zero = *parsed, one = *parsed;
-  auto stale = DeriveRecipe(Shape(5000, 96, 16), one);
-  ASSERT_TRUE(stale.ok()) << stale.status().ToString();
-  stale->push_back({"scdino.augmentation.blur_sigma", "[0.01, 0.2]", "stale", false});
-  ASSERT_TRUE(ApplyRecipe(*stale, &one).ok());
-  ASSERT_EQ(one.train.hyperparameters.global_crops_size, 96);
-
+  const RunConfig config = *parsed;
+  // What each rank read of the checkpoint: rank 0 halves the batch (an
+  // elastic resume); rank 1's node showed an older file.
+  auto checkpoint_of = [](int64_t batch) {
+    return std::vector<RecipeValue>{
+        {"train_scDINO.batch_size_per_gpu", std::to_string(batch), "the checkpoint's global batch", false}};
+  };
   auto ranks = Ranks(2);
-  StatusOr<std::vector<std::string>> got0 = Status::Internal("not run"), got1 = Status::Internal("not run");
-  std::thread other([&] { got1 = SettleRecipe(&one, data::Dataset{}, *ranks[1], false); });
-  got0 = SettleRecipe(&zero, *IndexDataset(zero), *ranks[0], false);
+  StatusOr<RunPlan> got0 = Status::Internal("not run"), got1 = Status::Internal("not run");
+  std::thread other([&] { got1 = SettlePlan(config, data::Dataset{}, *ranks[1], false, checkpoint_of(2)); });
+  got0 = SettlePlan(config, *IndexDataset(config), *ranks[0], false, checkpoint_of(4));
   other.join();
   ASSERT_TRUE(got0.ok()) << got0.status().ToString();
   ASSERT_TRUE(got1.ok()) << got1.status().ToString();
-  EXPECT_FALSE(got0->empty());
-  EXPECT_TRUE(got1->empty()) << "rank 0 logs the recipe";
-  const auto& h0 = zero.train.hyperparameters;
-  const auto& h1 = one.train.hyperparameters;
+  EXPECT_FALSE(got0->why.empty());
+  EXPECT_EQ(got0->why.front(), "resume: the checkpoint's global batch");
+  EXPECT_TRUE(got1->why.empty()) << "rank 0 logs the plan";
+  const auto& s0 = got0->settings;
+  const auto& s1 = got1->settings;
+  EXPECT_EQ(s0.train.batch_size_per_gpu, 4);
+  EXPECT_EQ(s1.train.batch_size_per_gpu, 4);
+  const auto& h0 = s0.train.hyperparameters;
+  const auto& h1 = s1.train.hyperparameters;
   EXPECT_EQ(h1.global_crops_size, 20);
   EXPECT_EQ(h1.global_crops_size, h0.global_crops_size);
   EXPECT_EQ(h1.local_crops_size, h0.local_crops_size);
@@ -353,22 +367,46 @@ TEST(Recipe, RankZeroSettlesItAndEveryRankAppliesIt) {
   EXPECT_EQ(h1.arch, h0.arch);
   EXPECT_EQ(h1.lr, h0.lr);
   EXPECT_EQ(h1.out_dim, h0.out_dim);
-  EXPECT_EQ(one.train.epochs, zero.train.epochs);
-  EXPECT_EQ(one.scdino.augmentation.blur_sigma, zero.scdino.augmentation.blur_sigma) << "the stale key is reset";
-  EXPECT_EQ(one.recipe_keys, zero.recipe_keys);
+  EXPECT_EQ(s1.train.epochs, s0.train.epochs);
+  EXPECT_EQ(s1.scdino.augmentation.blur_sigma, s0.scdino.augmentation.blur_sigma);
+  EXPECT_EQ(RecipeValuesJson(got1->recipe), RecipeValuesJson(got0->recipe));
+  // The recipe was derived for rank 0's global batch of 8 (2 ranks x 4).
+  EXPECT_EQ(ReadRecipe(RecipePath(config))->data.global_batch, 8);
 
   // Rank 0 fails (two ranks of 16 are more than the 20 images): so does rank 1, saying why.
-  RunConfig big0 = *parsed, big1 = *parsed;
-  big0.train.batch_size_per_gpu = big1.train.batch_size_per_gpu = 16;
-  std::filesystem::remove(RecipePath(big0));
+  std::filesystem::remove(RecipePath(config));
   auto again = Ranks(2);
-  std::thread follower([&] { got1 = SettleRecipe(&big1, data::Dataset{}, *again[1], false); });
-  got0 = SettleRecipe(&big0, *IndexDataset(big0), *again[0], false);
+  std::thread follower([&] { got1 = SettlePlan(config, data::Dataset{}, *again[1], false, checkpoint_of(16)); });
+  got0 = SettlePlan(config, *IndexDataset(config), *again[0], false, checkpoint_of(16));
   follower.join();
   ExpectInvalid(got0.status(), "fewer than one global batch of 32");
   ASSERT_FALSE(got1.ok());
-  EXPECT_NE(got1.status().message().find("rank 0 failed at 'recipe'"), std::string::npos) << got1.status().ToString();
+  EXPECT_NE(got1.status().message().find("rank 0 failed at 'plan'"), std::string::npos) << got1.status().ToString();
   EXPECT_NE(got1.status().message().find("fewer than one global batch of 32"), std::string::npos);
+}
+
+// A plan's settings are the file's, then the recipe's where the file is
+// silent, then the resume's whatever the file says; refusals name the file.
+TEST(Recipe, APlansSettingsTakeTheFileTheRecipeThenTheResume) {
+  auto parsed = ParseRunConfig("meta: {dataset_dir: /d}\ntrain_scDINO: {epochs: 12, batch_size_per_gpu: 8}\n"
+                               "scdino: {recipe: auto}\n",
+                               "plan.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  const std::vector<RecipeValue> recipe{{"train_scDINO.epochs", "40", "", false},
+                                        {"train_scDINO.hyperparameters.lr", "0.002", "", false}};
+  const std::vector<RecipeValue> resume{{"train_scDINO.batch_size_per_gpu", "16", "", false}};
+  auto s = PlanSettings(*parsed, recipe, resume);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->train.epochs, 12) << "the file's key wins over the recipe";
+  EXPECT_DOUBLE_EQ(s->train.hyperparameters.lr, 0.002);
+  EXPECT_EQ(s->train.batch_size_per_gpu, 16) << "the resume's value wins over the file";
+  EXPECT_EQ(parsed->train.batch_size_per_gpu, 8);
+  ExpectInvalid(PlanSettings(*parsed, {{"train_scDINO.hyperparameters.warmup_epochs", "13", "", false}}, {}).status(),
+                "plan.yaml with the derived settings: train_scDINO.hyperparameters.warmup_epochs: expected at most "
+                "train_scDINO.epochs (12), got 13");
+  ExpectInvalid(PlanSettings(*parsed, {}, {{"train_scDINO.batch_size_per_gpu", "[1]", "", false}}).status(),
+                "train_scDINO.batch_size_per_gpu");
+  ExpectInvalid(PlanSettings(*parsed, {{"scdino.no_such_key", "1", "", false}}, {}).status(), "scdino.no_such_key");
 }
 
 }  // namespace

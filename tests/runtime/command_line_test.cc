@@ -14,6 +14,7 @@
 #include "common/files.h"
 #include "common/torch_compat.h"
 #include "run/environment.h"
+#include "run/recipe.h"
 #include "runtime/exit_codes.h"
 #include "runtime/service_plane.h"
 #include "runtime/signals.h"
@@ -120,6 +121,50 @@ TEST(CommandLine, ABadConfigIsNamedAndIgnoredKeysAreSaid) {
   EXPECT_NE(w.err.find("train_scDINO.num_gpus is ignored"), std::string::npos) << w.err;
 }
 
+// The services after the trainer take the run's settings: its recipe.json
+// (the file's keys still win), then their own flags as config keys; the
+// config as parsed never changes.
+TEST(CommandLine, ServicesTakeTheRunsRecipeThenTheirFlags) {
+  ScratchDir s;
+  const std::string config = s.file("auto.yaml");
+  ASSERT_TRUE(WriteFileAtomic(config, "meta: {name_of_run: r, output_dir: \"" + s.path() + "\"}\n"
+                                      "train_scDINO: {hyperparameters: {out_dim: 128}}\n"
+                                      "scdino: {threads: 1, data_source: synthetic, recipe: auto}\n")
+                  .ok());
+  CommandLine cl("scdino-x", "A test service.");
+  const char* argv[] = {"scdino-x", "--config", config.c_str()};
+  std::ostringstream out, err;
+  ASSERT_FALSE(cl.Parse(3, argv, out, err).has_value()) << err.str();
+  // No recipe.json yet: the file's values and the defaults, said.
+  std::ostringstream said;
+  auto before = cl.RunSettings({}, said);
+  ASSERT_TRUE(before.has_value()) << said.str();
+  EXPECT_NE(said.str().find("scdino-x: warning: scdino.recipe is auto but " + s.file("r/recipe.json") +
+                            " is not there yet"),
+            std::string::npos)
+      << said.str();
+  EXPECT_EQ(before->train.hyperparameters.patch_size, 16);
+  // The trainer wrote it.
+  ASSERT_TRUE(MakeDirs(s.file("r")).ok());
+  ASSERT_TRUE(run::WriteRecipe(s.file("r/recipe.json"), run::DataShape{},
+                               {{"train_scDINO.hyperparameters.patch_size", "4", "", false},
+                                {"train_scDINO.hyperparameters.out_dim", "64", "", false}})
+                  .ok());
+  std::ostringstream quiet;
+  auto after = cl.RunSettings({{"scdino.features.write_raw", "true"}}, quiet);
+  ASSERT_TRUE(after.has_value()) << quiet.str();
+  EXPECT_EQ(quiet.str(), "");
+  EXPECT_EQ(after->train.hyperparameters.patch_size, 4);
+  EXPECT_EQ(after->train.hyperparameters.out_dim, 128) << "the file's key wins over the recipe";
+  EXPECT_TRUE(after->scdino.features.write_raw);
+  EXPECT_EQ(cl.config().train.hyperparameters.patch_size, 16) << "the parsed config is not changed";
+  EXPECT_FALSE(cl.config().scdino.features.write_raw);
+  // A flag's bad value is refused naming the key.
+  std::ostringstream refused;
+  EXPECT_FALSE(cl.RunSettings({{"scdino.features.write_raw", "maybe"}}, refused).has_value());
+  EXPECT_NE(refused.str().find("scdino.features.write_raw"), std::string::npos) << refused.str();
+}
+
 TEST(Device, CudaWithoutAGpuNamesTheConfig) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is present";
   ScratchDir s;
@@ -136,7 +181,8 @@ TEST(Device, CudaWithoutAGpuNamesTheConfig) {
 }
 
 // auto is the GPU when one is visible, else the CPU, and says which; the
-// config then holds what was chosen (precision and the like follow it).
+// choice is the rank's placement: the config keeps what the file says, and
+// the precision follows the device chosen.
 TEST(Device, AutoRunsOnTheCpuWhereNoGpuIsVisibleAndSaysSo) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is present";
   ScratchDir s;
@@ -148,7 +194,8 @@ TEST(Device, AutoRunsOnTheCpuWhereNoGpuIsVisibleAndSaysSo) {
   auto d = run::PickDevice(*config, run::LaunchInfo{});
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_TRUE(d->device.is_cpu());
-  EXPECT_EQ(config->scdino.device, "cpu");
+  EXPECT_EQ(config->scdino.device, "auto");
+  EXPECT_EQ(config->precision(d->device), model::Precision::kFp32);
   EXPECT_TRUE(d->why == "scdino.device auto: no GPU visible" || d->why == "scdino.device auto: a build without CUDA")
       << d->why;
 }

@@ -47,9 +47,9 @@ void WriteCells(const std::string& dir) {
 }
 
 // What rank 0 of a run does before its first step, and one batch read.
-TrainingData Prepare(run::RunConfig* config) {
+TrainingData Prepare(const run::RunConfig& config) {
   auto single = run::Coordinator::Single();
-  auto data = PrepareTrainingData(config, *single, torch::kCPU, /*resuming=*/false, nullptr);
+  auto data = PrepareTrainingData(config, *single, torch::kCPU, /*resuming=*/false, {}, nullptr);
   if (!data.ok()) throw std::runtime_error(data.status().ToString());
   EXPECT_EQ(data->source->dataset_size(), 40);
   data->source->StartEpoch(0, {});
@@ -67,7 +67,7 @@ TEST(TrainingData, AFolderDataSetIsIndexedOnceForTheRecipeTheSourceAndTheCheck) 
   WriteCells(dir.path());
   auto config = Config(dir.path(), dir.path() + "/cells");
   const int64_t before = data::IndexPasses();
-  auto data = Prepare(&config);
+  auto data = Prepare(config);
   EXPECT_EQ(data::IndexPasses() - before, 1);
 }
 
@@ -82,7 +82,7 @@ TEST(TrainingData, APackedSetIsReadByIndexNeverFoundByItsPaths) {
   ASSERT_TRUE(data::PackDataset(*folders, po).ok());
   auto config = Config(dir.path(), po.out);
   const int64_t before = data::IndexPasses(), lookups = data::PackedPathLookups();
-  auto data = Prepare(&config);
+  auto data = Prepare(config);
   EXPECT_EQ(data::IndexPasses() - before, 1) << "pack.json and index.csv read once";
   EXPECT_EQ(data::PackedPathLookups() - lookups, 0)
       << "the statistics, the recipe's measure, the source and the check read the set's images by index";
