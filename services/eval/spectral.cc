@@ -1,13 +1,18 @@
-// Thick-restart Lanczos (Wu & Simon 2000) on D^-1/2 W D^-1/2 of one
-// component at a time. Its top eigenvector D^1/2 1 is known and locked out;
-// the next `dim` are found one run each, every converged vector locked out
-// of the following runs, each started afresh from a random vector. A single
-// Krylov sequence holds only one direction of a (nearly) degenerate
-// eigenspace, a cycle's cos / sin pair for instance; locking and restarting
-// recovers the others. Vector reductions are cut into fixed chunks whose
-// partial sums are added in chunk order, which keeps the result independent
-// of the thread count.
+// Spectra's implicitly restarted Lanczos (Debian's libspectra-dev, on
+// Eigen) on D^-1/2 W D^-1/2 of one component at a time. Its top
+// eigenvector D^1/2 1 is known and locked out; the next `dim` are found one
+// run each, every converged vector locked out of the following runs (the
+// operator projects them out), each started afresh from a seeded random
+// vector. A single Krylov sequence holds only one direction of a (nearly)
+// degenerate eigenspace, a cycle's cos / sin pair for instance; locking and
+// restarting recovers the others. The operator's vector reductions are cut
+// into fixed chunks whose partial sums are added in chunk order, and
+// Spectra's own arithmetic is serial, which keeps the result independent of
+// the thread count.
 #include "eval/spectral.h"
+
+#include <Eigen/Core>
+#include <Spectra/SymEigsSolver.h>
 
 #include <algorithm>
 #include <cmath>
@@ -27,72 +32,22 @@ struct LocalOperator {
   int64_t size() const { return static_cast<int64_t>(offsets.size()) - 1; }
 };
 
-// Eigen-decomposition of a small dense symmetric matrix by cyclic Jacobi
-// rotations. a: m x m row-major (destroyed); eigenvalues in `values`,
-// eigenvectors as the columns of `vectors` (m x m row-major).
-void JacobiEigen(std::vector<double> a, int m, std::vector<double>* values, std::vector<double>* vectors) {
-  std::vector<double>& v = *vectors;
-  v.assign(static_cast<size_t>(m * m), 0.0);
-  for (int i = 0; i < m; ++i) v[i * m + i] = 1;
-  for (int sweep = 0; sweep < 100; ++sweep) {
-    double off = 0, diag = 0;
-    for (int p = 0; p < m; ++p) {
-      diag += a[p * m + p] * a[p * m + p];
-      for (int q = p + 1; q < m; ++q) off += a[p * m + q] * a[p * m + q];
-    }
-    if (off <= 1e-30 * diag || off == 0) break;
-    for (int p = 0; p < m; ++p) {
-      for (int q = p + 1; q < m; ++q) {
-        const double apq = a[p * m + q];
-        if (apq == 0) continue;
-        // The rotation that zeroes a_pq: t = tan(angle), the smaller root
-        // of t^2 + 2 theta t - 1 = 0.
-        const double theta = (a[q * m + q] - a[p * m + p]) / (2 * apq);
-        const double t = (theta >= 0 ? 1.0 : -1.0) / (std::abs(theta) + std::sqrt(theta * theta + 1));
-        const double c = 1 / std::sqrt(t * t + 1), s = t * c;
-        for (int k = 0; k < m; ++k) {
-          const double kp = a[k * m + p], kq = a[k * m + q];
-          a[k * m + p] = c * kp - s * kq;
-          a[k * m + q] = s * kp + c * kq;
-        }
-        for (int k = 0; k < m; ++k) {
-          const double pk = a[p * m + k], qk = a[q * m + k];
-          a[p * m + k] = c * pk - s * qk;
-          a[q * m + k] = s * pk + c * qk;
-        }
-        for (int k = 0; k < m; ++k) {
-          const double kp = v[k * m + p], kq = v[k * m + q];
-          v[k * m + p] = c * kp - s * kq;
-          v[k * m + q] = s * kp + c * kq;
-        }
-      }
-    }
-  }
-  values->resize(static_cast<size_t>(m));
-  for (int i = 0; i < m; ++i) (*values)[i] = a[i * m + i];
-}
-
 // Vector kernels over fixed chunks; see the file comment.
 class VecOps {
  public:
   VecOps(int64_t s, detail::WorkerPool& pool) : s_(s), chunks_((s + kVecChunk - 1) / kVecChunk), pool_(pool) {}
 
-  // Removes from w its components along the locked vectors and along
-  // basis[0..count), twice (classical Gram-Schmidt with one
-  // reorthogonalisation); h[i] receives the total coefficient along basis[i].
-  void Orthogonalise(std::vector<double>& w, const std::vector<std::vector<double>>& locked,
-                     const std::vector<std::vector<double>>& basis, int count, std::vector<double>* h) {
-    const int all = count + static_cast<int>(locked.size());
-    auto vec = [&](int i) -> const std::vector<double>& { return i < count ? basis[i] : locked[i - count]; };
-    h->assign(static_cast<size_t>(count), 0.0);
+  // Removes from w its components along the locked vectors, twice
+  // (classical Gram-Schmidt with one reorthogonalisation).
+  void ProjectOut(std::vector<double>& w, const std::vector<std::vector<double>>& locked) {
+    const int all = static_cast<int>(locked.size());
     std::vector<double> part(static_cast<size_t>(chunks_ * all));
     for (int pass = 0; pass < 2; ++pass) {
       pool_.Run(chunks_, [&](int64_t c) {
         const int64_t b = c * kVecChunk, e = std::min(s_, b + kVecChunk);
         for (int i = 0; i < all; ++i) {
-          const std::vector<double>& u = vec(i);
           double d = 0;
-          for (int64_t t = b; t < e; ++t) d += u[t] * w[t];
+          for (int64_t t = b; t < e; ++t) d += locked[i][t] * w[t];
           part[c * all + i] = d;
         }
         return true;
@@ -100,13 +55,10 @@ class VecOps {
       std::vector<double> coef(static_cast<size_t>(all), 0.0);
       for (int64_t c = 0; c < chunks_; ++c)
         for (int i = 0; i < all; ++i) coef[i] += part[c * all + i];
-      for (int i = 0; i < count; ++i) (*h)[i] += coef[i];
       pool_.Run(chunks_, [&](int64_t c) {
         const int64_t b = c * kVecChunk, e = std::min(s_, b + kVecChunk);
-        for (int i = 0; i < all; ++i) {
-          const std::vector<double>& u = vec(i);
-          for (int64_t t = b; t < e; ++t) w[t] -= coef[i] * u[t];
-        }
+        for (int i = 0; i < all; ++i)
+          for (int64_t t = b; t < e; ++t) w[t] -= coef[i] * locked[i][t];
         return true;
       });
     }
@@ -134,91 +86,83 @@ class VecOps {
     });
   }
 
-  // out[i] = sum_t basis[t] * coef[t * stride + i] for i < count.
-  void Combine(const std::vector<std::vector<double>>& basis, int terms, const std::vector<double>& coef, int stride,
-               int count, std::vector<std::vector<double>>* out) {
-    out->assign(static_cast<size_t>(count), std::vector<double>(static_cast<size_t>(s_), 0.0));
-    pool_.Run(chunks_, [&](int64_t c) {
-      for (int i = 0; i < count; ++i)
-        for (int t = 0; t < terms; ++t)
-          for (int64_t x = c * kVecChunk; x < std::min(s_, (c + 1) * kVecChunk); ++x)
-            (*out)[i][x] += basis[t][x] * coef[t * stride + i];
-      return true;
-    });
-  }
-
  private:
   int64_t s_, chunks_;
   detail::WorkerPool& pool_;
 };
 
-// The leading eigenvector of `op` orthogonal to `locked` (which holds
-// op.trivial and the vectors found so far), appended to `locked`. False
-// when the residual is still above tolerance after max_matvecs operator
-// applications (*residual: its value); *stopped when should_stop fired.
-bool NextEigenvector(const LocalOperator& op, std::vector<std::vector<double>>& locked, const SpectralOptions& o,
-                     uint64_t seed, detail::WorkerPool& pool, double* residual, bool* stopped) {
-  const int64_t s = op.size();
-  const int m = static_cast<int>(std::min<int64_t>(s - static_cast<int64_t>(locked.size()), 48));
-  const int keep = m / 3;
-  VecOps ops(s, pool);
-  detail::SplitMix64 rng(seed);
-  std::vector<std::vector<double>> basis(static_cast<size_t>(m + 1), std::vector<double>(static_cast<size_t>(s)));
-  std::vector<double> hm(static_cast<size_t>(m * m), 0.0), h, w(static_cast<size_t>(s)), theta, y;
-  auto random_unit = [&](int count, std::vector<double>& v) {
-    for (auto& x : v) x = rng.Normal();
-    ops.Orthogonalise(v, locked, basis, count, &h);
-    const double norm = ops.Norm(v);
-    for (auto& x : v) x /= norm;
-  };
-  random_unit(0, basis[0]);
-  int cur = 0;
-  for (int64_t matvecs = 0;;) {
-    double beta = 0;
-    for (int j = cur; j < m; ++j) {
-      if (o.should_stop && o.should_stop()) {
-        *stopped = true;
-        return false;
-      }
-      ops.Apply(op, basis[j], w);
-      ++matvecs;
-      ops.Orthogonalise(w, locked, basis, j + 1, &h);
-      for (int i = 0; i <= j; ++i) hm[i * m + j] = hm[j * m + i] = h[i];
-      beta = ops.Norm(w);
-      if (beta > 1e-10) {
-        for (int64_t t = 0; t < s; ++t) basis[j + 1][t] = w[t] / beta;
-      } else {
-        // An invariant subspace: carry on from a fresh direction, uncoupled.
-        beta = 0;
-        if (j + 1 < m) random_unit(j + 1, basis[j + 1]);
-      }
-      if (j + 1 < m) hm[(j + 1) * m + j] = hm[j * m + j + 1] = beta;
+// M with the locked vectors projected out, P M P (P = I - sum l l^T), as
+// Spectra's operator: its leading eigenvector is M's leading one
+// orthogonal to them.
+class Projected {
+ public:
+  using Scalar = double;
+  Projected(const LocalOperator& op, const std::vector<std::vector<double>>& locked, VecOps& ops,
+            const std::function<bool()>& should_stop)
+      : op_(op), locked_(locked), ops_(ops), should_stop_(should_stop), x_(op.size()), y_(op.size()) {}
+  Eigen::Index rows() const { return op_.size(); }
+  Eigen::Index cols() const { return op_.size(); }
+  void perform_op(const double* in, double* out) const {
+    if (stopped_ || (should_stop_ && should_stop_())) {
+      stopped_ = true;  // the rest of the run is wasted: zeros end it fast
+      std::fill(out, out + op_.size(), 0.0);
+      return;
     }
-    JacobiEigen(hm, m, &theta, &y);
-    std::vector<int> idx(static_cast<size_t>(m));
-    std::iota(idx.begin(), idx.end(), 0);
-    std::stable_sort(idx.begin(), idx.end(), [&](int p, int q) { return theta[p] > theta[q]; });
-    std::vector<double> ys(static_cast<size_t>(m * m));  // columns sorted by Ritz value
-    for (int r = 0; r < m; ++r)
-      for (int c = 0; c < m; ++c) ys[r * m + c] = y[r * m + idx[c]];
-    *residual = std::abs(beta * ys[(m - 1) * m]);
-    const bool done = *residual <= o.tolerance;
-    if (done || matvecs >= o.max_matvecs) {
-      std::vector<std::vector<double>> v;
-      ops.Combine(basis, m, ys, m, 1, &v);
-      locked.push_back(std::move(v[0]));
-      return done;
-    }
-    // Thick restart: keep the best Ritz vectors, continue from the residual
-    // direction; the projected matrix becomes diag(theta) plus an arrow.
-    std::vector<std::vector<double>> kept;
-    ops.Combine(basis, m, ys, m, keep, &kept);
-    for (int i = 0; i < keep; ++i) basis[i].swap(kept[i]);
-    basis[keep].swap(basis[m]);
-    std::fill(hm.begin(), hm.end(), 0.0);
-    for (int i = 0; i < keep; ++i) hm[i * m + i] = theta[idx[i]];
-    cur = keep;
+    std::copy(in, in + op_.size(), x_.begin());
+    ops_.ProjectOut(x_, locked_);
+    ops_.Apply(op_, x_, y_);
+    ops_.ProjectOut(y_, locked_);
+    std::copy(y_.begin(), y_.end(), out);
   }
+  bool stopped() const { return stopped_; }
+
+ private:
+  const LocalOperator& op_;
+  const std::vector<std::vector<double>>& locked_;
+  VecOps& ops_;
+  const std::function<bool()>& should_stop_;
+  mutable std::vector<double> x_, y_;
+  mutable bool stopped_ = false;
+};
+
+// The leading eigenvector of `op` orthogonal to `locked` (which holds
+// op.trivial and the vectors found so far), appended to `locked`: Spectra's
+// implicitly restarted Lanczos on the projected operator, from a seeded
+// random start. False when no Ritz pair is within tolerance after about
+// max_matvecs operator applications (*matvecs: how many), or when the
+// residual |M x - theta x| of the one Spectra found is above it
+// (*residual: its value); *stopped when should_stop fired.
+bool NextEigenvector(const LocalOperator& op, std::vector<std::vector<double>>& locked, const SpectralOptions& o,
+                     uint64_t seed, detail::WorkerPool& pool, double* residual, int64_t* matvecs, bool* stopped) {
+  const int64_t s = op.size();
+  *residual = -1;  // not measured until a Ritz pair converges
+  const int64_t ncv = std::min<int64_t>(s - static_cast<int64_t>(locked.size()), 48);
+  VecOps ops(s, pool);
+  Projected projected(op, locked, ops, o.should_stop);
+  detail::SplitMix64 rng(seed);
+  std::vector<double> start(static_cast<size_t>(s));
+  for (auto& x : start) x = rng.Normal();
+  ops.ProjectOut(start, locked);
+  Spectra::SymEigsSolver<Projected> eigs(projected, 1, ncv);
+  eigs.init(start.data());
+  // A restart applies the operator about ncv - 1 times.
+  const int64_t restarts = std::max<int64_t>(1, (o.max_matvecs - ncv) / std::max<int64_t>(1, ncv - 1));
+  eigs.compute(Spectra::SortRule::LargestAlge, restarts, o.tolerance);
+  *matvecs = eigs.num_operations();
+  if (projected.stopped()) {
+    *stopped = true;
+    return false;
+  }
+  // Spectra hands out converged Ritz vectors only.
+  if (eigs.info() != Spectra::CompInfo::Successful) return false;
+  const Eigen::VectorXd v = eigs.eigenvectors(1).col(0);
+  std::vector<double> x(v.data(), v.data() + s), y(static_cast<size_t>(s));
+  projected.perform_op(x.data(), y.data());
+  const double theta = eigs.eigenvalues()(0);
+  for (int64_t t = 0; t < s; ++t) y[t] -= theta * x[t];
+  *residual = ops.Norm(y);
+  locked.push_back(std::move(x));
+  return *residual <= o.tolerance;
 }
 
 }  // namespace
@@ -291,19 +235,22 @@ StatusOr<SpectralResult> SpectralLayout(const SparseGraph& w, const SpectralOpti
         norm += degree[i];
       }
       for (auto& v : op.trivial) v /= std::sqrt(norm);
-      double residual = 0;
+      double residual = -1;
+      int64_t matvecs = 0;
       bool stopped = false, ok = true;
       std::vector<std::vector<double>> locked = {op.trivial};
       for (int64_t c = 0; c < dim && ok; ++c) {
-        ok = NextEigenvector(op, locked, o, detail::MixSeed(o.seed, rank[r], c), pool, &residual, &stopped);
+        ok = NextEigenvector(op, locked, o, detail::MixSeed(o.seed, rank[r], c), pool, &residual, &matvecs,
+                             &stopped);
       }
       if (stopped) return Status::Aborted("SpectralLayout: stopped on request");
       vecs.assign(locked.begin() + 1, locked.end());
       if (!ok) {
         out.layout.clear();
-        out.note = "spectral initialisation did not converge on a component of " + std::to_string(s) +
-                   " points (residual " + FormatNumber(residual) + " > tolerance " + FormatNumber(o.tolerance) +
-                   " after " + std::to_string(o.max_matvecs) + " operator applications)";
+        out.note = "spectral initialisation did not converge on a component of " + std::to_string(s) + " points (" +
+                   (residual < 0 ? std::string("no Ritz pair within tolerance ")
+                                 : "residual " + FormatNumber(residual) + " > tolerance ") +
+                   FormatNumber(o.tolerance) + " after " + std::to_string(matvecs) + " operator applications)";
         return out;
       }
       ++solved;

@@ -1,9 +1,10 @@
 // Spectral layout of a sparse weighted graph, UMAP's initialisation: the
 // leading non-trivial eigenvectors of the normalised adjacency
 // D^-1/2 W D^-1/2 (the eigenvectors of the smallest eigenvalues of the
-// normalised Laplacian), found per connected component by a thick-restart
-// Lanczos iteration with full reorthogonalisation, one eigenvector per run
-// with the ones found locked out (so that degenerate pairs come out whole).
+// normalised Laplacian), found per connected component by Spectra's
+// implicitly restarted Lanczos (the method of ARPACK, which UMAP's own
+// initialisation calls through scipy), one eigenvector per run with the
+// ones found projected out (so that degenerate pairs come out whole).
 // Memory O(nnz + 50 n); no dense n x n matrix.
 // Thread-safety: the functions are reentrant; the pool is the caller's.
 #pragma once
@@ -31,7 +32,8 @@ struct SpectralOptions {
   /// A Ritz pair counts as converged when |M x - theta x| <= tolerance
   /// (M has norm 1), as UMAP's eigen solver tolerance.
   double tolerance = 1e-4;
-  /// Operator applications allowed per eigenvector before giving up.
+  /// Operator applications allowed per eigenvector before giving up
+  /// (whole restarts of the Lanczos basis: about this many).
   int64_t max_matvecs = 3000;
   /// Polled at every operator application.
   std::function<bool()> should_stop;

@@ -3,8 +3,8 @@
 no one here made: scikit-learn's digits (1,797 images of 8x8 px, 10 classes;
 the pixels as features, rows L2-normalised as DINO's features are).
 
-The features go into a features directory (features.npy, index.csv,
-metadata.json: what scdino-features writes), scdino-eval evaluates it, and
+The features go into a features directory (digits_features.py),
+scdino-eval evaluates it, and
 scikit-learn fits LogisticRegression(C) for every C of the same grid on the
 same split: scdino's probe, whose C is chosen on a validation part of the
 training rows, must be within 1 point of scikit-learn's best C on the test
@@ -25,43 +25,14 @@ import time
 import anndata
 import numpy as np
 from sklearn.cluster import KMeans
-from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
-from sklearn.model_selection import train_test_split
+
+from digits_features import write_digits
 
 scdino_eval, work = sys.argv[1], sys.argv[2]
 os.makedirs(work, exist_ok=True)
-digits = load_digits()
-x = digits.data.astype(np.float32)
-x /= np.linalg.norm(x, axis=1, keepdims=True)
-y = digits.target
-train, test = train_test_split(np.arange(len(y)), test_size=0.25, stratify=y, random_state=0)
-split = np.array(["train"] * len(y), dtype=object)
-split[test] = "test"
-classes = [str(c) for c in range(10)]
-
-features = os.path.join(work, "features", "digits")
-os.makedirs(features, exist_ok=True)
-np.save(os.path.join(features, "features.npy"), x)
-with open(os.path.join(features, "index.csv"), "w") as f:
-    f.write("index,path,class_name,class_index,split\n")
-    for i in range(len(y)):
-        f.write(f"{i},digits/{i}.png,{y[i]},{y[i]},{split[i]}\n")
-with open(os.path.join(features, "metadata.json"), "w") as f:
-    json.dump({"classes": classes, "source": "sklearn.datasets.load_digits"}, f)
-config = os.path.join(work, "eval.yaml")
-with open(config, "w") as f:
-    f.write(f"""meta: {{name_of_run: digits, output_dir: "{work}/runs", dataset_dir: "{work}", seed: 0}}
-downstream_analyses:
-  kNN: {{global: {{n_neighbors: [20], temperature: 0.07}}}}
-scdino:
-  device: cpu
-  threads: 2
-  control: {{enabled: false}}
-  metrics: {{enabled: false}}
-  evaluation: {{tsne: false, umap: false}}
-""")
+features, config, x, y, train, test = write_digits(work, 0.25, "{tsne: false, umap: false}")
 start = time.time()
 run = subprocess.run([scdino_eval, "--config", config, "--features", features, "--no-attention"],
                      capture_output=True, text=True)
