@@ -5,6 +5,9 @@ writes), with the config scdino-eval evaluates it under: the features no one
 here made that the evaluation's oracle tests share."""
 import json
 import os
+import subprocess
+import sys
+import time
 
 import numpy as np
 from sklearn.datasets import load_digits
@@ -44,3 +47,17 @@ scdino:
   evaluation: {evaluation}
 """)
     return features, config, x, y, train, test
+
+
+def run_eval(scdino_eval, work, config, features):
+    """Runs scdino-eval on the digits; exits the test (FAIL:) when it fails.
+    Returns (its output directory, its wall seconds)."""
+    start = time.time()
+    run = subprocess.run([scdino_eval, "--config", config, "--features", features, "--no-attention"],
+                         capture_output=True, text=True)
+    seconds = time.time() - start
+    if run.returncode != 0:
+        print(run.stdout + run.stderr)
+        print(f"FAIL: scdino-eval exited {run.returncode}")
+        sys.exit(1)
+    return os.path.join(work, "runs", "digits", "eval", "digits"), seconds

@@ -18,7 +18,6 @@ Lines starting with FAIL: fail the test.
 """
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -28,20 +27,12 @@ from sklearn.cluster import KMeans
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-from digits_features import write_digits
+from digits_features import run_eval, write_digits
 
 scdino_eval, work = sys.argv[1], sys.argv[2]
 os.makedirs(work, exist_ok=True)
 features, config, x, y, train, test = write_digits(work, 0.25, "{tsne: false, umap: false}")
-start = time.time()
-run = subprocess.run([scdino_eval, "--config", config, "--features", features, "--no-attention"],
-                     capture_output=True, text=True)
-scdino_seconds = time.time() - start
-if run.returncode != 0:
-    print(run.stdout + run.stderr)
-    print(f"FAIL: scdino-eval exited {run.returncode}")
-    sys.exit(1)
-out = os.path.join(work, "runs", "digits", "eval", "digits")
+out, scdino_seconds = run_eval(scdino_eval, work, config, features)
 results = json.load(open(os.path.join(out, "knn_results.json")))
 probe, clusters = results["linear_probe"], results["clustering"]
 failures = []

@@ -17,7 +17,6 @@ Lines starting with FAIL: fail the test.
 """
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -27,20 +26,12 @@ from sklearn.manifold import trustworthiness
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.model_selection import cross_val_score
 
-from digits_features import write_digits
+from digits_features import run_eval, write_digits
 
 scdino_eval, work = sys.argv[1], sys.argv[2]
 os.makedirs(work, exist_ok=True)
 features, config, x, y, _, test = write_digits(work, 0.75, "{tsne: false, umap: true, linear_probe: false, kmeans: false}")
-start = time.time()
-run = subprocess.run([scdino_eval, "--config", config, "--features", features, "--no-attention"],
-                     capture_output=True, text=True)
-scdino_seconds = time.time() - start
-if run.returncode != 0:
-    print(run.stdout + run.stderr)
-    print(f"FAIL: scdino-eval exited {run.returncode}")
-    sys.exit(1)
-out = os.path.join(work, "runs", "digits", "eval", "digits")
+out, scdino_seconds = run_eval(scdino_eval, work, config, features)
 init = json.load(open(os.path.join(out, "knn_results.json")))["embeddings"]["umap"]["init"]
 if init != "spectral":
     print(f"FAIL: scdino's UMAP started from '{init}', not from its spectral initialisation (Spectra's Lanczos)")
