@@ -13,7 +13,7 @@
 
 #include "bench/bench_flags.h"
 #include "model/attention_core.h"
-#include "run/environment.h"
+#include "launch/environment.h"
 
 namespace {
 

@@ -20,7 +20,7 @@
 
 #include "bench/bench_flags.h"
 #include "data/loader.h"
-#include "run/environment.h"
+#include "launch/environment.h"
 
 int main(int argc, char** argv) {
   const scdino::bench::Flags a(argc, argv, "scdino-bench-data", "Images/s of the file loader and multi-crop augmentation (docs/performance.md).",

@@ -24,7 +24,7 @@
 #include "data/synthetic.h"
 #include "features/backbone.h"
 #include "features/extractor.h"
-#include "run/environment.h"
+#include "launch/environment.h"
 
 int main(int argc, char** argv) {
   const scdino::bench::Flags a(argc, argv, "scdino-bench-features", "Images/s of feature extraction from TIFF files (docs/performance.md).",

@@ -10,7 +10,7 @@
 
 #include "bench/bench_flags.h"
 #include "eval/knn.h"
-#include "run/environment.h"
+#include "launch/environment.h"
 
 int main(int argc, char** argv) {
   const scdino::bench::Flags a(argc, argv, "scdino-bench-knn", "Queries/s of the weighted kNN (docs/performance.md).",

@@ -14,7 +14,7 @@
 #include "bench/bench_flags.h"
 #include "common/npy.h"
 #include "eval/linear_probe.h"
-#include "run/environment.h"
+#include "launch/environment.h"
 
 int main(int argc, char** argv) {
   const scdino::bench::Flags a(argc, argv, "scdino-bench-probe",

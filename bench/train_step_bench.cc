@@ -61,8 +61,8 @@
 #include "model/dino.h"
 #include "common/op_count.h"
 #include "model/vit.h"
-#include "run/environment.h"
-#include "run/source.h"
+#include "launch/environment.h"
+#include "plan/source.h"
 #include "training/device_memory.h"
 #include "training/trainer.h"
 

@@ -32,11 +32,12 @@ for kind in "${kinds[@]}"; do
   case $kind in
     address)
       dir="$build_dir-asan" sanitize=address,undefined
-      targets=(scdino_common_tests scdino_data_tests scdino_run_tests scdino_training_tests scdino_runtime_tests
+      targets=(scdino_common_tests scdino_data_tests scdino_run_tests scdino_config_tests scdino_launch_tests scdino_plan_tests
+               scdino_training_tests scdino_process_tests
                scdino_control_tests scdino_trainer_tests scdino_follower_tests scdino-trainer scdino-fuzz-replay) ;;
     thread)
       dir="$build_dir-tsan" sanitize=thread
-      targets=(scdino_common_tests scdino_data_tests scdino_runtime_tests scdino_follower_tests
+      targets=(scdino_common_tests scdino_data_tests scdino_process_tests scdino_follower_tests
                scdino_control_tests scdino_metrics_tests) ;;
     *) echo "scdino: build-sanitized.sh: unknown kind '$kind' (expected address or thread)" >&2; exit 2 ;;
   esac

@@ -48,7 +48,7 @@ struct StageProgress {
 
 /// Where every ProgressLog of the process also reports: at its first
 /// report, at most once a second after, and at its end. The service plane
-/// (runtime/service_plane.h) sets it for its lifetime; an empty function
+/// (process/service_plane.h) sets it for its lifetime; an empty function
 /// stops it. Called on the reporting thread, outside the log's lock.
 void SetStageSink(std::function<void(const StageProgress&)> sink);
 

@@ -12,10 +12,10 @@
 //   benchmark).
 // - _fused_adamw_: the fused AdamW, on CUDA from 2.1, on the CPU from 2.4
 //   (model/optim).
-// - SDPA's cuDNN backend and its switch: 2.4 (run/environment).
+// - SDPA's cuDNN backend and its switch: 2.4 (launch/environment).
 // - c10d: 2.0 moved the collectives of Gloo and NCCL onto c10d::Backend;
 //   2.4 gave ProcessGroupNCCL an explicit shutdown (training/distributed) and
-//   made TCPStore's libuv server the default (run/coordinator).
+//   made TCPStore's libuv server the default (launch/coordinator).
 // Stateless; every function is as thread-safe as the LibTorch call it wraps.
 #pragma once
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "common/checkpoint_files.h"
-#include "common/run_control.h"
+#include "run/checkpoint_files.h"
+#include "run/run_control.h"
 #include "common/status.h"
 
 namespace grpc {

@@ -15,7 +15,7 @@
 #include <variant>
 
 #include "common/cli.h"
-#include "common/learning_verdict.h"
+#include "run/learning_verdict.h"
 #include "control/client.h"
 #include "control/token.h"
 #include "scdino/v1/control.grpc.pb.h"

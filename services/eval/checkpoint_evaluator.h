@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "common/run_control.h"
+#include "run/run_control.h"
 #include "common/status.h"
 #include "eval/evaluation.h"
 #include "features/feature_set.h"
-#include "run/config.h"
+#include "config/config.h"
 
 namespace scdino::eval {
 

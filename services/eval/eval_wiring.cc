@@ -4,7 +4,7 @@
 #include "metrics/eval_metrics.h"
 #endif
 
-namespace scdino::runtime {
+namespace scdino::process {
 
 void AttachEvaluator(ServicePlane& plane, eval::EvaluatorOptions* options) {
   options->control = &plane.control();
@@ -28,4 +28,4 @@ void AttachEvaluator(ServicePlane& plane, eval::EvaluatorOptions* options) {
 #endif
 }
 
-}  // namespace scdino::runtime
+}  // namespace scdino::process

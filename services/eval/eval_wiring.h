@@ -6,12 +6,12 @@
 #pragma once
 
 #include "eval/checkpoint_evaluator.h"
-#include "runtime/service_plane.h"
+#include "process/service_plane.h"
 
-namespace scdino::runtime {
+namespace scdino::process {
 
 /// Lets the control API steer the evaluator and the metrics follow it. The
 /// plane must outlive the evaluator.
 void AttachEvaluator(ServicePlane& plane, eval::EvaluatorOptions* options);
 
-}  // namespace scdino::runtime
+}  // namespace scdino::process

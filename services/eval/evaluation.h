@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "common/run_control.h"
+#include "run/run_control.h"
 #include "common/status.h"
 #include "eval/classification_metrics.h"
 #include "eval/embedding_figures.h"

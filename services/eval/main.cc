@@ -14,19 +14,19 @@
 #include "eval/eval_wiring.h"
 #include "features/feature_job.h"
 #include "features/feature_set.h"
-#include "run/coordinator.h"
-#include "run/environment.h"
-#include "run/source.h"
-#include "runtime/checkpoint_follower.h"
-#include "runtime/command_line.h"
-#include "runtime/exit_codes.h"
-#include "runtime/service_plane.h"
-#include "runtime/shutdown.h"
-#include "runtime/signals.h"
+#include "launch/coordinator.h"
+#include "launch/environment.h"
+#include "plan/source.h"
+#include "process/checkpoint_follower.h"
+#include "process/command_line.h"
+#include "process/exit_codes.h"
+#include "process/service_plane.h"
+#include "process/shutdown.h"
+#include "process/signals.h"
 
 namespace {
 
-using namespace scdino::runtime;  // the exit codes, CommandLine, Fail
+using namespace scdino::process;  // the exit codes, CommandLine, Fail
 namespace fs = std::filesystem;
 constexpr const char* kProgram = "scdino-eval";
 
@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   }
   // Every part with threads lives in the work's scope and is stopped as it
   // ends (the control API and metrics, then the rendezvous); then the
-  // process ends without library destructors (runtime/shutdown.h).
+  // process ends without library destructors (process/shutdown.h).
   const int code = GuardMain(kProgram, [&]() -> int {
     scdino::run::LaunchInfo single;
     auto device = scdino::run::PickDevice(config, single);

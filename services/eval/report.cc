@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/files.h"
-#include "common/learning_verdict.h"
+#include "run/learning_verdict.h"
 #include "eval/drawing.h"
 
 namespace scdino::eval {
@@ -249,7 +249,7 @@ window.addEventListener('load', function () {
 )";
 
 // The verdict of the newest checkpoint against the baselines there are
-// (common/learning_verdict.h), by kNN at each one's best k, and the linear
+// (run/learning_verdict.h), by kNN at each one's best k, and the linear
 // probes beside it.
 std::string LearnedParagraph(const Entry& last, const Entry* random, const Entry* pixels, double margin) {
   std::ostringstream o;

@@ -25,7 +25,7 @@ struct ReportOptions {
   std::string run_name;
   std::string run_dir;  ///< holds eval/ and log.jsonl
   /// How much better than both baselines counts as learned
-  /// (scdino.learning_margin; common/learning_verdict.h).
+  /// (scdino.learning_margin; run/learning_verdict.h).
   double learning_margin = 0.0;
 };
 

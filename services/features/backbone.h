@@ -2,7 +2,7 @@
 // (scDINO's default) or the student of an scdino checkpoint, a weights file
 // converted from a PyTorch DINO/scDINO .pth (scripts/convert-dino-checkpoint.py),
 // or a seeded random initialisation, or the raw pixels (the two baselines a
-// trained model must beat: common/learning_verdict.h).
+// trained model must beat: run/learning_verdict.h).
 // Loading is a function of its inputs; the backbone it returns is run by one thread at a time.
 #pragma once
 

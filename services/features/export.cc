@@ -11,7 +11,7 @@
 #include "common/files.h"
 #include "features/backbone.h"
 #include "model/vit.h"
-#include "run/config.h"
+#include "config/config.h"
 
 namespace scdino::features {
 namespace {

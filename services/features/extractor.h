@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "common/run_control.h"
+#include "run/run_control.h"
 #include "common/status.h"
 #include "data/dataset.h"
 #include "data/split.h"
 #include "features/backbone.h"
 #include "model/precision.h"
-#include "run/coordinator.h"
+#include "launch/coordinator.h"
 
 namespace scdino::features {
 

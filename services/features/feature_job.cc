@@ -4,8 +4,8 @@
 
 #include <filesystem>
 
-#include "run/environment.h"
-#include "run/source.h"
+#include "launch/environment.h"
+#include "plan/source.h"
 
 namespace scdino::features {
 

@@ -12,9 +12,9 @@
 #include "common/status.h"
 #include "features/backbone.h"
 #include "features/extractor.h"
-#include "run/config.h"
-#include "run/coordinator.h"
-#include "run/launch.h"
+#include "config/config.h"
+#include "launch/coordinator.h"
+#include "launch/launch.h"
 
 namespace scdino::features {
 

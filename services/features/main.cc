@@ -9,21 +9,21 @@
 #include <string>
 #include <vector>
 
-#include "common/checkpoint_files.h"
+#include "run/checkpoint_files.h"
 #include "features/feature_job.h"
-#include "run/coordinator.h"
-#include "run/environment.h"
-#include "run/source.h"
-#include "runtime/checkpoint_follower.h"
-#include "runtime/command_line.h"
-#include "runtime/exit_codes.h"
-#include "runtime/service_plane.h"
-#include "runtime/shutdown.h"
-#include "runtime/signals.h"
+#include "launch/coordinator.h"
+#include "launch/environment.h"
+#include "plan/source.h"
+#include "process/checkpoint_follower.h"
+#include "process/command_line.h"
+#include "process/exit_codes.h"
+#include "process/service_plane.h"
+#include "process/shutdown.h"
+#include "process/signals.h"
 
 namespace {
 
-using namespace scdino::runtime;  // the exit codes, CommandLine, Fail
+using namespace scdino::process;  // the exit codes, CommandLine, Fail
 namespace fs = std::filesystem;
 constexpr const char* kProgram = "scdino-features";
 
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   const int n_threads = cl.ConfigureCpu();
   // Every part with threads lives in the work's scope and is stopped as it
   // ends (the control API and metrics, then the rendezvous); then the
-  // process ends without library destructors (runtime/shutdown.h).
+  // process ends without library destructors (process/shutdown.h).
   const int code = GuardMain(kProgram, [&]() -> int {
     auto launch = scdino::run::LaunchFromEnv([](const char* k) { return std::getenv(k); });
     if (!launch.ok()) return Fail(nullptr, kProgram, launch.status());

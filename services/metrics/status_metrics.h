@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/run_control.h"
+#include "run/run_control.h"
 
 namespace scdino::metrics {
 

@@ -11,22 +11,22 @@
 #include "common/files.h"
 #include "common/prom_text.h"
 #include "preflight/preflight.h"
-#include "run/environment.h"
-#include "run/launch.h"
-#include "run/source.h"
-#include "runtime/command_line.h"
-#include "runtime/exit_codes.h"
-#include "runtime/service_plane.h"
-#include "runtime/shutdown.h"
-#include "runtime/signals.h"
+#include "launch/environment.h"
+#include "launch/launch.h"
+#include "plan/source.h"
+#include "process/command_line.h"
+#include "process/exit_codes.h"
+#include "process/service_plane.h"
+#include "process/shutdown.h"
+#include "process/signals.h"
 
 namespace {
 
 using namespace scdino;            // NOLINT: a main
-using namespace scdino::runtime;   // NOLINT: the exit codes, CommandLine
+using namespace scdino::process;   // NOLINT: the exit codes, CommandLine
 using namespace scdino::preflight;  // NOLINT
 
-int Fail(const Status& s) { return runtime::Fail(nullptr, "scdino-preflight", s); }
+int Fail(const Status& s) { return process::Fail(nullptr, "scdino-preflight", s); }
 
 // The data set's read throughput from this node (one task a node reads, so
 // that the figure is the node's): a packed set through the packed reader,
@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
   cl.ConfigureCpu();
   // Every part with threads lives in the work's scope and is stopped as it
   // ends (the control API and metrics, then the rendezvous); then the
-  // process ends without library destructors (runtime/shutdown.h).
+  // process ends without library destructors (process/shutdown.h).
   const int code = GuardMain("scdino-preflight", [&]() -> int {
     auto launch = run::LaunchFromEnv([](const char* k) { return std::getenv(k); });
     if (!launch.ok()) return Fail(launch.status());

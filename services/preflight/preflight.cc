@@ -176,7 +176,7 @@ double FreeGigabytes(const std::string& dir) {
 int64_t EccErrors(const std::string& nvidia_smi, int64_t gpu) {
   // Spawned, not popen'ed: the child starts with the stop signals unblocked
   // (the service's threads block them, and a child inherits the mask;
-  // runtime/signals.h), so a hung nvidia-smi still ends on the step's
+  // process/signals.h), so a hung nvidia-smi still ends on the step's
   // SIGTERM. Their handlers are reset by the exec itself.
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return -1;

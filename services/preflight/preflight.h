@@ -17,9 +17,9 @@
 
 #include "common/status.h"
 #include "data/packed.h"
-#include "run/config.h"
-#include "run/coordinator.h"
-#include "run/gpu_binding.h"
+#include "config/config.h"
+#include "launch/coordinator.h"
+#include "launch/gpu_binding.h"
 #include "training/distributed.h"
 
 namespace scdino::preflight {
@@ -87,7 +87,7 @@ struct RankChecks {
   ReadSample read;
   int64_t gpus_visible = 0;      ///< CUDA devices this task sees
   int64_t tasks_on_node = 1;
-  /// What the environment binds this task to (run/gpu_binding.h): whether
+  /// What the environment binds this task to (launch/gpu_binding.h): whether
   /// the job has GPUs, the physical GPU ("" none), or why the binding is
   /// wrong. Judged across the tasks of each node, with or without CUDA.
   bool gpu_job = false;

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "common/cli.h"
-#include "run/config.h"
-#include "run/config_schema.h"
-#include "runtime/exit_codes.h"
+#include "config/config.h"
+#include "config/config_schema.h"
+#include "process/exit_codes.h"
 
 int main(int argc, char** argv) {
   scdino::cli::App app("scdino-config", "Check a run's config, or print the key reference (docs/config.md).");
@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   auto c = scdino::run::LoadRunConfig(file);
   if (!c.ok()) {
     std::cerr << "scdino-config: " << c.status().message() << "\n";
-    return scdino::runtime::ExitCodeFor(c.status());
+    return scdino::process::ExitCodeFor(c.status());
   }
   if (app->got_subcommand("paths")) {
     // Relative paths are relative to the working directory, as the

@@ -7,10 +7,10 @@
 
 #include "common/cli.h"
 #include "features/export.h"
-#include "runtime/exit_codes.h"
+#include "process/exit_codes.h"
 
 int main(int argc, char** argv) {
-  using namespace scdino::runtime;
+  using namespace scdino::process;
   std::string checkpoint, out;
   scdino::features::ExportOptions options;
   scdino::cli::App app("scdino-export",

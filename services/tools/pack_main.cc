@@ -12,15 +12,15 @@
 #include "common/progress.h"
 #include "common/prom_text.h"
 #include "data/packed.h"
-#include "run/source.h"
-#include "runtime/command_line.h"
-#include "runtime/exit_codes.h"
-#include "runtime/signals.h"
+#include "plan/source.h"
+#include "process/command_line.h"
+#include "process/exit_codes.h"
+#include "process/signals.h"
 
 namespace {
 
 using namespace scdino;           // NOLINT: a main
-using namespace scdino::runtime;  // NOLINT: the exit codes, CommandLine
+using namespace scdino::process;  // NOLINT: the exit codes, CommandLine
 
 int Fail(const Status& s) {
   std::cerr << "scdino-pack: " << s.message() << "\n";

@@ -9,14 +9,14 @@
 
 #include "common/cli.h"
 #include "data/stats.h"
-#include "run/config.h"
-#include "run/coordinator.h"
-#include "run/environment.h"
-#include "run/source.h"
-#include "runtime/exit_codes.h"
+#include "config/config.h"
+#include "launch/coordinator.h"
+#include "launch/environment.h"
+#include "plan/source.h"
+#include "process/exit_codes.h"
 
 int main(int argc, char** argv) {
-  using namespace scdino::runtime;
+  using namespace scdino::process;
   std::string config_path, out;
   scdino::cli::App app("scdino-stats", "Channel statistics of a run's training images (docs/data.md).");
   app->add_option("--config", config_path, "the run's YAML config")->required()->type_name("FILE");

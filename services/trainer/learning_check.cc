@@ -10,7 +10,7 @@
 #include "features/backbone.h"
 #include "features/extractor.h"
 #include "features/feature_job.h"
-#include "run/coordinator.h"
+#include "launch/coordinator.h"
 
 namespace scdino::trainer {
 namespace {

@@ -28,7 +28,7 @@
 #include "common/status.h"
 #include "data/dataset.h"
 #include "model/vit.h"
-#include "run/config.h"
+#include "config/config.h"
 #include "training/reports.h"
 
 namespace scdino::trainer {

@@ -11,14 +11,14 @@
 #include "common/env.h"
 #include "common/files.h"
 #include "model/cpu_gemm.h"
-#include "run/coordinator.h"
-#include "run/environment.h"
-#include "run/source.h"
-#include "runtime/command_line.h"
-#include "runtime/exit_codes.h"
-#include "runtime/service_plane.h"
-#include "runtime/shutdown.h"
-#include "runtime/signals.h"
+#include "launch/coordinator.h"
+#include "launch/environment.h"
+#include "plan/source.h"
+#include "process/command_line.h"
+#include "process/exit_codes.h"
+#include "process/service_plane.h"
+#include "process/shutdown.h"
+#include "process/signals.h"
 #include "trainer/learning_check.h"
 #include "trainer/trainer_wiring.h"
 #include "trainer/training_data.h"
@@ -26,9 +26,9 @@
 
 namespace {
 
-using namespace scdino::runtime;  // the exit codes, CommandLine
+using namespace scdino::process;  // the exit codes, CommandLine
 
-int Fail(ServicePlane* plane, const scdino::Status& s) { return scdino::runtime::Fail(plane, "scdino-trainer", s); }
+int Fail(ServicePlane* plane, const scdino::Status& s) { return scdino::process::Fail(plane, "scdino-trainer", s); }
 
 // Every part of the process that runs threads, held here rather than on
 // the stack of the work so that the shutdown stops them in a fixed order
@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
         if (result->recoveries > 0) std::cerr << "; recovered from a collapse " << result->recoveries << " time(s)";
         std::cerr << "\n";
         if (const auto& l = result->learning) {
-          // One line, whatever the verdict (common/learning_verdict.h).
+          // One line, whatever the verdict (run/learning_verdict.h).
           const auto v = l->verdict();
           std::cerr << "scdino-trainer: " << v.line;
           if (v.learned == scdino::Learned::kNo) {

@@ -4,7 +4,7 @@
 #include "trainer/trainer_metrics.h"
 #endif
 
-namespace scdino::runtime {
+namespace scdino::process {
 
 void AttachTrainer(ServicePlane& plane, training::TrainerOptions* options, torch::Device device) {
   options->control = &plane.control();
@@ -26,4 +26,4 @@ void AttachTrainer(ServicePlane& plane, training::TrainerOptions* options, torch
 #endif
 }
 
-}  // namespace scdino::runtime
+}  // namespace scdino::process

@@ -6,13 +6,13 @@
 
 #include <torch/torch.h>
 
-#include "runtime/service_plane.h"
+#include "process/service_plane.h"
 #include "training/trainer.h"
 
-namespace scdino::runtime {
+namespace scdino::process {
 
 /// Lets the control API steer the trainer and the metrics follow it. The
 /// plane must outlive the trainer.
 void AttachTrainer(ServicePlane& plane, training::TrainerOptions* options, torch::Device device);
 
-}  // namespace scdino::runtime
+}  // namespace scdino::process

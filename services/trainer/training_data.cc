@@ -1,6 +1,6 @@
 #include "trainer/training_data.h"
 
-#include "run/source.h"
+#include "plan/source.h"
 #include "training/checkpoint.h"
 
 namespace scdino::trainer {

@@ -16,15 +16,15 @@
 
 #include "common/status.h"
 #include "data/batch_source.h"
-#include "run/config.h"
-#include "run/coordinator.h"
-#include "run/plan.h"
+#include "config/config.h"
+#include "launch/coordinator.h"
+#include "plan/plan.h"
 #include "trainer/learning_check.h"
 
 namespace scdino::trainer {
 
 struct TrainingData {
-  /// What every rank trains with (run/plan.h): the source and the check
+  /// What every rank trains with (plan/plan.h): the source and the check
   /// are made from plan.settings.
   run::RunPlan plan;
   std::unique_ptr<data::MultiCropSource> source;

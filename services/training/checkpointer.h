@@ -13,7 +13,7 @@
 
 #include "common/status.h"
 #include "model/dino.h"
-#include "run/coordinator.h"
+#include "launch/coordinator.h"
 #include "training/checkpoint.h"
 #include "training/reports.h"
 

@@ -14,7 +14,7 @@
 #include <iostream>
 
 #include "common/op_count.h"
-#include "runtime/exit_codes.h"
+#include "process/exit_codes.h"
 
 namespace scdino::training {
 
@@ -68,13 +68,13 @@ std::string LostCollectiveMessage(int64_t rank, int64_t world_size, std::chrono:
                                   const std::string& what, const std::string& lost) {
   return "rank " + std::to_string(rank) + " of " + std::to_string(world_size) + ": " + what +
          " did not complete within " + std::to_string(timeout.count()) + " ms (scdino.distributed_timeout_s): " +
-         lost + "; exiting with " + std::to_string(runtime::kExitPeerLost) +
+         lost + "; exiting with " + std::to_string(process::kExitPeerLost) +
          " so that the job requeues and resumes from its last complete checkpoint";
 }
 
 void ExitForLostPeer(const std::string& message) {
   std::cerr << "scdino: " << message << std::endl;
-  std::_Exit(runtime::kExitPeerLost);
+  std::_Exit(process::kExitPeerLost);
 }
 
 bool HaveNccl() {

@@ -1,6 +1,6 @@
 // Data-parallel training across processes: a c10d process group (Gloo for CPU
 // tensors, NCCL for CUDA tensors where LibTorch has it) over the store of
-// the run's Coordinator (run/coordinator.h), and gradient all-reduce in
+// the run's Coordinator (launch/coordinator.h), and gradient all-reduce in
 // buckets launched from autograd hooks as soon as a bucket's gradients are
 // ready, so communication overlaps the rest of backward. A bucket is a
 // slice of the model's flat gradient buffer (model/flat_params.h): reduced

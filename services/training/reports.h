@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common/learning_verdict.h"
+#include "run/learning_verdict.h"
 #include "model/health.h"
 
 namespace scdino::training {

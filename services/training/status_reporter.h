@@ -1,4 +1,4 @@
-// The training loop's view of its control status (common/run_control.h):
+// The training loop's view of its control status (run/run_control.h):
 // every change of state and progress the loop publishes goes through here,
 // so the loop itself says what happened and this says what callers see.
 // A null RunControl (ranks other than 0, tests) makes every call a no-op.
@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "common/run_control.h"
+#include "run/run_control.h"
 #include "common/status.h"
 #include "training/reports.h"
 

@@ -19,14 +19,14 @@
 #include <string>
 
 #include "common/env.h"
-#include "common/run_control.h"
+#include "run/run_control.h"
 #include "common/status.h"
 #include "data/batch_source.h"
 #include "model/dino.h"
 #include "model/schedules.h"
-#include "run/config.h"
-#include "run/coordinator.h"
-#include "run/recipe.h"
+#include "config/config.h"
+#include "launch/coordinator.h"
+#include "plan/recipe.h"
 #include "training/checkpointer.h"
 #include "training/distributed.h"
 #include "training/epoch_log.h"
@@ -115,7 +115,7 @@ class Trainer {
   /// Signal-safe (one atomic store): finish the current step, checkpoint,
   /// return from Run.
   void RequestStop() { stop_.store(true); }
-  /// The flag RequestStop sets, for runtime::ScopedStopFlag (signals).
+  /// The flag RequestStop sets, for process::ScopedStopFlag (signals).
   std::atomic<bool>* stop_flag() { return &stop_; }
 
   model::Dino& dino() { return *dino_; }

@@ -14,7 +14,7 @@
 #include <fstream>
 #include <thread>
 
-#include "common/run_control.h"
+#include "run/run_control.h"
 #include "common/files.h"
 #include "common/safetensors.h"
 #include "control/client.h"

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "data/image_io.h"
-#include "runtime/signals.h"
+#include "process/signals.h"
 #include "support/test_support.h"
 
 namespace scdino::eval {
@@ -116,9 +116,9 @@ TEST(AttentionMaps, TermEndsAMapOverFourteenThousandTokensWithinSeconds) {
   auto backbone = PatchFour(16);
   t.prep.resize = ChooseAttentionSide(480, 16, 4, 2, 20000).side;
   ASSERT_EQ(t.prep.resize, 480);
-  runtime::InstallStopSignals("scdino-eval", "stopping at the next chunk of work");
+  process::InstallStopSignals("scdino-eval", "stopping at the next chunk of work");
   AttentionMapOptions o;
-  o.should_stop = runtime::StopSignalReceived;
+  o.should_stop = process::StopSignalReceived;
   const auto start = std::chrono::steady_clock::now();
   std::thread term([] {
     std::this_thread::sleep_for(std::chrono::seconds(2));

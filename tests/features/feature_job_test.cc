@@ -2,9 +2,9 @@
 
 #include <gtest/gtest.h>
 
-#include "run/config.h"
-#include "run/coordinator.h"
-#include "run/source.h"
+#include "config/config.h"
+#include "launch/coordinator.h"
+#include "plan/source.h"
 
 namespace scdino::features {
 namespace {

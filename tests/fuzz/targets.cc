@@ -11,7 +11,7 @@
 #include "common/safetensors.h"
 #include "data/image_io.h"
 #include "data/packed.h"
-#include "run/config.h"
+#include "config/config.h"
 
 namespace scdino::fuzz {
 namespace fs = std::filesystem;

@@ -19,8 +19,8 @@
 #include "model/attention_core.h"
 #include "model/cpu_gemm.h"
 #include "model/linear.h"
-#include "runtime/exit_codes.h"
-#include "runtime/signals.h"
+#include "process/exit_codes.h"
+#include "process/signals.h"
 #include "support/test_support.h"
 
 namespace scdino::model {
@@ -142,7 +142,7 @@ TEST_F(TwoThreads, ProductsEqualLibTorchsOps) {
 // prev_size", a segfault in unlink_chunk right after "signal received"):
 // oneDNN's JIT sgemm runs with its stack pointer in the heap, so a signal
 // handled on the thread running it writes its frame into the heap. The stop
-// signals are handled on a thread of their own (runtime/signals.h): stop
+// signals are handled on a thread of their own (process/signals.h): stop
 // signals every 100 us during 300 x 300 x 300 products on this thread leave
 // them exact and the heap whole (handled here, they corrupt it within a
 // second). In a child process; the shutdown state makes each signal print.
@@ -150,8 +150,8 @@ TEST(CpuGemm, AStormOfStopSignalsLeavesTheProductsAndTheHeapIntact) {
   if (!HasCpuGemm()) GTEST_SKIP() << "no CPU matrix library linked: " << CpuGemmDescription();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   auto storm = [] {
-    runtime::InstallStopSignals("scdino-x", "finishing the step");
-    runtime::MarkShuttingDown(runtime::kExitPreempted, 20);
+    process::InstallStopSignals("scdino-x", "finishing the step");
+    process::MarkShuttingDown(process::kExitPreempted, 20);
     at::set_num_threads(1);  // the products on this thread (where oneDNN then picks the kernel that fails)
     constexpr int n = 300;
     std::atomic<bool> done{false};
@@ -171,8 +171,8 @@ TEST(CpuGemm, AStormOfStopSignalsLeavesTheProductsAndTheHeapIntact) {
     }
     done.store(true);
     sender.join();
-    std::cerr << "products wrong: " << wrong << ", signals: " << runtime::StopSignalsHandled() << "\n";
-    std::_Exit(wrong == 0 && runtime::StopSignalsHandled() > 10 ? 0 : 1);
+    std::cerr << "products wrong: " << wrong << ", signals: " << process::StopSignalsHandled() << "\n";
+    std::_Exit(wrong == 0 && process::StopSignalsHandled() > 10 ? 0 : 1);
   };
   EXPECT_EXIT(storm(), ::testing::ExitedWithCode(0), "products wrong: 0, signals: [0-9]+");
 }

@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "run/coordinator.h"
+#include "launch/coordinator.h"
 
 namespace scdino::testing {
 

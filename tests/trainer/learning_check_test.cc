@@ -4,8 +4,8 @@
 
 #include "data/synthetic.h"
 #include "features/backbone.h"
-#include "run/config.h"
-#include "run/source.h"
+#include "config/config.h"
+#include "plan/source.h"
 #include "support/cell_folders.h"
 #include "support/test_support.h"
 

@@ -11,7 +11,7 @@
 #include "data/dataset.h"
 #include "data/packed.h"
 #include "data/synthetic.h"
-#include "run/config.h"
+#include "config/config.h"
 #include "support/cell_folders.h"
 #include "support/test_support.h"
 

@@ -25,7 +25,7 @@
 #include "support/test_support.h"
 #include "data/image_io.h"
 #include "data/synthetic.h"
-#include "run/source.h"
+#include "plan/source.h"
 #include "training/checkpoint.h"
 
 namespace scdino::training {

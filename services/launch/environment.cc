@@ -1,0 +1,270 @@
+#include "launch/environment.h"
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <regex>
+#include <thread>
+
+#include "common/env.h"
+#include "common/files.h"
+#include "common/torch_compat.h"
+#include "model/cpu_gemm.h"
+
+#ifdef SCDINO_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+#endif
+#ifdef SCDINO_WITH_NCCL
+#include <nccl.h>
+#endif
+#ifdef SCDINO_WITH_CUDNN
+// The one cuDNN call scdino makes itself, declared as cuDNN 9's cudnn.h
+// does (the headers are not always installed beside the library).
+extern "C" size_t cudnnGetVersion(void);
+#endif
+
+namespace scdino::run {
+
+int ConfigureCpu(int64_t threads, bool cpu_gemm) {
+  const int n =
+      threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  torch::set_num_threads(n);
+  model::ConfigureCpuGemm(n, cpu_gemm);
+  return n;
+}
+
+std::string KeepFreedMemoryForCpuTraining() {
+  ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+  return "freed memory kept for reuse (CPU training: mmap threshold 32 MiB, no heap trimming)";
+}
+
+namespace {
+
+#ifdef SCDINO_WITH_CUDA
+std::string GpuName(int64_t index) {
+  return at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(index))->name;
+}
+#endif
+
+}  // namespace
+
+std::string NvidiaDriverVersion(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  static const std::regex kModule(R"(Kernel Module\s+([0-9]+(\.[0-9]+)+))");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, kModule)) return m[1];
+  }
+  return "";
+}
+
+std::string CudaVersionName(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+bool CudnnIsStub() {
+#ifdef SCDINO_WITH_CUDNN
+  return cudnnGetVersion() == 0;
+#else
+  return false;
+#endif
+}
+
+std::string DescribeBuild() {
+  std::string d = std::string("LibTorch ") + compat::TorchVersion();
+#ifdef SCDINO_WITH_CUDA
+  d += ", CUDA " + std::to_string(CUDA_VERSION / 1000) + "." + std::to_string(CUDA_VERSION % 1000 / 10) + " compiled in";
+#ifdef SCDINO_WITH_NCCL
+  d += ", NCCL " + std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." + std::to_string(NCCL_PATCH);
+#else
+  d += ", no NCCL";
+#endif
+#ifdef SCDINO_WITH_CUDNN
+  const size_t v = cudnnGetVersion();
+  d += v == 0 ? std::string("\ncuDNN: the image's stand-in (no NVIDIA cuDNN): switched off on a GPU, where the model "
+                            "calls none (docs/containers.md)")
+              : "\ncuDNN " + std::to_string(v / 10000) + "." + std::to_string(v % 10000 / 100) + "." +
+                    std::to_string(v % 100);
+#endif
+  int driver = 0;
+  cudaDriverGetVersion(&driver);
+  const std::string module = NvidiaDriverVersion();
+  d += driver == 0 ? std::string("\nNVIDIA driver: none found")
+                   : "\nNVIDIA driver" + (module.empty() ? std::string() : " " + module) + " (CUDA " +
+                         CudaVersionName(driver) + ")";
+  const int64_t gpus = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
+  d += "\nGPUs visible: " + std::to_string(gpus);
+  for (int64_t i = 0; i < gpus; ++i) d += (i ? ", " : " (") + GpuName(i) + (i + 1 == gpus ? ")" : "");
+#else
+  d += ", CPU only (built without CUDA)";
+#endif
+  return d + "\nCPU matrix products: " + model::CpuGemmDescription();
+}
+
+StatusOr<DeviceDecision> DecideDevice(const RunConfig& config, const LaunchInfo& launch, const DeviceFacts& facts) {
+  const std::string& key = config.scdino.device;
+  const int64_t gpus = facts.visible_gpus;
+  DeviceDecision d;
+  if (key == "cpu") {
+    d.why = "scdino.device cpu" + (gpus > 0 ? ": " + std::to_string(gpus) + " GPU(s) visible, not used" : std::string());
+    return d;
+  }
+  // A driver too old for this build's CUDA: its GPUs look absent to CUDA
+  // (auto would quietly train on the CPU), so it is said first, with both
+  // versions. CUDA's minor-version compatibility runs a 12.x build on any
+  // driver for 12.0 or later.
+  if (facts.driver_cuda > 0 && facts.runtime_cuda > 0 && facts.driver_cuda / 1000 < facts.runtime_cuda / 1000) {
+    return Status::FailedPrecondition(
+        config.source_path + ": scdino.device is " + key + ", but this node's NVIDIA driver" +
+        (facts.driver_version.empty() ? std::string() : " " + facts.driver_version) + " supports CUDA " +
+        CudaVersionName(facts.driver_cuda) + ", older than this build needs: it runs on CUDA " +
+        CudaVersionName(facts.runtime_cuda) + ", which needs a driver for CUDA " +
+        std::to_string(facts.runtime_cuda / 1000) + ".0 or later" +
+        (facts.runtime_cuda / 1000 == 12 ? std::string(" (R525 or newer)") : std::string()) +
+        ". Update the node's driver, use an image built for CUDA " + CudaVersionName(facts.driver_cuda) +
+        " (containers/Dockerfile.cuda-ngc with an older base), or set scdino.device: cpu");
+  }
+  const std::string task = "task " + std::to_string(launch.rank) + " (local rank " + std::to_string(launch.local_rank) + ")";
+  if (key == "auto" && gpus == 0) {
+    d.why = std::string("scdino.device auto: ") + (facts.cuda_build ? "no GPU visible" : "a build without CUDA");
+    if (facts.binding.ok() && facts.binding->device >= 0) d.why += " (Slurm bound " + facts.binding->why + ")";
+    return d;
+  }
+  if (gpus == 0) {
+    const std::string given = !facts.binding.ok() ? facts.binding.status().message()
+                              : facts.binding->device >= 0 ? "Slurm bound it " + facts.binding->why
+                                                           : std::string("no GPU was bound to it (CUDA_VISIBLE_DEVICES unset)");
+    return Status::InvalidArgument(
+        config.source_path + ": scdino.device is cuda, but " +
+        (facts.cuda_build ? "no GPU is visible to " + task + "; " + given +
+                                " (srun --gpus-per-task, the container's NVIDIA hook); scdino.device: auto would run on "
+                                "the CPU"
+                          : std::string("this build of scdino has no CUDA (a CPU LibTorch); use the GPU image "
+                                        "(scripts/build-image.sh --cuda) or scdino.device: cpu")));
+  }
+  // The image carries the stand-in for cuDNN: nothing of the model needs
+  // cuDNN, which is switched off (and SDPA's cuDNN backend with it).
+  d.cudnn_off = facts.cudnn_stub;
+  const std::string cudnn = facts.cudnn_stub ? "; cuDNN off (this image carries its stand-in; the model calls none)" : "";
+  // The GPU the environment binds this task to (launch/gpu_binding.h): the one
+  // it was given (srun --gpus-per-task=1, which the batch scripts use), or
+  // its local rank's entry of a list its node's tasks share.
+  if (!facts.binding.ok()) {
+    // auto on a task the job gave no GPU (a follower step with --gres=none
+    // on a node without device cgroups, which still sees every GPU): the CPU.
+    if (key == "auto") {
+      d.why = "scdino.device auto: the CPU, since " + facts.binding.status().message();
+      d.cudnn_off = false;
+      return d;
+    }
+    return facts.binding.status();
+  }
+  if (facts.binding->device >= 0) {
+    if (facts.binding->device >= gpus) {
+      return Status::InvalidArgument("this task is bound to " + facts.binding->why + " but sees " +
+                                     std::to_string(gpus) + " GPU(s)");
+    }
+    d.gpu = facts.binding->device;
+    d.why = "scdino.device " + key + ": " + facts.binding->why + cudnn;
+    return d;
+  }
+  if (gpus == 1) {
+    d.gpu = 0;
+    d.why = "scdino.device " + key + ": the one GPU visible" + cudnn;
+    return d;
+  }
+  if (launch.local_world_size > gpus || launch.local_rank >= gpus) {
+    return Status::InvalidArgument(
+        "this node runs " + std::to_string(std::max(launch.local_world_size, launch.local_rank + 1)) +
+        " ranks but has " + std::to_string(gpus) + " GPU(s); scdino runs one rank per GPU: launch at most " +
+        std::to_string(gpus) + " tasks per node (e.g. srun --ntasks-per-node=" + std::to_string(gpus) +
+        " --gpus-per-task=1)");
+  }
+  d.gpu = launch.local_rank;
+  d.why = "scdino.device " + key + ": GPU " + std::to_string(launch.local_rank) + " of " + std::to_string(gpus) +
+          " (local rank " + std::to_string(launch.local_rank) + ")" + cudnn;
+  return d;
+}
+
+StatusOr<DeviceChoice> PickDevice(const RunConfig& config, const LaunchInfo& launch) {
+  DeviceFacts facts;
+#ifdef SCDINO_WITH_CUDA
+  facts.cuda_build = true;
+#endif
+#ifdef SCDINO_WITH_CUDA
+  cudaDriverGetVersion(&facts.driver_cuda);
+  cudaRuntimeGetVersion(&facts.runtime_cuda);
+  facts.driver_version = NvidiaDriverVersion();
+#endif
+  facts.visible_gpus = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
+  facts.cudnn_stub = CudnnIsStub();
+  facts.binding = GpuBindingFromEnv([](const char* k) { return std::getenv(k); }, launch.local_rank);
+  auto d = DecideDevice(config, launch, facts);
+  if (!d.ok()) return d.status();
+  DeviceChoice c;
+  c.why = d->why;
+  if (d->gpu < 0) return c;
+#ifdef SCDINO_WITH_CUDA
+  if (d->cudnn_off) compat::SwitchCudnnOff();
+  const auto index = static_cast<c10::DeviceIndex>(d->gpu);
+  // Before any CUDA work: otherwise every rank's context, NCCL
+  // communicator and caching allocator start on GPU 0.
+  c10::cuda::set_device(index);
+  c.device = torch::Device(torch::kCUDA, index);
+  c.why += ", " + GpuName(index);
+  return c;
+#else
+  return Status::Internal("a GPU is visible but this build has no CUDA code");
+#endif
+}
+
+bool DeviceSupportsBf16(torch::Device device) {
+#ifdef SCDINO_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto* props = at::cuda::getDeviceProperties(device.has_index() ? device.index() : 0);
+    return props->major >= 8;
+  }
+#endif
+  (void)device;
+  return true;
+}
+
+Status PrepareRunDir(const RunConfig& config) {
+  const int mode = config.scdino.run_dir_mode == "0700" ? 0700 : 0750;
+  if (auto s = MakeOwnDir(config.run_dir(), mode, "the run directory"); !s.ok()) return s;
+  CleanStaleTemporaries(config.run_dir(), /*recursive=*/true);
+  CleanStaleTemporaries(config.file_sd_dir(), /*recursive=*/false);
+  return Status::Ok();
+}
+
+StatusOr<std::string> RendezvousSecret(const RunConfig& config) {
+  return LoadOrCreateSecret(config.run_dir() + "/rendezvous.secret", "the run's rendezvous secret");
+}
+
+StatusOr<std::shared_ptr<Coordinator>> Rendezvous(const RunConfig& config, const LaunchInfo& launch,
+                                                  std::chrono::milliseconds timeout) {
+  auto secret = RendezvousSecret(config);
+  if (!secret.ok()) return secret.status();
+  auto coordinator = Coordinator::Connect(launch, timeout, *secret);
+  if (coordinator.ok() || launch.rank != 0 || coordinator.status().code() != StatusCode::kUnavailable) {
+    return coordinator;
+  }
+  const std::string path = config.run_dir() + "/rendezvous.secret";
+  const Status rotated = WriteFileAtomic(path, NewSecret() + "\n", 0600);
+  std::cerr << "scdino: rendezvous: rank 0 could not serve the rendezvous at " << launch.master_addr << ":"
+            << launch.master_port << "; another process may hold the port and have heard the other ranks: "
+            << (rotated.ok() ? "the run's rendezvous secret is replaced (" + path + "), so the next attempt shares "
+                               "nothing with this one"
+                             : "replacing " + path + " failed too (" + rotated.message() + ")")
+            << "\n";
+  return coordinator;
+}
+
+}  // namespace scdino::run

@@ -1,0 +1,311 @@
+#include "plan/source.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+
+#include "common/env.h"
+#include "common/files.h"
+#include "common/fingerprint.h"
+#include "common/progress.h"
+#include "data/in_memory_source.h"
+#include "data/loader.h"
+#include "data/packed.h"
+#include "data/sampler.h"
+#include "data/synthetic.h"
+
+namespace scdino::run {
+
+StatusOr<std::shared_ptr<const data::PackedSet>> OpenPackedDataset(const RunConfig& c,
+                                                                   const std::function<const char*(const char*)>& env) {
+  if (c.scdino.data_source != "folder" || !data::IsPackedSet(c.meta.dataset_dir)) {
+    return std::shared_ptr<const data::PackedSet>();
+  }
+  auto set = data::PackedSet::Shared(c.meta.dataset_dir);
+  if (!set.ok()) return set.status();
+  if ((*set)->folder_depth_for_labels() != c.meta.folder_depth_for_labels) {
+    return Status::InvalidArgument(c.meta.dataset_dir + " was packed with labels at folder_depth_for_labels " +
+                                   std::to_string((*set)->folder_depth_for_labels()) + ", the config says " +
+                                   std::to_string(c.meta.folder_depth_for_labels) + " (meta.folder_depth_for_labels); "
+                                   "pack it again with this config");
+  }
+  // A node-local copy staged by deploy/slurm (scdino-pack --stage), when it
+  // is there and verified: read in place of the shared copy, under the
+  // shared copy's paths (features, fingerprints and logs name those).
+  const char* stage_root = env ? env("SCDINO_STAGE_DIR") : nullptr;
+  if (stage_root && *stage_root) {
+    static bool said = false;
+    const auto staged = data::StagedCopy(**set, stage_root);
+    if (staged.ok() && !staged->empty()) {
+      auto local = data::PackedSet::Shared(c.meta.dataset_dir, *staged);
+      if (local.ok() && (*local)->content_fingerprint() == (*set)->content_fingerprint()) {
+        if (!said) std::cerr << "scdino: reading " << c.meta.dataset_dir << " from its copy on this node, " << *staged << "\n";
+        said = true;
+        return local;
+      }
+    }
+    if (!said) {
+      std::cerr << "scdino: warning: no verified copy of " << c.meta.dataset_dir << " under SCDINO_STAGE_DIR="
+                << stage_root << " on " << ThisHostName()
+                << (staged.ok() ? std::string() : " (" + staged.status().message() + ")") << "; reading the shared copy\n";
+    }
+    said = true;
+  }
+  return set;
+}
+
+StatusOr<data::Dataset> IndexDataset(const RunConfig& c, std::ostream* progress) {
+  if (c.scdino.data_source == "synthetic") return data::Dataset{};
+  if (c.scdino.data_source == "csv") return data::IndexCsv(c.scdino.index_csv);
+  auto packed = OpenPackedDataset(c);
+  if (!packed.ok()) return packed.status();
+  if (*packed) return data::DatasetOf(*packed);
+  data::IndexOptions io;
+  io.folder_depth_for_labels = c.meta.folder_depth_for_labels;
+  io.on_bad_image = c.bad_image_policy();
+  ProgressLog log(progress, "scdino: indexing", "images");
+  io.on_progress = [&log](int64_t found) { log.Report(found, 0); };
+  auto d = data::IndexFolder(c.meta.dataset_dir, io);
+  if (d.ok()) log.Done(static_cast<int64_t>(d->entries.size()));
+  return d;
+}
+
+std::string DatasetFingerprint(const data::Dataset& d, const data::ImagePrep& prep) {
+  std::string key = "channels:";
+  for (auto ch : prep.channels) key += std::to_string(ch) + ",";
+  key += "|center_crop:" + std::to_string(prep.center_crop) + "|files:" + std::to_string(d.entries.size()) + "\n";
+  const std::filesystem::path root(d.root);
+  for (const auto& e : d.entries) key += std::filesystem::path(e.path).lexically_relative(root).string() + "\n";
+  return Fingerprint(key);
+}
+
+Status CheckChannels(const data::Dataset& d, const data::ImagePrep& prep) {
+  // The first few files: under on_bad_image: skip the first may be bad.
+  for (size_t i = 0; i < d.entries.size() && i < 16; ++i) {
+    auto img = data::LoadEntry(d, i, prep);
+    if (img.ok()) return Status::Ok();
+    // A selection the image cannot satisfy is the run's error, not the file's.
+    if (img.status().code() == StatusCode::kInvalidArgument) return img.status();
+  }
+  return Status::Ok();  // unreadable files are the loader's business (on_bad_image)
+}
+
+namespace {
+
+StatusOr<data::ChannelStats> ComputeAndWrite(const RunConfig& c, const data::Dataset& d, const data::ImagePrep& prep,
+                                             const std::string& fingerprint, const std::function<bool()>& should_stop) {
+  data::StatsOptions so;
+  so.should_stop = should_stop;
+  so.fraction = c.train.fraction_for_mean_std_calc;
+  so.seed = static_cast<uint64_t>(c.meta.seed);
+  so.threads = static_cast<int>(std::max<int64_t>(1, c.train.num_workers));
+  so.on_bad_image = c.bad_image_policy();
+  ProgressLog progress(&std::cerr, "scdino: channel statistics", "images");
+  so.on_progress = [&progress](int64_t done, int64_t total) { progress.Report(done, total); };
+  auto s = data::ComputeChannelStats(d, prep, so);
+  if (!s.ok()) return s.status();
+  s->dataset_fingerprint = fingerprint;
+  const std::string path = c.stats_path();
+  auto dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) {
+    if (auto st = MakeDirs(dir.string()); !st.ok()) return st;
+  }
+  if (auto st = data::WriteStats(path, *s); !st.ok()) return st;
+  return s;
+}
+
+// Why the statistics at `path` do not fit, or "" when they do.
+std::string Mismatch(const data::ChannelStats& s, const data::ImagePrep& prep, const std::string& fingerprint) {
+  if (s.channels != prep.channels) return "they are for other channels than this run's";
+  if (s.dataset_fingerprint.empty()) return "they do not say which data set they are for (an older scdino wrote them)";
+  if (s.dataset_fingerprint != fingerprint) {
+    return "they are for another data set or preprocessing (fingerprint " + s.dataset_fingerprint +
+           ", this run's is " + fingerprint + ")";
+  }
+  return "";
+}
+
+}  // namespace
+
+StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& c, const data::Dataset& d,
+                                                const data::ImagePrep& prep, Coordinator& coordinator,
+                                                const std::function<bool()>& should_stop) {
+  const std::string path = c.stats_path();
+  const std::string fingerprint = DatasetFingerprint(d, prep);
+  StatusOr<data::ChannelStats> result = Status::Internal("statistics not computed");
+  Status shared = coordinator.RankZeroFirst("channel-statistics", [&]() -> Status {
+    if (FileExists(path)) {
+      if (auto own = CheckOwnPath(path, "the channel statistics file"); !own.ok()) return own;
+      auto s = data::ReadStats(path);
+      const std::string why = s.ok() ? Mismatch(*s, prep, fingerprint) : s.status().message();
+      if (why.empty()) {
+        result = std::move(s);
+        return Status::Ok();
+      }
+      if (!c.scdino.stats_file.empty()) {
+        return Status::FailedPrecondition(path + " (scdino.stats_file): not used: " + why +
+                                          "; delete it to recompute, or point scdino.stats_file elsewhere");
+      }
+      std::cerr << "scdino: recomputing the channel statistics: " << path << ": " << why << "\n";
+    }
+    result = ComputeAndWrite(c, d, prep, fingerprint, should_stop);
+    return result.status();
+  });
+  if (!shared.ok()) return shared;
+  if (coordinator.is_rank_zero()) return result;
+  if (auto own = CheckOwnPath(path, "the channel statistics file"); !own.ok()) return own;
+  auto s = data::ReadStats(path);
+  if (!s.ok()) return s.status();
+  if (auto why = Mismatch(*s, prep, fingerprint); !why.empty()) return Status::FailedPrecondition(path + ": " + why);
+  return s;
+}
+
+StatusOr<DataShape> MeasureData(const RunConfig& c, const data::Dataset& dataset, int64_t ranks) {
+  DataShape d;
+  d.ranks = ranks;
+  d.global_batch = c.train.batch_size_per_gpu * ranks;
+  if (c.scdino.data_source == "synthetic") {
+    const auto& s = c.scdino.synthetic;
+    d.origin = d.first_image = "the synthetic data set (scdino.synthetic)";
+    d.images = s.classes * s.per_class;
+    d.height = d.width = s.size;
+    d.channels = static_cast<int64_t>(c.channels().size());
+    return d;
+  }
+  d.origin = c.scdino.data_source == "csv" ? c.scdino.index_csv : c.meta.dataset_dir;
+  d.images = static_cast<int64_t>(dataset.entries.size());
+  const data::ImagePrep prep = c.image_prep();
+  // The first readable image (under on_bad_image: skip the first may be bad).
+  Status last = Status::NotFound(d.origin + ": no images");
+  for (size_t i = 0; i < dataset.entries.size() && i < 16; ++i) {
+    auto img = data::LoadEntry(dataset, i, prep);
+    if (!img.ok()) {
+      last = img.status();
+      continue;
+    }
+    d.first_image = dataset.entries[i].path;
+    d.channels = img->size(0);
+    d.height = img->size(1);
+    d.width = img->size(2);
+    return d;
+  }
+  return last;
+}
+
+Status MeasureFlips(const RunConfig& c, const data::Dataset& dataset, DataShape* shape,
+                   const std::function<bool()>& should_stop) {
+  const int64_t n = static_cast<int64_t>(dataset.entries.size());
+  if (c.scdino.data_source == "synthetic" || n < 64 || shape->height <= 0 || shape->width <= 0) return Status::Ok();
+  const int64_t queries = std::min<int64_t>(256, n / 4), wanted = std::min<int64_t>(1024, n - queries) + queries;
+  std::vector<size_t> order(dataset.entries.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::mt19937_64 rng(data::MixSeed({static_cast<uint64_t>(c.meta.seed), 0xf11e5ull}));
+  std::shuffle(order.begin(), order.end(), rng);
+  // At most 32 px a side: orientation is in the coarse layout, and the
+  // distances stay a small matrix product.
+  const double shrink = std::min(1.0, 32.0 / static_cast<double>(std::max(shape->height, shape->width)));
+  const int64_t h = std::max<int64_t>(1, std::lround(shape->height * shrink));
+  const int64_t w = std::max<int64_t>(1, std::lround(shape->width * shrink));
+  const data::ImagePrep prep = c.image_prep();
+  std::vector<torch::Tensor> rows;
+  // Unreadable images are passed over, up to as many again as the sample.
+  const size_t tries = std::min(order.size(), static_cast<size_t>(2 * wanted));
+  for (size_t i = 0; i < tries && static_cast<int64_t>(rows.size()) < wanted; ++i) {
+    if (should_stop && should_stop()) return Status::Aborted("stopped while measuring the images' orientation");
+    auto img = data::LoadEntry(dataset, order[i], prep);
+    if (!img.ok() || img->size(0) != shape->channels) continue;
+    rows.push_back(torch::adaptive_avg_pool2d(img->unsqueeze(0), {h, w}));
+  }
+  if (static_cast<int64_t>(rows.size()) < wanted / 2) return Status::Ok();
+  const auto all = torch::cat(rows).to(torch::kFloat64);
+  const int64_t q = std::min<int64_t>(queries, all.size(0) / 4);
+  const auto query = all.narrow(0, 0, q), refs = all.narrow(0, q, all.size(0) - q).flatten(1);
+  const auto ref_sq = refs.pow(2).sum(1);
+  // The median over the queries of the distance to the nearest reference.
+  auto nearest = [&](const torch::Tensor& x) {
+    const auto f = x.flatten(1);
+    const auto d2 = f.pow(2).sum(1, true) + ref_sq.unsqueeze(0) - 2.0 * f.matmul(refs.t());
+    return std::get<0>(d2.min(1)).clamp_min(0).sqrt().median().item<double>();
+  };
+  const double own = nearest(query);
+  if (own <= 0) return Status::Ok();  // duplicates: no evidence either way
+  shape->hflip_distance = nearest(query.flip({3})) / own;
+  shape->vflip_distance = nearest(query.flip({2})) / own;
+  shape->flip_sample = all.size(0);
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, data::Dataset dataset,
+                                                            Coordinator& coordinator, torch::Device device,
+                                                            const std::function<bool()>& should_stop) {
+  data::MultiCropOptions crops = c.multicrop_options();
+  data::SamplerOptions sampler;
+  sampler.batch_size = c.train.batch_size_per_gpu;
+  sampler.rank = coordinator.rank();
+  sampler.world_size = coordinator.world_size();
+  sampler.seed = static_cast<uint64_t>(c.meta.seed);
+  if (c.scdino.data_source == "synthetic") {
+    auto set = data::MakeSyntheticSet(c.scdino.synthetic);
+    auto images = set.images.index_select(1, torch::tensor(c.channels(), torch::kInt64)).contiguous();
+    // Per-channel statistics of the in-memory images for normalisation.
+    auto mean = images.mean({0, 2, 3}, false, torch::kFloat64);
+    auto std = images.to(torch::kFloat64).std({0, 2, 3}).clamp_min(1e-6);
+    for (int64_t i = 0; i < mean.size(0); ++i) {
+      crops.mean.push_back(mean[i].item<double>());
+      crops.std.push_back(std[i].item<double>());
+    }
+    std::unique_ptr<data::MultiCropSource> src =
+        std::make_unique<data::InMemorySource>(images, set.labels, sampler, crops, device, set.class_names);
+    return src;
+  }
+  if (coordinator.is_rank_zero()) {
+    for (const auto& why : dataset.skipped) std::cerr << "scdino: skipping " << why << "\n";
+  }
+  const data::ImagePrep prep = c.image_prep();
+  if (auto s = CheckChannels(dataset, prep); !s.ok()) return s;
+  auto stats = LoadOrComputeStats(c, dataset, prep, coordinator, should_stop);
+  if (!stats.ok()) return stats.status();
+  crops.mean = stats->mean;
+  crops.std = stats->std;
+  Status classes = coordinator.RankZeroFirst("classes", [&] {
+    if (auto s = MakeDirs(c.run_dir()); !s.ok()) return s;
+    return WriteFileAtomic(c.run_dir() + "/classes.json", nlohmann::json(dataset.classes).dump() + "\n");
+  });
+  if (!classes.ok()) return classes;
+  data::LoaderOptions lo;
+  const auto packed = dataset.packed;
+  const std::string shuffle = c.scdino.shuffle == "auto" ? (packed ? "blocks" : "global") : c.scdino.shuffle;
+  if (shuffle == "blocks") {
+    if (!packed) {
+      return Status::InvalidArgument("scdino.shuffle: blocks needs a packed data set (scdino-pack); " +
+                                     c.meta.dataset_dir + " is not one (use global or auto)");
+    }
+    data::UseBlockShuffle(*packed, c.scdino.shuffle_buffer, &sampler);
+  }
+  lo.prep = prep;
+  lo.sampler = sampler;
+  lo.crops = crops;
+  lo.threads = static_cast<int>(std::max<int64_t>(1, c.train.num_workers));
+  lo.prefetch = static_cast<int>(c.scdino.prefetch_batches);
+  lo.cache = c.scdino.cache_images;
+  lo.cache_max_bytes = c.scdino.cache_max_mb << 20;
+  lo.block_cache_max_bytes = c.scdino.block_cache_mb << 20;
+  lo.on_bad_image = c.bad_image_policy();
+  // A model that computes in bf16 or fp16 sees no more than float16 holds.
+  lo.upload_dtype = c.precision(device) == model::Precision::kFp32 ? torch::kFloat32 : torch::kHalf;
+  try {
+    auto loader = std::make_unique<data::FileLoader>(std::move(dataset), lo, device);
+    if (coordinator.is_rank_zero() && !loader->read_plan().empty()) {
+      std::cerr << "scdino: packed set " << c.meta.dataset_dir << ": " << loader->read_plan() << "\n";
+    }
+    std::unique_ptr<data::MultiCropSource> src = std::move(loader);
+    return src;
+  } catch (const StatusError& e) {
+    return e.status();
+  }
+}
+
+}  // namespace scdino::run

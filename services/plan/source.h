@@ -1,0 +1,88 @@
+// What a run reads: the indexed data set of its config, the channel
+// statistics of that data set (read when they are for it, else computed by
+// rank 0 while the other ranks wait), classes.json, and the multi-crop
+// source the trainer steps on.
+#pragma once
+
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "data/dataset.h"
+#include "data/batch_source.h"
+#include "data/packed.h"
+#include "data/stats.h"
+#include "config/config.h"
+#include "launch/coordinator.h"
+#include "plan/recipe.h"
+
+namespace scdino::run {
+
+/// The packed set meta.dataset_dir holds (data/packed.h), or null when it
+/// holds none: its node-local copy under $SCDINO_STAGE_DIR when one is
+/// staged and verified there (StagePackedSet), with a log line; the shared
+/// copy otherwise, with a warning. InvalidArgument when it was packed with
+/// labels at another folder depth.
+StatusOr<std::shared_ptr<const data::PackedSet>> OpenPackedDataset(
+    const RunConfig& config, const std::function<const char*(const char*)>& env = ::getenv);
+
+/// The indexed data set of a folder or csv data source, or of a packed set
+/// (Dataset::packed: read by index; bad files listed in Dataset::skipped
+/// under on_bad_image: skip); an empty one for the synthetic source (its
+/// images are made in memory). A process indexes once (a walk of a large
+/// folder tree takes minutes on a parallel file system) and hands the
+/// index to every stage: the recipe, the statistics, the source, the
+/// learning check, the features. A folder's walk reports its progress
+/// (common/progress.h) with its lines on `progress` (null: none, e.g. on
+/// ranks other than 0).
+StatusOr<data::Dataset> IndexDataset(const RunConfig& config, std::ostream* progress = &std::cerr);
+
+/// What statistics are for: the data set's files (relative to its root), the
+/// channel selection and the preprocessing before them.
+std::string DatasetFingerprint(const data::Dataset& d, const data::ImagePrep& prep);
+
+/// Checks the channel selection against the data set's first readable image
+/// before any work starts; InvalidArgument names the image, its channel count
+/// and the selection.
+Status CheckChannels(const data::Dataset& d, const data::ImagePrep& prep);
+
+/// Channel statistics from config.stats_path() when they are for this data
+/// set and channels; else computed and written there. A stale file in the run
+/// directory is recomputed (and the log says why); one the user named
+/// (scdino.stats_file) is refused instead, naming what differs. With several
+/// ranks, rank 0 computes and the others wait and read. `should_stop` is
+/// checked before each image: Aborted, nothing written.
+StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& config, const data::Dataset& dataset,
+                                                const data::ImagePrep& prep, Coordinator& coordinator,
+                                                const std::function<bool()>& should_stop = {});
+
+/// The data's shape for the recipe and the checks of plan/recipe.h: the
+/// number of images of `dataset` (IndexDataset) and the size (after
+/// center_crop) and channels of the first readable one, with the global
+/// batch of `ranks`.
+StatusOr<DataShape> MeasureData(const RunConfig& config, const data::Dataset& dataset, int64_t ranks);
+
+/// DataShape::hflip_distance and vflip_distance of `shape`: up to 256
+/// images against up to 1,024 others of `dataset` (a sample seeded by
+/// meta.seed, each prepared as for training and area-resized to at most
+/// 32 x 32 px at the first image's aspect), the median distance of each
+/// flipped image to its nearest other image over that of the image itself.
+/// Left at 0 (not measured) for the synthetic source and below 64 images;
+/// unreadable images are left out of the sample (and it is not measured
+/// where half of it cannot be read). `should_stop` is checked
+/// before each image: Aborted.
+Status MeasureFlips(const RunConfig& config, const data::Dataset& dataset, DataShape* shape,
+                    const std::function<bool()>& should_stop = {});
+
+/// The multi-crop source of the trainer on `device`, sharded for the
+/// coordinator's rank: in memory for synthetic data, else the threaded file
+/// loader of `dataset` (IndexDataset; after the statistics, and
+/// classes.json written by rank 0).
+StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& config, data::Dataset dataset,
+                                                            Coordinator& coordinator, torch::Device device,
+                                                            const std::function<bool()>& should_stop = {});
+
+}  // namespace scdino::run

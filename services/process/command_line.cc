@@ -1,0 +1,57 @@
+#include "process/command_line.h"
+
+#include "launch/environment.h"
+#include "plan/recipe.h"
+#include "process/exit_codes.h"
+
+namespace scdino::process {
+
+CommandLine::CommandLine(const std::string& program, const std::string& description, bool config_required)
+    : program_(program), app_(program, description) {
+  // What it was built with (LibTorch, CUDA, NCCL, cuDNN) and the GPUs it
+  // sees: asked only when --version is given.
+  app_->set_version_flag("--version", [program] { return program + " " + SCDINO_VERSION + "\n" + run::DescribeBuild(); },
+                         "print the version, what it was built with (LibTorch, CUDA, NCCL, cuDNN) and the GPUs "
+                         "visible, and exit");
+  auto* config = app_->add_option("--config", config_path_,
+                                  "the run's YAML config (scDINO's scDINO_full_pipeline.yaml keys plus section scdino; "
+                                  "docs/config.md)");
+  config->type_name("FILE");
+  if (config_required) config->required();
+  app_->add_option("--threads", threads_, "intra-op CPU threads; 0: all cores")
+      ->check(CLI::Range(int64_t{0}, int64_t{4096}))
+      ->default_str("scdino.threads")
+      ->type_name("N");
+}
+
+std::optional<int> CommandLine::Parse(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  if (auto code = app_.Parse(argc, argv, out, err)) return code;
+  if (config_path_.empty()) return std::nullopt;  // not required: the defaults
+  auto config = run::LoadRunConfig(config_path_);
+  if (!config.ok()) {
+    err << program_ << ": " << config.status().message() << "\n";
+    return kExitBadInput;
+  }
+  config_ = std::move(config).value();
+  for (const auto& w : config_.warnings) err << program_ << ": " << config_path_ << ": " << w << "\n";
+  return std::nullopt;
+}
+
+std::optional<run::RunConfig> CommandLine::RunSettings(const std::vector<run::KeyValue>& flags,
+                                                      std::ostream& err) const {
+  std::string warning;
+  auto settings = run::SettingsOfRun(config_, &warning);
+  if (settings.ok() && !flags.empty()) settings = run::WithValues(*settings, flags, /*file_wins=*/false);
+  if (!settings.ok()) {
+    err << program_ << ": " << settings.status().message() << "\n";
+    return std::nullopt;
+  }
+  if (!warning.empty()) err << program_ << ": warning: " << warning << "\n";
+  return std::move(settings).value();
+}
+
+int CommandLine::ConfigureCpu() const {
+  return run::ConfigureCpu(threads_ >= 0 ? threads_ : config_.scdino.threads, config_.scdino.cpu_gemm);
+}
+
+}  // namespace scdino::process

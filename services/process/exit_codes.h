@@ -1,0 +1,57 @@
+// Process exit codes shared by the services (docs/trainer.md lists them), and
+// the one mapping from an error's Status to its exit code.
+// Constants and a pure function; thread-safe.
+#pragma once
+
+#include "common/status.h"
+
+namespace scdino::process {
+
+inline constexpr int kExitCompleted = 0;
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitStopped = 3;       ///< --stop-after-iterations
+inline constexpr int kExitStoppedByApi = 4;  ///< scdinoctl stop: progress saved; do not requeue
+/// Training diverged (a non-finite loss, a collapse with on_collapse: stop):
+/// running it again would diverge again, so never requeued, even when a
+/// signal came at the same time.
+inline constexpr int kExitDiverged = 5;
+/// scdino-preflight: a check of the job's nodes, GPUs, network or storage
+/// is below its threshold; requeueing onto the same nodes would not help.
+inline constexpr int kExitPreflightFailed = 6;
+/// scdino-trainer completed with scdino.learning_check: require, but at the
+/// last learning check the teacher's features were no better than a random
+/// ViT's or the raw pixels' (docs/training.md): the
+/// checkpoints are there, the model did not learn; never requeued.
+inline constexpr int kExitDidNotLearn = 7;
+/// A write found the disk or the quota full (a checkpoint, the features):
+/// what was written before is complete; never requeued (it would fail again
+/// until space is made).
+inline constexpr int kExitNoSpace = 8;
+/// A peer rank or its node was lost mid-run (the ranks left name it): the
+/// last complete checkpoint is intact; the batch scripts requeue, and the
+/// job resumes on the nodes Slurm gives it (scdino.elastic_resume).
+inline constexpr int kExitPeerLost = 9;
+inline constexpr int kExitPreempted = 75;    ///< a signal: progress saved; requeue
+
+/// kExitBadInput for what the user can fix in the input (a bad config,
+/// data set, image, checkpoint or channel selection: InvalidArgument,
+/// NotFound, DataLoss, FailedPrecondition, AlreadyExists), else kExitFailed
+/// (disk, network, a dead peer, an internal error); kExitDiverged for
+/// Diverged, kExitNoSpace for NoSpace, kExitPeerLost for PeerLost.
+inline int ExitCodeFor(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kOk: return kExitCompleted;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kDataLoss:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kAlreadyExists: return kExitBadInput;
+    case StatusCode::kDiverged: return kExitDiverged;
+    case StatusCode::kNoSpace: return kExitNoSpace;
+    case StatusCode::kPeerLost: return kExitPeerLost;
+    default: return kExitFailed;
+  }
+}
+
+}  // namespace scdino::process

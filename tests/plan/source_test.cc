@@ -1,0 +1,240 @@
+// What a run reads before it starts: channel statistics reused only for the
+// data set and channels they were computed for, a channel selection the
+// images cannot satisfy refused up front, and whether the images share an
+// orientation (the recipe's flips).
+#include "plan/source.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/files.h"
+#include "data/image_io.h"
+#include "data/packed.h"
+#include "data/synthetic.h"
+#include "support/cell_folders.h"
+#include "support/test_support.h"
+
+namespace scdino::run {
+namespace {
+
+using scdino::testing::ScratchDir;
+
+// n images of 4 channels per class in class folders under dir/cells.
+void WriteCells(const std::string& dir, int64_t n, int64_t first = 0) {
+  data::SyntheticOptions so;
+  so.classes = 2;
+  so.per_class = n;
+  so.channels = 4;
+  so.size = 16;
+  scdino::testing::WriteCellFolders(dir + "/cells", so, "type_", first);
+}
+
+RunConfig Config(const std::string& dir, const std::string& extra = "", const std::string& channels = "021") {
+  auto c = ParseRunConfig("meta: {name_of_run: r, output_dir: \"" + dir + "\", dataset_dir: \"" + dir +
+                              "/cells\", selected_channel_combination_per_run: [\"" + channels + "\"]}\n"
+                              "train_scDINO: {num_workers: 1}\n" + extra,
+                          "cfg.yaml");
+  if (!c.ok()) throw std::runtime_error(c.status().ToString());
+  return *c;
+}
+
+// 3 classes of glyphs (an L, a T on its side, a step) of 24 px, shifted by
+// up to 2 px, with noise: all upright, or each flipped at random.
+void WriteGlyphs(const std::string& root, int64_t per_class, bool random_flips) {
+  torch::manual_seed(5);
+  for (int64_t k = 0; k < 3; ++k) {
+    const std::string d = root + "/glyph" + std::to_string(k);
+    std::filesystem::create_directories(d);
+    for (int64_t i = 0; i < per_class; ++i) {
+      auto g = torch::zeros({24, 24});
+      const int64_t dy = torch::randint(-2, 3, {1}).item<int64_t>(), dx = torch::randint(-2, 3, {1}).item<int64_t>();
+      auto bar = [&](int64_t y0, int64_t y1, int64_t x0, int64_t x1) {
+        g.slice(0, y0 + dy, y1 + dy).slice(1, x0 + dx, x1 + dx).fill_(1.0);
+      };
+      bar(4, 20, 4, 8);  // every glyph's upright stroke on the left
+      if (k == 0) bar(16, 20, 4, 18);
+      if (k == 1) bar(10, 14, 4, 18);
+      if (k == 2) bar(4, 8, 4, 12), bar(4, 12, 12, 16);
+      g = (g + 0.1 * torch::rand({24, 24})).clamp(0, 1);
+      if (random_flips && torch::rand({1}).item<double>() < 0.5) g = g.flip({1});
+      if (random_flips && torch::rand({1}).item<double>() < 0.5) g = g.flip({0});
+      auto hwc = (g.unsqueeze(2) * 255).round().to(torch::kUInt8);
+      ASSERT_TRUE(data::WriteTiff(d + "/" + std::to_string(i) + ".tif", hwc).ok());
+    }
+  }
+}
+
+TEST(Orientation, FlippedImagesOfAnOrientedSetAreFarFromTheRest) {
+  ScratchDir dir;
+  WriteGlyphs(dir.file("upright"), 40, false);
+  WriteGlyphs(dir.file("any_way"), 40, true);
+  // Cells of the README's kind: every which way, shifted by up to 18% of the
+  // side. (Crisp cells of 16 px shifted by less measure as oriented, and
+  // are: their centres lie half a pixel right of and below the middle.)
+  data::SyntheticOptions so;
+  so.classes = 2;
+  so.per_class = 60;
+  so.channels = 3;
+  so.size = 32;
+  so.difficulty = 0.6;
+  scdino::testing::WriteCellFolders(dir.file("cells"), so, "type_");
+  auto measure = [&](const std::string& data, const std::string& channels) {
+    auto c = Config(dir.path(), "", channels);
+    c.meta.dataset_dir = dir.file(data);
+    auto d = IndexDataset(c);
+    EXPECT_TRUE(d.ok());
+    auto shape = MeasureData(c, *d, 1);
+    EXPECT_TRUE(shape.ok());
+    EXPECT_TRUE(MeasureFlips(c, *d, &*shape).ok());
+    return *shape;
+  };
+  const DataShape upright = measure("upright", "0"), any_way = measure("any_way", "0"), cells = measure("cells", "021");
+  EXPECT_EQ(upright.flip_sample, 120);
+  EXPECT_GE(upright.hflip_distance, kOrientedFlipDistance);
+  EXPECT_GE(upright.vflip_distance, kOrientedFlipDistance);
+  for (const auto& s : {any_way, cells}) {
+    EXPECT_GT(s.hflip_distance, 0.0);
+    EXPECT_LT(s.hflip_distance, kOrientedFlipDistance);
+    EXPECT_LT(s.vflip_distance, kOrientedFlipDistance);
+  }
+  // Too few images to tell: not measured, the flips stay as configured.
+  WriteGlyphs(dir.file("few"), 10, false);
+  auto c = Config(dir.path(), "", "0");
+  c.meta.dataset_dir = dir.file("few");
+  auto d = IndexDataset(c);
+  auto shape = MeasureData(c, *d, 1);
+  ASSERT_TRUE(MeasureFlips(c, *d, &*shape).ok());
+  EXPECT_EQ(shape->hflip_distance, 0.0);
+  // A stop request ends the measure.
+  c = Config(dir.path(), "", "0");
+  c.meta.dataset_dir = dir.file("upright");
+  d = IndexDataset(c);
+  shape = MeasureData(c, *d, 1);
+  EXPECT_EQ(MeasureFlips(c, *d, &*shape, [] { return true; }).code(), StatusCode::kAborted);
+}
+
+TEST(Statistics, ReusedOnlyForTheDataSetTheyWereComputedFor) {
+  ScratchDir dir;
+  WriteCells(dir.path(), 4);
+  auto single = Coordinator::Single();
+  const RunConfig c = Config(dir.path());
+  auto d = IndexDataset(c);
+  ASSERT_TRUE(d.ok());
+  auto first = LoadOrComputeStats(c, *d, c.image_prep(), *single);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->dataset_fingerprint, DatasetFingerprint(*d, c.image_prep()));
+  // Unchanged: read back, not recomputed (the file is left as it was).
+  const std::string path = c.stats_path();
+  ASSERT_TRUE(WriteFileAtomic(path, data::StatsToJson([&] {
+                                auto s = *first;
+                                s.images = 12345;  // a marker only a reread shows
+                                return s;
+                              }()))
+                  .ok());
+  auto again = LoadOrComputeStats(c, *d, c.image_prep(), *single);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->images, 12345);
+  // More images: the data set changed, the run directory's file is recomputed.
+  WriteCells(dir.path(), 2, /*first=*/4);
+  auto grown = IndexDataset(c);
+  ASSERT_TRUE(grown.ok());
+  auto recomputed = LoadOrComputeStats(c, *grown, c.image_prep(), *single);
+  ASSERT_TRUE(recomputed.ok()) << recomputed.status().ToString();
+  EXPECT_NE(recomputed->images, 12345);
+  EXPECT_NE(recomputed->dataset_fingerprint, first->dataset_fingerprint);
+  // Other channels: a different fingerprint as well.
+  data::ImagePrep other = c.image_prep();
+  other.channels = {0, 1};
+  EXPECT_NE(DatasetFingerprint(*grown, other), recomputed->dataset_fingerprint);
+}
+
+TEST(Statistics, AFileTheUserNamedIsRefusedForAnotherDataSet) {
+  ScratchDir dir;
+  WriteCells(dir.path(), 3);
+  auto single = Coordinator::Single();
+  const RunConfig c = Config(dir.path(), "scdino: {stats_file: \"" + dir.file("shared_stats.json") + "\"}\n");
+  auto d = IndexDataset(c);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(LoadOrComputeStats(c, *d, c.image_prep(), *single).ok());
+  WriteCells(dir.path(), 1, /*first=*/3);
+  auto grown = IndexDataset(c);
+  auto r = LoadOrComputeStats(c, *grown, c.image_prep(), *single);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("shared_stats.json (scdino.stats_file)"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("another data set"), std::string::npos) << r.status().message();
+  // A file of an older version (no fingerprint) is not trusted either.
+  auto old = data::ReadStats(dir.file("shared_stats.json"));
+  old->dataset_fingerprint.clear();
+  ASSERT_TRUE(data::WriteStats(dir.file("shared_stats.json"), *old).ok());
+  auto legacy = LoadOrComputeStats(c, *d, c.image_prep(), *single);
+  ASSERT_FALSE(legacy.ok());
+  EXPECT_NE(legacy.status().message().find("older scdino"), std::string::npos) << legacy.status().message();
+}
+
+TEST(Channels, ASelectionTheImagesCannotSatisfyIsRefusedUpFront) {
+  ScratchDir dir;
+  WriteCells(dir.path(), 2);
+  auto single = Coordinator::Single();
+  const RunConfig c = Config(dir.path(), "", "027");
+  auto d = IndexDataset(c);
+  ASSERT_TRUE(d.ok());
+  auto s = CheckChannels(*d, c.image_prep());
+  ASSERT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("has 4 channel(s)"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(".tif"), std::string::npos) << s.message();
+  auto src = MakeSource(c, *d, *single, torch::kCPU);
+  ASSERT_FALSE(src.ok());
+  EXPECT_EQ(src.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckChannels(*d, Config(dir.path()).image_prep()).ok());
+}
+
+TEST(PackedDataset, ItsStatisticsAreTheFoldersAndItsLabelDepthAndStagedCopyAreChecked) {
+  ScratchDir dir;
+  WriteCells(dir.path(), 3);
+  const RunConfig folders = Config(dir.path());
+  auto d = IndexDataset(folders);
+  ASSERT_TRUE(d.ok());
+  data::PackOptions po;
+  po.out = dir.path() + "/packed";
+  po.block_samples = 2;
+  ASSERT_TRUE(data::PackDataset(*d, po).ok());
+  RunConfig packed = folders;
+  packed.meta.dataset_dir = po.out;
+  auto no_env = [](const char*) -> const char* { return nullptr; };
+  auto set = OpenPackedDataset(packed, no_env);
+  ASSERT_TRUE(set.ok() && *set) << set.status().ToString();
+  auto pd = IndexDataset(packed);
+  ASSERT_TRUE(pd.ok());
+  EXPECT_EQ(pd->entries.size(), d->entries.size());
+  // The statistics' fingerprint is of relative paths: the folders' file serves.
+  EXPECT_EQ(DatasetFingerprint(*pd, packed.image_prep()), DatasetFingerprint(*d, folders.image_prep()));
+  // A folder is not a packed set.
+  auto none = OpenPackedDataset(folders, no_env);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(*none);
+  // Labels at another depth than it was packed with: refused, naming both.
+  RunConfig deeper = packed;
+  deeper.meta.folder_depth_for_labels = 1;
+  auto refused = OpenPackedDataset(deeper, no_env);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("folder_depth_for_labels 0, the config says 1"), std::string::npos)
+      << refused.status().message();
+  // SCDINO_STAGE_DIR: the verified copy there, else the shared one.
+  const std::string stage = dir.path() + "/local";
+  auto env = [&](const char* name) -> const char* { return std::string(name) == "SCDINO_STAGE_DIR" ? stage.c_str() : nullptr; };
+  auto shared = OpenPackedDataset(packed, env);
+  ASSERT_TRUE(shared.ok());
+  EXPECT_EQ((*shared)->dataset().root, po.out);
+  ASSERT_TRUE(data::StagePackedSet(**set, stage).ok());
+  auto local = OpenPackedDataset(packed, env);
+  ASSERT_TRUE(local.ok());
+  // Read from the node's copy under the shared set's paths; LoadImage too.
+  EXPECT_EQ((*local)->files_dir(), stage + "/" + (*set)->content_fingerprint());
+  EXPECT_EQ((*local)->dataset().root, po.out);
+  EXPECT_EQ(*data::PackedSetOf(po.out + "/x/y.tif"), *local);
+}
+
+}  // namespace
+}  // namespace scdino::run

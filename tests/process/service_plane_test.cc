@@ -1,0 +1,73 @@
+// A service's long stages (any ProgressLog of the process, on any thread)
+// reach its control status and its metrics through the plane, as
+// scdinoctl status and Prometheus read them, and nothing after it is gone.
+#include "process/service_plane.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/files.h"
+#include "common/progress.h"
+#include "config/config.h"
+#include "support/scrape.h"
+#include "support/test_support.h"
+
+namespace scdino::process {
+namespace {
+
+using scdino::testing::Scrape;
+using scdino::testing::Value;
+
+TEST(ServicePlane, EveryLongStageReachesTheStatusAndTheMetrics) {
+  scdino::testing::ScratchDir dir;
+  auto config = run::ParseRunConfig("meta: {name_of_run: sp, output_dir: \"" + dir.path() + "\"}\n"
+                                    "scdino: {data_source: synthetic, control: {enabled: false}, metrics: {listen: 127.0.0.1, port: 0, "
+                                    "linger_seconds: 0}}\n",
+                                    "sp.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  auto plane = ServicePlane::Start(*config, run::LaunchInfo{}, {"eval", "queries", "kNN"});
+  ASSERT_TRUE(plane.ok()) << plane.status().ToString();
+  std::string target;
+  for (const auto& f : std::filesystem::directory_iterator(config->file_sd_dir())) {
+    target = nlohmann::json::parse(*ReadFile(f.path().string()))[0]["targets"][0];
+  }
+  const int port = std::stoi(target.substr(target.rfind(':') + 1));
+
+  // A step of the evaluation, reported from a thread of its own.
+  ProgressLog umap(nullptr, "scdino-eval: UMAP", "epochs");
+  std::thread([&] { umap.Report(5, 200); }).join();
+  RunStatus s = (*plane)->control().Snapshot();
+  EXPECT_EQ(s.stage, "UMAP");
+  EXPECT_EQ(s.stage_unit, "epochs");
+  EXPECT_EQ(s.stage_done, 5);
+  EXPECT_EQ(s.stage_total, 200);
+  EXPECT_FALSE(s.stage_finished);
+  std::string text = Scrape(port);
+  EXPECT_EQ(Value(text, "scdino_eval_stage_done{stage=\"UMAP\",unit=\"epochs\"}"), 5.0) << text;
+  EXPECT_EQ(Value(text, "scdino_eval_stage_total{stage=\"UMAP\",unit=\"epochs\"}"), 200.0) << text;
+  EXPECT_EQ(Value(text, "scdino_eval_stage_running{stage=\"UMAP\"}"), 1.0) << text;
+  umap.Report(200, 200);
+  EXPECT_TRUE((*plane)->control().Snapshot().stage_finished);
+  // The service's own work is a stage too, under the name it was given.
+  (*plane)->ReportProgress(10, 40);
+  s = (*plane)->control().Snapshot();
+  EXPECT_EQ(s.stage, "kNN");
+  EXPECT_EQ(s.stage_unit, "queries");
+  EXPECT_EQ(s.items_done, 10);
+  text = Scrape(port);
+  EXPECT_EQ(Value(text, "scdino_eval_stage_running{stage=\"UMAP\"}"), 0.0) << text;
+  EXPECT_EQ(Value(text, "scdino_eval_stage_done{stage=\"UMAP\",unit=\"epochs\"}"), 200.0) << text;
+  EXPECT_EQ(Value(text, "scdino_eval_stage_done{stage=\"kNN\",unit=\"queries\"}"), 10.0) << text;
+  (*plane)->Finish(RunState::kCompleted);
+  plane->reset();
+  // A stage after the plane is gone reaches no one (and does not crash).
+  ProgressLog later(nullptr, "scdino-eval: t-SNE", "iterations");
+  later.Report(1, 10);
+  later.Report(10, 10);
+}
+
+}  // namespace
+}  // namespace scdino::process
