@@ -46,7 +46,7 @@ Trainer::Trainer(run::RunConfig config, std::unique_ptr<data::MultiCropSource> s
       device_(options_.device ? *options_.device
                               : torch::Device(config.scdino.device == "cuda" ? torch::kCUDA : torch::kCPU)),
       config_(std::move(config)),
-      reporter_(options_.control) {
+      out_(options_.control) {
   RebuildModel();
   ThrowIfError(config_.CheckChannelCount(source_->channels(), "the data source"));
   if (auto c = options_.collective) {
@@ -91,29 +91,29 @@ Status Trainer::ApplyRecoverySettings(const std::vector<run::RecipeValue>& setti
   auto recovered = run::WithSettings(config_, settings);
   if (!recovered.ok()) return recovered.status();
   config_ = std::move(recovered).value();
-  recovery_.settings.insert(recovery_.settings.end(), settings.begin(), settings.end());
+  loop_.recovery.settings.insert(loop_.recovery.settings.end(), settings.begin(), settings.end());
   try {
     steps_.schedules = model::MakeSchedules(config_.schedule_options(steps_.niter, coordinator_->world_size()));
   } catch (const std::exception& e) {
     return Status::InvalidArgument(config_.source_path + " after a recovery: " + e.what());
   }
   RebuildModel();
-  nlohmann::json j{{"count", recovery_.count}, {"settings", nlohmann::json::array()}};
-  for (const auto& v : recovery_.settings) j["settings"].push_back({{"key", v.key}, {"value", v.value}});
-  if (checkpointer_) checkpointer_->set_recoveries(j.dump());
+  nlohmann::json j{{"count", loop_.recovery.count}, {"settings", nlohmann::json::array()}};
+  for (const auto& v : loop_.recovery.settings) j["settings"].push_back({{"key", v.key}, {"value", v.value}});
+  if (out_.checkpointer) out_.checkpointer->set_recoveries(j.dump());
   return Status::Ok();
 }
 
 StatusOr<std::string> Trainer::RollbackTarget(const std::string& verdict, int64_t it) const {
-  const std::string path = checkpointer_->HealthyPath();
+  const std::string path = out_.checkpointer->HealthyPath();
   if (FileExists(path)) return std::string("healthy");
   // The latest checkpoint holds weights trained under another on_collapse
   // setting: never replaced by untrained ones.
-  if (resumed_.from > 0 && !resumed_.under_recover) {
+  if (loop_.resumed.from > 0 && !loop_.resumed.under_recover) {
     return Status::Diverged("training collapsed (" + verdict + " at iteration " + std::to_string(it) +
                             "), and no checkpoint was judged healthy to roll back to (" + path +
-                            " is not there): " + checkpointer_->latest() + " (iteration " +
-                            std::to_string(resumed_.from) +
+                            " is not there): " + out_.checkpointer->latest() + " (iteration " +
+                            std::to_string(loop_.resumed.from) +
                             ") was trained without scdino.on_collapse: recover, and a rollback to the start would "
                             "replace it with untrained weights; it is kept as it is. Start afresh with the safer "
                             "settings (docs/training.md) in another run directory, or with --no-resume");
@@ -141,7 +141,7 @@ StatusOr<std::string> Trainer::LoadRollbackPoint(const std::string& path) {
 StatusOr<int64_t> Trainer::TakeRollbackPoint(const std::string& path) {
   // Rank 0 reads the file; its iteration, position and weights go to
   // every rank.
-  auto info = coordinator_->RankZeroDecides("rollback-info-" + std::to_string(recovery_.count),
+  auto info = coordinator_->RankZeroDecides("rollback-info-" + std::to_string(loop_.recovery.count),
                                             [&] { return LoadRollbackPoint(path); });
   if (!info.ok()) return info.status();
   CheckpointInfo saved;
@@ -179,14 +179,14 @@ StatusOr<int64_t> Trainer::Rollback(const std::string& verdict, int64_t it) {
   // Rank 0 decides which; its view of the run directory is the one that
   // counts, and its weights reach every rank (a node whose file system
   // shows no last_healthy, or an older one, trains the same weights).
-  const std::string path = checkpointer_->HealthyPath();
-  auto target = coordinator_->RankZeroDecides("rollback-" + std::to_string(recovery_.count + 1),
+  const std::string path = out_.checkpointer->HealthyPath();
+  auto target = coordinator_->RankZeroDecides("rollback-" + std::to_string(loop_.recovery.count + 1),
                                               [&] { return RollbackTarget(verdict, it); });
   if (!target.ok()) return target.status();
   const bool from_start = *target == "start";
-  ++recovery_.count;
+  ++loop_.recovery.count;
   RecoveryReport r;
-  r.recovery = recovery_.count;
+  r.recovery = loop_.recovery.count;
   r.max_recoveries = config_.scdino.max_recoveries;
   r.verdict = verdict;
   r.from_iteration = it;
@@ -194,19 +194,19 @@ StatusOr<int64_t> Trainer::Rollback(const std::string& verdict, int64_t it) {
   const auto settings = run::SaferSettings(config_, verdict);
   for (const auto& v : settings) r.changes.push_back(v.key + ": " + v.value + " (" + v.why + ")");
   if (auto s = ApplyRecoverySettings(settings); !s.ok()) return s;  // the model is rebuilt: fresh weights
-  resumed_.epoch = -1;
+  loop_.resumed.epoch = -1;
   if (!from_start) {
     auto to = TakeRollbackPoint(path);
     if (!to.ok()) return to.status();
     r.to_iteration = *to;
   }
-  recovery_.collapse = from_start ? "" : "healthy";
-  interval_ = Interval();
-  epoch_log_.Reset();
-  result_.recoveries = recovery_.count;
+  loop_.recovery.collapse = from_start ? "" : "healthy";
+  loop_.interval = Interval();
+  out_.epoch_log.Reset();
+  loop_.result.recoveries = loop_.recovery.count;
   // A restart now goes on from here, with these settings.
-  checkpointer_->set_epoch_position(EpochPosition(r.to_iteration));
-  if (auto s = checkpointer_->ResumePoint(r.to_iteration, steps_.niter); !s.ok()) return s;
+  out_.checkpointer->set_epoch_position(EpochPosition(r.to_iteration));
+  if (auto s = out_.checkpointer->ResumePoint(r.to_iteration, steps_.niter); !s.ok()) return s;
   ReportRecovery(r);
   return r.to_iteration;
 }
@@ -220,7 +220,7 @@ void Trainer::ReportRecovery(const RecoveryReport& r) {
     for (const auto& c : r.changes) *options_.progress << "scdino-trainer:   " << c << "\n";
     *options_.progress << std::flush;
   }
-  reporter_.Recovery(r);
+  out_.reporter.Recovery(r);
   if (options_.on_recovery) options_.on_recovery(r);
 }
 
@@ -272,11 +272,11 @@ Status Trainer::OutOfMemory(const std::string& what) const {
   }
   const auto& h = config_.train.hyperparameters;
   return Status::InvalidArgument(
-      "out of memory on " + device_.str() + " at iteration " + std::to_string(result_.iteration) + " (" + said +
-      "): train_scDINO.batch_size_per_gpu " + std::to_string(config_.train.batch_size_per_gpu) + " with 2 global crops of " +
-      std::to_string(h.global_crops_size) + " px and " + std::to_string(h.local_crops_number) + " local crops of " +
-      std::to_string(h.local_crops_size) + " px (" + h.arch + ", patch " + std::to_string(h.patch_size) + ", out_dim " +
-      std::to_string(h.out_dim) + ", precision " +
+      "out of memory on " + device_.str() + " at iteration " + std::to_string(loop_.result.iteration) + " (" + said +
+      "): train_scDINO.batch_size_per_gpu " + std::to_string(config_.train.batch_size_per_gpu) +
+      " with 2 global crops of " + std::to_string(h.global_crops_size) + " px and " +
+      std::to_string(h.local_crops_number) + " local crops of " + std::to_string(h.local_crops_size) + " px (" +
+      h.arch + ", patch " + std::to_string(h.patch_size) + ", out_dim " + std::to_string(h.out_dim) + ", precision " +
       model::PrecisionName(config_.precision(device_, options_.bf16_supported)) + ") needs more; " + peak +
       ". Lower train_scDINO.batch_size_per_gpu (more GPUs keep the global batch), "
       "hyperparameters.local_crops_number or the crop sizes");
@@ -288,8 +288,8 @@ std::optional<LearningReport> Trainer::CheckLearning(int64_t epoch, int64_t it) 
   const std::optional<LearningReport> checked = options_.learning_check(dino_->teacher->backbone, epoch + 1, it);
   if (!checked) return std::nullopt;
   const LearningReport& r = *checked;
-  result_.learning = r;
-  reporter_.Learning(r);
+  loop_.result.learning = r;
+  out_.reporter.Learning(r);
   if (options_.on_learning) options_.on_learning(r);
   if (options_.progress) {
     char tail[96];
@@ -330,18 +330,18 @@ StatusOr<TrainResult> Trainer::Run() {
     if (!lost.empty()) {
       r = Status::PeerLost("rank " + std::to_string(coordinator_->rank()) + " of " +
                            std::to_string(coordinator_->world_size()) + ": lost contact with " +
-                           coordinator_->DescribeRanks(lost) + " at iteration " + std::to_string(result_.iteration) +
-                           "; the last complete checkpoint, " + checkpointer_->latest() +
-                           ", is where the job resumes (" + r.status().message() + ")");
+                           coordinator_->DescribeRanks(lost) + " at iteration " +
+                           std::to_string(loop_.result.iteration) + "; the last complete checkpoint, " +
+                           out_.checkpointer->latest() + ", is where the job resumes (" + r.status().message() + ")");
     }
   }
-  reporter_.End(r.ok() && r->completed, r.ok() ? Status::Ok() : r.status());
+  out_.reporter.End(r.ok() && r->completed, r.ok() ? Status::Ok() : r.status());
   if (r.ok() && options_.collective) options_.collective->Shutdown();
   return r;
 }
 
 StatusOr<int64_t> Trainer::Resume() {
-  const std::string& latest = checkpointer_->latest();
+  const std::string& latest = out_.checkpointer->latest();
   // Rank 0 decides whether there is a checkpoint to resume from: a node
   // whose view of the shared file system lags must not start afresh alone.
   auto decided = coordinator_->RankZeroDecides("resume", [&]() -> StatusOr<std::string> {
@@ -358,7 +358,7 @@ StatusOr<int64_t> Trainer::Resume() {
     std::vector<run::RecipeValue> settings;
     try {
       const auto j = nlohmann::json::parse(info->recoveries_json);
-      recovery_.count = j.at("count").get<int64_t>();
+      loop_.recovery.count = j.at("count").get<int64_t>();
       for (const auto& v : j.at("settings")) {
         settings.push_back({v.at("key").get<std::string>(), v.at("value").get<std::string>(), "", false});
       }
@@ -368,9 +368,10 @@ StatusOr<int64_t> Trainer::Resume() {
     if (auto s = ApplyRecoverySettings(settings); !s.ok()) return s;
     info = LoadCheckpoint(latest, *dino_);
     if (!info.ok()) return info.status();
-    result_.recoveries = recovery_.count;
+    loop_.result.recoveries = loop_.recovery.count;
     if (coordinator_->is_rank_zero()) {
-      std::cerr << "scdino-trainer: resume: with the settings of " << recovery_.count << " recovery(ies) from a collapse\n";
+      std::cerr << "scdino-trainer: resume: with the settings of " << loop_.recovery.count
+                << " recovery(ies) from a collapse\n";
     }
   }
   // Every rank loaded the same iteration (the sums of it and its square
@@ -384,9 +385,9 @@ StatusOr<int64_t> Trainer::Resume() {
         " from " + latest + ", but the ranks' mean is " + std::to_string(sums[0] / world) +
         ": the nodes do not see the same file (a shared file system's cache?); run again once every node sees it");
   }
-  resumed_.from = info->iteration;
+  loop_.resumed.from = info->iteration;
   auto parsed = run::ParseRunConfig(info->config_text, latest);
-  resumed_.under_recover = recovery_.count > 0 || (parsed.ok() && parsed->scdino.on_collapse == "recover");
+  loop_.resumed.under_recover = loop_.recovery.count > 0 || (parsed.ok() && parsed->scdino.on_collapse == "recover");
   const RunShape now{coordinator_->world_size(), config_.train.batch_size_per_gpu, config_.train.epochs, steps_.niter,
                      source_->dataset_size(), config_.channels(), source_->epoch_order()};
   if (info->has_run_shape) {
@@ -399,13 +400,13 @@ StatusOr<int64_t> Trainer::Resume() {
     std::cerr << "scdino-trainer: resume: " << latest << " was written by an older version and does not record its "
               << "run's shape (batch, epochs, channels); they are not checked\n";
   }
-  result_.checkpoint = latest;
+  loop_.result.checkpoint = latest;
   auto place = PlaceAt(*info, latest);
   if (!place.ok()) return place.status();
   if (options_.progress && coordinator_->is_rank_zero()) {
     *options_.progress << "scdino-trainer: resuming from iteration " << place->iteration << " (epoch "
-                       << place->epoch + 1 << ", batch " << place->iteration % steps_.niter << " of " << steps_.niter << ", image "
-                       << place->position << " of the epoch's order) of " << latest << std::endl;
+                       << place->epoch + 1 << ", batch " << place->iteration % steps_.niter << " of " << steps_.niter
+                       << ", image " << place->position << " of the epoch's order) of " << latest << std::endl;
   }
   return place->iteration;
 }
@@ -421,39 +422,41 @@ StatusOr<Trainer::Place> Trainer::PlaceAt(const CheckpointInfo& info, const std:
   const int64_t done = info.iteration % saved_niter;
   p.position = info.epoch_position >= 0 ? info.epoch_position : done * saved_global;
   p.iteration = info.iteration;
-  resumed_.epoch_start = data::EpochStart(done);
+  loop_.resumed.epoch_start = data::EpochStart(done);
   if (saved_niter != steps_.niter || p.position != done * global) {
     try {
-      resumed_.epoch_start = source_->ResumeAt(p.position);
+      loop_.resumed.epoch_start = source_->ResumeAt(p.position);
     } catch (const std::exception& e) {
       return Status::FailedPrecondition(path + ": " + e.what());
     }
-    p.iteration = p.epoch * steps_.niter + resumed_.epoch_start.batch;
+    p.iteration = p.epoch * steps_.niter + loop_.resumed.epoch_start.batch;
   }
-  resumed_.epoch = p.epoch;
+  loop_.resumed.epoch = p.epoch;
   return p;
 }
 
 int64_t Trainer::EpochPosition(int64_t it) const {
   const int64_t global = source_->batch_size() * coordinator_->world_size();
   if (it % steps_.niter == 0) return 0;
-  if (it / steps_.niter != resumed_.epoch) return (it % steps_.niter) * global;
-  const int64_t first = resumed_.epoch_start.position < 0 ? resumed_.epoch_start.batch * global : resumed_.epoch_start.position;
-  return first + (it % steps_.niter - resumed_.epoch_start.batch) * global;
+  if (it / steps_.niter != loop_.resumed.epoch) return (it % steps_.niter) * global;
+  const int64_t first = loop_.resumed.epoch_start.position < 0 ? loop_.resumed.epoch_start.batch * global
+                                                               : loop_.resumed.epoch_start.position;
+  return first + (it % steps_.niter - loop_.resumed.epoch_start.batch) * global;
 }
 
 Status Trainer::LogSamples(int64_t it, const torch::Tensor& indices, const model::StepInput& in) {
   auto idx = indices.to(torch::kCPU, torch::kInt64).contiguous();
-  nlohmann::json line{{"iteration", it},
-                      {"epoch", in.epoch},
-                      {"rank", coordinator_->rank()},
-                      {"world_size", coordinator_->world_size()},
-                      {"lr", in.lr},
-                      {"weight_decay", in.weight_decay},
-                      {"momentum", in.momentum},
-                      {"teacher_temp", dino_->loss->teacher_temp_schedule()[static_cast<size_t>(in.epoch)]},
-                      {"samples", std::vector<int64_t>(idx.data_ptr<int64_t>(), idx.data_ptr<int64_t>() + idx.numel())}};
-  return samples_log_->Append(line.dump() + "\n");
+  nlohmann::json line{
+      {"iteration", it},
+      {"epoch", in.epoch},
+      {"rank", coordinator_->rank()},
+      {"world_size", coordinator_->world_size()},
+      {"lr", in.lr},
+      {"weight_decay", in.weight_decay},
+      {"momentum", in.momentum},
+      {"teacher_temp", dino_->loss->teacher_temp_schedule()[static_cast<size_t>(in.epoch)]},
+      {"samples", std::vector<int64_t>(idx.data_ptr<int64_t>(), idx.data_ptr<int64_t>() + idx.numel())}};
+  return out_.samples->Append(line.dump() + "\n");
 }
 
 run::Agreement Trainer::LocalView() const {
@@ -465,7 +468,7 @@ run::Agreement Trainer::LocalView() const {
     a.pause = r.pause;
     a.checkpoint_by_api = r.checkpoint;
   }
-  a.checkpoint_by_time = checkpointer_ && checkpointer_->TimeDue();
+  a.checkpoint_by_time = out_.checkpointer && out_.checkpointer->TimeDue();
   return a;
 }
 
@@ -492,7 +495,7 @@ Status Trainer::Launch(int64_t it) {
   in.lr = steps_.schedules.lr[it];
   in.weight_decay = steps_.schedules.weight_decay[it];
   in.momentum = steps_.schedules.momentum[it];
-  if (samples_log_) {
+  if (out_.samples) {
     if (auto s = LogSamples(it, b->indices, in); !s.ok()) return s;
   }
   model::StepHooks hooks;
@@ -520,35 +523,36 @@ Status Trainer::Launch(int64_t it) {
   report.teacher_temp = dino_->loss->teacher_temp_schedule()[static_cast<size_t>(epoch)];
   report.allreduce_wait_seconds = reducer_ ? reducer_->TakeWaitSeconds() : 0.0;
   p.values = Readback(out.readout);
-  pending_.push_back(std::move(p));
+  loop_.pending.push_back(std::move(p));
   return Status::Ok();
 }
 
 StatusOr<StepReport> Trainer::Complete() {
-  Pending p = std::move(pending_.front());
-  pending_.pop_front();
+  Pending p = std::move(loop_.pending.front());
+  loop_.pending.pop_front();
   const auto values = model::ReadStepValues(p.values.Get(), dino_->options().out_dim);
   StepReport report = p.report;
   // The agreement of this step's exchange, or (one process) the local view.
-  agreed_ = Merge(agreed_, reducer_ ? run::AgreementFromSums(values.extra) : coordinator_->Agree(LocalView()));
+  loop_.agreed =
+      Merge(loop_.agreed, reducer_ ? run::AgreementFromSums(values.extra) : coordinator_->Agree(LocalView()));
   const int64_t it = report.iteration - 1;
   if (!values.finite && config_.scdino.on_nonfinite_loss == "stop") {
     return Status::Diverged("loss is " + std::to_string(values.loss) + " at iteration " + std::to_string(it) +
                             " (epoch " + std::to_string(report.epoch) +
                             "); stopping (scdino.on_nonfinite_loss: skip would skip such steps). The last "
                             "checkpoint is " +
-                            (result_.checkpoint.empty() ? std::string("none") : result_.checkpoint));
+                            (loop_.result.checkpoint.empty() ? std::string("none") : loop_.result.checkpoint));
   }
   if (values.finite) {
-    result_.last_loss = values.loss;
+    loop_.result.last_loss = values.loss;
   } else {
-    ++result_.nonfinite_steps;
+    ++loop_.result.nonfinite_steps;
   }
   report.finite = values.finite;
-  report.loss = result_.last_loss;
+  report.loss = loop_.result.last_loss;
   report.health = values.health;
   // Until the next step was queued: the step's share of the loop's time.
-  report.step_seconds = Seconds(p.launched, pending_.empty() ? Clock::now() : pending_.front().launched);
+  report.step_seconds = Seconds(p.launched, loop_.pending.empty() ? Clock::now() : loop_.pending.front().launched);
   return report;
 }
 
@@ -557,36 +561,39 @@ bool Trainer::MustDrain(int64_t launched) const {
   // agreement's sums (a rank's own view reaches the others one step later).
   const int64_t in_epoch = launched % steps_.niter;
   return in_epoch == 0 || in_epoch % config_.scdino.log_every == 0 || launched >= steps_.total ||
-         (options_.stop_after_iterations >= 0 && launched >= options_.stop_after_iterations) || AnyRequest(agreed_);
+         (options_.stop_after_iterations >= 0 && launched >= options_.stop_after_iterations) ||
+         AnyRequest(loop_.agreed);
 }
 
 Status Trainer::EndOfInterval(int64_t it, const StepReport& last) {
   HealthReport h;
   h.iteration = it;
   h.epoch = last.epoch;
-  h.steps = interval_.health.steps();
-  h.health = interval_.health.Mean();
-  h.loss = h.steps > 0 ? interval_.loss / static_cast<double>(h.steps) : last.loss;
-  const double step_s = interval_.steps > 0 ? interval_.seconds / static_cast<double>(interval_.steps) : 0.0;
-  const double data_share = interval_.seconds > 0 ? interval_.data_wait / interval_.seconds : 0.0;
-  interval_ = Interval();
+  h.steps = loop_.interval.health.steps();
+  h.health = loop_.interval.health.Mean();
+  h.loss = h.steps > 0 ? loop_.interval.loss / static_cast<double>(h.steps) : last.loss;
+  const double step_s =
+      loop_.interval.steps > 0 ? loop_.interval.seconds / static_cast<double>(loop_.interval.steps) : 0.0;
+  const double data_share = loop_.interval.seconds > 0 ? loop_.interval.data_wait / loop_.interval.seconds : 0.0;
+  loop_.interval = Interval();
   // A fresh network's outputs are near-identical for every image, which
   // reads as a one-hot collapse: the verdict starts with the second epoch.
   Status stop;
   if (h.steps > 0 && last.epoch >= 1) {
     const auto verdict = model::JudgeCollapse(h.health);
     h.collapse = model::CollapseName(verdict);
-    if (h.collapse != recovery_.collapse && verdict != model::Collapse::kHealthy) {
+    if (h.collapse != loop_.recovery.collapse && verdict != model::Collapse::kHealthy) {
       const std::string what = std::string(h.collapse) + " at iteration " + std::to_string(it) + " (epoch " +
                                std::to_string(last.epoch) + "): " + model::DescribeCollapse(verdict, h.health) +
                                " over the last " + std::to_string(h.steps) + " iterations";
       const bool recover = config_.scdino.on_collapse == "recover";
-      if (recover && recovery_.count < config_.scdino.max_recoveries) {
-        recovery_.rollback = h.collapse;
+      if (recover && loop_.recovery.count < config_.scdino.max_recoveries) {
+        loop_.recovery.rollback = h.collapse;
       } else if (recover) {
-        stop = Status::Diverged("training collapsed again, " + what + ", after " + std::to_string(recovery_.count) +
-                                " recoveries (scdino.max_recoveries); stopping. docs/training.md says what to change; "
-                                "the last checkpoint is kept");
+        stop =
+            Status::Diverged("training collapsed again, " + what + ", after " + std::to_string(loop_.recovery.count) +
+                             " recoveries (scdino.max_recoveries); stopping. docs/training.md says what to change; "
+                             "the last checkpoint is kept");
       } else if (config_.scdino.on_collapse == "stop") {
         stop = Status::Diverged("training collapsed, " + what +
                                           "; stopping (scdino.on_collapse: stop). docs/training.md says what to "
@@ -596,13 +603,13 @@ Status Trainer::EndOfInterval(int64_t it, const StepReport& last) {
                            << "; docs/training.md says what to change (scdino.on_collapse: stop would stop here)"
                            << std::endl;
       }
-    } else if (verdict == model::Collapse::kHealthy && !recovery_.collapse.empty() && recovery_.collapse != h.collapse &&
-               options_.progress && coordinator_->is_rank_zero()) {
+    } else if (verdict == model::Collapse::kHealthy && !loop_.recovery.collapse.empty() &&
+               loop_.recovery.collapse != h.collapse && options_.progress && coordinator_->is_rank_zero()) {
       *options_.progress << "scdino-trainer: healthy again at iteration " << it << std::endl;
     }
-    recovery_.collapse = h.collapse;
+    loop_.recovery.collapse = h.collapse;
   }
-  reporter_.Health(h);
+  out_.reporter.Health(h);
   if (options_.on_health) options_.on_health(h);
   if (options_.progress && coordinator_->is_rank_zero()) {
     char buf[640];
@@ -622,14 +629,15 @@ Status Trainer::EndOfInterval(int64_t it, const StepReport& last) {
 }
 
 Status Trainer::EndOfEpoch(int64_t epoch, int64_t it) {
-  reporter_.State(RunState::kCheckpointing);
-  Status s = checkpointer_->EndOfEpoch(epoch, it, steps_.niter, it == steps_.total);
-  if (s.ok()) result_.checkpoint = checkpointer_->latest();
+  out_.reporter.State(RunState::kCheckpointing);
+  Status s = out_.checkpointer->EndOfEpoch(epoch, it, steps_.niter, it == steps_.total);
+  if (s.ok()) loop_.result.checkpoint = out_.checkpointer->latest();
   // What recover rolls back to: an epoch end judged healthy.
-  if (s.ok() && config_.scdino.on_collapse == "recover" && recovery_.rollback.empty() && recovery_.collapse == "healthy") {
-    s = checkpointer_->KeepAsHealthy();
+  if (s.ok() && config_.scdino.on_collapse == "recover" && loop_.recovery.rollback.empty() &&
+      loop_.recovery.collapse == "healthy") {
+    s = out_.checkpointer->KeepAsHealthy();
   }
-  reporter_.State(RunState::kRunning);
+  out_.reporter.State(RunState::kRunning);
   return s;
 }
 
@@ -638,20 +646,20 @@ StatusOr<StopReason> Trainer::Act(run::Agreement agreed, int64_t it) {
   while (true) {
     if (agreed.stop()) return agreed.stop_by_api ? StopReason::kApi : StopReason::kSignal;
     if (agreed.checkpoint_by_api) {
-      reporter_.State(RunState::kCheckpointing);
-      auto path = checkpointer_->Snapshot(it, steps_.niter);
+      out_.reporter.State(RunState::kCheckpointing);
+      auto path = out_.checkpointer->Snapshot(it, steps_.niter);
       if (options_.control) {
         options_.control->CompleteCheckpoints(path.ok() ? StatusOr<std::string>(*path) : path.status(), it);
       }
       if (!path.ok()) return path.status();
-      result_.checkpoint = checkpointer_->latest();
+      loop_.result.checkpoint = out_.checkpointer->latest();
     } else if (agreed.checkpoint_by_time) {
-      reporter_.State(RunState::kCheckpointing);
-      if (auto s = checkpointer_->ResumePoint(it, steps_.niter); !s.ok()) return s;
-      result_.checkpoint = checkpointer_->latest();
+      out_.reporter.State(RunState::kCheckpointing);
+      if (auto s = out_.checkpointer->ResumePoint(it, steps_.niter); !s.ok()) return s;
+      loop_.result.checkpoint = out_.checkpointer->latest();
     }
     if (!agreed.pause) break;
-    reporter_.State(RunState::kPaused);
+    out_.reporter.State(RunState::kPaused);
     paused = true;
     // Rank 0 waits for a request; the others wait in the next agreement,
     // which comes every 200 ms, so a pause may outlast the collective
@@ -663,7 +671,7 @@ StatusOr<StopReason> Trainer::Act(run::Agreement agreed, int64_t it) {
     }
     agreed = coordinator_->Agree(LocalView());
   }
-  if (paused || agreed.checkpoint_by_api || agreed.checkpoint_by_time) reporter_.State(RunState::kRunning);
+  if (paused || agreed.checkpoint_by_api || agreed.checkpoint_by_time) out_.reporter.State(RunState::kRunning);
   return StopReason::kNone;
 }
 
@@ -687,47 +695,47 @@ StatusOr<int64_t> Trainer::Start() {
                       config_.channels(), source_->epoch_order()};
   CheckpointPolicy policy{config_.train.saveckp_freq, config_.scdino.keep_checkpoints,
                           config_.scdino.checkpoint_every_minutes};
-  checkpointer_ = std::make_unique<Checkpointer>(run_dir, policy, *coordinator_, *dino_, info,
+  out_.checkpointer = std::make_unique<Checkpointer>(run_dir, policy, *coordinator_, *dino_, info,
                                                  [this](const CheckpointReport& r) {
-                                                   reporter_.Checkpoint(r);
+                                                   out_.reporter.Checkpoint(r);
                                                    if (options_.on_checkpoint) options_.on_checkpoint(r);
                                                  });
   auto resumed = Resume();
   if (!resumed.ok()) return resumed.status();
   const int64_t it = *resumed;
-  result_.iteration = it;
+  loop_.result.iteration = it;
   // A run that starts afresh (--no-resume, a reused run directory) must not
   // roll back to another run's healthy checkpoint.
-  if (it == 0 && coordinator_->is_rank_zero()) std::remove(checkpointer_->HealthyPath().c_str());
+  if (it == 0 && coordinator_->is_rank_zero()) std::remove(out_.checkpointer->HealthyPath().c_str());
   if (coordinator_->is_rank_zero()) {
     auto f = Env::Default()->NewAppendableFile(run_dir + "/log.jsonl");
     if (!f.ok()) return f.status();
-    epoch_file_ = std::move(f).value();
+    out_.epoch_file = std::move(f).value();
   }
   if (config_.scdino.log_samples) {
     if (auto s = MakeDirs(run_dir + "/samples"); !s.ok()) return s;
     auto f = Env::Default()->NewAppendableFile(run_dir + "/samples/rank" + std::to_string(coordinator_->rank()) +
                                                ".jsonl");
     if (!f.ok()) return f.status();
-    samples_log_ = std::move(f).value();
+    out_.samples = std::move(f).value();
   }
-  reporter_.Start(it, steps_.niter, epochs, source_->batch_size() * world);
+  out_.reporter.Start(it, steps_.niter, epochs, source_->batch_size() * world);
   // A resume with a larger global batch can find less than one batch left
   // in its epoch: that epoch ends here, with its checkpoints (the last
   // epoch's end completes the run).
-  if (resumed_.epoch >= 0 && it > 0 && it % steps_.niter == 0 && it / steps_.niter - 1 == resumed_.epoch) {
-    checkpointer_->set_epoch_position(0);
-    if (auto s = EndOfEpoch(resumed_.epoch, it); !s.ok()) return s;
+  if (loop_.resumed.epoch >= 0 && it > 0 && it % steps_.niter == 0 && it / steps_.niter - 1 == loop_.resumed.epoch) {
+    out_.checkpointer->set_epoch_position(0);
+    if (auto s = EndOfEpoch(loop_.resumed.epoch, it); !s.ok()) return s;
   }
   return it;
 }
 
 Status Trainer::LogEpoch(int64_t epoch, int64_t it, double seconds, const StepReport& last) {
   const auto sum = [this](std::vector<double> v) { return coordinator_->Sum(std::move(v)); };
-  auto line = epoch_log_.Line(epoch, it, seconds, last, sum);
-  if (!recovery_.collapse.empty()) line["collapse"] = recovery_.collapse;
-  if (recovery_.count > 0) line["recoveries"] = recovery_.count;
-  if (recovery_.rollback.empty()) {
+  auto line = out_.epoch_log.Line(epoch, it, seconds, last, sum);
+  if (!loop_.recovery.collapse.empty()) line["collapse"] = loop_.recovery.collapse;
+  if (loop_.recovery.count > 0) line["recoveries"] = loop_.recovery.count;
+  if (loop_.recovery.rollback.empty()) {
     if (auto check = CheckLearning(epoch, it)) {
       line["knn_top1"] = check->trained_top1;
       line["knn_random_top1"] = check->random_top1;
@@ -740,43 +748,43 @@ Status Trainer::LogEpoch(int64_t epoch, int64_t it, double seconds, const StepRe
     line["gpu_mem_reserved_bytes"] = mem->reserved_bytes;
   }
   if (dino_->scaler) line["loss_scale"] = dino_->scaler->scale();
-  epoch_log_.Reset();
-  if (!epoch_file_) return Status::Ok();
-  if (auto s = epoch_file_->Append(line.dump() + "\n"); !s.ok()) return s;
+  out_.epoch_log.Reset();
+  if (!out_.epoch_file) return Status::Ok();
+  if (auto s = out_.epoch_file->Append(line.dump() + "\n"); !s.ok()) return s;
   if (options_.log) *options_.log << line.dump() << std::endl;
   return Status::Ok();
 }
 
 void Trainer::Count(const StepReport& report) {
-  result_.iteration = report.iteration;
-  checkpointer_->set_epoch_position(EpochPosition(report.iteration));
-  epoch_log_.Add(report);
-  reporter_.Step(report, result_.nonfinite_steps);
+  loop_.result.iteration = report.iteration;
+  out_.checkpointer->set_epoch_position(EpochPosition(report.iteration));
+  out_.epoch_log.Add(report);
+  out_.reporter.Step(report, loop_.result.nonfinite_steps);
   if (options_.on_step) options_.on_step(report);
   if (report.finite) {
-    interval_.health.Add(report.health);
-    interval_.loss += report.loss;
+    loop_.interval.health.Add(report.health);
+    loop_.interval.loss += report.loss;
   }
-  ++interval_.steps;
-  interval_.seconds += report.step_seconds;
-  interval_.data_wait += report.data_wait_seconds;
+  ++loop_.interval.steps;
+  loop_.interval.seconds += report.step_seconds;
+  loop_.interval.data_wait += report.data_wait_seconds;
 }
 
 StatusOr<StopReason> Trainer::Stop(int64_t it) {
   const auto paused_from = Clock::now();
-  auto reason = Act(std::exchange(agreed_, run::Agreement()), it);
-  epoch_began_ += Clock::now() - paused_from;  // a pause is not training time
+  auto reason = Act(std::exchange(loop_.agreed, run::Agreement()), it);
+  loop_.epoch_began += Clock::now() - paused_from;  // a pause is not training time
   if (!reason.ok()) return reason.status();
   if (*reason == StopReason::kNone && options_.stop_after_iterations >= 0 && it >= options_.stop_after_iterations) {
     reason = StopReason::kIterationLimit;
   }
   if (*reason != StopReason::kNone) {
-    reporter_.State(RunState::kStopping);
+    out_.reporter.State(RunState::kStopping);
     if (it % steps_.niter != 0) {
-      if (auto s = checkpointer_->ResumePoint(it, steps_.niter); !s.ok()) return s;
-      result_.checkpoint = checkpointer_->latest();
+      if (auto s = out_.checkpointer->ResumePoint(it, steps_.niter); !s.ok()) return s;
+      loop_.result.checkpoint = out_.checkpointer->latest();
     }
-    result_.stopped_by = *reason;
+    loop_.result.stopped_by = *reason;
   }
   return reason;
 }
@@ -786,7 +794,7 @@ StatusOr<TrainResult> Trainer::RunLoop() {
   if (!started.ok()) return started.status();
   int64_t it = *started;
   bool epoch_started = false;
-  agreed_ = run::Agreement();
+  loop_.agreed = run::Agreement();
   // `launched` steps are queued on the device; `it` of them are read. A
   // step's values are read once the next is queued, or at once where
   // something needs them (MustDrain); checkpoints, the agreement's actions
@@ -795,14 +803,14 @@ StatusOr<TrainResult> Trainer::RunLoop() {
   while (it < steps_.total) {
     if (!epoch_started) {
       const int64_t epoch = launched / steps_.niter;
-      source_->StartEpoch(epoch, epoch == resumed_.epoch ? resumed_.epoch_start
+      source_->StartEpoch(epoch, epoch == loop_.resumed.epoch ? loop_.resumed.epoch_start
                                                          : data::EpochStart(launched % steps_.niter));
       epoch_started = true;
-      epoch_began_ = Clock::now();
+      loop_.epoch_began = Clock::now();
     }
     if (auto s = Launch(launched); !s.ok()) return s;
     ++launched;
-    while (!pending_.empty() && (pending_.size() > 1 || MustDrain(launched))) {
+    while (!loop_.pending.empty() && (loop_.pending.size() > 1 || MustDrain(launched))) {
       auto report = Complete();
       if (!report.ok()) return report.status();
       Count(*report);
@@ -811,33 +819,33 @@ StatusOr<TrainResult> Trainer::RunLoop() {
       const Status collapsed =
           (it % steps_.niter) % config_.scdino.log_every == 0 ? EndOfInterval(it, *report) : Status::Ok();
       if (it % steps_.niter == 0) {
-        if (auto s = LogEpoch(report->epoch, it, Seconds(epoch_began_, Clock::now()), *report); !s.ok()) return s;
+        if (auto s = LogEpoch(report->epoch, it, Seconds(loop_.epoch_began, Clock::now()), *report); !s.ok()) return s;
         epoch_started = false;
         if (auto s = EndOfEpoch(report->epoch, it); !s.ok()) return s;
       }
       if (!collapsed.ok()) {
         if (it % steps_.niter != 0) {
-          if (auto s = checkpointer_->ResumePoint(it, steps_.niter); !s.ok()) return s;
+          if (auto s = out_.checkpointer->ResumePoint(it, steps_.niter); !s.ok()) return s;
         }
         return collapsed;
       }
-      if (!recovery_.rollback.empty()) {
-        auto back = Rollback(std::exchange(recovery_.rollback, ""), it);
+      if (!loop_.recovery.rollback.empty()) {
+        auto back = Rollback(std::exchange(loop_.recovery.rollback, ""), it);
         if (!back.ok()) return back.status();
-        result_.iteration = it = launched = *back;
-        agreed_ = run::Agreement();
+        loop_.result.iteration = it = launched = *back;
+        loop_.agreed = run::Agreement();
         epoch_started = false;
         break;
       }
       if (it >= steps_.total) break;
-      if (!pending_.empty()) continue;  // acted on once every queued step is read
+      if (!loop_.pending.empty()) continue;  // acted on once every queued step is read
       auto reason = Stop(it);
       if (!reason.ok()) return reason.status();
-      if (*reason != StopReason::kNone) return result_;
+      if (*reason != StopReason::kNone) return loop_.result;
     }
   }
-  result_.completed = true;
-  return result_;
+  loop_.result.completed = true;
+  return loop_.result;
 }
 
 }  // namespace scdino::training

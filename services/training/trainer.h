@@ -135,7 +135,7 @@ class Trainer {
   /// whether the loop stops there (after a resume checkpoint).
   StatusOr<StopReason> Stop(int64_t it);
   /// Loads the latest checkpoint (after checking the run's shape); returns
-  /// the iteration to continue from, and sets resumed_.epoch_start to where that
+  /// the iteration to continue from, and sets loop_.resumed.epoch_start to where that
   /// epoch's batches start (a position of its own on another global batch).
   StatusOr<int64_t> Resume();
   /// Samples of the current epoch's order trained on after iteration `it`.
@@ -147,7 +147,7 @@ class Trainer {
   Status Launch(int64_t it);
   /// The report of the oldest queued step: its values read back (after the
   /// next step was queued, the device does not wait for that) and the
-  /// agreement it carried merged into agreed_.
+  /// agreement it carried merged into loop_.agreed.
   StatusOr<StepReport> Complete();
   /// Whether the steps queued so far must all be read before the next is
   /// queued: a step after which something needs its values at once (a
@@ -200,7 +200,7 @@ class Trainer {
   /// loaded a rollback point); `tensors`: rank 0's [name, dtype, shape]s.
   Status TakeRankZeroState(const nlohmann::json& tensors);
   /// Where this run goes on from a checkpoint saved at `info`'s run shape:
-  /// sets resumed_.epoch_start and resumed_.epoch (a resume, a rollback).
+  /// sets loop_.resumed.epoch_start and .epoch (a resume, a rollback).
   struct Place {
     int64_t iteration = 0, epoch = 0, position = 0;
   };
@@ -225,7 +225,7 @@ class Trainer {
     model::Schedules schedules;
   } steps_;
 
-  // Owned by the loop.
+  // Owned by the loop (loop_), and its parts.
   /// Where this process resumed (a resume, a rollback).
   struct Resumed {
     int64_t from = 0;            ///< the iteration it resumed from (0: it started afresh)
@@ -234,7 +234,7 @@ class Trainer {
     /// resume set it for (-1: none pending).
     data::EpochStart epoch_start;
     int64_t epoch = -1;
-  } resumed_;
+  };
   /// The logging interval's steps so far (every step, skipped ones too):
   /// their health and loss, time and wait for data, for the progress line.
   struct Interval {
@@ -242,33 +242,41 @@ class Trainer {
     double loss = 0.0;
     int64_t steps = 0;
     double seconds = 0.0, data_wait = 0.0;
-  } interval_;
+  };
   /// The collapse verdicts and the recoveries from them.
   struct Recovery {
     std::string collapse;  ///< the last verdict ("" before the first)
     std::string rollback;  ///< a verdict the loop rolls back from after this step (recover)
     int64_t count = 0;
     std::vector<run::RecipeValue> settings;  ///< of the recoveries so far, in order (later ones win)
-  } recovery_;
+  };
   /// The queued steps: what the host knows of each, and its values on the way.
   struct Pending {
     StepReport report;
     Readback values;
     Clock::time_point launched;
   };
-  std::deque<Pending> pending_;
-  /// What the ranks agreed in the exchanges of the steps read since the
-  /// last Act (requests are acted on once every queued step is read).
-  run::Agreement agreed_;
-  Clock::time_point epoch_began_;  ///< pauses excluded
-  TrainResult result_;
+  struct Loop {
+    Resumed resumed;
+    Interval interval;
+    Recovery recovery;
+    std::deque<Pending> pending;
+    /// What the ranks agreed in the exchanges of the steps read since the
+    /// last Act (requests are acted on once every queued step is read).
+    run::Agreement agreed;
+    Clock::time_point epoch_began;  ///< pauses excluded
+    TrainResult result;
+  } loop_;
 
   // Where the run is written and reported.
-  StatusReporter reporter_;
-  std::unique_ptr<Checkpointer> checkpointer_;
-  EpochLog epoch_log_;
-  std::unique_ptr<WritableFile> epoch_file_;  ///< rank 0's log.jsonl
-  std::unique_ptr<WritableFile> samples_log_;
+  struct Outputs {
+    explicit Outputs(RunControl* control) : reporter(control) {}
+    StatusReporter reporter;
+    std::unique_ptr<Checkpointer> checkpointer;
+    EpochLog epoch_log;
+    std::unique_ptr<WritableFile> epoch_file;  ///< rank 0's log.jsonl
+    std::unique_ptr<WritableFile> samples;     ///< samples/rank<N>.jsonl (scdino.log_samples)
+  } out_;
 };
 
 }  // namespace scdino::training
