@@ -396,8 +396,15 @@ StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(ServerOptions opti
   return server;
 }
 
+void ControlServer::StopServing() {
+  if (!server_) return;
+  // Every service NOT_SERVING, and no later change.
+  if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
+}
+
 void ControlServer::Shutdown() {
   if (!server_) return;
+  StopServing();
   impl_->shutting_down_.store(true);
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server_->Wait();

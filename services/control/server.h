@@ -57,7 +57,11 @@ class ControlServer {
   int port() const { return port_; }
   bool tls() const { return !options_.tls_cert_file.empty(); }
   int64_t refused_calls() const { return refused_->load(); }
-  /// Ends open streams, then stops.
+  /// grpc.health.v1 says NOT_SERVING for every service from now on (a
+  /// Watch stream gets it at once): the process is ending. Calls are still
+  /// answered until Shutdown.
+  void StopServing();
+  /// NOT_SERVING (StopServing), then ends open streams and stops.
   void Shutdown();
 
  private:

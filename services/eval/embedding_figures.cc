@@ -53,8 +53,63 @@ std::vector<float> FirstTwo(const View& v) {
   return out;
 }
 
+// A compressed-row matrix from per-row (column, value) lists, each row's
+// columns sorted (scipy's canonical form).
+features::ObspMatrix Csr(const std::string& name, std::vector<std::vector<std::pair<int64_t, float>>> rows) {
+  features::ObspMatrix m;
+  m.name = name;
+  m.indptr.push_back(0);
+  for (auto& row : rows) {
+    std::sort(row.begin(), row.end());
+    for (const auto& [col, value] : row) {
+      m.indices.push_back(col);
+      m.data.push_back(value);
+    }
+    m.indptr.push_back(static_cast<int64_t>(m.indices.size()));
+  }
+  return m;
+}
+
+// What scanpy's pp.neighbors (method "umap", Euclidean) leaves in an
+// AnnData, from the Euclidean neighbour graph: obsp['distances'] (each
+// row's n_neighbors - 1 nearest), obsp['connectivities'] (UMAP's fuzzy
+// simplicial set) and uns['neighbors'] naming them and the parameters, so
+// that sc.tl.leiden or sc.tl.umap use them as they are.
+Status ScanpyNeighbors(const NeighborGraph& g, int64_t n_neighbors, int threads, features::AnnData* a) {
+  const int64_t kuse = std::min(n_neighbors - 1, g.n - 1);
+  std::vector<std::vector<std::pair<int64_t, float>>> distances(static_cast<size_t>(g.n));
+  for (int64_t i = 0; i < g.n; ++i) {
+    for (int64_t r = 0; r < kuse; ++r) {
+      distances[i].push_back({static_cast<int64_t>(g.indices[i * g.k + r]), g.distances[i * g.k + r]});
+    }
+  }
+  auto fuzzy = FuzzySimplicialSet(g, n_neighbors, threads);
+  if (!fuzzy.ok()) return fuzzy.status();
+  std::vector<std::vector<std::pair<int64_t, float>>> connectivities(static_cast<size_t>(g.n));
+  for (int64_t i = 0; i < g.n; ++i) {
+    for (int64_t e = fuzzy->offsets[i]; e < fuzzy->offsets[i + 1]; ++e) {
+      connectivities[i].push_back({fuzzy->cols[e], fuzzy->vals[e]});
+    }
+  }
+  a->obsp.push_back(Csr("distances", std::move(distances)));
+  a->obsp.push_back(Csr("connectivities", std::move(connectivities)));
+  features::UnsDict params{
+      "params", {{"method", "umap"}, {"metric", "euclidean"}}, {{"n_neighbors", n_neighbors}}, {}, {}, {}};
+  a->uns_dicts.push_back(
+      {"neighbors", {{"connectivities_key", "connectivities"}, {"distances_key", "distances"}}, {}, {}, {}, {params}});
+  return Status::Ok();
+}
+
+// The neighbour graph scanpy's entries come from: the Euclidean one, with
+// UMAP's neighbourhood when UMAP ran, else scanpy's default of 15.
+struct ScanpyGraph {
+  const NeighborGraph* graph = nullptr;  ///< null: none was computed
+  int64_t n_neighbors = 15;
+};
+
 Status WriteCoordinates(const features::FeatureSet& set, const std::vector<int64_t>& rows, const torch::Tensor& x,
                         const std::vector<View>& views, const json& summary, const std::vector<int64_t>& kmeans,
+                        const std::array<double, 2>& pca_variance_ratio, const ScanpyGraph& neighbors, int threads,
                         const std::string& out_dir) {
   std::ostringstream csv;
   csv << "index,path,class_name";
@@ -90,6 +145,11 @@ Status WriteCoordinates(const features::FeatureSet& set, const std::vector<int64
   for (int64_t i = 0; i < a.n_vars; ++i) a.var_names.push_back("cls_" + std::to_string(i));
   for (const auto& v : views) a.obsm.push_back({"X_" + v.name, v.cols, v.xy});
   a.uns_strings = {{"scdino_embeddings", summary.dump()}, {"features", set.dir}};
+  // scanpy's own entries: uns['pca'] beside obsm['X_pca'], and the graph.
+  a.uns_dicts.push_back({"pca", {}, {}, {}, {{"variance_ratio", {pca_variance_ratio[0], pca_variance_ratio[1]}}}, {}});
+  if (neighbors.graph) {
+    if (auto s = ScanpyNeighbors(*neighbors.graph, neighbors.n_neighbors, threads, &a); !s.ok()) return s;
+  }
   if (auto s = WriteFileAtomic(out_dir + "/embeddings.csv", csv.str()); !s.ok()) return s;
   return features::WriteH5ad(out_dir + "/embeddings.h5ad", a);
 }
@@ -317,7 +377,13 @@ StatusOr<EmbeddingResult> WriteEmbeddings(const features::FeatureSet& set, const
   if (auto s = DrawViews(views, rows, row_labels, set.classes, o, result.summary, out_dir, &result.files); !s.ok()) {
     return s;
   }
-  if (auto s = WriteCoordinates(set, rows, x, views, result.summary, o.kmeans, out_dir); !s.ok()) return s;
+  ScanpyGraph neighbors;
+  if (k >= 1) neighbors = {&graph, do_umap ? umap_k : std::min<int64_t>(15, k + 1)};
+  if (auto s = WriteCoordinates(set, rows, x, views, result.summary, o.kmeans, pca->explained_variance_ratio,
+                                neighbors, o.threads, out_dir);
+      !s.ok()) {
+    return s;
+  }
   result.files.push_back("embeddings.csv");
   result.files.push_back("embeddings.h5ad");
   return result;

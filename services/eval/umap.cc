@@ -50,9 +50,9 @@ void SmoothKnnRow(const float* dist, int64_t kuse, double target, double mean_al
   }
 }
 
-// Fuzzy union W + W^T - W o W^T of the smooth-kNN memberships, with edges
-// below max / epochs removed (they would never be sampled).
-SparseGraph FuzzyGraph(const NeighborGraph& g, int64_t kuse, double target, int64_t epochs, detail::WorkerPool& pool) {
+// Fuzzy union W + W^T - W o W^T of the smooth-kNN memberships of each
+// point's first kuse neighbours.
+SparseGraph FuzzyUnion(const NeighborGraph& g, int64_t kuse, double target, detail::WorkerPool& pool) {
   const int64_t n = g.n;
   double mean_all = 0;
   for (int64_t i = 0; i < n; ++i)
@@ -65,7 +65,14 @@ SparseGraph FuzzyGraph(const NeighborGraph& g, int64_t kuse, double target, int6
     }
     return true;
   });
-  const SparseGraph sym = SymmetrizeNeighbors(g, kuse, w, Symmetrize::kFuzzyUnion, pool);
+  return SymmetrizeNeighbors(g, kuse, w, Symmetrize::kFuzzyUnion, pool);
+}
+
+// The fuzzy union with edges below max / epochs removed (they would never
+// be sampled).
+SparseGraph FuzzyGraph(const NeighborGraph& g, int64_t kuse, double target, int64_t epochs, detail::WorkerPool& pool) {
+  const int64_t n = g.n;
+  const SparseGraph sym = FuzzyUnion(g, kuse, target, pool);
   float wmax = 0;
   for (float v : sym.vals) wmax = std::max(wmax, v);
   const float cut = wmax / static_cast<float>(epochs);
@@ -243,6 +250,22 @@ StatusOr<std::pair<double, double>> FitUmapCurve(double spread, double min_dist)
     }
   }
   return std::make_pair(a, b);
+}
+
+StatusOr<SparseGraph> FuzzySimplicialSet(const NeighborGraph& g, int64_t n_neighbors, int threads) {
+  if (Status s = ValidateNeighborGraph(g, "FuzzySimplicialSet"); !s.ok()) return s;
+  if (n_neighbors < 2 || threads < 1) {
+    return Status::InvalidArgument("FuzzySimplicialSet: n_neighbors must be >= 2 and threads >= 1, got " +
+                                   std::to_string(n_neighbors) + " and " + std::to_string(threads));
+  }
+  const int64_t kuse = std::min(n_neighbors - 1, g.n - 1);
+  if (g.k < kuse) {
+    return Status::InvalidArgument("FuzzySimplicialSet: the neighbour graph has k = " + std::to_string(g.k) +
+                                   " neighbours per point; n_neighbors = " + std::to_string(n_neighbors) + " needs " +
+                                   std::to_string(kuse));
+  }
+  detail::WorkerPool pool(threads);
+  return FuzzyUnion(g, kuse, std::log2(static_cast<double>(kuse + 1)), pool);
 }
 
 StatusOr<UmapResult> Umap(const NeighborGraph& g, const UmapOptions& o) {

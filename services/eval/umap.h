@@ -92,6 +92,13 @@ struct UmapResult {
   int64_t epochs = 0;
 };
 
+/// UMAP's fuzzy simplicial set of the first min(n_neighbors - 1, n - 1)
+/// neighbours of each point: smooth-kNN memberships joined by fuzzy union,
+/// symmetric, every edge kept. What scanpy's pp.neighbors (method "umap")
+/// stores as obsp['connectivities']. InvalidArgument for a bad graph, a
+/// graph with too few neighbours, n_neighbors < 2 or threads < 1.
+StatusOr<SparseGraph> FuzzySimplicialSet(const NeighborGraph& g, int64_t n_neighbors, int threads = 1);
+
 /// UMAP embedding of n points from their k-nearest-neighbour graph (only
 /// the first min(n_neighbors - 1, n - 1) neighbours of each row are used).
 /// InvalidArgument for a malformed graph, too few neighbours, an unsupported

@@ -140,6 +140,11 @@ class Writer {
     for (const char* name : {"obsm", "varm", "obsp", "varp", "layers"}) {
       H5Id g;
       if (Status s = CreateDict(root, "/", name, &g); !s.ok()) return s;
+      if (std::string(name) == "obsp") {
+        for (const auto& m : a.obsp) {
+          if (Status s = WriteCsr(g.get(), "/obsp", m, a.n_obs); !s.ok()) return s;
+        }
+      }
       if (std::string(name) != "obsm") continue;
       // Embeddings (X_pca, X_umap, ...): n_obs x cols arrays scanpy plots.
       for (const auto& m : a.obsm) {
@@ -228,6 +233,8 @@ class Writer {
     const std::string path = Join(parent_path, name);
     H5Id space = CreateSpace(dims);
     if (!space.valid()) return Fail("H5Screate for dataset " + path);
+    // No encoding: a part of an element whose group carries it (a sparse
+    // matrix's data, indices and indptr).
     H5Id dset(H5Dcreate2(parent, name.c_str(), file_type, space.get(), lcpl_.get(), H5P_DEFAULT, H5P_DEFAULT),
               H5Dclose);
     if (!dset.valid()) return Fail("H5Dcreate2 of dataset " + path);
@@ -237,7 +244,31 @@ class Writer {
     if (n > 0 && H5Dwrite(dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
       return Fail("H5Dwrite of dataset " + path);
     }
+    if (encoding == nullptr) return Status::Ok();
     return SetEncoding(dset.get(), path, encoding, "0.2.0");
+  }
+
+  // scipy's csr_matrix as anndata writes it: a group tagged csr_matrix with
+  // its shape, holding data, indices and indptr.
+  Status WriteCsr(hid_t parent, const std::string& parent_path, const ObspMatrix& m, int64_t n) {
+    const std::string path = Join(parent_path, m.name);
+    H5Id g;
+    if (Status s = CreateGroup(parent, parent_path, m.name, &g); !s.ok()) return s;
+    if (Status s = SetEncoding(g.get(), path, "csr_matrix", "0.1.0"); !s.ok()) return s;
+    const int64_t shape[2] = {n, n};
+    if (Status s = WriteAttr(g.get(), path, "shape", H5T_STD_I64LE, {2}, shape); !s.ok()) return s;
+    if (Status s = WriteDataset(g.get(), path, "data", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {m.data.size()},
+                                m.data.data(), nullptr);
+        !s.ok()) {
+      return s;
+    }
+    if (Status s = WriteDataset(g.get(), path, "indices", H5T_STD_I64LE, H5T_NATIVE_INT64, {m.indices.size()},
+                                m.indices.data(), nullptr);
+        !s.ok()) {
+      return s;
+    }
+    return WriteDataset(g.get(), path, "indptr", H5T_STD_I64LE, H5T_NATIVE_INT64, {m.indptr.size()},
+                        m.indptr.data(), nullptr);
   }
 
   Status WriteStringArray(hid_t parent, const std::string& parent_path, const std::string& name,
@@ -358,6 +389,43 @@ class Writer {
           !s.ok()) {
         return s;
       }
+    }
+    for (const auto& d : a.uns_dicts) {
+      if (Status s = WriteUnsDict(uns.get(), "/uns", d); !s.ok()) return s;
+    }
+    return Status::Ok();
+  }
+
+  Status WriteUnsDict(hid_t parent, const std::string& parent_path, const UnsDict& d) {
+    const std::string path = Join(parent_path, d.name);
+    H5Id g;
+    if (Status s = CreateDict(parent, parent_path, d.name, &g); !s.ok()) return s;
+    for (const auto& [key, value] : d.strings) {
+      const char* p = value.c_str();
+      if (Status s = WriteDataset(g.get(), path, key, str_.get(), str_.get(), {}, &p, "string"); !s.ok()) return s;
+    }
+    for (const auto& [key, value] : d.ints) {
+      if (Status s = WriteDataset(g.get(), path, key, H5T_STD_I64LE, H5T_NATIVE_INT64, {}, &value, "numeric-scalar");
+          !s.ok()) {
+        return s;
+      }
+    }
+    for (const auto& [key, value] : d.numbers) {
+      if (Status s =
+              WriteDataset(g.get(), path, key, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {}, &value, "numeric-scalar");
+          !s.ok()) {
+        return s;
+      }
+    }
+    for (const auto& [key, values] : d.arrays) {
+      if (Status s = WriteDataset(g.get(), path, key, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {values.size()},
+                                  values.data(), "array");
+          !s.ok()) {
+        return s;
+      }
+    }
+    for (const auto& sub : d.dicts) {
+      if (Status s = WriteUnsDict(g.get(), path, sub); !s.ok()) return s;
     }
     return Status::Ok();
   }

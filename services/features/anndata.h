@@ -34,8 +34,28 @@ struct ObsmArray {
   std::vector<float> values;  ///< n_obs x cols, row-major
 };
 
+/// One obsp entry: an n_obs x n_obs sparse matrix in compressed rows
+/// (scipy's csr_matrix), e.g. scanpy's "distances" and "connectivities".
+struct ObspMatrix {
+  std::string name;             ///< no '/'; unique within obsp
+  std::vector<int64_t> indptr;   ///< n_obs + 1 row starts, from 0, non-decreasing
+  std::vector<int64_t> indices;  ///< column of each value, in [0, n_obs); int64 as indptr (scipy wants one type)
+  std::vector<float> data;      ///< the values, finite
+};
+
+/// A dict in uns (a nested mapping, as scanpy's uns['neighbors'] and
+/// uns['pca']): scalars, float64 arrays and dicts, each name unique in it.
+struct UnsDict {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> strings;
+  std::vector<std::pair<std::string, int64_t>> ints;
+  std::vector<std::pair<std::string, double>> numbers;
+  std::vector<std::pair<std::string, std::vector<double>>> arrays;
+  std::vector<UnsDict> dicts;
+};
+
 /// What WriteH5ad writes: a dense float32 matrix with its obs and var
-/// annotations and a few uns scalars. All strings must be valid UTF-8
+/// annotations, embeddings, sparse graphs and uns entries. All strings must be valid UTF-8
 /// without NUL characters (h5py decodes them strictly).
 struct AnnData {
   int64_t n_obs = 0, n_vars = 0;
@@ -44,8 +64,10 @@ struct AnnData {
   std::vector<ObsColumn> obs;          ///< obs columns, in this order
   std::vector<std::string> var_names;  ///< n_vars names, unique
   std::vector<ObsmArray> obsm;         ///< per-observation arrays (embeddings)
+  std::vector<ObspMatrix> obsp;        ///< observation x observation graphs
   std::vector<std::pair<std::string, std::string>> uns_strings;  ///< uns scalars
   std::vector<std::pair<std::string, double>> uns_numbers;       ///< uns scalars
+  std::vector<UnsDict> uns_dicts;                                ///< uns dicts
 };
 
 /// Checks `a` before anything is written: InvalidArgument naming the field,

@@ -1,5 +1,6 @@
 // Validation of an AnnData before it is written (features/anndata.h): sizes,
 // unique names, keys HDF5 can hold and strings h5py can decode.
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -93,6 +94,69 @@ Status CheckUnique(const std::string& field, const std::vector<std::string>& nam
   return Status::Ok();
 }
 
+// An uns dict and the dicts in it: names usable and unique, strings valid.
+Status CheckUnsDict(const UnsDict& d, const std::string& path) {
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : d.strings) {
+    if (Status s = CheckKey(path, key); !s.ok()) return s;
+    std::string why = BadStringReason(value);
+    if (!why.empty()) return Status::InvalidArgument(path + "['" + key + "'] " + why);
+    keys.push_back(key);
+  }
+  for (const auto& entry : d.ints) {
+    if (Status s = CheckKey(path, entry.first); !s.ok()) return s;
+    keys.push_back(entry.first);
+  }
+  for (const auto& entry : d.numbers) {
+    if (Status s = CheckKey(path, entry.first); !s.ok()) return s;
+    keys.push_back(entry.first);
+  }
+  for (const auto& entry : d.arrays) {
+    if (Status s = CheckKey(path, entry.first); !s.ok()) return s;
+    keys.push_back(entry.first);
+  }
+  for (const auto& sub : d.dicts) {
+    if (Status s = CheckKey(path, sub.name); !s.ok()) return s;
+    if (Status s = CheckUnsDict(sub, path + "['" + sub.name + "']"); !s.ok()) return s;
+    keys.push_back(sub.name);
+  }
+  return CheckUnique(path + " keys", keys);
+}
+
+// A compressed-row matrix of n x n: row starts from 0 to the value count,
+// never decreasing, columns in range, values finite.
+Status CheckObsp(const ObspMatrix& m, uint64_t n) {
+  const std::string field = "obsp['" + m.name + "']";
+  if (m.indptr.size() != n + 1) {
+    return Status::InvalidArgument(field + " has " + Count(m.indptr.size()) + " row starts, expected n_obs + 1 = " +
+                                   std::to_string(n + 1));
+  }
+  if (m.indices.size() != m.data.size()) {
+    return Status::InvalidArgument(field + " has " + Count(m.indices.size()) + " column indices for " +
+                                   Count(m.data.size()) + " values");
+  }
+  if (m.indptr.front() != 0 || m.indptr.back() != static_cast<int64_t>(m.data.size())) {
+    return Status::InvalidArgument(field + ": row starts run from " + std::to_string(m.indptr.front()) + " to " +
+                                   std::to_string(m.indptr.back()) + ", expected 0 to the value count " +
+                                   Count(m.data.size()));
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    if (m.indptr[i + 1] < m.indptr[i]) {
+      return Status::InvalidArgument(field + ": row " + std::to_string(i) + " ends before it starts");
+    }
+  }
+  for (size_t e = 0; e < m.indices.size(); ++e) {
+    if (m.indices[e] < 0 || static_cast<uint64_t>(m.indices[e]) >= n) {
+      return Status::InvalidArgument(field + ": value " + Count(e) + " is in column " + std::to_string(m.indices[e]) +
+                                     ", outside [0, " + std::to_string(n) + ")");
+    }
+    if (!std::isfinite(m.data[e])) {
+      return Status::InvalidArgument(field + ": value " + Count(e) + " is not finite");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateAnnData(const AnnData& a) {
@@ -130,6 +194,13 @@ Status ValidateAnnData(const AnnData& a) {
     obsm_names.push_back(m.name);
   }
   if (Status s = CheckUnique("obsm names", obsm_names); !s.ok()) return s;
+  std::vector<std::string> obsp_names;
+  for (const auto& m : a.obsp) {
+    if (Status s = CheckKey("obsp", m.name); !s.ok()) return s;
+    if (Status s = CheckObsp(m, n_obs); !s.ok()) return s;
+    obsp_names.push_back(m.name);
+  }
+  if (Status s = CheckUnique("obsp names", obsp_names); !s.ok()) return s;
   if (Status s = CheckStrings("obs_names", a.obs_names); !s.ok()) return s;
   if (Status s = CheckStrings("var_names", a.var_names); !s.ok()) return s;
   if (Status s = CheckUnique("obs_names", a.obs_names); !s.ok()) return s;
@@ -166,6 +237,11 @@ Status ValidateAnnData(const AnnData& a) {
   for (const auto& entry : a.uns_numbers) {
     if (Status s = CheckKey("uns", entry.first); !s.ok()) return s;
     uns_keys.push_back(entry.first);
+  }
+  for (const auto& d : a.uns_dicts) {
+    if (Status s = CheckKey("uns", d.name); !s.ok()) return s;
+    if (Status s = CheckUnsDict(d, "uns['" + d.name + "']"); !s.ok()) return s;
+    uns_keys.push_back(d.name);
   }
   return CheckUnique("uns keys", uns_keys);
 }

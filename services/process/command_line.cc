@@ -1,6 +1,9 @@
 #include "process/command_line.h"
 
+#include <cstdlib>
+
 #include "launch/environment.h"
+#include "launch/launch.h"
 #include "plan/recipe.h"
 #include "process/exit_codes.h"
 
@@ -33,7 +36,14 @@ std::optional<int> CommandLine::Parse(int argc, const char* const* argv, std::os
     return kExitBadInput;
   }
   config_ = std::move(config).value();
-  for (const auto& w : config_.warnings) err << program_ << ": " << config_path_ << ": " << w << "\n";
+  // The ignored keys, said once per job step in one line: by rank 0, or a
+  // process outside a launch (every rank of a step would repeat them).
+  auto launch = run::LaunchFromEnv([](const char* k) { return std::getenv(k); });
+  if (!config_.warnings.empty() && (!launch.ok() || launch->rank == 0)) {
+    err << program_ << ": " << config_path_ << ": " << config_.warnings.size() << " key(s) ignored: ";
+    for (size_t i = 0; i < config_.warnings.size(); ++i) err << (i ? "; " : "") << config_.warnings[i];
+    err << "\n";
+  }
   return std::nullopt;
 }
 

@@ -265,8 +265,9 @@ void ServicePlane::Finish(RunState final_state, const std::string& error) {
   }
 #ifdef SCDINO_WITH_SERVICES
   if (parts_->server) {
-    // Watchers get the final state (their streams end on it) before the
-    // server goes.
+    // Watchers get the final state (their streams end on it), and health
+    // watchers NOT_SERVING, before the server goes.
+    parts_->server->StopServing();
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     parts_->server->Shutdown();
     parts_->server.reset();

@@ -42,4 +42,9 @@ nlohmann::json EpochLog::Line(int64_t epoch, int64_t iteration, double seconds, 
           {"epoch_time_s", seconds}};
 }
 
+nlohmann::json EpochLog::DinoLine(const nlohmann::json& line) {
+  return {{"train_loss", line.at("loss")}, {"train_lr", line.at("lr")}, {"train_wd", line.at("wd")},
+          {"epoch", line.at("epoch")}};
+}
+
 }  // namespace scdino::training

@@ -20,6 +20,11 @@ class EpochLog {
   /// schedule values of its last step; `sum` sums values over ranks.
   nlohmann::json Line(int64_t epoch, int64_t iteration, double seconds, const StepReport& last,
                       const std::function<std::vector<double>(std::vector<double>)>& sum) const;
+  /// DINO's log.txt line of an epoch's `line` (main_dino.py's keys, which
+  /// its users' plotting scripts read): train_loss, train_lr, train_wd,
+  /// epoch. lr and wd are the epoch's last step's (DINO averages them over
+  /// the epoch).
+  static nlohmann::json DinoLine(const nlohmann::json& line);
   /// Starts the next epoch.
   void Reset() { *this = EpochLog(); }
 

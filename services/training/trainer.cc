@@ -14,6 +14,7 @@
 
 #include "common/env.h"
 #include "common/files.h"
+#include "common/progress.h"
 #include "data/sampler.h"
 #include "training/checkpoint.h"
 #include "training/device_memory.h"
@@ -574,7 +575,8 @@ Status Trainer::EndOfInterval(int64_t it, const StepReport& last) {
   h.loss = h.steps > 0 ? loop_.interval.loss / static_cast<double>(h.steps) : last.loss;
   const double step_s =
       loop_.interval.steps > 0 ? loop_.interval.seconds / static_cast<double>(loop_.interval.steps) : 0.0;
-  const double data_share = loop_.interval.seconds > 0 ? loop_.interval.data_wait / loop_.interval.seconds : 0.0;
+  const double data_s =
+      loop_.interval.steps > 0 ? loop_.interval.data_wait / static_cast<double>(loop_.interval.steps) : 0.0;
   loop_.interval = Interval();
   // A fresh network's outputs are near-identical for every image, which
   // reads as a one-hot collapse: the verdict starts with the second epoch.
@@ -612,17 +614,24 @@ Status Trainer::EndOfInterval(int64_t it, const StepReport& last) {
   out_.reporter.Health(h);
   if (options_.on_health) options_.on_health(h);
   if (options_.progress && coordinator_->is_rank_zero()) {
-    char buf[640];
+    // What DINO's MetricLogger says of a step too: the time left, the
+    // step's time and its wait for data, the device's peak memory.
+    const std::string eta = FormatDuration(step_s * static_cast<double>(std::max<int64_t>(0, steps_.total - it)));
+    std::string memory;
+    if (auto mem = QueryDeviceMemory(device_)) {
+      memory = ", max mem " + std::to_string(mem->peak_allocated_bytes >> 20) + " MB";
+    }
+    char buf[700];
     std::snprintf(buf, sizeof buf,
                   "scdino-trainer: epoch %lld/%lld iteration %lld/%lld loss %.4f lr %.3g | teacher entropy %.3f "
-                  "(%.2f of ln K), KL %.3f, batch entropy %.3f, center norm %.3g, CLS std %.3g | %s | %.3f s a step, "
-                  "data wait %.0f%%",
+                  "(%.2f of ln K), KL %.3f, batch entropy %.3f, center norm %.3g, CLS std %.3g | %s | eta %s, "
+                  "time %.3f s a step, data %.3f s%s",
                   static_cast<long long>(last.epoch + 1), static_cast<long long>(config_.train.epochs),
                   static_cast<long long>(it), static_cast<long long>(steps_.total), h.loss, last.lr,
                   h.health.teacher_entropy, h.health.teacher_entropy_ratio, h.health.student_teacher_kl,
                   h.health.teacher_batch_entropy, h.health.center_norm, h.health.backbone_cls_std,
-                  h.collapse.empty() ? "not judged in the first epoch" : h.collapse.c_str(), step_s,
-                  100.0 * data_share);
+                  h.collapse.empty() ? "not judged in the first epoch" : h.collapse.c_str(), eta.c_str(), step_s,
+                  data_s, memory.c_str());
     *options_.progress << buf << std::endl;
   }
   return stop;
@@ -711,6 +720,9 @@ StatusOr<int64_t> Trainer::Start() {
     auto f = Env::Default()->NewAppendableFile(run_dir + "/log.jsonl");
     if (!f.ok()) return f.status();
     out_.epoch_file = std::move(f).value();
+    auto dino = Env::Default()->NewAppendableFile(run_dir + "/log.txt");
+    if (!dino.ok()) return dino.status();
+    out_.dino_log = std::move(dino).value();
   }
   if (config_.scdino.log_samples) {
     if (auto s = MakeDirs(run_dir + "/samples"); !s.ok()) return s;
@@ -751,6 +763,7 @@ Status Trainer::LogEpoch(int64_t epoch, int64_t it, double seconds, const StepRe
   out_.epoch_log.Reset();
   if (!out_.epoch_file) return Status::Ok();
   if (auto s = out_.epoch_file->Append(line.dump() + "\n"); !s.ok()) return s;
+  if (auto s = out_.dino_log->Append(EpochLog::DinoLine(line).dump() + "\n"); !s.ok()) return s;
   if (options_.log) *options_.log << line.dump() << std::endl;
   return Status::Ok();
 }

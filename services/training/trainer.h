@@ -275,6 +275,7 @@ class Trainer {
     std::unique_ptr<Checkpointer> checkpointer;
     EpochLog epoch_log;
     std::unique_ptr<WritableFile> epoch_file;  ///< rank 0's log.jsonl
+    std::unique_ptr<WritableFile> dino_log;    ///< rank 0's log.txt, as DINO writes it
     std::unique_ptr<WritableFile> samples;     ///< samples/rank<N>.jsonl (scdino.log_samples)
   } out_;
 };

@@ -194,6 +194,28 @@ done
 case "$found" in "ctl trainer 0 "*) ;; *) fail "unexpected series labels: $found" ;; esac
 echo "ok: Prometheus scraped scdino_trainer_iterations_total {run service rank value} = $found"
 
+# grpc.health.v1 Watch (no token, as a probe or proxy asks): SERVING while
+# the run goes on, NOT_SERVING once it ends and before the server stops
+# (the stream then ends).
+$py - "$run" > "$work/health.out" 2>&1 <<'PY' &
+import json, sys
+import grpc
+run = sys.argv[1]
+ep = json.load(open(run + "/endpoints/trainer.json"))
+creds = grpc.ssl_channel_credentials(open(ep["tls_cert"], "rb").read())
+channel = grpc.secure_channel(f'{ep["host"]}:{ep["port"]}', creds, options=[("grpc.ssl_target_name_override", ep["tls_name"])])
+watch = channel.unary_stream("/grpc.health.v1.Health/Watch", request_serializer=lambda m: m, response_deserializer=lambda b: b)
+names = {b"\x08\x01": "SERVING", b"\x08\x02": "NOT_SERVING"}
+try:
+    for reply in watch(b"", timeout=120):  # HealthCheckRequest{service: ""}
+        print(names.get(reply, repr(reply)), flush=True)
+except grpc.RpcError as e:
+    print("ended:", e.code().name, flush=True)
+PY
+health_pid=$!
+for _ in $(seq 1 50); do grep -q SERVING "$work/health.out" 2>/dev/null && break; sleep 0.1; done
+grep -qx SERVING "$work/health.out" || fail "health Watch: no SERVING while the run goes on: $(cat "$work/health.out")"
+
 # Graceful stop: exit code 4, a checkpoint at the stopped iteration, the
 # endpoint and target files removed.
 "$ctl" stop --run-dir "$run" >/dev/null || fail "stop failed"
@@ -209,7 +231,10 @@ b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]
 assert int(json.loads(b[8:8 + n])["__metadata__"]["iteration"]) > 0
 PY
 grep -q "stopped after iteration" "$work/trainer.err" || fail "no stop message"
-echo "ok: stop -> checkpoint, exit 4, endpoint and target removed"
+wait "$health_pid"
+[ "$(grep -vx SERVING "$work/health.out" | head -1)" = NOT_SERVING ] ||
+  fail "health Watch: NOT_SERVING did not come before the stream ended: $(tr '\n' ' ' < "$work/health.out")"
+echo "ok: stop -> checkpoint, exit 4, endpoint and target removed; health Watch: $(tr '\n' ' ' < "$work/health.out")"
 
 # A start after a SIGKILL: the killed process's endpoint file is stale;
 # scdinoctl names it and sends nothing (exit 5), and the next start of the

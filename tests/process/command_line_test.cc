@@ -8,6 +8,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
@@ -116,9 +117,21 @@ TEST(CommandLine, ABadConfigIsNamedAndIgnoredKeysAreSaid) {
   EXPECT_EQ(r.code, kExitBadInput);
   EXPECT_NE(r.err.find("scdino-x: "), std::string::npos);
   EXPECT_NE(r.err.find("missing.yaml"), std::string::npos) << r.err;
-  auto w = ParseWith({"--config", Config(s, "train_scDINO: {num_gpus: 4}\n")});
+  const std::string ignored = Config(s, "train_scDINO: {num_gpus: 4, dist_url: env://}\n");
+  auto w = ParseWith({"--config", ignored});
   EXPECT_FALSE(w.code.has_value()) << w.err;
-  EXPECT_NE(w.err.find("train_scDINO.num_gpus is ignored"), std::string::npos) << w.err;
+  // Both in one line.
+  EXPECT_NE(w.err.find(": 2 key(s) ignored: train_scDINO.num_gpus is ignored"), std::string::npos) << w.err;
+  EXPECT_NE(w.err.find("; train_scDINO.dist_url is ignored"), std::string::npos) << w.err;
+  EXPECT_EQ(std::count(w.err.begin(), w.err.end(), '\n'), 1) << w.err;
+  // Said by rank 0 alone: another rank of the step is silent about them.
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  auto other = ParseWith({"--config", ignored});
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  EXPECT_FALSE(other.code.has_value()) << other.err;
+  EXPECT_EQ(other.err, "");
 }
 
 // The services after the trainer take the run's settings: its recipe.json

@@ -128,6 +128,20 @@ TEST(Trainer, WritesLogLinesAndCheckpoints) {
     ++lines;
   }
   EXPECT_EQ(lines, 3);
+  // log.txt as DINO's main_dino.py writes it, line for line with log.jsonl.
+  std::ifstream dino(run + "/log.txt"), ours(run + "/log.jsonl");
+  std::string d, o;
+  int dino_lines = 0;
+  while (std::getline(dino, d) && std::getline(ours, o)) {
+    const auto dj = nlohmann::json::parse(d), oj = nlohmann::json::parse(o);
+    EXPECT_EQ(dj.size(), 4u) << d;
+    EXPECT_EQ(dj.at("epoch"), oj.at("epoch"));
+    EXPECT_EQ(dj.at("train_loss"), oj.at("loss"));
+    EXPECT_EQ(dj.at("train_lr"), oj.at("lr"));
+    EXPECT_EQ(dj.at("train_wd"), oj.at("wd"));
+    ++dino_lines;
+  }
+  EXPECT_EQ(dino_lines, 3);
   const std::string logged = log.str();
   EXPECT_EQ(std::count(logged.begin(), logged.end(), '\n'), 3);
   // The checkpoint names its iteration and carries the config text.
