@@ -3,7 +3,10 @@
 # machines without docker/podman compose (deploy/head-node/compose.yml is the
 # other way; docs/monitoring.md): Prometheus, Alertmanager and node_exporter
 # as background processes, configured from monitoring/, listening on
-# loopback, Prometheus reading its targets from a file_sd directory.
+# loopback, Prometheus reading its targets from a file_sd directory; and
+# Grafana with the scdino dashboards where a Grafana is installed (it is not
+# in Debian: otherwise it says what to install, and the provisioning it
+# rendered for this stack).
 # Installs the packages when missing (root or sudo). Idempotent: run again,
 # it re-renders the configuration and reloads what runs, restarts what
 # changed, starts what is missing.
@@ -18,11 +21,13 @@
 #   --sd-dir DIR              file_sd directory: the scdino processes' target files,
 #                             node_exporter/, dcgm_exporter/, slurm_exporter/
 #                             [/shared/scdino/runs/prometheus_targets]
-#   --monitoring-dir DIR      the prometheus/ and alertmanager/ configuration [monitoring/]
+#   --monitoring-dir DIR      the prometheus/ and alertmanager/ configuration, and
+#                             grafana/ where it has one [monitoring/]
 #   --listen ADDR             [127.0.0.1]
 #   --prometheus-port N       [9090]
 #   --alertmanager-port N     [9093]
 #   --node-exporter-port N    [9100]
+#   --grafana-port N          [3000]
 #   --textfile-dir DIR        node_exporter's textfile directory, where
 #                             monitoring/exporters/slurm-job-node.sh writes
 #                             [/var/lib/prometheus/node-exporter]
@@ -40,6 +45,7 @@ listen=127.0.0.1
 prom_port=9090
 am_port=9093
 node_port=9100
+grafana_port=3000
 textfile=/var/lib/prometheus/node-exporter
 scrape_interval=
 evaluation_interval=
@@ -52,6 +58,7 @@ while [ $# -gt 0 ]; do
     --prometheus-port) prom_port=$2 ;;
     --alertmanager-port) am_port=$2 ;;
     --node-exporter-port) node_port=$2 ;;
+    --grafana-port) grafana_port=$2 ;;
     --textfile-dir) textfile=$2 ;;
     --scrape-interval) scrape_interval=$2 ;;
     --evaluation-interval) evaluation_interval=$2 ;;
@@ -85,7 +92,7 @@ stop_one() {
 }
 
 if [ "$command" = stop ]; then
-  for name in prometheus alertmanager node_exporter; do stop_one "$name"; done
+  for name in grafana prometheus alertmanager node_exporter; do stop_one "$name"; done
   # The head node's exporter is gone: no target, no MonitoringTargetDown.
   [ -f "$run/head_target" ] && rm -f "$(cat "$run/head_target")" "$run/head_target"
   exit 0
@@ -171,10 +178,57 @@ for spec in "prometheus http://$listen:$prom_port/-/ready" "alertmanager http://
   ready "$2" || { tail -5 "$data/logs/$1.log" >&2; say "$1 did not come up on $2"; exit 1; }
 done
 
+# Grafana, provisioned for this stack: the data sources at this start's
+# addresses, the dashboards from monitoring/grafana/dashboards.
+gdir=$data/grafana
+# The dashboards and provisioning: --monitoring-dir's when it has them.
+gmon=$mon/grafana
+[ -d "$gmon/dashboards" ] || gmon=$src/monitoring/grafana
+mkdir -p "$gdir/provisioning/datasources" "$gdir/provisioning/dashboards" "$gdir/dashboards" "$gdir/data" \
+  "$gdir/provisioning/plugins" "$gdir/provisioning/alerting"
+sed -e "s|http://127.0.0.1:9090|http://$listen:$prom_port|" -e "s|http://127.0.0.1:9093|http://$listen:$am_port|" \
+  "$gmon/provisioning/datasources/scdino.yml" > "$gdir/provisioning/datasources/scdino.yml"
+sed -e "s|path: /etc/grafana/dashboards/scdino|path: $gdir/dashboards|" \
+  "$gmon/provisioning/dashboards/scdino.yml" > "$gdir/provisioning/dashboards/scdino.yml"
+cp "$gmon"/dashboards/*.json "$gdir/dashboards/"
+grafana_bin= grafana_home=
+for candidate in grafana grafana-server; do
+  if command -v "$candidate" >/dev/null; then grafana_bin=$(command -v "$candidate"); break; fi
+done
+for home in "${GRAFANA_HOME:-}" /usr/share/grafana /opt/grafana; do
+  if [ -n "$home" ] && [ -d "$home/conf" ]; then grafana_home=$home; break; fi
+done
+grafana_line="grafana        not installed: Grafana is not in Debian; install it from Grafana's own packages (https://grafana.com/docs/grafana/latest/setup-grafana/installation/debian/) and run this again. Its provisioning for this stack: $gdir/provisioning"
+if [ -n "$grafana_bin" ] && [ -n "$grafana_home" ]; then
+  cat > "$gdir/grafana.ini" <<INI
+[server]
+http_addr = $listen
+http_port = $grafana_port
+[paths]
+data = $gdir/data
+logs = $data/logs
+plugins = $gdir/data/plugins
+provisioning = $gdir/provisioning
+[analytics]
+reporting_enabled = false
+check_for_updates = false
+INI
+  # Grafana 9 and later: `grafana server`; before: `grafana-server`.
+  sub=()
+  [ "$(basename "$grafana_bin")" = grafana ] && sub=(server)
+  start_one grafana "$grafana_bin" "${sub[@]}" --homepath "$grafana_home" --config "$gdir/grafana.ini"
+  ready "http://$listen:$grafana_port/api/health" ||
+    { tail -5 "$data/logs/grafana.log" >&2; say "grafana did not come up on http://$listen:$grafana_port"; exit 1; }
+  grafana_line="grafana        http://$listen:$grafana_port      dashboards $gdir/dashboards (folder scdino)"
+elif [ -n "$grafana_bin" ]; then
+  grafana_line="grafana        $grafana_bin found, but not its home (conf/ under /usr/share/grafana or \$GRAFANA_HOME); provisioning for this stack: $gdir/provisioning"
+fi
+
 cat <<EOF
 prometheus     http://$listen:$prom_port      config $data/prometheus/prometheus.yml
 alertmanager   http://$listen:$am_port      config $data/alertmanager/alertmanager.yml
 node_exporter  http://$listen:$node_port/metrics  textfiles $textfile
 targets        $sd
 logs           $data/logs
+$grafana_line
 EOF

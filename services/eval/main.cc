@@ -51,8 +51,8 @@ int main(int argc, char** argv) {
                  "Weighted kNN, per-class metrics and plots of the features scdino-features wrote (docs/eval.md).\n"
                  "Output: <run_dir>/eval/<features name>/ (knn_results.json/.csv, per_class.csv,\n"
                  "confusion_matrix.csv/.png, pca.png, tsne.png, umap.png, embeddings.csv/.h5ad, attention/*.png)\n"
-                 "and <run_dir>/eval/knn_per_checkpoint.csv when there are several or with --follow.\n"
-                 "Exit codes: 0 done, 1 failed, 2 bad input, 4 stopped through the control API, 75 stopped by a signal.");
+                 "and <run_dir>/eval/knn_per_checkpoint.csv when there are several or with --follow.\n" +
+                     scdino::process::ExitCodesHelp(kProgram));
   cl.app()
       .add_option("--features", dirs,
                   "a features directory of scdino-features (repeatable); default: every complete one under "

@@ -36,9 +36,8 @@ int main(int argc, char** argv) {
   bool all = false, random_init = false, raw_pixels = false, raw = false, follow = false;
   CommandLine cl(kProgram,
                  "CLS features of every image of the run's data set (docs/features.md). Output:\n"
-                 "<run_dir>/features/<checkpoint name>/ (features.npy, index.csv, metadata.json, features.h5ad).\n"
-                 "Exit codes: 0 done, 1 failed, 2 bad input, 4 stopped through the control API,\n"
-                 "75 stopped by a signal (complete shards are kept; run again to resume).");
+                 "<run_dir>/features/<checkpoint name>/ (features.npy, index.csv, metadata.json, features.h5ad).\n" +
+                     scdino::process::ExitCodesHelp(kProgram));
   auto& app = cl.app();
   app.add_option("--checkpoint", checkpoints,
                  "a checkpoint or converted weights file (repeatable); default: <run_dir>/checkpoint.safetensors")

@@ -159,8 +159,8 @@ int main(int argc, char** argv) {
                  "Checks a job's nodes before it trains: an all-reduce sweep on the trainer's backend (bus bandwidth "
                  "as nccl-tests), each rank's GPU, the data set's read throughput from each node and the run "
                  "directory's free space, against scdino.preflight.* (docs/distributed.md#preflight). Run it on every "
-                 "task of the job (srun). Without --config: the defaults, run directory runs/preflight.\n"
-                 "Exit codes: 0 passed, 1 failed to run, 2 bad input, 6 a check is below its threshold.",
+                 "task of the job (srun). Without --config: the defaults, run directory runs/preflight.\n" +
+                     ExitCodesHelp("scdino-preflight"),
                  /*config_required=*/false);
   cl.app().add_option("--json", json_path, "the report; default <run_dir>/preflight.json")->type_name("FILE");
   cl.app()

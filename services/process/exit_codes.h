@@ -1,7 +1,12 @@
-// Process exit codes shared by the services (docs/trainer.md lists them), and
-// the one mapping from an error's Status to its exit code.
-// Constants and a pure function; thread-safe.
+// Process exit codes shared by the services, their one table (every
+// program's --help, docs/exit-codes.md and deploy/slurm/lib.sh's requeue
+// rules are generated from it: `scdino-config exit-codes`), and the one
+// mapping from an error's Status to its exit code.
+// Constants and pure functions; thread-safe.
 #pragma once
+
+#include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -33,6 +38,48 @@ inline constexpr int kExitNoSpace = 8;
 /// job resumes on the nodes Slurm gives it (scdino.elastic_resume).
 inline constexpr int kExitPeerLost = 9;
 inline constexpr int kExitPreempted = 75;    ///< a signal: progress saved; requeue
+
+/// The programs a code can end (a bit each).
+enum ExitProgram : unsigned {
+  kProgramTrainer = 1u << 0,
+  kProgramFeatures = 1u << 1,
+  kProgramEval = 1u << 2,
+  kProgramPreflight = 1u << 3,
+  kProgramPack = 1u << 4,
+  kProgramStats = 1u << 5,
+  kProgramExport = 1u << 6,
+  kProgramConfig = 1u << 7,
+  kProgramAll = (1u << 8) - 1,
+};
+
+/// What deploy/slurm/lib.sh does when a step ends with a code.
+enum class Requeue {
+  kAlways,          ///< the job is requeued and resumes from the last checkpoint
+  kAfterJobSignal,  ///< requeued only when a job-wide signal ended the step
+  kNever,           ///< never requeued, signal or not: it would end the same way
+};
+
+struct ExitCodeInfo {
+  int code;
+  const char* help;     ///< a few words, for --help
+  const char* meaning;  ///< the reference's sentence(s)
+  unsigned programs;    ///< ExitProgram bits
+  Requeue requeue;
+};
+
+/// Every code, in order.
+const std::vector<ExitCodeInfo>& ExitCodeTable();
+/// The program's bit from its name ("scdino-trainer", ...); 0 for none.
+unsigned ExitProgramOf(const std::string& program);
+/// "Exit codes: 0 completed, 1 failed, ..." of the codes `program` can end
+/// with, for its --help.
+std::string ExitCodesHelp(const std::string& program);
+/// The Markdown table of docs/exit-codes.md.
+std::string ExitCodesMarkdown();
+/// deploy/slurm/lib.sh's block: the codes listed as comments, and the
+/// variables its requeue rules read (scdino_requeue_codes,
+/// scdino_never_requeue_codes).
+std::string ExitCodesShell();
 
 /// kExitBadInput for what the user can fix in the input (a bad config,
 /// data set, image, checkpoint or channel selection: InvalidArgument,

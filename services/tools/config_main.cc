@@ -2,7 +2,9 @@
 // docs: `check FILE` validates a config as the services will (every error
 // and ignored key named), `paths FILE` lists every path the config makes a
 // service read or write (deploy/slurm/lib.sh mounts exactly these into the
-// container), `doc` prints the key reference of docs/config.md.
+// container), `doc` prints the key reference of docs/config.md, `exit-codes`
+// the exit-code table of docs/exit-codes.md (--shell: deploy/slurm/lib.sh's
+// block; --program: one program's --help line).
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -13,8 +15,18 @@
 #include "config/config_schema.h"
 #include "process/exit_codes.h"
 
+namespace {
+
+// Where the shipped Prometheus reads the scdino targets
+// (monitoring/prometheus/prometheus.yml; tests/deploy/config_check_test.sh
+// checks that the two agree).
+constexpr const char* kShippedFileSdDir = "/shared/scdino/runs/prometheus_targets";
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  scdino::cli::App app("scdino-config", "Check a run's config, or print the key reference (docs/config.md).");
+  scdino::cli::App app("scdino-config", "Check a run's config, or print the key reference (docs/config.md).\n" +
+                                            scdino::process::ExitCodesHelp("scdino-config"));
   app->require_subcommand(1);
   std::string file;
   auto* check = app->add_subcommand("check", "validate a config file as every scdino service does");
@@ -24,9 +36,27 @@ int main(int argc, char** argv) {
                                     "line: ACCESS<TAB>ABSOLUTE_PATH<TAB>KEY");
   paths->add_option("FILE", file, "the YAML config")->required();
   app->add_subcommand("doc", "print the Markdown key reference of docs/config.md");
+  bool shell = false;
+  std::string program;
+  auto* codes = app->add_subcommand("exit-codes", "print the exit-code table of docs/exit-codes.md");
+  codes->add_flag("--shell", shell, "deploy/slurm/lib.sh's block instead: the codes and its requeue rules");
+  codes->add_option("--program", program, "one program's --help line instead (e.g. scdino-trainer)")
+      ->type_name("NAME");
   if (auto code = app.Parse(argc, argv)) return *code;
   if (app->got_subcommand("doc")) {
     std::cout << scdino::run::ConfigReference();
+    return 0;
+  }
+  if (app->got_subcommand("exit-codes")) {
+    if (!program.empty() && scdino::process::ExitProgramOf(program) == 0) {
+      std::cerr << "scdino-config: exit-codes --program " << program
+                << ": not an scdino program (scdino-trainer, scdino-features, scdino-eval, scdino-preflight, "
+                   "scdino-pack, scdino-stats, scdino-export, scdino-config)\n";
+      return scdino::process::kExitBadInput;
+    }
+    std::cout << (shell               ? scdino::process::ExitCodesShell()
+                  : program.empty() ? scdino::process::ExitCodesMarkdown()
+                                    : scdino::process::ExitCodesHelp(program) + "\n");
     return 0;
   }
   auto c = scdino::run::LoadRunConfig(file);
@@ -55,6 +85,17 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const auto& w : c->warnings) std::cerr << "scdino-config: " << file << ": " << w << "\n";
+  if (c->scdino.metrics.enabled) {
+    namespace fs = std::filesystem;
+    const std::string sd = fs::absolute(c->file_sd_dir()).lexically_normal().string();
+    if (sd != kShippedFileSdDir) {
+      std::cerr << "scdino-config: " << file << ": warning: the metrics targets go to " << sd
+                << " (scdino.metrics.file_sd_dir, else <meta.output_dir>/prometheus_targets), but the shipped "
+                << "Prometheus reads " << kShippedFileSdDir << " (monitoring/prometheus/prometheus.yml): set "
+                << "scdino.metrics.file_sd_dir: " << kShippedFileSdDir << ", or start the head node's stack with "
+                << "scripts/monitoring-up.sh --sd-dir " << sd << "\n";
+    }
+  }
   std::cout << file << ": valid; run directory " << c->run_dir() << ", channels";
   for (auto ch : c->channels()) std::cout << " " << ch;
   std::cout << "\n";

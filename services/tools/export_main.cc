@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   scdino::features::ExportOptions options;
   scdino::cli::App app("scdino-export",
                        "A checkpoint's ViT backbone as a PyTorch state dict (.pth) or .safetensors under DINO's "
-                       "names (docs/eval.md).");
+                       "names (docs/eval.md).\n" +
+                           ExitCodesHelp("scdino-export"));
   app->add_option("--checkpoint", checkpoint, "an scdino checkpoint (.safetensors)")->required()->type_name("FILE");
   app->add_option("--out", out, "FILE.pth (FILE.pth.json beside it holds the metadata) or FILE.safetensors")
       ->required()

@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
                  "and an index that every scdino service reads in place of the folders (point meta.dataset_dir at "
                  "--out). Run on N Slurm tasks to pack in parallel; a rerun resumes. With --stage, copies the packed "
                  "set the config names to node-local storage (once per node), verified (docs/data.md#packed-data-"
-                 "sets).\nExit codes: 0 done, 1 failed (disk, I/O), 2 bad input, 75 stopped by a signal.");
+                 "sets).\n" +
+                     ExitCodesHelp("scdino-pack"));
   cl.app().add_option("--out", out, "the packed set's directory")->type_name("DIR");
   cl.app().add_option("--shard-mb", shard_mb, "about this many MiB per shard (default 256)")->check(CLI::PositiveNumber);
   cl.app().add_option("--shard-images", shard_images, "images per shard instead (rounded down to whole blocks)")

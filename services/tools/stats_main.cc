@@ -18,7 +18,8 @@
 int main(int argc, char** argv) {
   using namespace scdino::process;
   std::string config_path, out;
-  scdino::cli::App app("scdino-stats", "Channel statistics of a run's training images (docs/data.md).");
+  scdino::cli::App app("scdino-stats",
+                       "Channel statistics of a run's training images (docs/data.md).\n" + ExitCodesHelp("scdino-stats"));
   app->add_option("--config", config_path, "the run's YAML config")->required()->type_name("FILE");
   app->add_option("--out", out, "where to write them; default: scdino.stats_file or <run_dir>/channel_stats.json")
       ->type_name("FILE");

@@ -60,15 +60,8 @@ int main(int argc, char** argv) {
   options.progress = &std::cerr;
   bool no_resume = false;
   CommandLine cl("scdino-trainer",
-                 "DINO pretraining of a ViT on multi-channel cell images (docs/trainer.md).\n"
-                 "Exit codes: 0 completed, 1 failed, 2 bad input (a config, data set or checkpoint; also a batch and\n"
-                 "crops the device's memory cannot hold, named), 3 stopped by --stop-after-iterations,\n"
-                 "4 stopped through the control API (scdinoctl stop) after a checkpoint, 5 diverged or collapsed,\n"
-                 "7 completed but did not learn (scdino.learning_check: require: no better than a random ViT or\n"
-                 "the raw pixels),\n"
-                 "8 a checkpoint could not be written: the disk or quota is full,\n"
-                 "9 a peer rank or its node was lost, or a collective did not complete (requeue to resume),\n"
-                 "75 stopped by SIGTERM/SIGUSR1/SIGINT after a checkpoint (requeue to resume).");
+                 "DINO pretraining of a ViT on multi-channel cell images (docs/trainer.md).\n" +
+                     ExitCodesHelp("scdino-trainer"));
   cl.app().add_option("--stop-after-iterations", options.stop_after_iterations,
                       "checkpoint and exit (code 3) once this many iterations are done in total; -1: run to the end")
       ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));

@@ -73,6 +73,35 @@ bash "$src/scripts/monitoring-up.sh" --data-dir "$work/stack" --sd-dir "$work/ta
   --alertmanager-port "$am_port" --node-exporter-port "$node_port" --scrape-interval 1s \
   --evaluation-interval 1s >"$work/up.out" 2>"$work/up.err" || fail "scripts/monitoring-up.sh failed"
 echo "ok: stack up: Prometheus :$prom_port, Alertmanager :$am_port, node_exporter :$node_port"
+# Grafana: provisioned for this stack's Prometheus and Alertmanager; started
+# and serving the scdino dashboards where it is installed, else named as
+# what to install (it is not in Debian).
+grep -q "url: http://127.0.0.1:$prom_port" "$work/stack/grafana/provisioning/datasources/scdino.yml" ||
+  fail "Grafana's data source does not point at this stack's Prometheus"
+grep -q "path: $work/stack/grafana/dashboards" "$work/stack/grafana/provisioning/dashboards/scdino.yml" ||
+  fail "Grafana's dashboard provider does not point at the rendered dashboards"
+[ "$(ls "$work/stack/grafana/dashboards"/*.json | wc -l)" = "$(ls "$src"/monitoring/grafana/dashboards/*.json | wc -l)" ] ||
+  fail "not every dashboard was rendered for Grafana"
+grafana_line=$(grep '^grafana ' "$work/up.out") || fail "scripts/monitoring-up.sh says nothing of Grafana"
+if grep -q "http://" <<<"$grafana_line" && ! grep -q "not installed" <<<"$grafana_line"; then
+  grafana_url=$(grep -o 'http://[^ ]*' <<<"$grafana_line" | head -1)
+  $py - "$grafana_url" <<'PY' || fail "Grafana does not list the scdino dashboards: $grafana_line"
+import base64, json, sys, time, urllib.request
+auth = base64.b64encode(b"admin:admin").decode()
+for _ in range(60):
+    req = urllib.request.Request(sys.argv[1] + "/api/search?folderIds=&query=", headers={"Authorization": "Basic " + auth})
+    titles = [d["title"] for d in json.load(urllib.request.urlopen(req, timeout=5)) if d.get("type") == "dash-db"]
+    if len(titles) >= 4:
+        print("ok: Grafana lists", titles)
+        sys.exit(0)
+    time.sleep(1)
+sys.exit(1)
+PY
+else
+  grep -q "not installed: Grafana is not in Debian" <<<"$grafana_line" ||
+    fail "without Grafana, monitoring-up.sh should say what to install: $grafana_line"
+  echo "ok: no Grafana here; monitoring-up.sh says: $grafana_line"
+fi
 
 # 2. dcgm-exporter (one release names the host Hostname, with a domain;
 # another hostname) and the Slurm exporter, from fixtures; the job-to-node
