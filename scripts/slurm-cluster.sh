@@ -27,7 +27,7 @@
 # Slurm of scripts/slurm-local.sh on 6817), reached at 198.18.0.1 (also
 # named scdino-head). Node names resolve everywhere through /etc/hosts (a block
 # this script writes and removes). Slurm's Prolog/Epilog write each node's
-# slurm_job_node textfile (monitoring/exporters/slurm-job-node.sh).
+# slurm_job_node_info textfile (monitoring/exporters/slurm-job-node.sh).
 #
 # Idempotent: start again and what runs is left running (a changed --nodes,
 # --gpus-per-node or --cpus-per-node restarts the cluster). Needs root.
@@ -159,6 +159,16 @@ CONF
     done
     true
   } > "$state/etc/gres.conf"
+  # Slurm's own containers (srun --container=OCI_BUNDLE, one task per node)
+  # through Debian's runc, as in slurm-local.sh: the README's cluster quick
+  # start runs the CPU image's bundle this way (tests/deploy/quickstart_test.sh).
+  # A container shares its node's network and host name.
+  cat > "$state/etc/oci.conf" <<CONF
+RunTimeQuery="runc --root=$state/runc state %n.%u.%j.%s.%t"
+RunTimeKill="runc --root=$state/runc kill -a %n.%u.%j.%s.%t SIGTERM"
+RunTimeDelete="runc --root=$state/runc delete --force %n.%u.%j.%s.%t"
+RunTimeRun="runc --root=$state/runc run %n.%u.%j.%s.%t -b %b"
+CONF
   mv "$conf.new" "$conf"
 }
 

@@ -152,11 +152,15 @@ scdino_check_geometry() {
 # job with GPUs and no --gpus-per-task of its own, each task is bound to one
 # GPU of its node (scdino_check_geometry refused nodes with fewer).
 scdino_step() {
-  local gpus=()
+  local gpus=() task_vars=()
   if [ "${SLURM_GPUS_ON_NODE:-0}" -gt 0 ] 2>/dev/null && [ -z "${SLURM_GPUS_PER_TASK:-}" ]; then
     gpus=(--gpus-per-task=1)
   fi
-  srun --kill-on-bad-exit=1 "${gpus[@]}" "${scdino_geometry[@]}" "$@" &
+  # Slurm's own containers (--container=BUNDLE) set no task variables, so
+  # the batch step's own SLURM_PROCID=0 would reach every task: left out,
+  # the services take the rank from the node (docs/containers.md).
+  case " $* " in *" --container="*) task_vars=(-u SLURM_PROCID -u SLURM_LOCALID -u SLURM_NODEID) ;; esac
+  env "${task_vars[@]}" srun --kill-on-bad-exit=1 "${gpus[@]}" "${scdino_geometry[@]}" "$@" &
   scdino_wait $!
 }
 
@@ -369,6 +373,25 @@ scdino_check_paths() {
       [ -r "$path" ] || { echo "scdino: $path ($key) does not exist or is not readable" >&2; return 2; }
     fi
   done <<<"$1"
+}
+
+# scdino_container_runtime_present: what SCDINO_CONTAINER needs is on this
+# node: Pyxis (srun --container-image) for an Enroot image or a registry
+# reference, Slurm's own srun --container for an OCI bundle. Returns 2 with
+# a message naming what is missing.
+scdino_container_runtime_present() {
+  local image=${SCDINO_CONTAINER:?} want=--container-image what
+  what="Pyxis: install Pyxis and Enroot on the nodes (docs/containers.md)"
+  if [ -d "$image" ]; then
+    want=--container
+    what="Slurm 21.08 or newer with oci.conf (docs/containers.md)"
+  fi
+  command -v srun >/dev/null || {
+    echo "scdino: SCDINO_CONTAINER=$image: this node has no srun (no Slurm)" >&2; return 2; }
+  srun --help 2>&1 | grep -qE -- "^ *$want[ =]" || {
+    echo "scdino: SCDINO_CONTAINER=$image needs srun $want, which this Slurm's srun lacks; it needs $what," \
+         "or leave SCDINO_CONTAINER unset to run the build's binaries" >&2
+    return 2; }
 }
 
 # scdino_container_args CONFIG [NAME]: fills the array container_args with the srun

@@ -12,11 +12,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <variant>
 
 #include "common/cli.h"
 #include "run/learning_verdict.h"
 #include "control/client.h"
+#include "control/endpoint.h"
 #include "control/token.h"
 #include "scdino/v1/control.grpc.pb.h"
 
@@ -196,6 +198,7 @@ struct Options {
   bool json = false, tls = false;
   double timeout = -1;  ///< seconds; -1: the command's default
   int64_t interval_ms = 0;
+  double wait = 0;  ///< watch: seconds to wait for the run to start and answer
 };
 
 // Parses the command line into `o`; an exit code when the program ends
@@ -229,6 +232,11 @@ std::optional<int> ParseCommandLine(int argc, char** argv, Options* o) {
   app->add_subcommand("status", "the run's state, progress, speed and last values");
   app->add_subcommand("watch", "status on every change until the run ends (Ctrl-C to leave)")
       ->add_option("--interval-ms", o->interval_ms, "also print every N ms when nothing changed")
+      ->check(CLI::NonNegativeNumber);
+  app->get_subcommand("watch")
+      ->add_option("--wait", o->wait,
+                   "wait up to SECONDS for the run to start and answer (a job still in the queue); 0: not")
+      ->type_name("SECONDS")
       ->check(CLI::NonNegativeNumber);
   app->add_subcommand("pause", "pause at the next step boundary");
   app->add_subcommand("resume", "continue a paused run");
@@ -266,11 +274,13 @@ int RotateToken(const Options& o) {
 
 // The server to call and its token: from the run directory's endpoint
 // file, or --target with --token-file. An exit code when neither works.
-std::variant<scdino::control::ClientTarget, int> ResolveTarget(const Options& o) {
+// `quiet`: no message when the run directory has no endpoint yet.
+std::variant<scdino::control::ClientTarget, int> ResolveTarget(const Options& o, bool quiet = false) {
   scdino::control::ClientTarget t;
   if (!o.run_dir.empty()) {
     auto r = scdino::control::ResolveRun(o.run_dir, o.service, o.token_file);
     if (!r.ok()) {
+      if (quiet && r.status().code() == scdino::StatusCode::kNotFound) return kNotFound;
       std::cerr << "scdinoctl: " << r.status().message() << "\n";
       return r.status().code() == scdino::StatusCode::kNotFound ? kNotFound : kFailed;
     }
@@ -393,11 +403,45 @@ int ListCheckpoints(const Connection& c) {
 
 }  // namespace
 
+// The run's target once it answers: at once, or with watch --wait, once
+// its endpoint file is there and its server accepts a connection (a job
+// still in the queue, or a service still starting), up to --wait seconds.
+std::variant<scdino::control::ClientTarget, int> TargetWhenAnswering(const Options& o) {
+  const bool waiting = o.command == "watch" && o.wait > 0;
+  if (!waiting) return ResolveTarget(o);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.wait * 1000));
+  std::cerr << "scdinoctl: waiting up to " << o.wait << " s for the run in "
+            << (o.run_dir.empty() ? o.target : o.run_dir) << " to start\n";
+  const int64_t began_unix_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  for (;;) {
+    // A run that started and ended between two looks leaves its end record.
+    if (auto ended = scdino::control::ReadEnded(o.run_dir, o.service);
+        !o.run_dir.empty() && ended.ok() && ended->end_unix_ms >= began_unix_ms) {
+      std::cerr << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << ended->state
+                << (ended->error.empty() ? "" : ": " + ended->error) << "\n";
+      return ended->state == "COMPLETED" ? kOk : kFailed;
+    }
+    const bool last = std::chrono::steady_clock::now() >= deadline;
+    auto resolved = ResolveTarget(o, /*quiet=*/!last);
+    if (const auto* t = std::get_if<scdino::control::ClientTarget>(&resolved)) {
+      auto channel = scdino::control::OpenChannel(*t);
+      if (channel.ok() && (last || (*channel)->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(2)))) {
+        return resolved;
+      }
+    } else if (last || std::get<int>(resolved) != kNotFound) {
+      return resolved;
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  }
+}
+
 int main(int argc, char** argv) {
   Options o;
   if (auto code = ParseCommandLine(argc, argv, &o)) return *code;
   if (o.command == "rotate-token") return RotateToken(o);
-  auto resolved = ResolveTarget(o);
+  auto resolved = TargetWhenAnswering(o);
   if (const int* code = std::get_if<int>(&resolved)) return *code;
   const auto& t = std::get<scdino::control::ClientTarget>(resolved);
   auto channel = scdino::control::OpenChannel(t);

@@ -4,7 +4,10 @@
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <tuple>
+
+#include "common/env.h"
 
 namespace scdino::run {
 namespace {
@@ -197,7 +200,57 @@ StatusOr<std::vector<int64_t>> ExpandTasksPerNode(const std::string& list) {
   return out;
 }
 
+namespace {
+
+// Slurm's own containers (srun --container, oci.conf) give a task the
+// step's variables but not its own (no SLURM_PROCID, SLURM_LOCALID or
+// SLURM_NODEID in Slurm 22.05), and run one task per node. The task's rank
+// is then its node's place in SLURM_STEP_NODELIST, found by host name (the
+// container shares its node's). Empty when the variables are there or this
+// is not such a container.
+StatusOr<std::map<std::string, std::string>> ContainerTaskVariables(
+    const std::function<const char*(const char*)>& getenv) {
+  std::map<std::string, std::string> task;
+  const char* nodes = getenv("SLURM_STEP_NODELIST");
+  const char* tasks = getenv("SLURM_STEP_NUM_TASKS");
+  if (getenv("SLURM_CONTAINER") == nullptr || getenv("SLURM_PROCID") != nullptr || getenv("RANK") != nullptr ||
+      nodes == nullptr || tasks == nullptr) {
+    return task;
+  }
+  auto hosts = ExpandHostlist(nodes);
+  if (!hosts.ok()) return Status::InvalidArgument("environment variable SLURM_STEP_NODELIST: " + hosts.status().message());
+  auto n = Int("SLURM_STEP_NUM_TASKS", tasks, 1);
+  if (!n.ok()) return n.status();
+  if (*n != static_cast<int64_t>(hosts->size())) {
+    return Status::InvalidArgument("SLURM_CONTAINER: Slurm's own containers give a task no SLURM_PROCID, so scdino takes "
+                                   "the rank from the node, which needs one task per node; this step has " +
+                                   std::to_string(*n) + " tasks on " + std::to_string(hosts->size()) +
+                                   " nodes (use --ntasks-per-node=1, or Pyxis)");
+  }
+  std::string here = ThisHostName();
+  const auto it = std::find_if(hosts->begin(), hosts->end(), [&](const std::string& h) {
+    return h == here || h == here.substr(0, here.find('.'));
+  });
+  if (it == hosts->end()) {
+    return Status::InvalidArgument("SLURM_CONTAINER: this host, " + here + ", is not in SLURM_STEP_NODELIST (" + nodes +
+                                   "), so its rank cannot be told (Slurm's own containers give a task no SLURM_PROCID)");
+  }
+  const std::string rank = std::to_string(it - hosts->begin());
+  task = {{"SLURM_PROCID", rank}, {"SLURM_NODEID", rank}, {"SLURM_LOCALID", "0"}, {"SLURM_NTASKS", tasks}};
+  return task;
+}
+
+}  // namespace
+
 StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>& getenv) {
+  auto task = ContainerTaskVariables(getenv);
+  if (!task.ok()) return task.status();
+  if (!task->empty()) {
+    return LaunchFromEnv([&](const char* name) -> const char* {
+      const auto it = task->find(name);
+      return it != task->end() ? it->second.c_str() : getenv(name);
+    });
+  }
   LaunchInfo info;
   auto get_int = [&](const char* name, int64_t min, int64_t* out) -> Status {
     const char* v = getenv(name);

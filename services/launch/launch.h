@@ -44,8 +44,10 @@ inline constexpr const char* kEphemeralPortRangeFile = "/proc/sys/net/ipv4/ip_lo
 /// when RANK and WORLD_SIZE are set; else Slurm's SLURM_PROCID,
 /// SLURM_NTASKS, SLURM_LOCALID, the first host of SLURM_STEP_NODELIST (or
 /// SLURM_JOB_NODELIST) and PortForJob of SLURM_JOB_ID and SLURM_STEP_ID
-/// (MASTER_ADDR and MASTER_PORT override); else one process. Errors name
-/// the variable.
+/// (MASTER_ADDR and MASTER_PORT override); else one process. In Slurm's
+/// own containers (SLURM_CONTAINER, no SLURM_PROCID: srun --container gives
+/// a task only the step's variables), the rank is this host's place in
+/// SLURM_STEP_NODELIST, one task per node. Errors name the variable.
 StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>& getenv);
 
 /// A range of ports [first, last] that scdino never takes for a rendezvous.

@@ -241,6 +241,8 @@ out=$(cat "$work"/follow-*.out)
 grep -q "trainer step exited 0, follower step 0" <<<"$out" ||
   { echo "FAIL: train-and-evaluate.sbatch: both steps must exit 0"; echo "$out"; exit 1; }
 grep -q "the trainer ended COMPLETED" <<<"$out" || { echo "FAIL: the follower did not see the trainer end"; echo "$out"; exit 1; }
+grep -q "train-and-evaluate.sbatch runs no preflight, stages no packed data set and binds no GPU per task" <<<"$out" ||
+  { echo "FAIL: train-and-evaluate.sbatch did not say what it leaves out"; echo "$out"; exit 1; }
 [ -s "$scrape" ] || { echo "FAIL: the follower's metrics were never scraped"; echo "$out"; exit 1; }
 python3 - "$work/follow" "$scrape" <<'PY' || { echo "FAIL: follower results"; echo "$out"; exit 1; }
 import csv, glob, os, re, sys

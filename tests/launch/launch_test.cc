@@ -6,6 +6,7 @@
 #include <set>
 #include <map>
 
+#include "common/env.h"
 #include "support/test_support.h"
 
 namespace scdino::run {
@@ -62,6 +63,42 @@ TEST(Launch, FromSlurm) {
   EXPECT_EQ(l->port_candidates[0], l->master_port);
   EXPECT_EQ(l->local_world_size, 2) << "local rank 1: at least 2 ranks on this node";
   EXPECT_EQ(l->attempt, "slurm job 123456 step 0 restart 0 at gpu-st-3:" + std::to_string(PortForJob(123456)));
+}
+
+// Slurm's own containers (srun --container=BUNDLE) give a task the step's
+// variables only: one task per node, the rank is this host's place in the
+// step's node list.
+TEST(Launch, InSlurmsOwnContainerTheRankIsTheNodesPlace) {
+  const std::string here = ThisHostName();
+  Env env = {{"SLURM_CONTAINER", "/shared/bundles/scdino"}, {"SLURM_STEP_NUM_TASKS", "3"},
+             {"SLURM_STEP_NODELIST", "zz-other1,zz-other2," + here},
+             {"SLURM_STEP_TASKS_PER_NODE", "1(x3)"}, {"SLURM_JOB_ID", "77"}};
+  auto l = From(env);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(l->source, "slurm");
+  EXPECT_EQ(l->rank, 2);
+  EXPECT_EQ(l->world_size, 3);
+  EXPECT_EQ(l->local_rank, 0);
+  EXPECT_EQ(l->local_world_size, 1);
+  EXPECT_EQ(l->master_addr, "zz-other1");
+  // Two tasks a node cannot be told apart: refused, saying why.
+  env["SLURM_STEP_NUM_TASKS"] = "6";
+  auto two = From(env);
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(two.status().message().find("6 tasks on 3 nodes"), std::string::npos) << two.status().message();
+  // A host not in the list is named.
+  env["SLURM_STEP_NUM_TASKS"] = "2";
+  env["SLURM_STEP_NODELIST"] = "zz-other[1-2]";
+  auto away = From(env);
+  ASSERT_FALSE(away.ok());
+  EXPECT_NE(away.status().message().find(here + ", is not in SLURM_STEP_NODELIST (zz-other[1-2])"), std::string::npos)
+      << away.status().message();
+  // Where Slurm does give the task's variables, they win.
+  env["SLURM_PROCID"] = "1";
+  env["SLURM_NTASKS"] = "2";
+  auto given = From(env);
+  ASSERT_TRUE(given.ok()) << given.status().ToString();
+  EXPECT_EQ(given->rank, 1);
 }
 
 // Each attempt of a run is told apart (its rendezvous keys are under a
