@@ -2,11 +2,11 @@
 # Tells Prometheus which Slurm job runs on which node, as a node_exporter
 # textfile (docs/monitoring.md#slurm-jobs-and-nodes):
 #
-#   slurm_job_node{jobid="1234",nodename="gpu-st-1",user="alice",partition="gpu"} 1
+#   slurm_job_node_info{jobid="1234",nodename="gpu-st-1",user="alice",partition="gpu"} 1
 #
 # The GPUs and nodes dashboard and the XID alert join dcgm-exporter and
 # node_exporter series to jobs through it (recording rule
-# jobid_node:slurm_job_node:max). Two ways to run it, both fine together:
+# jobid_node:slurm_job_node_info:max). Two ways to run it, both fine together:
 #
 #   slurm-job-node.sh squeue   every running job, from squeue; on the head
 #                              node, every minute (cron or a systemd timer)
@@ -39,13 +39,13 @@ escape() {  # a Prometheus label value
 }
 
 line() {  # jobid nodename user partition
-  printf 'slurm_job_node{jobid="%s",nodename="%s",user="%s",partition="%s"} 1\n' \
+  printf 'slurm_job_node_info{jobid="%s",nodename="%s",user="%s",partition="%s"} 1\n' \
     "$(escape "$1")" "$(escape "$2")" "$(escape "$3")" "$(escape "$4")"
 }
 
 header() {
-  printf '# HELP slurm_job_node 1 for every node a running Slurm job is allocated\n'
-  printf '# TYPE slurm_job_node gauge\n'
+  printf '# HELP slurm_job_node_info 1 for every node a running Slurm job is allocated\n'
+  printf '# TYPE slurm_job_node_info gauge\n'
 }
 
 publish() {  # name: stdin becomes DIR/name

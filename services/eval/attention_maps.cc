@@ -65,6 +65,13 @@ StatusOr<std::vector<std::string>> WriteAttentionMaps(const features::FeatureSet
                            " written to " + out_dir + "/attention)");
   };
   bool warned = false;
+  // The images drawn: the first per_class of each class, test ones first.
+  std::vector<int64_t> per_class_rows(set.classes.size(), 0);
+  for (const auto& r : set.rows) {
+    if (r.class_index >= 0 && r.class_index < static_cast<int64_t>(set.classes.size())) ++per_class_rows[r.class_index];
+  }
+  int64_t to_draw = 0;
+  for (auto rows : per_class_rows) to_draw += std::min<int64_t>(rows, options.per_class);
   for (size_t c = 0; c < set.classes.size(); ++c) {
     // Test images first (the model never saw their labels either way), by path.
     std::vector<const features::IndexRow*> picks;
@@ -126,6 +133,7 @@ StatusOr<std::vector<std::string>> WriteAttentionMaps(const features::FeatureSet
       const std::string name = "attention/" + safe + "_" + std::to_string(i) + ".png";
       if (auto s = PlotAttentionMaps(out_dir + "/" + name, f); !s.ok()) return s;
       written.push_back(name);
+      if (options.on_progress) options.on_progress(static_cast<int64_t>(written.size()), to_draw);
     }
   }
   return written;

@@ -45,6 +45,8 @@ struct AttentionMapOptions {
   std::function<void(const std::string&)> warn;
   /// Asked between images and between blocks: true ends with Aborted.
   std::function<bool()> should_stop;
+  /// Images drawn of those picked, after each.
+  std::function<void(int64_t, int64_t)> on_progress;
 };
 
 /// Last-block CLS attention maps of `per_class` images of each class (the

@@ -88,7 +88,7 @@ Status PlotAttentionMaps(const std::string& path, const AttentionFigure& f) {
     cv::resize(grey8, big, cv::Size(pw, ph), 0, 0, interp);
     cv::cvtColor(big, bgr, cv::COLOR_GRAY2BGR);
     panels.push_back(bgr);
-    captions.push_back(f.channel_names.empty() ? "channel " + std::to_string(c) : Ascii(f.channel_names[c]));
+    captions.push_back(f.channel_names.empty() ? "channel " + std::to_string(c) : Drawable(f.channel_names[c]));
   }
   const int n_channels = static_cast<int>(panels.size());
   const int GH = static_cast<int>(f.grid_h), GW = static_cast<int>(f.grid_w);
@@ -123,7 +123,7 @@ Status PlotAttentionMaps(const std::string& path, const AttentionFigure& f) {
 
   const Font caption_font{0.5, 1};
   const int gap = 8, group_gap = 28;
-  const std::string title_text = Ascii(f.title);
+  const std::string title_text = Drawable(f.title);
   const int th_title = TextHeight(kTitleFont), th_caption = TextHeight(caption_font), th_tick = TextHeight(kTickFont);
   const int y_title = 14;
   const int y_caption = y_title + th_title + 14;

@@ -4,6 +4,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "common/progress.h"
 #include "common/files.h"
 #include "eval/attention_maps.h"
 #include "eval/report.h"
@@ -125,6 +126,8 @@ Status CheckpointEvaluator::Evaluate(const features::FeatureSet& set) {
       ao.should_stop = [this] {
         return (o_.stop_signal && o_.stop_signal()) || (o_.control && o_.control->Requests().stop);
       };
+      auto log = std::make_shared<ProgressLog>(o_.log, "scdino-eval: attention maps", "images");
+      ao.on_progress = [log](int64_t done, int64_t total) { log->Report(done, total); };
       auto maps = WriteAttentionMaps(set, *backbone, *prep, eo.out_dir, ao);
       if (!maps.ok()) return maps.status();
       r->files.insert(r->files.end(), maps->begin(), maps->end());

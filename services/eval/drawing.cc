@@ -3,12 +3,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <string_view>
 
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
+#ifdef SCDINO_HAVE_FREETYPE
+#include <opencv2/freetype.hpp>
+#endif
 
 #include "common/files.h"
 
@@ -18,7 +24,8 @@ namespace scdino::eval::drawing {
 // ---------------------------------------------------------------- text ----
 
 // Hershey fonts have printable ASCII only; a multi-byte UTF-8 character
-// becomes one '?' rather than one per byte.
+// becomes one '?' rather than one per byte. The fallback without a
+// TrueType face.
 std::string Ascii(const std::string& s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -36,29 +43,116 @@ std::string Ascii(const std::string& s) {
   return out;
 }
 
-int TextWidth(const std::string& s, const Font& f) {
-  int base = 0;
-  return cv::getTextSize(s, kFace, f.scale, f.thickness, &base).width;
+namespace {
+
+// The TrueType face, loaded once; FreeType2 is not reentrant, so every use
+// holds the lock.
+struct Typeface {
+  std::mutex mu;
+#ifdef SCDINO_HAVE_FREETYPE
+  cv::Ptr<cv::freetype::FreeType2> ft;
+#endif
+  std::string path;
+};
+
+Typeface& Face() {
+  static Typeface* face = [] {
+    auto* t = new Typeface;
+#ifdef SCDINO_HAVE_FREETYPE
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("SCDINO_FONT"); env != nullptr && *env != '\0') candidates.push_back(env);
+    candidates.push_back("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf");
+    for (const auto& path : candidates) {
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(path, ec)) continue;
+      try {
+        auto ft = cv::freetype::createFreeType2();
+        ft->loadFontData(path, 0);
+        t->ft = ft;
+        t->path = path;
+        break;
+      } catch (const cv::Exception&) {
+        // Not a font FreeType reads: the next candidate.
+      }
+    }
+#endif
+    return t;
+  }();
+  return *face;
 }
 
-// Line height: OpenCV's cap height plus the descent, the same for every
-// string of a font, so rows of labels line up.
+// The TrueType size of a Hershey scale: about the same cap height.
+int PixelHeight(const Font& f) { return std::max(6, static_cast<int>(std::lround(f.scale * 30))); }
+
+// The size of `s` and its descent below the baseline.
+cv::Size Measure(const std::string& s, const Font& f, int* base) {
+  *base = 0;
+#ifdef SCDINO_HAVE_FREETYPE
+  Typeface& t = Face();
+  if (t.ft) {
+    std::lock_guard<std::mutex> lock(t.mu);
+    return t.ft->getTextSize(s, PixelHeight(f), -1, base);
+  }
+#endif
+  return cv::getTextSize(s, kFace, f.scale, f.thickness, base);
+}
+
+}  // namespace
+
+const std::string& TypefacePath() { return Face().path; }
+
+std::string Drawable(const std::string& s) {
+  if (TypefacePath().empty()) return Ascii(s);
+  // Valid UTF-8 kept (control characters as spaces); a byte that starts no
+  // valid sequence becomes '?'.
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    bool valid = n > 0 && i + n <= s.size();
+    for (size_t k = 1; valid && k < n; ++k) valid = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+    if (!valid) {
+      out += '?';
+      ++i;
+      continue;
+    }
+    if (n == 1 && (c < 0x20 || c == 0x7f)) {
+      out += ' ';
+    } else {
+      out.append(s, i, n);
+    }
+    i += n;
+  }
+  return out;
+}
+
+int TextWidth(const std::string& s, const Font& f) {
+  int base = 0;
+  return Measure(s, f, &base).width;
+}
+
+// Line height: the cap height plus the descent, the same for every string
+// of a font, so rows of labels line up.
 int TextHeight(const Font& f) {
   int base = 0;
-  cv::Size sz = cv::getTextSize("Ag", kFace, f.scale, f.thickness, &base);
+  cv::Size sz = Measure("Ag", f, &base);
   return sz.height + base;
 }
 
 int Ascent(const Font& f) {
   int base = 0;
-  return cv::getTextSize("Ag", kFace, f.scale, f.thickness, &base).height;
+  return Measure("Ag", f, &base).height;
 }
 
 // `s` shortened with ".." to at most `max_width` pixels.
 std::string Fit(const std::string& s, const Font& f, int max_width) {
   if (TextWidth(s, f) <= max_width) return s;
   std::string t = s;
-  while (!t.empty() && TextWidth(t + "..", f) > max_width) t.pop_back();
+  while (!t.empty() && TextWidth(t + "..", f) > max_width) {
+    // A whole UTF-8 character: its continuation bytes, then its lead.
+    while (t.size() > 1 && (static_cast<unsigned char>(t.back()) & 0xc0) == 0x80) t.pop_back();
+    t.pop_back();
+  }
   return t + "..";
 }
 
@@ -70,7 +164,16 @@ void Text(cv::Mat& img, const std::string& s, int x, int top, const Font& f, con
   const int w = TextWidth(s, f);
   if (align == Align::kCenter) x -= w / 2;
   if (align == Align::kRight) x -= w;
-  cv::putText(img, s, cv::Point(x, top + Ascent(f)), kFace, f.scale, colour, f.thickness, cv::LINE_AA);
+  const cv::Point baseline(x, top + Ascent(f));
+#ifdef SCDINO_HAVE_FREETYPE
+  Typeface& t = Face();
+  if (t.ft) {
+    std::lock_guard<std::mutex> lock(t.mu);
+    t.ft->putText(img, s, baseline, PixelHeight(f), colour, -1, cv::LINE_AA, true);
+    return;
+  }
+#endif
+  cv::putText(img, s, baseline, kFace, f.scale, colour, f.thickness, cv::LINE_AA);
 }
 
 // Black text on white in its own image, for turning by 90 degrees.

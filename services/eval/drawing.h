@@ -1,8 +1,8 @@
 // The drawing surface of the evaluation figures (eval/plots.h, on OpenCV):
-// measured text in Hershey fonts (ASCII only, shortened to fit, turned by 90
-// degrees), the colour scales and the class palette, round axis ticks, a
-// deterministic shuffle, and the atomic PNG write. Stateless functions,
-// thread-safe.
+// measured text (any UTF-8 in a TrueType font through OpenCV's FreeType
+// module, else ASCII in Hershey's; shortened to fit, turned by 90 degrees),
+// the colour scales and the class palette, round axis ticks, a
+// deterministic shuffle, and the atomic PNG write. Thread-safe.
 #pragma once
 
 #include <opencv2/core.hpp>
@@ -35,6 +35,13 @@ enum class Align { kLeft, kCenter, kRight };
 
 /// Printable ASCII of `s`: a multi-byte UTF-8 character becomes one '?'.
 std::string Ascii(const std::string& s);
+/// The TrueType font the labels are drawn in: $SCDINO_FONT, else Debian's
+/// DejaVu Sans (fonts-dejavu-core); empty when none loads (or OpenCV has
+/// no FreeType module), and the labels are drawn in ASCII.
+const std::string& TypefacePath();
+/// `s` as the figures can draw it: every UTF-8 character with a TrueType
+/// font (control characters as spaces, invalid bytes as '?'), else Ascii(s).
+std::string Drawable(const std::string& s);
 int TextWidth(const std::string& s, const Font& f);
 /// Line height (cap height plus descent), the same for every string of a font.
 int TextHeight(const Font& f);

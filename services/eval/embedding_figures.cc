@@ -176,7 +176,7 @@ std::vector<int64_t> StratifiedSubsample(const std::vector<int64_t>& rows, const
 namespace {
 
 // Progress lines at a bounded rate, with the rate and an ETA (common/progress.h).
-std::function<void(int64_t, int64_t)> Progress(const EmbeddingOptions& o, const char* what, const char* unit) {
+std::function<void(int64_t, int64_t)> Progress(const EmbeddingOptions& o, const std::string& what, const char* unit) {
   auto log = std::make_shared<ProgressLog>(o.log, std::string("scdino-eval: ") + what, unit);
   return [log](int64_t done, int64_t total) { log->Report(done, total); };
 }
@@ -217,6 +217,7 @@ StatusOr<View> UmapView(const NeighborGraph& graph, const torch::Tensor& x, int6
   uo.threads = o.threads;
   uo.should_stop = o.should_stop;
   uo.on_progress = Progress(o, "UMAP", "epochs");
+  uo.on_spectral_progress = Progress(o, "UMAP spectral initialisation", "eigenvectors");
   if (uo.n_components == 2) uo.initial_layout = pca_xy;  // the fallback of the spectral start
   NeighborGraph umap_graph = graph;
   if (o.umap_metric == "cosine") {
@@ -259,6 +260,7 @@ Status ScoreTrustworthiness(const std::vector<View>& views, const std::vector<in
     tw.k = tk;
     tw.threads = o.threads;
     tw.should_stop = o.should_stop;
+    tw.on_progress = Progress(o, v.name + " trustworthiness", "tiles");
     auto t = Trustworthiness(xs, m, d, ys, v.cols, tw);
     if (!t.ok()) return t.status();
     (*summary)[v.name]["trustworthiness"] = *t;
@@ -358,7 +360,7 @@ StatusOr<EmbeddingResult> WriteEmbeddings(const features::FeatureSet& set, const
   NeighborGraph graph;
   if (k >= 1) {
     const auto g0 = Clock::now();
-    auto g = NearestNeighborGraph(x, k, o.knn_memory_bytes, o.should_stop);
+    auto g = NearestNeighborGraph(x, k, o.knn_memory_bytes, o.should_stop, Progress(o, "neighbour graph", "rows"));
     if (!g.ok()) return g.status();
     graph = std::move(g).value();
     result.summary["neighbor_graph"] = {{"k", k}, {"seconds", Since(g0)}};

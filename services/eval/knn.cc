@@ -8,7 +8,8 @@ namespace scdino::eval {
 namespace F = torch::nn::functional;
 
 StatusOr<NeighborGraph> NearestNeighborGraph(const torch::Tensor& x_in, int64_t k, int64_t memory_bytes,
-                                             const std::function<bool()>& should_stop) {
+                                             const std::function<bool()>& should_stop,
+                                             const std::function<void(int64_t, int64_t)>& on_progress) {
   if (x_in.dim() != 2 || x_in.size(0) < 2) {
     return Status::InvalidArgument("neighbour graph: expected [n, d] rows with n >= 2, got " + c10::str(x_in.sizes()));
   }
@@ -42,6 +43,7 @@ StatusOr<NeighborGraph> NearestNeighborGraph(const torch::Tensor& x_in, int64_t 
     auto i = indices.to(torch::kCPU, torch::kInt64).contiguous();
     std::copy(v.data_ptr<float>(), v.data_ptr<float>() + rows * k, g.distances.begin() + first * k);
     std::copy(i.data_ptr<int64_t>(), i.data_ptr<int64_t>() + rows * k, g.indices.begin() + first * k);
+    if (on_progress) on_progress(first + rows, n);
   }
   return g;
 }

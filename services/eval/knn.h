@@ -43,10 +43,12 @@ struct KnnResult {
 /// itself excluded: the graph t-SNE and UMAP start from. Blocks of rows are
 /// compared with all rows by one matrix product each, sized to
 /// `memory_bytes`, and cut to their k smallest: no n x n matrix exists.
-/// `should_stop` is polled between blocks (Aborted). InvalidArgument unless
-/// x is 2-D with n >= 2 and 1 <= k <= n - 1.
+/// `should_stop` is polled between blocks (Aborted); `on_progress` hears
+/// the rows done of n after each. InvalidArgument unless x is 2-D with
+/// n >= 2 and 1 <= k <= n - 1.
 StatusOr<NeighborGraph> NearestNeighborGraph(const torch::Tensor& x, int64_t k, int64_t memory_bytes,
-                                             const std::function<bool()>& should_stop = {});
+                                             const std::function<bool()>& should_stop = {},
+                                             const std::function<void(int64_t, int64_t)>& on_progress = {});
 
 /// train: [n, d], train_labels: [n] int64 in [0, classes), test: [q, d], on
 /// one device. Throws c10::Error naming the shape or value that is wrong.

@@ -81,14 +81,14 @@ Status PlotConfusionMatrix(const std::string& path, const std::vector<std::vecto
   std::vector<std::string> names(K);
   int ylab_w = 0;
   for (int i = 0; i < K; ++i) {
-    names[i] = Fit(Ascii(class_names[i]), label_font, 260);
+    names[i] = Fit(Drawable(class_names[i]), label_font, 260);
     ylab_w = std::max(ylab_w, TextWidth(names[i], label_font));
   }
   // Predicted-class names go under their column when all fit, else turned.
   const bool turn_x = ylab_w > cell - 4;
   const int xlab_h = turn_x ? ylab_w : TextHeight(label_font);
 
-  const std::string title_text = Ascii(title);
+  const std::string title_text = Drawable(title);
   const int th_title = TextHeight(kTitleFont), th_axis = TextHeight(kAxisTitleFont),
             th_tick = TextHeight(kTickFont);
   const int mh = K * cell, mw = K * cell;
@@ -239,7 +239,7 @@ Status PlotEmbedding(const std::string& path, const std::vector<float>& xy, cons
   };
   std::vector<Entry> entries;
   for (int64_t k = 0; k < K; ++k) {
-    entries.push_back({Fit(Ascii(class_names[k]), legend_font, 260) + " (" + std::to_string(count[k]) + ")",
+    entries.push_back({Fit(Drawable(class_names[k]), legend_font, 260) + " (" + std::to_string(count[k]) + ")",
                        ClassColour(k)});
   }
   if (count[K] > 0) entries.push_back({"unlabelled (" + std::to_string(count[K]) + ")", kUnlabelled});
@@ -247,7 +247,7 @@ Status PlotEmbedding(const std::string& path, const std::vector<float>& xy, cons
   for (const auto& e : entries) legend_text_w = std::max(legend_text_w, TextWidth(e.text, legend_font));
   const int row_h = TextHeight(legend_font) + 8;
 
-  const std::string title_text = Ascii(title);
+  const std::string title_text = Drawable(title);
   const int th_title = TextHeight(kTitleFont), th_axis = TextHeight(kAxisTitleFont),
             th_tick = TextHeight(kTickFont);
   const int P = 600;  // plot area side
@@ -286,8 +286,8 @@ Status PlotEmbedding(const std::string& path, const std::vector<float>& xy, cons
     cv::line(img, {px - tick_len - 1, y}, {px - 1, y}, kBlack, 1);
     Text(img, tick_text[1][t], px - tick_len - 4, y - th_tick / 2, kTickFont, kBlack, Align::kRight);
   }
-  Text(img, Fit(Ascii(x_label), kAxisTitleFont, P), px + P / 2, y_xlabel, kAxisTitleFont, kBlack, Align::kCenter);
-  VerticalText(img, Fit(Ascii(y_label), kAxisTitleFont, P), x_ylabel, py, P, kAxisTitleFont);
+  Text(img, Fit(Drawable(x_label), kAxisTitleFont, P), px + P / 2, y_xlabel, kAxisTitleFont, kBlack, Align::kCenter);
+  VerticalText(img, Fit(Drawable(y_label), kAxisTitleFont, P), x_ylabel, py, P, kAxisTitleFont);
 
   // Points: unlabelled first (beneath), then the labelled ones in a fixed
   // shuffled order. Sub-pixel positions (shift 4) keep dense clouds smooth.

@@ -48,6 +48,15 @@ struct Entry {
   bool linear = false, clustering = false;
   double linear_top1 = 0, linear_balanced = 0, linear_c = 0, ari = 0, nmi = 0;
   std::string linear_skipped;
+  /// Every k: top-1 and balanced accuracy.
+  std::vector<std::pair<double, double>> top1_by_k, balanced_by_k;
+  /// At the best k: each class's precision and recall.
+  struct ClassScore {
+    std::string name;
+    double precision = 0, recall = 0;
+    int64_t support = 0;
+  };
+  std::vector<ClassScore> per_class;
 };
 
 double Number(const json& j, const char* key) {
@@ -86,9 +95,18 @@ Entry ReadEntry(const fs::path& dir) {
   e.best_k = static_cast<int64_t>(Number(j, "best_k"));
   e.classes = j.contains("classes") && j["classes"].is_array() ? static_cast<int64_t>(j["classes"].size()) : 0;
   for (const auto& k : j["knn"]) {
-    if (static_cast<int64_t>(Number(k, "k")) == e.best_k) {
+    const double kk = Number(k, "k");
+    e.top1_by_k.emplace_back(kk, Number(k, "top1_accuracy"));
+    e.balanced_by_k.emplace_back(kk, Number(k, "balanced_accuracy"));
+    if (static_cast<int64_t>(kk) == e.best_k) {
       e.knn_top1 = Number(k, "top1_accuracy");
       e.knn_balanced = Number(k, "balanced_accuracy");
+      if (k.contains("per_class") && k["per_class"].is_array()) {
+        for (const auto& c : k["per_class"]) {
+          e.per_class.push_back({Text(c, "class"), Number(c, "precision"), Number(c, "recall"),
+                                 static_cast<int64_t>(Number(c, "support"))});
+        }
+      }
     }
   }
   const json lp = j.value("linear_probe", json());
@@ -201,6 +219,47 @@ std::string Chart(const std::string& title, const std::string& x_label, const st
   return o.str();
 }
 
+// Grouped horizontal bars as inline SVG: one row per label, one bar per
+// series (values in [0, 1]), the value at each bar's end, a legend below.
+struct Bars {
+  std::string name, colour;
+  std::vector<double> values;  ///< one per label
+};
+std::string BarChart(const std::string& title, const std::vector<std::string>& labels, const std::vector<Bars>& bars) {
+  if (labels.empty() || bars.empty()) return "";
+  const double bar = 12, gap = 10, left = 150, right = 60, top = 34, bottom = 20, W = 560;
+  const double row = bar * static_cast<double>(bars.size()) + gap;
+  const double H = top + row * static_cast<double>(labels.size()) + bottom;
+  const double span = W - left - right;
+  std::ostringstream o;
+  o << "<figure class=\"chart\"><svg viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\"" << H
+    << "\" role=\"img\" aria-label=\"" << Escape(title) << "\">"
+    << "<text x=\"" << W / 2 << "\" y=\"20\" text-anchor=\"middle\" class=\"title\">" << Escape(title) << "</text>";
+  for (double t : {0.0, 0.5, 1.0}) {
+    o << "<line x1=\"" << left + t * span << "\" x2=\"" << left + t * span << "\" y1=\"" << top - 4 << "\" y2=\""
+      << H - bottom << "\" class=\"grid\"/>";
+  }
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const double y = top + row * static_cast<double>(i);
+    o << "<text x=\"" << left - 6 << "\" y=\"" << y + row / 2 << "\" text-anchor=\"end\">" << Escape(labels[i])
+      << "</text>";
+    for (size_t b = 0; b < bars.size(); ++b) {
+      const double v = i < bars[b].values.size() ? std::clamp(bars[b].values[i], 0.0, 1.0) : 0.0;
+      const double by = y + bar * static_cast<double>(b);
+      o << "<rect x=\"" << left << "\" y=\"" << by << "\" width=\"" << v * span << "\" height=\"" << bar - 2
+        << "\" fill=\"" << bars[b].colour << "\"/><text x=\"" << left + v * span + 4 << "\" y=\"" << by + bar - 3
+        << "\" class=\"value\">" << FormatFixed(v, 2) << "</text>";
+    }
+  }
+  o << "</svg><figcaption>";
+  for (const auto& b : bars) {
+    o << "<span class=\"key\"><span class=\"swatch\" style=\"border-color:" << b.colour << "\"></span>"
+      << Escape(b.name) << "</span> ";
+  }
+  o << "</figcaption></figure>\n";
+  return o.str();
+}
+
 // The x of a checkpoint: its epoch (what the training log counts in).
 double XOf(const Entry& e) { return static_cast<double>(e.epoch); }
 
@@ -225,7 +284,7 @@ table{border-collapse:collapse;font-size:.92em}th,td{border:1px solid #ccc;paddi
 th:first-child,td:first-child{text-align:left}tr.baseline{background:#f4f4f4;font-style:italic}
 .charts,.figures{display:flex;flex-wrap:wrap;gap:16px}figure{margin:0}figure img{max-width:560px;border:1px solid #ddd}
 svg text{font-size:12px;fill:#333}svg .title{font-size:14px;font-weight:600}svg .frame{fill:none;stroke:#999}
-svg .grid{stroke:#eee}.key{margin-right:14px;white-space:nowrap}
+svg .grid{stroke:#eee}svg .value{font-size:10px;fill:#555}.key{margin-right:14px;white-space:nowrap}
 .swatch{display:inline-block;width:22px;border-top:3px solid;vertical-align:middle;margin-right:5px}
 .swatch.dashed{border-top-style:dashed}.note{color:#555}#broken{color:#b00;font-weight:600}
 )";
@@ -394,6 +453,23 @@ std::string RunReportHtml(const ReportOptions& options) {
         {"pca_kmeans.png", "PCA, by k-means cluster"},
         {"confusion_matrix.png", "kNN confusion matrix"},
         {"linear_probe_confusion_matrix.png", "linear-probe confusion matrix"}};
+    // Accuracy against k, and each class's precision and recall at the best k.
+    if (latest->error.empty() && latest->top1_by_k.size() > 1) {
+      o << Chart("kNN accuracy against k", "k",
+                 {Series{"top-1", "#1f77b4", latest->top1_by_k}, Series{"balanced", "#ff7f0e", latest->balanced_by_k}},
+                 std::make_pair(0.0, 1.0));
+    }
+    if (latest->error.empty() && !latest->per_class.empty()) {
+      std::vector<std::string> labels;
+      Bars precision{"precision", "#1f77b4", {}}, recall{"recall", "#ff7f0e", {}};
+      for (const auto& c : latest->per_class) {
+        labels.push_back(c.name + " (" + std::to_string(c.support) + ")");
+        precision.values.push_back(c.precision);
+        recall.values.push_back(c.recall);
+      }
+      o << BarChart("kNN per class at k = " + std::to_string(latest->best_k) + " (test cells)", labels,
+                    {precision, recall});
+    }
     int shown = 0;
     for (const auto& [file, caption] : figures) {
       if (fs::exists(dir / file, ec)) o << Figure(latest->name + "/" + file, caption), ++shown;

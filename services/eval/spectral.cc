@@ -209,7 +209,8 @@ StatusOr<SpectralResult> SpectralLayout(const SparseGraph& w, const SpectralOpti
   out.layout.assign(static_cast<size_t>(n * dim), 0.0);
   std::vector<int32_t> local(static_cast<size_t>(n), -1);
   detail::SplitMix64 rng(detail::MixSeed(o.seed, 0x5bec));
-  int64_t solved = 0;
+  int64_t solved = 0, found = 0, wanted = 0;
+  for (const auto& mem : members) wanted += static_cast<int64_t>(mem.size()) > 2 * (dim + 1) ? dim : 0;
   for (int64_t r = 0; r < out.components; ++r) {
     const auto& mem = members[rank[r]];
     const int64_t s = static_cast<int64_t>(mem.size());
@@ -242,6 +243,7 @@ StatusOr<SpectralResult> SpectralLayout(const SparseGraph& w, const SpectralOpti
       for (int64_t c = 0; c < dim && ok; ++c) {
         ok = NextEigenvector(op, locked, o, detail::MixSeed(o.seed, rank[r], c), pool, &residual, &matvecs,
                              &stopped);
+        if (ok && o.on_progress) o.on_progress(++found, wanted);
       }
       if (stopped) return Status::Aborted("SpectralLayout: stopped on request");
       vecs.assign(locked.begin() + 1, locked.end());

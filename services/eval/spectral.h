@@ -37,6 +37,9 @@ struct SpectralOptions {
   int64_t max_matvecs = 3000;
   /// Polled at every operator application.
   std::function<bool()> should_stop;
+  /// Eigenvectors found of those the layout needs (dim per component large
+  /// enough to solve), after each.
+  std::function<void(int64_t, int64_t)> on_progress;
 };
 
 /// What SpectralLayout produced.

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -128,8 +129,11 @@ StatusOr<double> Trustworthiness(const std::vector<float>& x, int64_t n, int64_t
     for (int64_t bj = bi; bj < blocks; ++bj) tiles.emplace_back(bi, bj);
   std::vector<std::vector<int32_t>> counts(static_cast<size_t>(pool.threads()),
                                            std::vector<int32_t>(static_cast<size_t>(n * k), 0));
+  std::mutex progress_mu;
+  int64_t tiles_done = 0;
   const bool done = pool.RunIndexed(static_cast<int64_t>(tiles.size()), [&](int64_t t, int worker) {
     if (o.should_stop && o.should_stop()) return false;
+
     const int64_t r0 = tiles[t].first * kBlock, r1 = std::min(n, r0 + kBlock);
     const int64_t c0 = tiles[t].second * kBlock, c1 = std::min(n, c0 + kBlock);
     const bool diagonal = r0 == c0;
@@ -146,6 +150,10 @@ StatusOr<double> Trustworthiness(const std::vector<float>& x, int64_t n, int64_t
     for (int64_t i = r0; i < r1; ++i) CountRow(p, i, tile + (i - r0) * kBlock, 1, c0, c1 - c0, cnt + i * k);
     if (!diagonal) {
       for (int64_t l = c0; l < c1; ++l) CountRow(p, l, tile + (l - c0), kBlock, r0, r1 - r0, cnt + l * k);
+    }
+    if (o.on_progress) {
+      std::lock_guard<std::mutex> lock(progress_mu);
+      o.on_progress(++tiles_done, static_cast<int64_t>(tiles.size()));
     }
     return true;
   });

@@ -25,6 +25,9 @@ struct TrustworthinessOptions {
   /// Polled between row blocks and tiles (milliseconds apart); true ends the
   /// computation with Aborted.
   std::function<bool()> should_stop;
+  /// Tiles of the pairwise pass done of all, from the worker threads (one
+  /// call at a time).
+  std::function<void(int64_t, int64_t)> on_progress;
 };
 
 /// T(k) = 1 - 2 / (n k (2n - 3k - 1)) * sum_i sum_{j in E_k(i)} max(0, r(i, j) - k),

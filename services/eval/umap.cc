@@ -341,6 +341,7 @@ StatusOr<UmapResult> Umap(const NeighborGraph& g, const UmapOptions& o) {
     so.tolerance = o.spectral_tolerance;
     so.max_matvecs = o.spectral_max_matvecs;
     so.should_stop = o.should_stop;
+    so.on_progress = o.on_spectral_progress;
     auto spectral = SpectralLayout(w, so, pool);
     if (!spectral.ok()) return Status::Aborted("Umap: " + spectral.status().message());
     out.components = spectral->components;

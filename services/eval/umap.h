@@ -71,6 +71,8 @@ struct UmapOptions {
   std::function<bool()> should_stop;
   /// Called after every epoch with (epochs done, epochs).
   std::function<void(int64_t, int64_t)> on_progress;
+  /// The spectral initialisation's eigenvectors found, of those it needs.
+  std::function<void(int64_t, int64_t)> on_spectral_progress;
 };
 
 /// What Umap produced.

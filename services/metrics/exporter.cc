@@ -6,6 +6,7 @@
 #include <prometheus/metric_family.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,6 +14,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <limits>
+#include <sstream>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "common/env.h"
@@ -22,26 +27,80 @@ namespace scdino::metrics {
 
 namespace {
 
-// Resident memory read at scrape time from /proc/self/statm.
+prometheus::MetricFamily OneValue(const std::string& name, const std::string& help, prometheus::MetricType type,
+                                  double value) {
+  prometheus::MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = type;
+  prometheus::ClientMetric m;
+  (type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value) = value;
+  f.metric.push_back(m);
+  return f;
+}
+
+// Prometheus's standard process metrics (what every official client
+// library exports, under the same names), read at scrape time from /proc.
 class ProcessCollector : public prometheus::Collectable {
  public:
-  explicit ProcessCollector(std::string name) : name_(std::move(name)) {}
   std::vector<prometheus::MetricFamily> Collect() const override {
-    std::ifstream statm("/proc/self/statm");
-    long pages_total = 0, pages_resident = 0;
-    statm >> pages_total >> pages_resident;
-    prometheus::MetricFamily f;
-    f.name = name_;
-    f.help = "Resident set size of this process";
-    f.type = prometheus::MetricType::Gauge;
-    prometheus::ClientMetric m;
-    m.gauge.value = static_cast<double>(pages_resident) * static_cast<double>(::sysconf(_SC_PAGESIZE));
-    f.metric.push_back(m);
-    return {f};
+    using prometheus::MetricType;
+    std::vector<prometheus::MetricFamily> out;
+    const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+    const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
+    // /proc/self/stat: the fields after the command's closing parenthesis;
+    // utime and stime are the 14th and 15th, starttime the 22nd, vsize the
+    // 23rd, rss the 24th (proc(5)).
+    std::ifstream stat_file("/proc/self/stat");
+    std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+    const auto close = stat.rfind(')');
+    if (close != std::string::npos) {
+      std::istringstream fields(stat.substr(close + 2));
+      std::vector<std::string> f;
+      for (std::string v; fields >> v;) f.push_back(v);
+      // f[0] is field 3 (state).
+      if (f.size() > 21) {
+        const double cpu = (std::stod(f[11]) + std::stod(f[12])) / ticks;
+        out.push_back(OneValue("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
+                               MetricType::Counter, cpu));
+        out.push_back(OneValue("process_start_time_seconds",
+                               "Start time of the process since unix epoch in seconds.", MetricType::Gauge,
+                               BootTime() + std::stod(f[19]) / ticks));
+        out.push_back(OneValue("process_virtual_memory_bytes", "Virtual memory size in bytes.", MetricType::Gauge,
+                               std::stod(f[20])));
+        out.push_back(OneValue("process_resident_memory_bytes", "Resident memory size in bytes.",
+                               MetricType::Gauge, std::stod(f[21]) * page));
+      }
+    }
+    std::error_code ec;
+    double fds = 0;
+    for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      ++fds;
+    }
+    out.push_back(OneValue("process_open_fds", "Number of open file descriptors.", MetricType::Gauge, fds));
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+      out.push_back(OneValue("process_max_fds", "Maximum number of open file descriptors.", MetricType::Gauge,
+                             static_cast<double>(limit.rlim_cur)));
+    }
+    return out;
   }
 
  private:
-  std::string name_;
+  // Seconds since the epoch at boot: /proc/stat's btime.
+  static double BootTime() {
+    std::ifstream in("/proc/stat");
+    for (std::string key; in >> key;) {
+      if (key == "btime") {
+        double t = 0;
+        in >> t;
+        return t;
+      }
+      in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    }
+    return 0;
+  }
 };
 
 }  // namespace
@@ -63,7 +122,7 @@ StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const ExporterOptions& o) {
                              .Help("Control API calls refused for a missing or wrong token")
                              .Register(*e->registry_)
                              .Add({});
-  e->process_ = std::make_shared<ProcessCollector>(prefix + "resident_memory_bytes");
+  e->process_ = std::make_shared<ProcessCollector>();
   const std::string bind = o.listen_address + ":" + std::to_string(o.port);
   e->listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};

@@ -1,6 +1,6 @@
 // The progress metrics of a batch service (scdino-features, scdino-eval):
-// units done, units in total, throughput. Names follow
-// scdino_<service>_<unit>_... (docs/metrics.md).
+// units done and units in total; the throughput is rate() of the counter.
+// Names follow scdino_<service>_<unit>_... (docs/metrics.md).
 #pragma once
 
 #include <prometheus/counter.h>
@@ -17,27 +17,27 @@ class ProgressMetrics {
   /// `unit` is plural: "images", "queries".
   ProgressMetrics(prometheus::Registry& registry, const std::string& service, const std::string& unit);
   /// `done` only grows within a process; a resumed run starts at what it skips.
-  void Set(int64_t done, int64_t total, double per_second);
+  void Set(int64_t done, int64_t total);
 
  private:
   prometheus::Counter* done_;
-  prometheus::Gauge *total_, *rate_;
+  prometheus::Gauge* total_;
   double reported_ = 0.0;
 };
 
 /// The stages of any service (common/progress.h's StageProgress), one
-/// series per stage: scdino_<service>_stage_done{stage,unit},
-/// _stage_total{stage,unit} (0: unknown), _stage_eta_seconds{stage} and
-/// _stage_running{stage} (1 from its first report to its end, then 0).
-/// Thread-safe.
+/// series per stage: scdino_<service>_stage_progress_ratio{stage} (done over
+/// total, whatever the stage counts; 0 while its total is unknown),
+/// _stage_eta_seconds{stage} and _stage_running{stage} (1 from its first
+/// report to its end, then 0). The counts with their units are in the
+/// control API's status. Thread-safe.
 class StageMetrics {
  public:
   StageMetrics(prometheus::Registry& registry, const std::string& service);
-  void Set(const std::string& stage, const std::string& unit, int64_t done, int64_t total, double eta_seconds,
-           bool finished);
+  void Set(const std::string& stage, int64_t done, int64_t total, double eta_seconds, bool finished);
 
  private:
-  prometheus::Family<prometheus::Gauge> *done_, *total_, *eta_, *running_;
+  prometheus::Family<prometheus::Gauge> *progress_, *eta_, *running_;
 };
 
 }  // namespace scdino::metrics

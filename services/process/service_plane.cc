@@ -224,7 +224,7 @@ void ServicePlane::ReportStage(const StageProgress& p) {
     s.stage_finished = p.finished;
   });
 #ifdef SCDINO_WITH_SERVICES
-  if (parts_->stages) parts_->stages->Set(p.stage, p.unit, p.done, p.total, p.eta_seconds, p.finished);
+  if (parts_->stages) parts_->stages->Set(p.stage, p.done, p.total, p.eta_seconds, p.finished);
 #endif
 }
 
@@ -251,7 +251,7 @@ void ServicePlane::ReportProgress(int64_t done, int64_t total) {
     s.eta_seconds = rate > 0 ? static_cast<double>(total - done) / rate : 0.0;
   });
 #ifdef SCDINO_WITH_SERVICES
-  if (parts_->progress) parts_->progress->Set(done, total, rate);
+  if (parts_->progress) parts_->progress->Set(done, total);
 #endif
 }
 

@@ -80,12 +80,12 @@ int main(int argc, char** argv) {
     const char* job = std::getenv("SLURM_JOB_ID");
     const PromLabels labels = {{"slurm_job_id", job ? job : ""}, {"node", ThisHostName()}};
     PromText prom;
-    prom.Gauge("scdino_stage_seconds", "Seconds the last staging of a packed data set to node-local storage took.");
-    prom.Sample("scdino_stage_seconds", labels, r->seconds);
-    prom.Gauge("scdino_stage_bytes", "Bytes of the packed data set staged on this node.");
-    prom.Sample("scdino_stage_bytes", labels, static_cast<double>(r->bytes));
-    prom.Gauge("scdino_stage_reused", "1 when a verified staged copy was reused.");
-    prom.Sample("scdino_stage_reused", labels, r->reused ? 1 : 0);
+    prom.Gauge("scdino_pack_staging_seconds", "Seconds the last staging of a packed data set to node-local storage took.");
+    prom.Sample("scdino_pack_staging_seconds", labels, r->seconds);
+    prom.Gauge("scdino_pack_staging_bytes", "Bytes of the packed data set staged on this node.");
+    prom.Sample("scdino_pack_staging_bytes", labels, static_cast<double>(r->bytes));
+    prom.Gauge("scdino_pack_staging_reused", "1 when a verified staged copy was reused.");
+    prom.Sample("scdino_pack_staging_reused", labels, r->reused ? 1 : 0);
     WriteTextfile(TextfileDir(), "scdino-stage.prom", prom.str(), "scdino-pack");
     std::cout << r->dir << "\n";
     return kExitCompleted;

@@ -40,7 +40,6 @@ TrainerMetrics::TrainerMetrics(prometheus::Registry& r, torch::Device device) : 
   wd_ = Gauge(r, "weight_decay", "Weight decay of the last step");
   momentum_ = Gauge(r, "teacher_momentum", "Teacher EMA momentum of the last step");
   teacher_temp_ = Gauge(r, "teacher_temperature", "Teacher softmax temperature of the current epoch");
-  images_per_second_ = Gauge(r, "images_per_second", "Images per second on this rank, smoothed over recent steps");
   last_checkpoint_ = Gauge(r, "last_checkpoint_timestamp_seconds", "Unix time of the last checkpoint written");
   step_ = Histogram(r, "step_duration_seconds", "Duration of a training iteration, data included", Doubling(0.001, 18));
   data_wait_ = Histogram(r, "data_wait_seconds", "Time an iteration waited for its batch", Doubling(0.0001, 20));
@@ -137,11 +136,6 @@ void TrainerMetrics::OnStep(const training::StepReport& s) {
   step_->Observe(s.step_seconds);
   data_wait_->Observe(s.data_wait_seconds);
   allreduce_->Observe(s.allreduce_wait_seconds);
-  if (s.step_seconds > 0) {
-    const double now = static_cast<double>(s.images) / s.step_seconds;
-    rate_ = rate_ == 0.0 ? now : 0.9 * rate_ + 0.1 * now;
-    images_per_second_->Set(rate_);
-  }
   if (gpu_allocated_) {
     if (auto m = training::QueryDeviceMemory(device_)) {
       gpu_allocated_->Set(static_cast<double>(m->allocated_bytes));

@@ -28,7 +28,7 @@ class TrainerMetrics {
  private:
   torch::Device device_;
   prometheus::Counter *iterations_, *images_, *skipped_images_, *nonfinite_steps_;
-  prometheus::Gauge *epoch_, *iteration_, *iterations_total_, *epochs_, *loss_, *lr_, *wd_, *momentum_, *teacher_temp_, *images_per_second_;
+  prometheus::Gauge *epoch_, *iteration_, *iterations_total_, *epochs_, *loss_, *lr_, *wd_, *momentum_, *teacher_temp_;
   prometheus::Gauge *last_checkpoint_, *gpu_allocated_ = nullptr, *gpu_reserved_ = nullptr, *gpu_peak_ = nullptr;
   prometheus::Gauge *teacher_entropy_, *teacher_entropy_ratio_, *kl_, *batch_entropy_, *center_norm_, *cls_std_;
   prometheus::Gauge *healthy_, *uniform_, *onehot_;
@@ -36,7 +36,6 @@ class TrainerMetrics {
   prometheus::Gauge *learned_, *did_not_learn_, *cannot_tell_;
   prometheus::Counter* recoveries_;
   prometheus::Histogram *step_, *data_wait_, *allreduce_, *checkpoint_;
-  double rate_ = 0.0;
 };
 
 }  // namespace scdino::metrics

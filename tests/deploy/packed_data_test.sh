@@ -115,7 +115,7 @@ grep -q "scdino-pack: staged and verified $work/local/$fp: 0 MiB in .* s on $(ho
   grep -q "scdino: staging step took [0-9]* s" "$out" &&
   [ "$(grep -c "scdino: reading $work/packed from its copy on this node, $work/local/$fp" "$out")" = 2 ] ||
   { echo "FAIL: the job should stage once and both ranks read the node's copy"; cat "$out"; exit 1; }
-grep -q "^scdino_stage_seconds{slurm_job_id=\"[0-9]*\",node=\"$(hostname)\"} " "$work/textfile/scdino-stage.prom" ||
+grep -q "^scdino_pack_staging_seconds{slurm_job_id=\"[0-9]*\",node=\"$(hostname)\"} " "$work/textfile/scdino-stage.prom" ||
   { echo "FAIL: no staging time in the node_exporter textfile"; cat "$work/textfile/scdino-stage.prom"; exit 1; }
 config staged2 "$work/packed"
 submit_train staged2 SCDINO_PREFLIGHT=0,SCDINO_STAGE_DIR="$work/local"

@@ -327,3 +327,44 @@ TEST(Plots, UnwritablePathIsAnIOErrorNamingIt) {
 
 }  // namespace
 }  // namespace scdino::eval
+
+namespace scdino::eval {
+namespace {
+
+// Any UTF-8 label is drawn as itself where a TrueType font is there (Debian's
+// fonts-dejavu-core, in the test packages): "γH2AX" is not "?H2AX",
+// nor "αH2AX"; a label cut to fit is cut between characters. Without a font
+// the labels fall back to ASCII, one '?' a character.
+TEST(Drawing, AnyUtf8LabelIsDrawnAsItself) {
+  using namespace drawing;
+  auto draw = [](const std::string& s) {
+    cv::Mat m(40, 200, CV_8UC3, kWhite);
+    Text(m, Drawable(s), 4, 4, kAxisTitleFont, kBlack);
+    return m;
+  };
+  auto differ = [](const cv::Mat& a, const cv::Mat& b) { return cv::norm(a, b, cv::NORM_L1) > 0; };
+  const std::string gamma = "\u03b3H2AX", alpha = "\u03b1H2AX";
+#ifdef SCDINO_HAVE_FREETYPE
+  const bool font = std::filesystem::exists("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf");
+#else
+  const bool font = false;  // no FreeType module in this OpenCV
+#endif
+  if (font) {
+    ASSERT_FALSE(TypefacePath().empty()) << "DejaVu Sans is installed but did not load";
+    EXPECT_EQ(Drawable(gamma), gamma);
+    EXPECT_TRUE(differ(draw(gamma), draw("?H2AX"))) << "the gamma drawn as a '?'";
+    EXPECT_TRUE(differ(draw(gamma), draw(alpha))) << "two Greek letters drawn alike";
+    EXPECT_EQ(Drawable("a\tb\xff" "c"), "a b?c") << "a control character and an invalid byte";
+    // Cut to fit between characters: the result stays valid UTF-8.
+    const std::string cut = Fit("\u03b3\u03b3\u03b3\u03b3\u03b3\u03b3\u03b3\u03b3", kAxisTitleFont, 40);
+    EXPECT_EQ(cut.substr(cut.size() - 2), "..");
+    EXPECT_EQ(Drawable(cut), cut) << cut;
+    EXPECT_LT(TextWidth(cut, kAxisTitleFont), 41);
+  } else {
+    EXPECT_TRUE(TypefacePath().empty());
+    EXPECT_EQ(Drawable(gamma), "?H2AX");
+  }
+}
+
+}  // namespace
+}  // namespace scdino::eval

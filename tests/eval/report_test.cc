@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
@@ -76,6 +78,48 @@ TEST(RunReport, BaselineLatestCompleteFiguresAndHealth) {
   ASSERT_TRUE(path.ok()) << path.status().ToString();
   EXPECT_EQ(*path, eval + "/report.html");
   EXPECT_EQ(*ReadFile(*path), html);
+}
+
+// The latest checkpoint's accuracy against k and each class's precision
+// and recall at the best k, from its knn_results.json; class names (any
+// UTF-8, as the browser draws them) escaped.
+TEST(RunReport, AccuracyAgainstKAndPerClassBars) {
+  ScratchDir s;
+  const std::string dir = s.file("run/eval/checkpoint0003");
+  json j = {{"best_k", 20},
+            {"n_train", 80},
+            {"n_test", 20},
+            {"metadata", {{"checkpoint", {{"key", "teacher"}, {"epoch", 3}, {"iteration", 30}}}}},
+            {"embeddings", json::object()},
+            {"knn",
+             {{{"k", 10}, {"top1_accuracy", 0.6}, {"balanced_accuracy", 0.55}},
+              {{"k", 20},
+               {"top1_accuracy", 0.7},
+               {"balanced_accuracy", 0.65},
+               {"per_class",
+                {{{"class", "\u03b3H2AX<high>"}, {"precision", 0.9}, {"recall", 0.25}, {"support", 12}},
+                 {{"class", "mitotic"}, {"precision", 0.4}, {"recall", 1.0}, {"support", 8}}}}},
+              {{"k", 50}, {"top1_accuracy", 0.5}, {"balanced_accuracy", 0.45}}}}};
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  ASSERT_TRUE(WriteFileAtomic(dir + "/knn_results.json", j.dump()).ok());
+  const std::string html = RunReportHtml({"r", s.file("run")});
+  const auto at = [&](const std::string& x) { return html.find(x); };
+  ASSERT_NE(at("kNN accuracy against k"), std::string::npos) << html;
+  // Three points a series, k on the x axis.
+  const auto chart = html.substr(at("kNN accuracy against k"));
+  const auto from = chart.find("points=\"") + 8;
+  const auto points = chart.substr(from, chart.find('"', from) - from);
+  EXPECT_EQ(std::count(points.begin(), points.end(), ','), 3) << points;
+  ASSERT_NE(at("kNN per class at k = 20 (test cells)"), std::string::npos) << html;
+  EXPECT_NE(at("\u03b3H2AX&lt;high&gt; (12)"), std::string::npos) << "the class name, escaped, with its support";
+  EXPECT_NE(at("mitotic (8)"), std::string::npos);
+  // The bars' values, precision then recall of each class.
+  const auto bars = html.substr(at("kNN per class at k = 20"));
+  const auto in_bars = [&](const std::string& x) { return bars.find(x); };
+  ASSERT_NE(in_bars(">0.90<"), std::string::npos) << bars;
+  EXPECT_LT(in_bars(">0.90<"), in_bars(">0.25<"));
+  EXPECT_LT(in_bars(">0.25<"), in_bars(">0.40<"));
+  EXPECT_LT(in_bars(">0.40<"), in_bars(">1.00<"));
 }
 
 TEST(RunReport, NothingEvaluatedYetSaysWhatToRun) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -52,7 +53,17 @@ TEST(Exporter, ServesItsMetricsAndWritesItsTargetFile) {
     // back as exported_* labels.
     EXPECT_NE(text.find("scdino_trainer_build_info{version="), std::string::npos) << text;
     EXPECT_EQ(text.find("rank=\"1\""), std::string::npos) << text;
-    EXPECT_GT(Value(text, "scdino_trainer_resident_memory_bytes"), 1e6) << text;
+    // Prometheus's standard process metrics, as its client libraries name them.
+    EXPECT_GT(Value(text, "process_resident_memory_bytes"), 1e6) << text;
+    EXPECT_GT(Value(text, "process_virtual_memory_bytes"), Value(text, "process_resident_memory_bytes")) << text;
+    EXPECT_GT(Value(text, "process_cpu_seconds_total"), 0.0) << text;
+    EXPECT_GE(Value(text, "process_open_fds"), 3.0) << text;
+    EXPECT_GE(Value(text, "process_max_fds"), Value(text, "process_open_fds")) << text;
+    const double start = Value(text, "process_start_time_seconds");
+    const double now = static_cast<double>(std::time(nullptr));
+    EXPECT_GT(start, now - 3600) << "the process started within the hour: " << text;
+    EXPECT_LE(start, now + 1) << text;
+    EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter"), std::string::npos) << text;
   }
   EXPECT_FALSE(std::filesystem::exists(sd_path)) << "the target file outlived the exporter";
 }

@@ -3,7 +3,7 @@
 
 Stands in for NVIDIA dcgm-exporter and the Slurm exporter, which need GPUs
 and a Slurm controller. @NODE@ in a fixture becomes the node name given, so
-the series join the test's slurm_job_node mapping.
+the series join the test's slurm_job_node_info mapping.
 
     fixture_server.py PORT FIXTURE_DIR NODE
 """

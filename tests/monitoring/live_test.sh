@@ -2,7 +2,7 @@
 # The head node's stack live, as scripts/monitoring-up.sh starts it (Debian's
 # Prometheus, Alertmanager, node_exporter on loopback), against a trainer,
 # scdino-features and scdino-eval on generated data, dcgm-exporter and Slurm
-# exporter samples (fixture_server.py) and a slurm_job_node textfile written
+# exporter samples (fixture_server.py) and a slurm_job_node_info textfile written
 # by the prolog script. Then: every query of every dashboard returns series
 # (query_panels.py), no rule fails to evaluate, the stall alert stays silent
 # while the paused trainer makes no progress, and a killed trainer's
@@ -211,15 +211,15 @@ wait_for 60 "rate(scdino_eval_queries_processed_total{run=\"$run_name\"}[10s])" 
 echo "ok: scdino-features --follow scraped, stopped through the API (exit 4); scdino-eval --follow exports kNN accuracy"
 
 # 5. Every source answers, and the GPUs of both dcgm-exporter label styles
-# land on the node slurm_job_node names.
+# land on the node slurm_job_node_info names.
 for what in "up{job=\"node_exporter\"} == 1" "up{job=\"dcgm_exporter\"} == 1" "up{job=\"slurm_exporter\"} == 1" \
-            "jobid_node:slurm_job_node:max{jobid=\"$job\", node=\"$node\"}" \
+            "jobid_node:slurm_job_node_info:max{jobid=\"$job\", node=\"$node\"}" \
             "scdino_trainer_build_info{run=\"$run_name\", slurm_job_id=\"$job\"}"; do
   wait_for 30 "$what" || fail "no series for $what"
 done
 [ "$(query "DCGM_FI_DEV_GPU_UTIL{node=\"$node\"}")" = 2 ] ||
   fail "expected GPUs 0 (Hostname with a domain) and 1 (hostname) on node $node: $(query 'DCGM_FI_DEV_GPU_UTIL')"
-echo "ok: node_exporter, dcgm-exporter (Hostname and hostname), Slurm exporter and slurm_job_node scraped"
+echo "ok: node_exporter, dcgm-exporter (Hostname and hostname), Slurm exporter and slurm_job_node_info scraped"
 
 # 6. Paused, the trainer makes no progress and yet ScdinoTrainerStalled
 # stays silent: the state gauge says paused. The panels are queried

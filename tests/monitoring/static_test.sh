@@ -59,12 +59,12 @@ job_node="$src/monitoring/exporters/slurm-job-node.sh"
 PATH="$work/bin:$PATH" bash "$job_node" --textfile-dir "$work/textfile" squeue || fail "slurm-job-node.sh squeue failed"
 SLURM_JOB_ID=41 SLURMD_NODENAME=gpu-1 SLURM_JOB_USER=alice SLURM_JOB_PARTITION=gpu \
   bash "$job_node" --textfile-dir "$work/textfile" prolog || fail "slurm-job-node.sh prolog failed"
-expected='slurm_job_node{jobid="41",nodename="gpu-1",user="alice",partition="gpu"} 1
-slurm_job_node{jobid="41",nodename="gpu-2",user="alice",partition="gpu"} 1
-slurm_job_node{jobid="42",nodename="cpu-1",user="bo\"b",partition="cpu"} 1'
+expected='slurm_job_node_info{jobid="41",nodename="gpu-1",user="alice",partition="gpu"} 1
+slurm_job_node_info{jobid="41",nodename="gpu-2",user="alice",partition="gpu"} 1
+slurm_job_node_info{jobid="42",nodename="cpu-1",user="bo\"b",partition="cpu"} 1'
 [ "$(grep -v '^#' "$work/textfile/slurm_job_node.prom")" = "$expected" ] ||
   fail "squeue mode wrote: $(cat "$work/textfile/slurm_job_node.prom")"
-grep -qx 'slurm_job_node{jobid="41",nodename="gpu-1",user="alice",partition="gpu"} 1' \
+grep -qx 'slurm_job_node_info{jobid="41",nodename="gpu-1",user="alice",partition="gpu"} 1' \
   "$work/textfile/slurm_job_node_41.prom" || fail "prolog mode wrote: $(cat "$work/textfile/slurm_job_node_41.prom")"
 # Run again after the prolog: the pair the prolog published is left out.
 PATH="$work/bin:$PATH" bash "$job_node" --textfile-dir "$work/textfile" squeue

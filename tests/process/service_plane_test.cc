@@ -46,8 +46,7 @@ TEST(ServicePlane, EveryLongStageReachesTheStatusAndTheMetrics) {
   EXPECT_EQ(s.stage_total, 200);
   EXPECT_FALSE(s.stage_finished);
   std::string text = Scrape(port);
-  EXPECT_EQ(Value(text, "scdino_eval_stage_done{stage=\"UMAP\",unit=\"epochs\"}"), 5.0) << text;
-  EXPECT_EQ(Value(text, "scdino_eval_stage_total{stage=\"UMAP\",unit=\"epochs\"}"), 200.0) << text;
+  EXPECT_DOUBLE_EQ(Value(text, "scdino_eval_stage_progress_ratio{stage=\"UMAP\"}"), 0.025) << text;
   EXPECT_EQ(Value(text, "scdino_eval_stage_running{stage=\"UMAP\"}"), 1.0) << text;
   umap.Report(200, 200);
   EXPECT_TRUE((*plane)->control().Snapshot().stage_finished);
@@ -59,8 +58,10 @@ TEST(ServicePlane, EveryLongStageReachesTheStatusAndTheMetrics) {
   EXPECT_EQ(s.items_done, 10);
   text = Scrape(port);
   EXPECT_EQ(Value(text, "scdino_eval_stage_running{stage=\"UMAP\"}"), 0.0) << text;
-  EXPECT_EQ(Value(text, "scdino_eval_stage_done{stage=\"UMAP\",unit=\"epochs\"}"), 200.0) << text;
-  EXPECT_EQ(Value(text, "scdino_eval_stage_done{stage=\"kNN\",unit=\"queries\"}"), 10.0) << text;
+  EXPECT_EQ(Value(text, "scdino_eval_stage_progress_ratio{stage=\"UMAP\"}"), 1.0) << text;
+  EXPECT_DOUBLE_EQ(Value(text, "scdino_eval_stage_progress_ratio{stage=\"kNN\"}"), 0.25) << text;
+  // One unit per family: the units are in the status, not in a label.
+  EXPECT_EQ(text.find("unit=\""), std::string::npos) << text;
   (*plane)->Finish(RunState::kCompleted);
   plane->reset();
   // A stage after the plane is gone reaches no one (and does not crash).
