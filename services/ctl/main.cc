@@ -417,11 +417,13 @@ std::variant<scdino::control::ClientTarget, int> TargetWhenAnswering(const Optio
           .count();
   for (;;) {
     // A run that started and ended between two looks leaves its end record.
-    if (auto ended = scdino::control::ReadEnded(o.run_dir, o.service);
-        !o.run_dir.empty() && ended.ok() && ended->end_unix_ms >= began_unix_ms) {
-      std::cerr << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << ended->state
-                << (ended->error.empty() ? "" : ": " + ended->error) << "\n";
-      return ended->state == "COMPLETED" ? kOk : kFailed;
+    if (!o.run_dir.empty()) {
+      auto ended = scdino::control::ReadEnded(o.run_dir, o.service);
+      if (ended.ok() && ended->end_unix_ms >= began_unix_ms) {
+        std::cerr << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << ended->state
+                  << (ended->error.empty() ? "" : ": " + ended->error) << "\n";
+        return ended->state == "COMPLETED" ? kOk : kFailed;
+      }
     }
     const bool last = std::chrono::steady_clock::now() >= deadline;
     auto resolved = ResolveTarget(o, /*quiet=*/!last);
