@@ -31,6 +31,7 @@ StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& pr
 
   struct Acc {
     std::vector<double> sum, sumsq;
+    std::vector<std::vector<int64_t>> bins;
     int64_t pixels = 0, images = 0;
   };
   const int threads = std::max(1, o.threads);
@@ -61,11 +62,20 @@ StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& pr
       auto x = img->to(torch::kFloat64).reshape({img->size(0), -1});
       auto s = x.sum(1), sq = (x * x).sum(1);
       Acc& a = acc[t];
-      if (a.sum.empty()) a.sum.assign(x.size(0), 0.0), a.sumsq.assign(x.size(0), 0.0);
+      // Bin b holds [b, b + 1) / kIntensityBins; 1 goes to the last.
+      auto bin = (x * static_cast<double>(kIntensityBins)).to(torch::kInt64).clamp(0, kIntensityBins - 1);
+      auto offsets = torch::arange(x.size(0), torch::kInt64).unsqueeze(1) * kIntensityBins;
+      auto counts = torch::bincount((bin + offsets).reshape({-1}), {}, x.size(0) * kIntensityBins).contiguous();
+      const int64_t* count = counts.data_ptr<int64_t>();
+      if (a.sum.empty()) {
+        a.sum.assign(x.size(0), 0.0), a.sumsq.assign(x.size(0), 0.0);
+        a.bins.assign(x.size(0), std::vector<int64_t>(kIntensityBins, 0));
+      }
       if (static_cast<int64_t>(a.sum.size()) != x.size(0)) continue;
       for (int64_t c = 0; c < x.size(0); ++c) {
         a.sum[c] += s[c].item<double>();
         a.sumsq[c] += sq[c].item<double>();
+        for (int64_t b = 0; b < kIntensityBins; ++b) a.bins[c][b] += count[c * kIntensityBins + b];
       }
       a.pixels += x.size(1);
       a.images += 1;
@@ -88,10 +98,14 @@ StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& pr
   Acc total;
   for (const auto& a : acc) {
     if (a.sum.empty()) continue;
-    if (total.sum.empty()) total.sum.assign(a.sum.size(), 0.0), total.sumsq.assign(a.sum.size(), 0.0);
+    if (total.sum.empty()) {
+      total.sum.assign(a.sum.size(), 0.0), total.sumsq.assign(a.sum.size(), 0.0);
+      total.bins.assign(a.sum.size(), std::vector<int64_t>(kIntensityBins, 0));
+    }
     for (size_t c = 0; c < a.sum.size(); ++c) {
       total.sum[c] += a.sum[c];
       total.sumsq[c] += a.sumsq[c];
+      for (int64_t b = 0; b < kIntensityBins; ++b) total.bins[c][b] += a.bins[c][b];
     }
     total.pixels += a.pixels;
     total.images += a.images;
@@ -102,6 +116,7 @@ StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& pr
   s.images = total.images;
   s.fraction = o.fraction;
   s.seed = o.seed;
+  s.histogram = total.bins;
   for (size_t c = 0; c < total.sum.size(); ++c) {
     const double m = total.sum[c] / total.pixels;
     s.mean.push_back(m);
@@ -116,6 +131,9 @@ std::string StatsToJson(const ChannelStats& s) {
   nlohmann::json j = {{"channels", s.channels}, {"mean", s.mean},         {"std", s.std},
                       {"images", s.images},     {"fraction", s.fraction}, {"seed", s.seed},
                       {"dataset_fingerprint", s.dataset_fingerprint}};
+  if (!s.histogram.empty()) {
+    j["histogram"] = {{"bins", kIntensityBins}, {"range", {0.0, 1.0}}, {"counts", s.histogram}};
+  }
   return j.dump(2) + "\n";
 }
 
@@ -134,6 +152,9 @@ StatusOr<ChannelStats> ReadStats(const std::string& path) {
     s.fraction = j.value("fraction", 0.2);
     s.seed = j.value("seed", uint64_t{0});
     s.dataset_fingerprint = j.value("dataset_fingerprint", "");
+    if (j.contains("histogram")) {
+      s.histogram = j.at("histogram").at("counts").get<std::vector<std::vector<int64_t>>>();
+    }
   } catch (const std::exception& e) {
     return Status::InvalidArgument(path + ": not a statistics file (expected channels, mean, std): " + e.what());
   }
@@ -142,6 +163,14 @@ StatusOr<ChannelStats> ReadStats(const std::string& path) {
   }
   for (double v : s.std) {
     if (!(v > 0)) return Status::InvalidArgument(path + ": std must be > 0, got " + std::to_string(v));
+  }
+  if (!s.histogram.empty()) {
+    bool shaped = s.histogram.size() == s.mean.size();
+    for (const auto& h : s.histogram) shaped = shaped && static_cast<int64_t>(h.size()) == kIntensityBins;
+    if (!shaped) {
+      return Status::InvalidArgument(path + ": histogram.counts must hold " + std::to_string(kIntensityBins) +
+                                     " counts for each of the " + std::to_string(s.mean.size()) + " channels");
+    }
   }
   return s;
 }

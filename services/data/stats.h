@@ -1,7 +1,8 @@
 // Per-channel normalisation statistics over a seeded random fraction of the
 // training images (scDINO's fraction_for_mean_std_calc), after the same
 // preprocessing the loader applies, accumulated in double precision on
-// several threads.
+// several threads. The same pass counts each channel's intensities in a
+// histogram, which the evaluation report draws.
 #pragma once
 
 #include <functional>
@@ -13,9 +14,16 @@
 
 namespace scdino::data {
 
+/// Bins of the intensity histograms, equal widths over [0, 1] (the
+/// prepared images' range; 1 falls in the last bin).
+constexpr int64_t kIntensityBins = 32;
+
 struct ChannelStats {
   std::vector<int64_t> channels;  ///< the selected channel indices
   std::vector<double> mean, std;  ///< per selected channel, over all pixels
+  /// Per selected channel, pixels in each of kIntensityBins bins; empty in
+  /// files of older versions.
+  std::vector<std::vector<int64_t>> histogram;
   int64_t images = 0;             ///< images used
   double fraction = 0.2;
   uint64_t seed = 0;

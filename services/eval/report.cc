@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -307,6 +308,99 @@ window.addEventListener('load', function () {
 </script>
 )";
 
+// Each channel's intensity histogram (data/stats.h: equal bins over the
+// prepared [0, 1]) as a small inline SVG, on a log scale: most pixels of a
+// cell image are background, which a linear scale would show alone.
+std::string Histogram(const std::string& title, const std::vector<int64_t>& counts) {
+  int64_t top = 0, total = 0;
+  for (int64_t c : counts) top = std::max(top, c), total += c;
+  if (counts.empty() || top == 0) return "";
+  const double W = 270, H = 160, left = 10, right = 10, plot_top = 30, bottom = 34;
+  const double span = W - left - right, bar = span / static_cast<double>(counts.size());
+  const double log_top = std::log10(1.0 + static_cast<double>(top));
+  std::ostringstream o;
+  o << "<figure class=\"chart\"><svg viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\"" << H
+    << "\" role=\"img\" aria-label=\"" << Escape(title) << "\"><text x=\"" << W / 2
+    << "\" y=\"18\" text-anchor=\"middle\" class=\"title\">" << Escape(title) << "</text><rect x=\"" << left
+    << "\" y=\"" << plot_top << "\" width=\"" << span << "\" height=\"" << H - plot_top - bottom << "\" class=\"frame\"/>";
+  for (size_t b = 0; b < counts.size(); ++b) {
+    const double h = std::log10(1.0 + static_cast<double>(counts[b])) / log_top * (H - plot_top - bottom);
+    o << "<rect x=\"" << left + bar * static_cast<double>(b) << "\" y=\"" << H - bottom - h << "\" width=\""
+      << std::max(1.0, bar - 1) << "\" height=\"" << h << "\" fill=\"#1f77b4\"><title>"
+      << FormatFixed(static_cast<double>(b) / static_cast<double>(counts.size()), 3) << "-"
+      << FormatFixed(static_cast<double>(b + 1) / static_cast<double>(counts.size()), 3) << ": " << counts[b]
+      << " pixels (" << Percent(static_cast<double>(counts[b]) / static_cast<double>(total)) << ")</title></rect>";
+  }
+  o << "<text x=\"" << left << "\" y=\"" << H - bottom + 14 << "\">0</text><text x=\"" << W - right << "\" y=\""
+    << H - bottom + 14 << "\" text-anchor=\"end\">1</text><text x=\"" << W / 2 << "\" y=\"" << H - 6
+    << "\" text-anchor=\"middle\">intensity after min-max, pixels (log)</text></svg></figure>\n";
+  return o.str();
+}
+
+std::string Base64(const std::string& bytes) {
+  static constexpr char kDigits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 2]);
+    out += kDigits[(v >> 18) & 63];
+    out += kDigits[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? kDigits[(v >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? kDigits[v & 63] : '=';
+  }
+  return out;
+}
+
+// The data the run trained on: the channels' histograms from the statistics
+// and the recipe's crops of one image (data/crop_preview.h), when the files
+// are there.
+std::string DataSection(const ReportOptions& options) {
+  const std::string stats_path =
+      options.stats_path.empty() ? options.run_dir + "/channel_stats.json" : options.stats_path;
+  std::ostringstream charts;
+  auto text = ReadFile(stats_path);
+  std::string stats_note;
+  if (text.ok()) {
+    const json j = json::parse(*text, nullptr, false);
+    const json* counts = j.is_object() && j.contains("histogram") ? &j["histogram"]["counts"] : nullptr;
+    if (counts && counts->is_array()) {
+      for (size_t c = 0; c < counts->size(); ++c) {
+        int64_t index = static_cast<int64_t>(c);
+        if (j.contains("channels") && j["channels"].is_array() && c < j["channels"].size() &&
+            j["channels"][c].is_number_integer()) {
+          index = j["channels"][c].get<int64_t>();
+        }
+        const auto name = options.channel_names.find(index);
+        std::vector<int64_t> bins;
+        for (const auto& v : (*counts)[c]) bins.push_back(v.is_number_integer() ? v.get<int64_t>() : 0);
+        charts << Histogram(name == options.channel_names.end() ? "channel " + std::to_string(index) : name->second,
+                            bins);
+      }
+      stats_note = "Intensities of " + std::to_string(j.value("images", int64_t{0})) +
+                   " training images after min-max (from " + fs::path(stats_path).filename().string() + ").";
+    } else {
+      stats_note = fs::path(stats_path).filename().string() + " has no histograms (written by an older scdino).";
+    }
+  }
+  std::string preview;
+  if (auto png = ReadFile(options.run_dir + "/crops_preview.png"); png.ok()) {
+    preview = "<figure><img src=\"data:image/png;base64," + Base64(*png) +
+              "\" alt=\"crops of one training image\" style=\"max-width:100%\"><figcaption>One training image "
+              "(first column) and the crops the recipe makes of it in epoch 0: the 2 global crops, then the "
+              "local ones, at their own sizes; one row per channel (crops_preview.png, written by "
+              "scdino-trainer).</figcaption></figure>\n";
+  }
+  if (charts.str().empty() && stats_note.empty() && preview.empty()) return "";
+  std::ostringstream o;
+  o << "<h2>Data</h2>\n";
+  if (!stats_note.empty()) o << "<p class=\"note\">" << Escape(stats_note) << "</p>\n";
+  if (!charts.str().empty()) o << "<div class=\"charts\">\n" << charts.str() << "</div>\n";
+  o << preview;
+  return o.str();
+}
+
 // The verdict of the newest checkpoint against the baselines there are
 // (run/learning_verdict.h), by kNN at each one's best k, and the linear
 // probes beside it.
@@ -511,7 +605,7 @@ std::string RunReportHtml(const ReportOptions& options) {
       << Chart("Std of the normalised CLS (near 0: every cell alike)", "epoch", {cls}, std::nullopt)
       << Chart("Student-teacher KL", "epoch", {kl}, std::nullopt) << "</div>\n";
   }
-  o << kBrokenImageScript << "</body></html>\n";
+  o << DataSection(options) << kBrokenImageScript << "</body></html>\n";
   return o.str();
 }
 

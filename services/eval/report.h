@@ -9,12 +9,17 @@
 //   - the latest checkpoint's UMAP by class and by k-means cluster, both
 //     confusion matrices and its attention maps (the PNGs beside it, linked
 //     by relative paths, so the eval directory can be copied whole);
-//   - DINO's health signals per epoch from the training log.
+//   - DINO's health signals per epoch from the training log;
+//   - the data: each channel's intensity histogram from the channel
+//     statistics, and the trainer's crops_preview.png (embedded, so the
+//     page needs nothing outside eval/).
 // A figure that cannot be loaded is named on the page itself (a small
 // script counts them: body[data-broken-images]).
 // Functions of the files they read; one writer per run at a time.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 
 #include "common/status.h"
@@ -27,6 +32,11 @@ struct ReportOptions {
   /// How much better than both baselines counts as learned
   /// (scdino.learning_margin; run/learning_verdict.h).
   double learning_margin = 0.0;
+  /// The channel statistics with their histograms (RunConfig::stats_path);
+  /// empty: <run_dir>/channel_stats.json.
+  std::string stats_path;
+  /// Channel index -> name (meta.channel_dict); others are "channel i".
+  std::map<int64_t, std::string> channel_names;
 };
 
 /// The page for the run's current files (pure of the clock: no timestamp).

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <filesystem>
 
+#include "common/files.h"
 #include "data/image_io.h"
 #include "support/test_support.h"
 
@@ -45,6 +46,51 @@ TEST(ChannelStats, MatchesADirectComputation) {
   }
   EXPECT_EQ(s->images, 20);
   EXPECT_EQ(s->channels, prep.channels);
+  // The histograms: torch.histc's bins over [0, 1], every pixel counted once.
+  ASSERT_EQ(s->histogram.size(), 2u);
+  for (int c = 0; c < 2; ++c) {
+    auto direct = torch::histc(all[c], kIntensityBins, 0, 1).to(torch::kInt64);
+    ASSERT_EQ(static_cast<int64_t>(s->histogram[c].size()), kIntensityBins);
+    for (int64_t b = 0; b < kIntensityBins; ++b) {
+      EXPECT_EQ(s->histogram[c][b], direct[b].item<int64_t>()) << "channel " << c << " bin " << b;
+    }
+  }
+  // Min-max preparation puts each image's extremes at 0 and 1: both end
+  // bins hold at least one pixel an image.
+  EXPECT_GE(s->histogram[0].front(), 20);
+  EXPECT_GE(s->histogram[0].back(), 20);
+}
+
+// The histograms survive the file; a file of an older version has none and
+// is still read; a histogram of the wrong shape is refused by name.
+TEST(ChannelStats, HistogramsRoundTripAndOldFilesStillRead) {
+  scdino::testing::ScratchDir dir;
+  auto d = WriteSet(dir.file("set"), 6);
+  ImagePrep prep;
+  prep.channels = {0, 2};
+  StatsOptions o;
+  o.fraction = 1.0;
+  auto s = ComputeChannelStats(d, prep, o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const std::string path = dir.file("channel_stats.json");
+  ASSERT_TRUE(WriteStats(path, *s).ok());
+  auto back = ReadStats(path);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->histogram, s->histogram);
+
+  ASSERT_TRUE(WriteFileAtomic(dir.file("old.json"), R"({"channels": [0], "mean": [0.2], "std": [0.1]})").ok());
+  auto old = ReadStats(dir.file("old.json"));
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_TRUE(old->histogram.empty());
+
+  ASSERT_TRUE(WriteFileAtomic(dir.file("bad.json"),
+                              R"({"channels": [0], "mean": [0.2], "std": [0.1], "histogram": {"counts": [[1, 2]]}})").ok());
+  auto bad = ReadStats(dir.file("bad.json"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(dir.file("bad.json") + ": histogram.counts must hold 32 counts for each of "
+                                        "the 1 channels"),
+            std::string::npos)
+      << bad.status().message();
 }
 
 // An empty file list (a data source with no files) is an error naming the

@@ -83,6 +83,10 @@ for want in ("Over checkpoints", "kNN top-1 (best k)", "linear probe top-1", "kN
              "<td>random_init</td>", "<td>checkpoint0015</td>"):
     assert want in dom, "missing: " + want
 assert dom.count("<svg") >= 6, "fewer than 6 charts"
+# The data: a histogram per channel of the example's 5, the crop preview
+# embedded (it loads in the copy of eval/ below too).
+assert "<h2>Data</h2>" in dom and 'src="data:image/png;base64,' in dom, "no data section with the crop preview"
+assert dom.count("pixels (log)") == 5, f"{dom.count('pixels (log)')} channel histograms, expected 5"
 pixels = np.asarray(png, dtype=np.float64)
 inked = (pixels < 200).mean(axis=1)  # dark pixels per row
 assert pixels.std() > 20 and (inked > 0.01).sum() > 1000, "the screenshot is (nearly) blank"
@@ -94,7 +98,7 @@ rm "$work/report-copy/$gone"
 render "$work/report-copy/report.html" "$work/report-copy.png" "$work/report-copy.dom" || fail "Chromium could not render the copy"
 grep -q 'data-broken-images="1"' "$work/report-copy.dom" && grep -qF "1 figure(s) could not be loaded: $gone" "$work/report-copy.dom" ||
   fail "a report with a missing figure does not say so: $(grep -o '<body[^>]*>' "$work/report-copy.dom")"
-echo "ok: eval/report.html in headless Chromium: every figure loaded, curves with the random-init baseline, table, health; a missing figure is named"
+echo "ok: eval/report.html in headless Chromium: every figure loaded, curves with the random-init baseline, table, health, channel histograms, the crop preview; a missing figure is named"
 
 # 2. The learning checks: every epoch's log line carries the health signals
 # and, from the second epoch, the verdict healthy; the loss ends below its

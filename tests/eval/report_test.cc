@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,14 @@ namespace {
 
 using nlohmann::json;
 using scdino::testing::ScratchDir;
+
+ReportOptions Options(const std::string& name, const std::string& run_dir, double learning_margin = 0.0) {
+  ReportOptions o;
+  o.run_name = name;
+  o.run_dir = run_dir;
+  o.learning_margin = learning_margin;
+  return o;
+}
 
 // knn_results.json as scdino-eval writes it (the fields the report reads).
 void Results(const std::string& dir, const std::string& key, int64_t epoch, int64_t iteration, double top1,
@@ -49,7 +58,7 @@ TEST(RunReport, BaselineLatestCompleteFiguresAndHealth) {
                               "{\"epoch\":0,\"loss\":5.5,\"teacher_entropy_ratio\":0.9}\n"
                               "{\"epoch\":1,\"loss\":5.0,\"teacher_entropy_ratio\":0.99,\"collapse\":\"uniform_collapse\"}\n")
                   .ok());
-  const std::string html = RunReportHtml({"my run", s.file("run")});
+  const std::string html = RunReportHtml(Options("my run", s.file("run")));
 
   // The curves: two complete checkpoints, the random init dashed.
   EXPECT_NE(html.find("Accuracy on the test cells"), std::string::npos);
@@ -74,7 +83,7 @@ TEST(RunReport, BaselineLatestCompleteFiguresAndHealth) {
   EXPECT_NE(at("Judged collapsed: epoch 1: uniform_collapse."), std::string::npos);
   EXPECT_NE(at("<title>scdino evaluation: my run</title>"), std::string::npos);
 
-  auto path = WriteRunReport({"my run", s.file("run")});
+  auto path = WriteRunReport(Options("my run", s.file("run")));
   ASSERT_TRUE(path.ok()) << path.status().ToString();
   EXPECT_EQ(*path, eval + "/report.html");
   EXPECT_EQ(*ReadFile(*path), html);
@@ -102,7 +111,7 @@ TEST(RunReport, AccuracyAgainstKAndPerClassBars) {
               {{"k", 50}, {"top1_accuracy", 0.5}, {"balanced_accuracy", 0.45}}}}};
   ASSERT_TRUE(MakeDirs(dir).ok());
   ASSERT_TRUE(WriteFileAtomic(dir + "/knn_results.json", j.dump()).ok());
-  const std::string html = RunReportHtml({"r", s.file("run")});
+  const std::string html = RunReportHtml(Options("r", s.file("run")));
   const auto at = [&](const std::string& x) { return html.find(x); };
   ASSERT_NE(at("kNN accuracy against k"), std::string::npos) << html;
   // Three points a series, k on the x axis.
@@ -122,9 +131,57 @@ TEST(RunReport, AccuracyAgainstKAndPerClassBars) {
   EXPECT_LT(in_bars(">0.40<"), in_bars(">1.00<"));
 }
 
+// The data section: one histogram per channel of the statistics, named by
+// meta.channel_dict where it names the channel, and the trainer's crop
+// preview embedded (the eval directory copied alone still shows it).
+TEST(RunReport, ChannelHistogramsAndTheCropPreview) {
+  ScratchDir s;
+  const std::string run = s.file("run");
+  Results(run + "/eval/checkpoint0001", "teacher", 1, 10, 0.6, true);
+  std::vector<int64_t> background(32, 0), nuclei(32, 0);
+  background[0] = 9000, background[31] = 40;
+  nuclei[3] = 700, nuclei[20] = 12;
+  json stats = {{"channels", {2, 0}},
+                {"mean", {0.1, 0.2}},
+                {"std", {0.1, 0.1}},
+                {"images", 14},
+                {"histogram", {{"bins", 32}, {"range", {0, 1}}, {"counts", {background, nuclei}}}}};
+  ASSERT_TRUE(WriteFileAtomic(run + "/channel_stats.json", stats.dump()).ok());
+  ASSERT_TRUE(WriteFileAtomic(run + "/crops_preview.png", "abcd").ok());
+  ReportOptions o = Options("r", run);
+  o.channel_names = {{2, "\u03b3H2AX"}, {7, "unused"}};
+  const std::string html = RunReportHtml(o);
+  const auto data = html.find("<h2>Data</h2>");
+  ASSERT_NE(data, std::string::npos) << html;
+  const std::string section = html.substr(data);
+  EXPECT_NE(section.find("Intensities of 14 training images after min-max (from channel_stats.json)."),
+            std::string::npos);
+  const auto first = section.find("aria-label=\"\u03b3H2AX\""), second = section.find("aria-label=\"channel 0\"");
+  ASSERT_NE(first, std::string::npos) << section;
+  ASSERT_NE(second, std::string::npos) << section;
+  EXPECT_LT(first, second) << "in the statistics' order";
+  // 32 bars a channel, each with its range and count.
+  const std::string one = section.substr(first, second - first);
+  size_t bars = 0;
+  for (size_t at = one.find("<title>"); at != std::string::npos; at = one.find("<title>", at + 1)) ++bars;
+  EXPECT_EQ(bars, 32u);
+  EXPECT_NE(one.find("0.000-0.031: 9000 pixels (99.6%)"), std::string::npos) << one;
+  EXPECT_NE(one.find("0.969-1.000: 40 pixels (0.4%)"), std::string::npos) << one;
+  EXPECT_NE(section.find("0.625-0.656: 12 pixels"), std::string::npos);
+  EXPECT_NE(section.find("src=\"data:image/png;base64,YWJjZA==\""), std::string::npos) << "abcd in base64";
+
+  // Statistics of an older version: said, not drawn; no preview: none shown.
+  ASSERT_TRUE(WriteFileAtomic(run + "/channel_stats.json", R"({"channels": [0], "mean": [0.1], "std": [0.1]})").ok());
+  std::filesystem::remove(run + "/crops_preview.png");
+  const std::string old = RunReportHtml(o);
+  EXPECT_NE(old.find("channel_stats.json has no histograms (written by an older scdino)."), std::string::npos);
+  EXPECT_EQ(old.find("pixels (log)"), std::string::npos);
+  EXPECT_EQ(old.find("data:image/png"), std::string::npos);
+}
+
 TEST(RunReport, NothingEvaluatedYetSaysWhatToRun) {
   ScratchDir s;
-  const std::string html = RunReportHtml({"empty", s.file("none")});
+  const std::string html = RunReportHtml(Options("empty", s.file("none")));
   EXPECT_NE(html.find("No evaluated features yet: run scdino-features, then scdino-eval."), std::string::npos);
   EXPECT_EQ(html.find("<svg"), std::string::npos);
   EXPECT_EQ(html.find("Training health"), std::string::npos);
@@ -140,7 +197,7 @@ TEST(RunReport, TheRawPixelsAreTheOtherBaselineAndTheVerdictIsTheTrainers) {
   Results(eval + "/raw_pixels", "raw_pixels", -1, -1, 0.8, true);
   Results(eval + "/random_init", "random", -1, -1, 0.25, true);
   Results(eval + "/checkpoint0001", "teacher", 1, 10, 0.75, true);
-  std::string html = RunReportHtml({"r", s.file("run")});
+  std::string html = RunReportHtml(Options("r", s.file("run")));
   const auto at = [&](const std::string& t) { return html.find(t); };
   EXPECT_NE(at("kNN, raw pixels"), std::string::npos);
   EXPECT_NE(at("linear, raw pixels"), std::string::npos);
@@ -155,11 +212,11 @@ TEST(RunReport, TheRawPixelsAreTheOtherBaselineAndTheVerdictIsTheTrainers) {
   EXPECT_NE(at("Linear probe top-1: 85.0%, random init 35.0%, raw pixels 90.0%."), std::string::npos);
 
   Results(eval + "/checkpoint0002", "teacher", 2, 20, 0.9, true);
-  html = RunReportHtml({"r", s.file("run"), /*learning_margin=*/0.05});
+  html = RunReportHtml(Options("r", s.file("run"), /*learning_margin=*/0.05));
   EXPECT_NE(at("Did it learn? checkpoint0002: learned: 10-NN top-1 on 20 held-out images: the teacher 0.900, a "
                "random ViT 0.250 (+0.650), the raw pixels 0.800 (+0.100)"),
             std::string::npos);
-  html = RunReportHtml({"r", s.file("run"), /*learning_margin=*/0.2});
+  html = RunReportHtml(Options("r", s.file("run"), /*learning_margin=*/0.2));
   EXPECT_NE(at("did not learn: the trained teacher&#39;s features are no better than the raw pixels&#39; by more "
                "than 0.200 (scdino.learning_margin)"),
             std::string::npos);
@@ -168,7 +225,7 @@ TEST(RunReport, TheRawPixelsAreTheOtherBaselineAndTheVerdictIsTheTrainers) {
   json one = json::parse(*ReadFile(eval + "/checkpoint0002/knn_results.json"));
   one["classes"] = {"only"};
   ASSERT_TRUE(WriteFileAtomic(eval + "/checkpoint0002/knn_results.json", one.dump()).ok());
-  html = RunReportHtml({"r", s.file("run")});
+  html = RunReportHtml(Options("r", s.file("run")));
   EXPECT_NE(at("Did it learn? Not judged: the data set has one class"), std::string::npos);
   EXPECT_EQ(at("class=\"verdict"), std::string::npos);
 }

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/files.h"
 #include "data/dataset.h"
 #include "data/packed.h"
 #include "data/synthetic.h"
@@ -69,6 +70,22 @@ TEST(TrainingData, AFolderDataSetIsIndexedOnceForTheRecipeTheSourceAndTheCheck) 
   const int64_t before = data::IndexPasses();
   auto data = Prepare(config);
   EXPECT_EQ(data::IndexPasses() - before, 1);
+  // Rank 0's crop preview (data/crop_preview.h) of the first image, with the
+  // settled recipe's crops: its PNG header holds the picture's size.
+  auto png = ReadFile(config.run_dir() + "/crops_preview.png");
+  ASSERT_TRUE(png.ok()) << png.status().ToString();
+  ASSERT_GT(png->size(), 24u);
+  EXPECT_EQ(png->substr(1, 3), "PNG");
+  const auto be32 = [&](size_t at) {
+    uint32_t v = 0;
+    for (size_t i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>((*png)[at + i]);
+    return static_cast<int64_t>(v);
+  };
+  const auto crops = data.plan.settings.multicrop_options();
+  const int64_t width = 4 + 3 * (crops.global_size + 4) + crops.local_crops_number * (crops.local_size + 4);
+  const int64_t zoom = std::max<int64_t>(1, 640 / width);
+  EXPECT_EQ(be32(16), zoom * width);
+  EXPECT_EQ(be32(20), zoom * (4 + 3 * (crops.global_size + 4))) << "3 channels, one row each";
 }
 
 TEST(TrainingData, APackedSetIsReadByIndexNeverFoundByItsPaths) {
