@@ -13,6 +13,7 @@ trainer_pid=
 prom_pid=
 cleanup() {
   [ -n "$trainer_pid" ] && kill -9 "$trainer_pid" 2>/dev/null
+  [ -n "${waiting_pid:-}" ] && kill "$waiting_pid" 2>/dev/null
   [ -n "$prom_pid" ] && kill "$prom_pid" 2>/dev/null
 }
 trap cleanup EXIT
@@ -55,6 +56,11 @@ scdino:
   metrics: {listen: 127.0.0.1, file_sd_dir: "$work/targets"}
 YAML
 
+# watch --wait, started before the run (a job still in the queue): it
+# waits for the endpoint and the server, streams, and ends with the run.
+"$ctl" watch --wait 120 --run-dir "$run" --json >"$work/waiting.jsonl" 2>"$work/waiting.err" &
+waiting_pid=$!
+sleep 3
 "$build/services/trainer/scdino-trainer" --config "$work/ctl.yaml" >"$work/trainer.out" 2>"$work/trainer.err" &
 trainer_pid=$!
 for _ in $(seq 1 150); do
@@ -235,6 +241,21 @@ wait "$health_pid"
 [ "$(grep -vx SERVING "$work/health.out" | head -1)" = NOT_SERVING ] ||
   fail "health Watch: NOT_SERVING did not come before the stream ended: $(tr '\n' ' ' < "$work/health.out")"
 echo "ok: stop -> checkpoint, exit 4, endpoint and target removed; health Watch: $(tr '\n' ' ' < "$work/health.out")"
+for _ in $(seq 1 100); do kill -0 "$waiting_pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$waiting_pid" 2>/dev/null && fail "watch --wait went on after the run stopped"
+wait "$waiting_pid"
+rc=$?
+waiting_pid=
+grep -qF "waiting up to 120 s for the run in $run to start" "$work/waiting.err" ||
+  fail "watch --wait did not say it waits: $(cat "$work/waiting.err")"
+$py - "$work/waiting.jsonl" "$rc" <<'PY' || fail "watch --wait, started 3 s before the run: $(cat "$work/waiting.err")"
+import json, sys
+states = [json.loads(l)["state"] for l in open(sys.argv[1])]
+assert len(states) >= 3, f"{len(states)} messages"
+assert states[-1] == "RUN_STATE_STOPPED", states[-3:]
+assert sys.argv[2] == "0", f"exit {sys.argv[2]} for a run that stopped as asked"
+PY
+echo "ok: watch --wait started before the run waited, streamed $(wc -l < "$work/waiting.jsonl") messages, ended 0 with the stop"
 
 # A start after a SIGKILL: the killed process's endpoint file is stale;
 # scdinoctl names it and sends nothing (exit 5), and the next start of the
