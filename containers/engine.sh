@@ -57,7 +57,9 @@ scdino_free_gb() {
 # working containers of killed builds and the cached stages that no tagged
 # image descends from any more (a Dockerfile step or its inputs changed
 # since). Run it when no build is running (scripts/test.sh does, first). Tagged images and the stages they are
-# built on stay, so an unchanged build still comes from the cache. Each GPU
+# built on stay, so an unchanged build still comes from the cache (a stage
+# that others only copy from must be tagged itself: build-image.sh
+# --build-stage tags the GPU image's local packages for this). Each GPU
 # image build leaves ~10 GB of such stages, and committing its ~10 GB
 # toolchain layer needs about twice that free.
 scdino_prune_build_leftovers() {
