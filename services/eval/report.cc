@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/files.h"
+#include "data/stats.h"
 #include "run/learning_verdict.h"
 #include "eval/drawing.h"
 
@@ -360,28 +361,24 @@ std::string DataSection(const ReportOptions& options) {
   const std::string stats_path =
       options.stats_path.empty() ? options.run_dir + "/channel_stats.json" : options.stats_path;
   std::ostringstream charts;
-  auto text = ReadFile(stats_path);
   std::string stats_note;
-  if (text.ok()) {
-    const json j = json::parse(*text, nullptr, false);
-    const json* counts = j.is_object() && j.contains("histogram") ? &j["histogram"]["counts"] : nullptr;
-    if (counts && counts->is_array()) {
-      for (size_t c = 0; c < counts->size(); ++c) {
-        int64_t index = static_cast<int64_t>(c);
-        if (j.contains("channels") && j["channels"].is_array() && c < j["channels"].size() &&
-            j["channels"][c].is_number_integer()) {
-          index = j["channels"][c].get<int64_t>();
-        }
-        const auto name = options.channel_names.find(index);
-        std::vector<int64_t> bins;
-        for (const auto& v : (*counts)[c]) bins.push_back(v.is_number_integer() ? v.get<int64_t>() : 0);
-        charts << Histogram(name == options.channel_names.end() ? "channel " + std::to_string(index) : name->second,
-                            bins);
-      }
-      stats_note = "Intensities of " + std::to_string(j.value("images", int64_t{0})) +
-                   " training images after min-max (from " + fs::path(stats_path).filename().string() + ").";
+  std::error_code ec;
+  if (fs::exists(stats_path, ec)) {
+    const std::string file = fs::path(stats_path).filename().string();
+    auto stats = data::ReadStats(stats_path);
+    if (!stats.ok()) {
+      stats_note = "No histograms: " + stats.status().message();
+    } else if (stats->histogram.empty()) {
+      stats_note = file + " has no histograms (written by an older scdino).";
     } else {
-      stats_note = fs::path(stats_path).filename().string() + " has no histograms (written by an older scdino).";
+      for (size_t c = 0; c < stats->histogram.size(); ++c) {
+        const int64_t index = c < stats->channels.size() ? stats->channels[c] : static_cast<int64_t>(c);
+        const auto name = options.channel_names.find(index);
+        charts << Histogram(name == options.channel_names.end() ? "channel " + std::to_string(index) : name->second,
+                            stats->histogram[c]);
+      }
+      stats_note = "Intensities of " + std::to_string(stats->images) + " training images after min-max (from " +
+                   file + ").";
     }
   }
   std::string preview;

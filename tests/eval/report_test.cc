@@ -177,6 +177,15 @@ TEST(RunReport, ChannelHistogramsAndTheCropPreview) {
   EXPECT_NE(old.find("channel_stats.json has no histograms (written by an older scdino)."), std::string::npos);
   EXPECT_EQ(old.find("pixels (log)"), std::string::npos);
   EXPECT_EQ(old.find("data:image/png"), std::string::npos);
+
+  // A damaged one: data::ReadStats's error on the page, naming the file.
+  ASSERT_TRUE(WriteFileAtomic(run + "/channel_stats.json",
+                              R"({"channels": [0], "mean": [0.1], "std": [0.1], "histogram": {"counts": [[1]]}})")
+                  .ok());
+  const std::string bad = RunReportHtml(o);
+  EXPECT_NE(bad.find("No histograms: " + run + "/channel_stats.json: histogram.counts must hold 32 counts"),
+            std::string::npos)
+      << bad.substr(bad.find("<h2>Data</h2>"));
 }
 
 TEST(RunReport, NothingEvaluatedYetSaysWhatToRun) {
