@@ -13,7 +13,10 @@
 #      become 1 (the stand-in GPUs stay: --gpus-per-task=1);
 #   4. after the config is copied, the edit the README asks of the user
 #      (the data set: a small synthetic one at the config's own path) and a
-#      model and schedule small enough for two CPU cores.
+#      model and schedule small enough for two CPU cores;
+#   5. before the last command, the wait the README asks of the user: until
+#      the jobs the block submitted have ended (the watch ends with the
+#      training; the evaluation job starts after it).
 # Then: every job of the block ended 0, the checkpoints and report exist,
 # scdinoctl watch saw the run from another node's container, and the
 # quick start's commands on a node without what they need say what is
@@ -75,26 +78,36 @@ for d in configs deploy scripts; do ln -s "$src/$d" "$work/checkout/$d"; done
 cd "$work/checkout" || fail "no checkout"
 n=0
 watch_out="$work/watch.out"
-while IFS= read -r line; do
+# The block's lines come on descriptor 3: srun passes its standard input on
+# to its task, which would take the lines still to come.
+while IFS= read -r -u 3 line; do
   n=$((n + 1))
   echo "quick start $n: $line"
+  if [ "$n" -eq "$commands" ]; then
+    # Substitution 5: the block's jobs are over before its last command.
+    # The training first: a failed one leaves the evaluation pending for ever.
+    for j in $job $(sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p' "$work"/command-*.out); do
+      wait_gone "$j" 600
+      code=$(scontrol show job "$j" 2>/dev/null | sed -n 's/.* ExitCode=\([0-9]*:[0-9]*\).*/\1/p')
+      [ "$code" = "0:0" ] || { cat "$work/checkout"/scdino-*-"$j".out; fail "job $j ended ${code:-unknown}"; }
+    done
+  fi
   case $line in
     # The user leaves it with Ctrl-C; here it has 5 minutes.
-    *"scdinoctl watch"*) eval "timeout 300 $line" > "$watch_out" 2>&1 || { cat "$watch_out"; fail "command $n ended $?: $line"; } ;;
-    *) eval "$line" || fail "command $n ended $?: $line" ;;
+    *"scdinoctl watch"*) eval "timeout 300 $line" </dev/null > "$watch_out" 2>&1 ||
+                           { cat "$watch_out"; fail "command $n ended $?: $line"; } ;;
+    *) eval "$line" </dev/null > "$work/command-$n.out" 2>&1; code=$?
+       cat "$work/command-$n.out"
+       [ "$code" -eq 0 ] || fail "command $n ended $code: $line" ;;
   esac
   [[ $line == *"cp configs/cluster.yaml"* ]] && shrink
-done <<<"$lifted"
-[ "$n" -ge 5 ] || fail "only $n commands ran"
+done 3<<<"$lifted"
+[ "$n" -eq "$commands" ] || fail "$n of the block's $commands commands ran"
+[ -n "${job:-}" ] || fail "the block did not set \$job to the training job"
 
-# Every job the block submitted ends; each ended 0.
+# The block's jobs (each ended 0, above) wrote their output where it ran.
 jobs=$(ls "$work/checkout"/scdino-*-*.out 2>/dev/null | sed 's/.*-\([0-9]*\)\.out$/\1/' | sort -u)
 [ "$(wc -w <<<"$jobs")" -ge 2 ] || fail "expected a training and an evaluation job's output in $work/checkout: $(ls "$work/checkout")"
-for job in $jobs; do
-  wait_gone "$job" 600
-  code=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.* ExitCode=\([0-9]*:[0-9]*\).*/\1/p')
-  [ "$code" = "0:0" ] || { cat "$work/checkout"/scdino-*-"$job".out; fail "job $job ended ${code:-unknown}"; }
-done
 run="$shared/scdino/runs/cluster"
 train_out=$(cat "$work/checkout"/scdino-train-*.out)
 [ -f "$run/checkpoint.safetensors" ] && [ -f "$run/checkpoint0001.safetensors" ] ||
