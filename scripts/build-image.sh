@@ -208,18 +208,20 @@ echo "scdino: built $tag in ${seconds}s, $(( size / 1000000 )) MB ($scdino_engin
 if [ -n "$build_stage" ]; then
   # The compiling stage is in the build cache: tagging it costs no build.
   case $build_stage in */*) ;; *) build_stage=localhost/$build_stage ;; esac
-  stage_args=()
-  for a in "${args[@]}"; do [ "$a" = "$tag" ] && stage_args+=("$build_stage") || stage_args+=("$a"); done
-  "$scdino_engine" "${stage_args[@]}" --target binaries . >/dev/null
+  # tag_stage TARGET NAME: the same build up to stage TARGET, tagged NAME.
+  tag_stage() {
+    local a stage_args=()
+    for a in "${args[@]}"; do [ "$a" = "$tag" ] && stage_args+=("$2") || stage_args+=("$a"); done
+    "$scdino_engine" "${stage_args[@]}" --target "$1" . >/dev/null
+  }
+  tag_stage binaries "$build_stage"
   echo "scdino: tagged the compiling stage as $build_stage (build tree /opt/scdino/build: ctest -L unit)"
   # The local packages' stage too: no tagged image descends from it (the
   # toolchain copies its files), so scdino_prune_build_leftovers would remove
   # it, the next build would make the packages again with new timestamps,
   # and the toolchain stage (the CUDA toolkit and LibTorch, ~10 GB) would be
   # installed again: 40 minutes of a CI run instead of none.
-  stage_args=()
-  for a in "${args[@]}"; do [ "$a" = "$tag" ] && stage_args+=("$build_stage-packages") || stage_args+=("$a"); done
-  "$scdino_engine" "${stage_args[@]}" --target packages . >/dev/null
+  tag_stage packages "$build_stage-packages"
 fi
 
 if [ -n "$sqsh" ]; then
