@@ -23,6 +23,8 @@
 //   or read from --data; --loaders reading threads), the crops, the DINO
 //   step, the lagged read of its values; --ranks N runs N ranks as threads
 //   over Gloo, so the step's exchange and the gradient all-reduce are in it.
+// On a GPU the trainer's data wait is the device's own (CUDA events from the
+// previous step's end to the crops being ready: training/device_mark.h).
 // --count-steps N counts N more steps (common/op_count.h): every operator
 // call the dispatcher records (aten_ops_per_step, the same scopes as
 // torch.profiler) and the host synchronisations (host_syncs_per_step);
@@ -42,7 +44,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/torch_compat.h"
+#if SCDINO_TORCH_AT_LEAST(2, 0)
+#include <torch/csrc/autograd/profiler_kineto.h>
+#else
 #include <torch/csrc/autograd/profiler_legacy.h>
+#endif
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
@@ -50,6 +57,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "bench/bench_flags.h"
@@ -69,6 +77,40 @@
 namespace {
 
 using scdino::model::DinoOptions;
+
+// --profile: LibTorch's per-operator trace of the timed steps, for Chrome's
+// trace viewer. LibTorch 2.x records it with Kineto (its legacy profiler's
+// RecordProfile is on the way out); 1.13 with the legacy one.
+class TraceFile {
+ public:
+  TraceFile(std::string path, torch::Device device) : path_(std::move(path)) {
+    if (path_.empty()) return;
+#if SCDINO_TORCH_AT_LEAST(2, 0)
+    namespace impl = torch::profiler::impl;
+    std::set<impl::ActivityType> activities{impl::ActivityType::CPU};
+    if (device.is_cuda()) activities.insert(impl::ActivityType::CUDA);
+    torch::autograd::profiler::enableProfiler(impl::ProfilerConfig(impl::ProfilerState::KINETO), activities);
+#else
+    (void)device;
+    legacy_ = std::make_unique<torch::autograd::profiler::RecordProfile>(path_);
+#endif
+  }
+  void Write() {
+    if (path_.empty()) return;
+#if SCDINO_TORCH_AT_LEAST(2, 0)
+    torch::autograd::profiler::disableProfiler()->save(path_);
+#else
+    legacy_.reset();
+#endif
+    path_.clear();
+  }
+
+ private:
+  std::string path_;
+#if !SCDINO_TORCH_AT_LEAST(2, 0)
+  std::unique_ptr<torch::autograd::profiler::RecordProfile> legacy_;
+#endif
+};
 
 // Multiply-adds count 2 FLOPs; elementwise work (GELU, LayerNorm, softmax,
 // AdamW) is left out: it is a few percent of a ViT step.
@@ -281,6 +323,12 @@ int TrainerStep(const scdino::bench::Flags& a, int threads) {
                       {"data_wait_share", secs > 0 ? wait / secs : 0.0},
                       {"images_per_s", secs > 0 ? static_cast<double>(B * ranks) * n / secs : 0.0}};
   if (counted > 0) PutCounts(r, counts, counted, ranks > 1, num("ops-detail") > 0);
+  // What the caching allocator holds against what the tensors ever needed:
+  // streams that multiply its pools show as reserved far above the peak.
+  if (auto mem = scdino::training::QueryDeviceMemory(a.str("device") == "cuda" ? torch::kCUDA : torch::kCPU)) {
+    r["peak_memory_bytes"] = mem->peak_allocated_bytes;
+    r["reserved_memory_bytes"] = mem->reserved_bytes;
+  }
   std::cout << r.dump() << std::endl;
   return 0;
 }
@@ -350,12 +398,11 @@ int main(int argc, char** argv) {
   if (device.is_cuda()) scdino::training::ResetPeakDeviceMemory(device);
   for (int64_t i = 0; i < num("warmup"); ++i) dino.Step(in);
   sync();
-  std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
-  if (!a.str("profile").empty()) profile = std::make_unique<torch::autograd::profiler::RecordProfile>(a.str("profile"));
+  TraceFile profile(a.str("profile"), device);
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < num("steps"); ++i) dino.Step(in);
   sync();
-  profile.reset();
+  profile.Write();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   scdino::OpCounter::Counts counts;
   if (num("count-steps") > 0) {

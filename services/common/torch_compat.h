@@ -14,7 +14,8 @@
 //   (model/optim).
 // - SDPA's cuDNN backend and its switch: 2.4 (launch/environment).
 // - c10d: 2.0 moved the collectives of Gloo and NCCL onto c10d::Backend;
-//   2.4 gave ProcessGroupNCCL an explicit shutdown (training/distributed) and
+//   2.4 gave ProcessGroupNCCL an explicit shutdown (training/distributed), which
+//   2.6 made wait for pending work (abort is the forceful end), and
 //   made TCPStore's libuv server the default (launch/coordinator).
 // Stateless; every function is as thread-safe as the LibTorch call it wraps.
 #pragma once
@@ -137,7 +138,7 @@ inline void FusedAdamW(std::vector<torch::Tensor>& params, std::vector<torch::Te
 #if SCDINO_TORCH_AT_LEAST(2, 1)
   std::vector<torch::Tensor> max_exp_avg_sqs;
   at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr, beta1, beta2,
-                    /*weight_decay=*/0.0, eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/c10::nullopt,
+                    /*weight_decay=*/0.0, eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/{},
                     found_inf);
 #else
   (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)steps, (void)lr, (void)beta1, (void)beta2,
@@ -211,6 +212,10 @@ inline void ShutdownNccl(c10d::ProcessGroupNCCL& pg) {
   (void)pg;
 #endif
 }
+
+/// Aborts an NCCL process group's communicators now, without waiting for
+/// work in flight (which a lost peer never completes): the failure path.
+inline void AbortNccl(c10d::ProcessGroupNCCL& pg) { pg.abort(); }
 #endif
 
 }  // namespace scdino::compat

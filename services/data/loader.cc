@@ -15,7 +15,8 @@ FileLoader::FileLoader(Dataset dataset, LoaderOptions options, torch::Device dev
         return s;
       }()),
       augmenter_(options_.crops),
-      device_(device) {
+      device_(device),
+      streams_(options_.streams ? options_.streams : DeviceStreams()) {
   if (sampler_.batches_per_epoch() <= 0) {
     ThrowIfError(Status::InvalidArgument(
         "data set " + dataset_.root + " has " + std::to_string(dataset_.entries.size()) +
@@ -59,7 +60,7 @@ FileLoader::FileLoader(Dataset dataset, LoaderOptions options, torch::Device dev
     read_plan_ = "read image by image (shuffle: global)";
   }
   const int n = std::max(1, options_.threads);
-  for (int i = 0; i < n; ++i) workers_.emplace_back([this] { Worker(); });
+  for (int i = 0; i < n; ++i) workers_.emplace_back([this, i] { Worker(i); });
 }
 
 FileLoader::~FileLoader() { StopWorkers(); }
@@ -244,7 +245,7 @@ FileLoader::RawBatch FileLoader::Load(const std::vector<int64_t>& indices) {
   return b;
 }
 
-void FileLoader::Worker() {
+void FileLoader::Worker(int worker) {
   at::set_num_threads(1);
   const int64_t niter = sampler_.batches_per_epoch();
   const int64_t bs = options_.sampler.batch_size;
@@ -271,13 +272,18 @@ void FileLoader::Worker() {
       if (b.error.ok()) {
         // Not InferenceMode: the model's first layer saves the crops for
         // its backward pass, which inference tensors refuse.
-        b.crops = StreamHandoff::Make(device_, [&] {
+        b.crops = StreamHandoff::Make(device_, worker, *streams_, [&] {
           torch::NoGradGuard no_grad;
           const auto images = device_.is_cpu() ? b.images : b.images.to(device_, /*non_blocking=*/true);
           return augmenter_.Apply(images, b.indices, epoch, b.sizes);
         });
         b.images = torch::Tensor();
       }
+    } catch (const c10::OutOfMemoryError&) {
+      // The device's allocator (the crops are cut on the GPU): the trainer
+      // reports it as out of memory with the settings to lower, so it
+      // travels as it is.
+      b.device_oom = std::current_exception();
     } catch (const std::bad_alloc&) {
       b.error = Status::Internal("out of memory while loading batch " + std::to_string(k) + " (first image " +
                                  dataset_.entries[idx.front()].path + "); lower scdino.cache_max_mb, "
@@ -305,10 +311,11 @@ std::optional<MultiCropBatch> FileLoader::Next() {
     ++next_to_take_;
   }
   cv_.notify_all();
+  if (raw.device_oom) std::rethrow_exception(raw.device_oom);
   ThrowIfError(raw.error);
   skipped_count_ += raw.skipped;
   MultiCropBatch b;
-  b.crops = raw.crops.Take();
+  b.crops = raw.crops.Take(*streams_);
   std::vector<int64_t> labels;
   for (int64_t i : raw.indices) labels.push_back(dataset_.entries[i].label);
   b.labels = torch::tensor(labels, torch::kInt64);

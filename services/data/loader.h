@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -57,6 +58,9 @@ struct LoaderOptions {
   /// bytes; 11 significant bits, for runs whose model computes in bf16 or
   /// fp16 anyway). Ignored on the CPU.
   torch::ScalarType upload_dtype = torch::kFloat32;
+  /// The streams the workers cut crops on and the step waits on
+  /// (data/stream_handoff.h); null: the device's own (DeviceStreams()).
+  std::shared_ptr<StreamProvider> streams;
 };
 
 /// Thread-safe towards its own workers; Next() and StartEpoch() are called
@@ -73,7 +77,9 @@ class FileLoader : public MultiCropSource {
   void StartEpoch(int64_t epoch, EpochStart start) override;
   EpochStart ResumeAt(int64_t position) const override { return sampler_.ResumeAt(position); }
   /// Throws StatusError for a bad image under kFail (file and reason), and
-  /// for a failure of a worker thread (e.g. out of memory), naming it.
+  /// for a failure of a worker thread (e.g. host memory), naming it; a
+  /// device's out-of-memory error (c10::OutOfMemoryError) as it is, which
+  /// the trainer reports with the settings to lower.
   std::optional<MultiCropBatch> Next() override;
   std::vector<std::string> class_names() const override { return dataset_.classes; }
   std::string epoch_order() const override;
@@ -98,8 +104,9 @@ class FileLoader : public MultiCropSource {
     StreamHandoff crops;   // cut by the worker, on the device
     int64_t skipped = 0;   // bad images left out (kSkip)
     Status error;
+    std::exception_ptr device_oom;  // a c10::OutOfMemoryError, rethrown by Next()
   };
-  void Worker();
+  void Worker(int worker);
   void StopWorkers();
   RawBatch Load(const std::vector<int64_t>& indices);
   StatusOr<torch::Tensor> LoadOne(int64_t index);
@@ -110,6 +117,7 @@ class FileLoader : public MultiCropSource {
   EpochSampler sampler_;
   MultiCropAugmenter augmenter_;
   torch::Device device_;
+  std::shared_ptr<StreamProvider> streams_;
   int64_t channels_ = 0;
 
   // Batches are keyed by epoch x batches_per_epoch + batch, so that the

@@ -243,10 +243,15 @@ void AdamW::zero_grad() { flat_->ZeroGrads(); }
 
 void AdamW::save_state(const std::string& prefix, TensorMap& out) const {
   const auto& entries = flat_->entries();
+  // Every group's count in one read of the device (one synchronisation per
+  // checkpoint, not one per parameter).
+  std::vector<torch::Tensor> counts;
+  for (const auto& g : groups_) counts.push_back(g.step.reshape({1}));
+  const auto steps = counts.empty() ? torch::Tensor() : torch::cat(counts).to(torch::kCPU, torch::kFloat64);
   for (size_t i = 0; i < flat_->trainable().size(); ++i) {
     const auto& e = entries[i];
     const std::string base = prefix + e.p.name;
-    const int64_t step = static_cast<int64_t>(groups_[group_of_[i]].step.item<float>());
+    const auto step = static_cast<int64_t>(steps.data_ptr<double>()[group_of_[i]]);
     out[base + ".step"] = torch::tensor({step}, torch::kInt64);
     if (step > 0) {
       out[base + ".exp_avg"] = exp_avg_.narrow(0, e.offset, e.numel).view(e.p.param.sizes());

@@ -7,6 +7,9 @@
 #ifdef SCDINO_WITH_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
+#ifdef SCDINO_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 #include <chrono>
 #include <cstdio>
@@ -18,8 +21,12 @@
 
 namespace scdino::training {
 
-CollectiveWatchdog::CollectiveWatchdog(std::chrono::milliseconds timeout, OnTimeout on_timeout)
-    : timeout_(timeout), on_timeout_(std::move(on_timeout)), thread_([this] { Run(); }) {}
+CollectiveWatchdog::CollectiveWatchdog(std::chrono::milliseconds timeout, OnTimeout on_timeout,
+                                       std::function<void()> on_start)
+    : timeout_(timeout), on_timeout_(std::move(on_timeout)), on_start_(std::move(on_start)), thread_([this] {
+        if (on_start_) on_start_();
+        Run();
+      }) {}
 
 CollectiveWatchdog::~CollectiveWatchdog() {
   {
@@ -115,11 +122,15 @@ std::shared_ptr<Collective> Collective::Create(const c10::intrusive_ptr<c10d::St
     c->pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank), static_cast<int>(world_size),
                                                          opts);
     Collective* self = c.get();
-    c->watchdog_ = std::make_unique<CollectiveWatchdog>(options.timeout, [self](const std::string& what) {
-      const std::string lost = self->describe_lost_ ? self->describe_lost_()
-                                                    : std::string("another rank has probably died or hangs");
-      ExitForLostPeer(LostCollectiveMessage(self->rank_, self->world_size_, self->options_.timeout, what, lost));
-    });
+    const auto index = device.has_index() ? device.index() : c10::cuda::current_device();
+    c->watchdog_ = std::make_unique<CollectiveWatchdog>(
+        options.timeout,
+        [self](const std::string& what) {
+          const std::string lost = self->describe_lost_ ? self->describe_lost_()
+                                                        : std::string("another rank has probably died or hangs");
+          ExitForLostPeer(LostCollectiveMessage(self->rank_, self->world_size_, self->options_.timeout, what, lost));
+        },
+        [index] { c10::cuda::set_device(index); });
     return c;
 #else
     ThrowIfError(Status::FailedPrecondition(
@@ -163,7 +174,28 @@ void Collective::Shutdown() {
   pg_.reset();
 }
 
-Collective::~Collective() { Shutdown(); }
+void Collective::Abort() {
+  watchdog_.reset();
+  if (!pg_) return;
+#ifdef SCDINO_WITH_NCCL
+  if (device_.is_cuda()) {
+    if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(pg_.get())) {
+      compat::AbortNccl(*nccl);
+      pg_.reset();
+      return;
+    }
+  }
+#endif
+  // Gloo's destructor joins threads that wait on the lost peers until its
+  // timeout. The group is kept, unreleased and reachable, for the process
+  // that is about to exit.
+  static auto* abandoned = new std::vector<c10::intrusive_ptr<compat::CollectiveBackend>>();
+  static std::mutex mu;
+  std::lock_guard<std::mutex> l(mu);
+  abandoned->push_back(std::move(pg_));
+}
+
+Collective::~Collective() { Abort(); }
 
 c10::intrusive_ptr<c10d::Work> Collective::AllReduceSumAsync(torch::Tensor& t) {
   std::vector<torch::Tensor> v{t};
@@ -239,8 +271,8 @@ GradientAllReducer::GradientAllReducer(std::shared_ptr<Collective> collective, m
 }
 
 void GradientAllReducer::MarkReady(size_t k) {
-  Bucket& b = buckets_[bucket_of_[k]];
-  if (--b.pending == 0) Launch(b);
+  if (--buckets_[bucket_of_[k]].pending > 0) return;
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) Launch(buckets_[next_launch_++]);
 }
 
 void GradientAllReducer::Launch(Bucket& b) {
@@ -251,14 +283,16 @@ void GradientAllReducer::Launch(Bucket& b) {
 void GradientAllReducer::Finish() {
   torch::NoGradGuard guard;
   const auto t0 = std::chrono::steady_clock::now();
-  for (auto& b : buckets_) {
-    if (!b.work) Launch(b);
-  }
+  while (next_launch_ < buckets_.size()) Launch(buckets_[next_launch_++]);
+  const auto device = params_->grads().device();
+  auto before = DeviceMark::Now(device);
   for (auto& b : buckets_) {
     collective_->Wait(b.work);
     b.work.reset();
     b.pending = b.params;
   }
+  if (!before.empty()) device_waits_.emplace_back(std::move(before), DeviceMark::Now(device));
+  next_launch_ = 0;
   params_->grads().div_(static_cast<double>(collective_->world_size()));
   wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -266,6 +300,12 @@ void GradientAllReducer::Finish() {
 double GradientAllReducer::TakeWaitSeconds() {
   double w = wait_seconds_;
   wait_seconds_ = 0.0;
+  while (!device_waits_.empty()) {
+    const auto passed = DeviceMark::Between(device_waits_.front().first, device_waits_.front().second);
+    if (!passed) break;
+    w += *passed;
+    device_waits_.pop_front();
+  }
   return w;
 }
 

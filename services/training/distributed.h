@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include "common/status.h"
 #include "common/torch_compat.h"
 #include "model/flat_params.h"
+#include "training/device_mark.h"
 
 
 namespace scdino::training {
@@ -46,7 +48,11 @@ struct DistributedOptions {
 class CollectiveWatchdog {
  public:
   using OnTimeout = std::function<void(const std::string& what)>;
-  CollectiveWatchdog(std::chrono::milliseconds timeout, OnTimeout on_timeout);
+  /// `on_start` runs first on the watchdog's own thread: for NCCL it makes
+  /// the group's GPU that thread's device, so that querying the work never
+  /// makes a CUDA context on GPU 0 of a node whose processes see several.
+  CollectiveWatchdog(std::chrono::milliseconds timeout, OnTimeout on_timeout,
+                     std::function<void()> on_start = nullptr);
   /// Stops watching (what is in flight is no longer bounded).
   ~CollectiveWatchdog();
   /// Watches `work` from now; `what` names it in the report.
@@ -65,6 +71,7 @@ class CollectiveWatchdog {
   // Constant after construction.
   std::chrono::milliseconds timeout_;
   OnTimeout on_timeout_;
+  std::function<void()> on_start_;
   // State below is protected by mu_.
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -98,8 +105,16 @@ class Collective {
                                             torch::Device device);
   /// Ends the group cleanly once every rank is done (NCCL's communicators
   /// are shut down rather than left to the destructor); no collective may
-  /// follow.
+  /// follow. Waits for work in flight: for the success path only.
   void Shutdown();
+  /// Ends the group now, whatever is in flight: NCCL's communicators are
+  /// aborted (since LibTorch 2.6 Shutdown waits for pending work, which a
+  /// lost peer never completes); a Gloo group, whose threads would wait on
+  /// the lost peers until its timeout, is left to the exiting process. For
+  /// the failure path; no collective may follow.
+  void Abort();
+  /// Aborts unless Shutdown() ran: a Collective destroyed without it is on
+  /// a failure path (an error returned, an exception unwinding).
   ~Collective();
 
   int64_t rank() const { return rank_; }
@@ -136,8 +151,8 @@ class Collective {
 /// Averages gradients over ranks. The trainable parameters' flat gradients
 /// are cut into buckets of about bucket_bytes, contiguous slices in the
 /// flat layout (about the order backward produces them); a hook on each
-/// parameter's gradient accumulator launches a bucket's all-reduce when its
-/// last gradient is in. Finish() launches what backward did not reach,
+/// parameter's gradient accumulator marks a bucket ready when its last
+/// gradient is in, and the ready buckets are launched in bucket order. Finish() launches what backward did not reach,
 /// waits (on the stream with NCCL) and divides by the world size. Must
 /// outlive every backward it hooks; `params` must outlive it.
 class GradientAllReducer {
@@ -146,7 +161,9 @@ class GradientAllReducer {
   /// Call after backward, before clipping (StepHooks::after_backward).
   void Finish();
   int64_t buckets() const { return static_cast<int64_t>(buckets_.size()); }
-  /// Seconds Finish() spent waiting on communication, summed since the last call.
+  /// Seconds spent waiting on communication since the last call: the host's
+  /// waits in Finish() (Gloo), and on a GPU the step stream's stalls on
+  /// NCCL's, counted once the device has passed them (a step late).
   double TakeWaitSeconds();
 
  private:
@@ -162,8 +179,13 @@ class GradientAllReducer {
   model::FlatParameters* params_;
   std::vector<size_t> bucket_of_;
   std::vector<Bucket> buckets_;
+  // Buckets are launched in index order on every rank, a ready one waiting
+  // for those before it: NCCL (and Gloo) pair collectives by their order,
+  // and backward may complete buckets in another order on each rank.
+  size_t next_launch_ = 0;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   double wait_seconds_ = 0.0;
+  std::deque<std::pair<DeviceMark, DeviceMark>> device_waits_;  // not yet passed by the device
 };
 
 }  // namespace scdino::training

@@ -24,8 +24,12 @@ struct StepReport {
   bool finite = true;          ///< false: a non-finite loss, the step was skipped
   double loss = 0.0, lr = 0.0, weight_decay = 0.0, momentum = 0.0, teacher_temp = 0.0;
   double step_seconds = 0.0;       ///< whole iteration, data included
-  double data_wait_seconds = 0.0;  ///< waiting for the batch (the data source's Next, once)
-  double allreduce_wait_seconds = 0.0;  ///< gradient communication not hidden by backward
+  /// Waiting for the batch: the data source's Next() on the CPU; on a GPU
+  /// the device's gap from the previous step's end to the crops being ready.
+  double data_wait_seconds = 0.0;
+  /// Gradient communication not hidden by backward: the host's wait (Gloo),
+  /// on a GPU the step stream's stall on NCCL's (counted a step late).
+  double allreduce_wait_seconds = 0.0;
   model::DinoHealth health;  ///< of the global batch (the same on every rank); zeros when not finite
 };
 

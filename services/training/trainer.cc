@@ -479,8 +479,11 @@ Status Trainer::Launch(int64_t it) {
   p.launched = Clock::now();
   std::optional<data::MultiCropBatch> b = source_->Next();
   StepReport& report = p.report;
-  // Next() covers the whole wait for the batch (queue included), once.
+  // Next() covers the whole wait for the batch (queue included), once: the
+  // data wait on the CPU. On a GPU the device's own wait replaces it once
+  // read (Complete): the host waits here while the device still works.
   report.data_wait_seconds = Seconds(p.launched, Clock::now());
+  p.ready = DeviceMark::Now(device_);
   if (!b) {
     return Status::Internal("data source ended epoch " + std::to_string(epoch) + " after " +
                             std::to_string(it % steps_.niter) + " of " + std::to_string(steps_.niter) + " batches");
@@ -524,6 +527,7 @@ Status Trainer::Launch(int64_t it) {
   report.teacher_temp = dino_->loss->teacher_temp_schedule()[static_cast<size_t>(epoch)];
   report.allreduce_wait_seconds = reducer_ ? reducer_->TakeWaitSeconds() : 0.0;
   p.values = Readback(out.readout);
+  p.done = DeviceMark::Now(device_);
   loop_.pending.push_back(std::move(p));
   return Status::Ok();
 }
@@ -533,6 +537,10 @@ StatusOr<StepReport> Trainer::Complete() {
   loop_.pending.pop_front();
   const auto values = model::ReadStepValues(p.values.Get(), dino_->options().out_dim);
   StepReport report = p.report;
+  // On a GPU, the data wait is the device's: from the previous step's end to
+  // this step's crops being ready on its stream.
+  if (const auto gap = DeviceMark::Between(loop_.last_done, p.ready)) report.data_wait_seconds = *gap;
+  loop_.last_done = loop_.pending.empty() ? DeviceMark() : p.done;
   // The agreement of this step's exchange, or (one process) the local view.
   loop_.agreed =
       Merge(loop_.agreed, reducer_ ? run::AgreementFromSums(values.extra) : coordinator_->Agree(LocalView()));

@@ -30,6 +30,7 @@
 #include "training/checkpointer.h"
 #include "training/distributed.h"
 #include "training/epoch_log.h"
+#include "training/device_mark.h"
 #include "training/readback.h"
 #include "training/reports.h"
 #include "training/status_reporter.h"
@@ -255,12 +256,19 @@ class Trainer {
     StepReport report;
     Readback values;
     Clock::time_point launched;
+    /// On a GPU: the step's stream once its crops are ready, and after its
+    /// work was queued (training/device_mark.h).
+    DeviceMark ready, done;
   };
   struct Loop {
     Resumed resumed;
     Interval interval;
     Recovery recovery;
     std::deque<Pending> pending;
+    /// The previous step's `done` while steps follow one another without a
+    /// drain (the device's gap from it to the next step's `ready` is that
+    /// step's data wait); empty after a drain.
+    DeviceMark last_done;
     /// What the ranks agreed in the exchanges of the steps read since the
     /// last Act (requests are acted on once every queued step is read).
     run::Agreement agreed;

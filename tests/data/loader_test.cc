@@ -162,6 +162,32 @@ TEST(FileLoader, AFailingReadingThreadBecomesAnErrorOfNext) {
   }
 }
 
+// The device's allocator running out while a worker cuts crops on the GPU
+// reaches Next() as the allocator's own error, which the trainer reports as
+// out of memory naming the settings to lower (a generic error would not).
+TEST(FileLoader, ADeviceOutOfMemoryOnAWorkerReachesNextAsItIs) {
+  scdino::testing::ScratchDir dir;
+  auto d = Write(dir.path(), 2, 4);
+  auto o = Options(2);
+  o.read = [](const std::string& path, const ImagePrep& prep) -> StatusOr<torch::Tensor> {
+    TORCH_CHECK_WITH(OutOfMemoryError, path.find("/k1/2.tif") == std::string::npos,
+                     "CUDA out of memory. Tried to allocate 2.00 GiB");
+    return LoadImage(path, prep);
+  };
+  FileLoader loader(d, o);
+  loader.StartEpoch(0, 0);
+  std::string error;
+  try {
+    while (loader.Next()) {
+    }
+  } catch (const c10::OutOfMemoryError& e) {
+    error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    FAIL() << "expected c10::OutOfMemoryError, got: " << e.what();
+  }
+  EXPECT_NE(error.find("CUDA out of memory"), std::string::npos) << error;
+}
+
 // The image cache stops growing at its bound: the images it holds are read
 // once, those beyond it again each epoch (the loader runs on into the next
 // epoch, so counts beyond the first are not fixed), and the batches are

@@ -10,6 +10,7 @@
 
 #include <cmath>
 
+#include "common/op_count.h"
 #include "common/torch_compat.h"
 #include "model/cpu_gemm.h"
 #include "model/dino.h"
@@ -138,6 +139,27 @@ TensorMap Snapshot(const FlatParameters& flat, const AdamW& adamw) {
   for (auto& [name, t] : state) t = t.clone();
   for (const auto& e : flat.entries()) state[e.p.name] = e.p.param.detach().clone();
   return state;
+}
+
+// A checkpoint reads the step counts from the device once, not once per
+// parameter (each read is a host synchronisation on a GPU).
+TEST(AdamW, SavingTheStateReadsTheDeviceOnce) {
+  Dino dino(scdino::testing::TinyDino());
+  auto& flat = dino.student_flat();
+  AdamW adamw(&flat);
+  flat.ZeroGrads();
+  {
+    torch::NoGradGuard guard;
+    flat.grads().copy_(torch::randn({flat.trainable_numel()}));
+  }
+  adamw.step(1e-3, 0.04);
+  ASSERT_GT(flat.trainable().size(), 4u);
+  scdino::OpCounter counter;
+  TensorMap state;
+  adamw.save_state("optimizer.", state);
+  const auto counts = counter.Take();
+  EXPECT_LE(counts.host_syncs, 1) << "of " << flat.trainable().size() << " parameters";
+  EXPECT_EQ(state.at("optimizer." + flat.entries()[0].p.name + ".step").item<int64_t>(), 1);
 }
 
 // AdamW's tensor-op path (what a GPU runs without LibTorch's fused kernel)

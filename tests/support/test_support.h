@@ -28,6 +28,19 @@ inline std::string SharedDir() {
   return std::string(SCDINO_SOURCE_DIR) + "/../shared";
 }
 
+/// The device the device checks run on: $SCDINO_TEST_DEVICE, "cpu" unless
+/// set (scripts/gpu-first-contact.sh sets "cuda" on a lent GPU). A device
+/// this process cannot use is an error, never a quiet CPU run.
+inline torch::Device TestDevice() {
+  const char* d = std::getenv("SCDINO_TEST_DEVICE");
+  const torch::Device device(d && *d ? d : "cpu");
+  if (device.is_cuda() && !torch::cuda::is_available()) {
+    throw std::runtime_error(std::string("SCDINO_TEST_DEVICE=") + d +
+                             ", but this process sees no GPU (or LibTorch has no CUDA)");
+  }
+  return device;
+}
+
 /// A fresh directory under the build tree, removed when the test ends.
 class ScratchDir {
  public:

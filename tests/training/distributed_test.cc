@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include <iostream>
 #include <mutex>
 #include <thread>
 
@@ -157,6 +158,131 @@ TEST(Distributed, APeerThatNeverComesFailsWithinTheTimeout) {
               std::string::npos)
         << e.what();
   }
+}
+
+// Two parameters of one size, each its own bucket.
+struct TwoParams : torch::nn::Module {
+  TwoParams() {
+    a = register_parameter("a", torch::zeros({8}));
+    b = register_parameter("b", torch::zeros({8}));
+  }
+  torch::Tensor a, b;
+};
+
+// Backward completes the buckets in a different order on each rank (the
+// autograd engine runs the later-made branch first); the launches must
+// still pair bucket with bucket, or each rank's sums mix the parameters.
+TEST(GradientAllReducer, BucketsPairAcrossRanksWhateverOrderBackwardCompletesThem) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<torch::Tensor> grads(2);
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      torch::set_num_threads(1);
+      DistributedOptions opts;
+      auto coll = Collective::Create(store, r, 2, opts, torch::kCPU);
+      TwoParams m;
+      model::FlatParameters flat(m);
+      flat.ZeroGrads();
+      auto a = m.named_parameters()["a"], b = m.named_parameters()["b"];
+      GradientAllReducer reducer(coll, &flat, /*bucket_bytes=*/8 * 4);
+      EXPECT_EQ(reducer.buckets(), 2);
+      // Rank r's gradient of a is 1 + r, of b 10 + r: the means are 1.5 and 10.5.
+      const auto xa = torch::full({8}, 1.0 + static_cast<double>(r));
+      const auto xb = torch::full({8}, 10.0 + static_cast<double>(r));
+      torch::Tensor loss;
+      if (r == 0) {
+        auto ya = (xa * a).sum();
+        auto yb = (xb * b).sum();
+        loss = ya + yb;
+      } else {
+        auto yb = (xb * b).sum();
+        auto ya = (xa * a).sum();
+        loss = yb + ya;
+      }
+      loss.backward();
+      reducer.Finish();
+      grads[r] = torch::stack({a.grad(), b.grad()}).clone();
+      coll->Shutdown();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int64_t r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_TRUE(grads[r].defined());
+    EXPECT_TRUE(grads[r][0].equal(torch::full({8}, 1.5))) << "a: " << grads[r][0];
+    EXPECT_TRUE(grads[r][1].equal(torch::full({8}, 10.5))) << "b: " << grads[r][1];
+  }
+}
+
+// A rank that fails while a collective is in flight (its peer gone, or
+// never joining) ends at once: the failure path aborts the group instead of
+// waiting for work that never completes (Gloo's destructor would wait out
+// its timeout; NCCL's shutdown, since LibTorch 2.6, for ever).
+TEST(Collective, DestroyedOnAFailurePathItEndsAtOnceWithACollectiveInFlight) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  DistributedOptions opts;
+  opts.timeout = std::chrono::seconds(60);
+  std::vector<std::shared_ptr<Collective>> colls(2);
+  {
+    std::vector<std::thread> make;
+    for (int64_t r = 0; r < 2; ++r) {
+      make.emplace_back([&, r] { colls[r] = Collective::Create(store, r, 2, opts, torch::kCPU); });
+    }
+    for (auto& t : make) t.join();
+  }
+  auto t = torch::ones({4});
+  auto work = colls[0]->AllReduceSumAsync(t);  // rank 1 never joins
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto t0 = std::chrono::steady_clock::now();
+  colls[0].reset();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(secs, 5.0) << "the failure path waited for a collective that never completes";
+  colls[1]->Shutdown();
+}
+
+// The watchdog's thread is set up first (on a GPU: the group's device made
+// current there), before it looks at any work.
+TEST(CollectiveWatchdog, ItsThreadIsSetUpBeforeItWatches) {
+  std::mutex mu;
+  std::thread::id started;
+  bool watched_after_start = false;
+  {
+    CollectiveWatchdog watchdog(
+        std::chrono::milliseconds(100), [](const std::string&) {},
+        [&] {
+          std::lock_guard<std::mutex> l(mu);
+          started = std::this_thread::get_id();
+        });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::lock_guard<std::mutex> l(mu);
+    watched_after_start = started != std::thread::id();
+  }
+  EXPECT_TRUE(watched_after_start);
+  EXPECT_NE(started, std::this_thread::get_id());
+}
+
+// The process group of the device under test at world size 1 (NCCL on a
+// GPU, Gloo on the CPU): it forms, sums (a world of one leaves the values),
+// and its abort ends it at once. scripts/gpu-first-contact.sh runs it with
+// SCDINO_TEST_DEVICE=cuda: NCCL's first contact with the lent GPU.
+TEST(DeviceCheck, AOneRankProcessGroupFormsSumsAndAborts) {
+  const torch::Device device = scdino::testing::TestDevice();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  DistributedOptions opts;
+  opts.timeout = std::chrono::seconds(60);
+  auto coll = Collective::Create(store, 0, 1, opts, device);
+  std::cout << "device " << device << ": process group " << coll->backend() << std::endl;
+  EXPECT_STREQ(coll->backend(), device.is_cuda() ? "nccl" : "gloo");
+  auto t = torch::arange(1024, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  coll->AllReduceSum(t);
+  EXPECT_TRUE(t.cpu().equal(torch::arange(1024, torch::kFloat32)));
+  auto host = torch::ones({3});  // a CPU tensor through the group's device
+  coll->AllReduceSum(host);
+  EXPECT_TRUE(host.equal(torch::ones({3})));
+  const auto t0 = std::chrono::steady_clock::now();
+  coll->Abort();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
 }
 
 // NCCL work is waited on the GPU stream, never by the host; the watchdog
