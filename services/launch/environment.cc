@@ -132,9 +132,40 @@ StatusOr<DeviceDecision> DecideDevice(const RunConfig& config, const LaunchInfo&
         " (containers/Dockerfile.cuda-ngc with an older base), or set scdino.device: cpu");
   }
   const std::string task = "task " + std::to_string(launch.rank) + " (local rank " + std::to_string(launch.local_rank) + ")";
+  // auto means the GPU Slurm bound: a task given one that CUDA cannot see
+  // (a container without the NVIDIA hook, a wrong NVIDIA_VISIBLE_DEVICES,
+  // a CPU build) must not train on the CPU, a hundred times slower, without
+  // an error. A task given none (a CPU job, a step with --gres=none) stays
+  // on the CPU.
+  if (key == "auto" && gpus == 0 && facts.binding.ok() && facts.binding->gpu_job && facts.binding->device >= 0) {
+    const auto shown = [](const char* name, const std::optional<std::string>& v) {
+      return std::string(name) + (v ? "=" + *v : std::string(" unset"));
+    };
+    std::string seen = shown("CUDA_VISIBLE_DEVICES", facts.cuda_visible_devices) + ", " +
+                       shown("NVIDIA_VISIBLE_DEVICES", facts.nvidia_visible_devices) + ", NVIDIA driver " +
+                       (facts.driver_version.empty() ? std::string("none found (no /proc/driver/nvidia/version)")
+                                                     : facts.driver_version);
+    std::string change;
+    if (!facts.cuda_build) {
+      change = "this build of scdino has no CUDA (a CPU LibTorch): run the GPU image (scripts/build-image.sh --cuda; "
+               "srun --container-image=IMAGE.sqsh)";
+    } else if (facts.driver_version.empty()) {
+      change = "no NVIDIA driver is visible to the task: in a container, the NVIDIA hook did not mount it (Enroot's "
+               "98-nvidia.sh and nvidia-container-cli; NVIDIA_VISIBLE_DEVICES must not be void or unset); "
+               "outside one, the node's driver is not loaded";
+    } else {
+      change = "the driver is there but CUDA sees no device: check that CUDA_VISIBLE_DEVICES names a GPU of this "
+               "node (Slurm's gres.conf) and that the container sees /dev/nvidia*";
+    }
+    return Status::InvalidArgument(config.source_path + ": scdino.device is auto and Slurm bound " +
+                                   facts.binding->why + " to " + task + ", but no GPU is visible to it (" + seen +
+                                   "); " + change +
+                                   ". A GPU job does not train on the CPU without an error: to do so on purpose, "
+                                   "set scdino.device: cpu");
+  }
   if (key == "auto" && gpus == 0) {
     d.why = std::string("scdino.device auto: ") + (facts.cuda_build ? "no GPU visible" : "a build without CUDA");
-    if (facts.binding.ok() && facts.binding->device >= 0) d.why += " (Slurm bound " + facts.binding->why + ")";
+    if (facts.binding.ok() && facts.binding->device >= 0) d.why += " (CUDA_VISIBLE_DEVICES names " + facts.binding->gpu + " outside a Slurm GPU job)";
     return d;
   }
   if (gpus == 0) {
@@ -201,11 +232,15 @@ StatusOr<DeviceChoice> PickDevice(const RunConfig& config, const LaunchInfo& lau
 #ifdef SCDINO_WITH_CUDA
   cudaDriverGetVersion(&facts.driver_cuda);
   cudaRuntimeGetVersion(&facts.runtime_cuda);
-  facts.driver_version = NvidiaDriverVersion();
 #endif
+  facts.driver_version = NvidiaDriverVersion();
   facts.visible_gpus = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
   facts.cudnn_stub = CudnnIsStub();
   facts.binding = GpuBindingFromEnv([](const char* k) { return std::getenv(k); }, launch.local_rank);
+  for (auto [name, field] : {std::make_pair("CUDA_VISIBLE_DEVICES", &facts.cuda_visible_devices),
+                             std::make_pair("NVIDIA_VISIBLE_DEVICES", &facts.nvidia_visible_devices)}) {
+    if (const char* v = std::getenv(name)) *field = v;
+  }
   auto d = DecideDevice(config, launch, facts);
   if (!d.ok()) return d.status();
   DeviceChoice c;

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
@@ -69,6 +70,9 @@ struct DeviceFacts {
   /// it is wrong; without CUDA_VISIBLE_DEVICES the ranks of a node share
   /// what they see and rank i takes GPU i.
   StatusOr<GpuBinding> binding = GpuBinding{};
+  /// CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES as set (nullopt:
+  /// unset), for the message that says why a bound GPU is not visible.
+  std::optional<std::string> cuda_visible_devices, nvidia_visible_devices;
 };
 struct DeviceDecision {
   int64_t gpu = -1;  ///< the CUDA device index; -1: the CPU

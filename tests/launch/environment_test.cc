@@ -248,6 +248,58 @@ TEST(DecideDevice, TheEnvironmentsBindingDecidesTheGpu) {
   EXPECT_NE(d.status().message().find("was given no GPU"), std::string::npos);
 }
 
+// A task Slurm bound a GPU to that CUDA cannot see (a container without the
+// NVIDIA hook, a CPU build) is refused under auto, naming both sides: what
+// Slurm gave and what the task sees, and what to change; the CPU only on
+// purpose (scdino.device: cpu). A task of a GPU job given no GPU (a step
+// with --gres=none) and a CPU job stay on the CPU under auto.
+TEST(DecideDevice, AutoRefusesAGpuSlurmBoundThatCudaCannotSee) {
+  LaunchInfo one;
+  GpuBinding bound;
+  bound.gpu_job = true;
+  bound.visible = {"3"};
+  bound.device = 0;
+  bound.gpu = "3";
+  bound.why = "GPU 3 (CUDA_VISIBLE_DEVICES=3, the one this task was given)";
+  for (const bool cuda_build : {true, false}) {
+    for (const bool driver : {false, true}) {
+      SCOPED_TRACE(std::string(cuda_build ? "CUDA build" : "CPU build") + (driver ? ", driver" : ", no driver"));
+      DeviceFacts f = Facts(cuda_build, 0);
+      f.binding = bound;
+      f.cuda_visible_devices = "3";
+      f.nvidia_visible_devices = std::nullopt;
+      if (driver) f.driver_version = "550.54.15";
+      auto d = DecideDevice(WithDevice("auto"), one, f);
+      ASSERT_FALSE(d.ok()) << d->why;
+      EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+      const std::string& m = d.status().message();
+      EXPECT_NE(m.find("run.yaml: scdino.device is auto and Slurm bound GPU 3 (CUDA_VISIBLE_DEVICES=3, the one this "
+                       "task was given) to task 0 (local rank 0), but no GPU is visible to it (CUDA_VISIBLE_DEVICES=3, "
+                       "NVIDIA_VISIBLE_DEVICES unset, NVIDIA driver " +
+                       std::string(driver ? "550.54.15" : "none found")),
+                std::string::npos)
+          << m;
+      EXPECT_NE(m.find(!cuda_build ? "this build of scdino has no CUDA"
+                       : driver    ? "CUDA sees no device"
+                                   : "the NVIDIA hook did not mount it"),
+                std::string::npos)
+          << m;
+      EXPECT_NE(m.find("set scdino.device: cpu"), std::string::npos) << m;
+      f.binding = bound;
+      EXPECT_TRUE(DecideDevice(WithDevice("cpu"), one, f).ok());
+    }
+  }
+  // A step of the GPU job without a GPU of its own (--gres=none), and a CPU job.
+  DeviceFacts step = Facts(true, 0);
+  step.binding = Status::InvalidArgument("this task (local rank 0) was given no GPU (CUDA_VISIBLE_DEVICES unset)");
+  auto d = DecideDevice(WithDevice("auto"), one, step);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ(d->gpu, -1);
+  d = DecideDevice(WithDevice("auto"), one, Facts(true, 0));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->why, "scdino.device auto: no GPU visible");
+}
+
 RunConfig RunIn(const std::string& out_dir, const std::string& extra = "") {
   auto c = ParseRunConfig("meta: {dataset_dir: /d, output_dir: \"" + out_dir + "\", name_of_run: r}\ntrain_scDINO: {}\n" +
                               extra,
