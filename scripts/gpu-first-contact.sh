@@ -1,228 +1,350 @@
 #!/usr/bin/env bash
-# One prepared run of scdino's GPU benchmarks on a single lent GPU, about ten
-# minutes in all (docs/performance.md, "On a GPU"): no podman, no enroot, no
-# network there, a pip LibTorch (torch.utils.cmake_prefix_path) and the
-# libraries scdino builds with carried as files (--deps: a prefix with
-# include/ and lib/, docs/containers.md). It compiles once, only the
-# benchmarks it runs; each section has its own time box, the most important
-# first, and every figure goes into the summary as soon as it is measured,
-# so a time-out still leaves the figures before it.
+# The first contact with a lent GPU: one command of at most nine minutes
+# (timeout 540) that builds scdino there from the dependency pack, checks the
+# GPU against the CPU, and only then times it. The lent machine has one GPU,
+# a pip torch (PyTorch 2.x with CUDA), nvcc, CMake and Ninja, and no network;
+# what it lacks comes in the carried folder build/gpu-carry (the pack from
+# scripts/pack-gpu-deps.sh and the parity fixture), which --prepare makes.
 #
-#   bash scripts/gpu-bench.sh [--out DIR] [--deps DIR] [--build-dir DIR]
-#   bash scripts/gpu-bench.sh --rehearse --build-dir build   # every section on the CPU, tiny (CI)
+#   bash scripts/gpu-first-contact.sh --prepare                 # here: make build/gpu-carry, print the device call
+#   timeout 540 bash scripts/gpu-first-contact.sh OUT_DIR       # there (the device call: OUT_DIR is $OUT)
+#   bash scripts/gpu-first-contact.sh --rehearse OUT_DIR --build-dir build   # here: every section on the CPU, tiny
 #
-# Sections, in order, with their time boxes (seconds):
-#   versions   (20)  the GPU, driver, LibTorch, CUDA, NCCL, Python's torch
-#   build     (360)  configure against the pip LibTorch, build the two benchmarks
-#                    (skipped with --build-dir holding them)
-#   step-B     (90)  vit_small/16, 5 channels, 2 x 224 + 8 x 96, bf16, batch B
-#                    in 64, 128, 256: images/s, ms a step, the fraction of the
-#                    dense bf16 peak (GPU_BENCH_PEAK_TFLOPS, 989), peak memory,
-#                    the attention kernel SDPA took, operator calls and host
-#                    synchronisations a step (scdino-bench-train-step)
-#   pytorch   (120)  bench/python_train_step.py at the best batch, the same
-#                    crops: bf16 autocast, SDPA, fused AdamW, eager
-#   compile   (180)  the same under torch.compile, where that torch has it
-#   data       (90)  the trainer's own step over 50 px TIFF cells, 50 steps:
-#                    the data wait's share of the epoch
-#   features   (60)  scdino-bench-features: 50 px cells resized to 224, bf16
-#   summary          ours against the faster PyTorch step
-# Multi-GPU NCCL (the all-reduce between ranks) cannot run on one GPU: it is
-# not faked here; scripts/gpu-check.sh and scdino-preflight do it on a node.
-# --rehearse runs every section on the CPU at a tiny size from a build tree
-# (it compiles nothing): the test suite runs it (gpu.BenchRehearsedOnTheCpu).
-# The summary: DIR/summary.jsonl (one JSON object a measurement, with its
-# section) and DIR/summary.md (a table), DIR/gpu-bench.log (everything).
+# Sections, most important first, each in its time box (seconds), figures
+# written as they come, so a time-out still leaves those before it:
+#   inventory          10  nvidia-smi, driver, torch/CUDA/NCCL, nvcc, pkg-config, glibc, the pack
+#   build             240  configure against the pip LibTorch and the pack alone (SCDINO_REQUIRE_CUDA),
+#                          build exactly what the sections run, into build-gpu/ (a rerun skips it)
+#   parity             45  the parity fixture's two steps on the GPU in fp32 within the CPU's
+#                          tolerances, the AdamW path taken, a bf16 step's loss within 2% of fp32's
+#   trainer-steps      30  four steps of the trainer's own step (loader, side-stream crops) against
+#                          the same four on the CPU
+#   nccl               15  a one-rank NCCL communicator: made, an all-reduce checked, aborted
+#   step-64, step-256  30, 35  vit_small/16, 5 channels, 2x224 + 8x96, bf16: images/s, fraction of
+#                          the bf16 peak, peak memory, ops and host syncs a step
+#   pytorch            45  PyTorch's step (eager) at our best batch, the same crops; torch.compile
+#                          after it only where the time left allows
+#   data               40  the trainer over 50 px TIFF cells, 50 steps: the data wait (CUDA events),
+#                          the allocator's reserved against peak memory
+#   features           30  CLS features of 50 px cells at 224 px, bf16: images/s
+# The boxes add up to less than 540 s (checked at start, and by the rehearsal
+# in the test suite). A section that fails (an NCCL error, a test that does
+# not hold) is reported with its own message and the next one runs.
+# OUT_DIR receives at most 8 files: summary.md, summary.json (every figure),
+# first-contact.log (every section's output) and inventory.txt.
+# Options: --pack DIR (build/gpu-carry/pack), --shared DIR (build/gpu-carry/shared,
+# else ../shared), --build-dir DIR (build-gpu; --rehearse: an existing test
+# tree, built by scripts/test.sh), --python PY (python3), --build-only (the
+# inventory and the build, nothing run: the test suite's build from the pack
+# alone, tests/deploy/gpu_pack_build_test.sh).
 set -uo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
-rehearse=0 out="" deps="" build_dir=""
+budget=540
+rehearse=0 prepare=0 build_only=0 out="" pack="" shared="" build_dir="" python=${GPU_CONTACT_PYTHON:-python3}
 while [ $# -gt 0 ]; do
   case $1 in
     --rehearse) rehearse=1 ;;
-    --out) out=${2:?--out needs a directory}; shift ;;
-    --deps) deps=${2:?--deps needs a directory}; shift ;;
+    --prepare) prepare=1 ;;
+    --build-only) build_only=1 ;;
+    --pack) pack=${2:?--pack needs a directory}; shift ;;
+    --shared) shared=${2:?--shared needs a directory}; shift ;;
     --build-dir) build_dir=${2:?--build-dir needs a directory}; shift ;;
-    -h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "scdino: gpu-bench.sh: unknown argument '$1' (--help says what it takes)" >&2; exit 2 ;;
+    --python) python=${2:?--python needs a program}; shift ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    -*) echo "scdino: gpu-first-contact.sh: unknown option '$1' (--help says what it takes)" >&2; exit 2 ;;
+    *) [ -z "$out" ] || { echo "scdino: gpu-first-contact.sh: one output folder, got '$out' and '$1'" >&2; exit 2; }
+       out=$1 ;;
   esac
   shift
 done
-out=${out:-${GPU_BENCH_OUT:-$(mktemp -d /tmp/scdino-gpu-bench.XXXXXX)}}
+carry=$src/build/gpu-carry
+
+# ---- --prepare: here, the carried folder and the device call ---------------
+if [ "$prepare" = 1 ]; then
+  set -e
+  bash "$src/scripts/pack-gpu-deps.sh" "$carry/pack"
+  fixture=${shared:-$src/../shared}/reference/dino-parity
+  [ -r "$fixture/config.json" ] || { echo "scdino: no parity fixture at $fixture (--shared DIR)" >&2; exit 1; }
+  rm -rf "$carry/shared"
+  mkdir -p "$carry/shared/reference"
+  cp -a "$fixture" "$carry/shared/reference/"
+  tree=$(cd "$src" && git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+  sent=$(( $(du -sb "$carry" | cut -f1) + tree ))
+  echo "scdino: build/gpu-carry is ready; with the working tree $(( sent / 1048576 )) MiB travel (at most 64)."
+  echo "The device call (one command; leave time to rerun it):"
+  echo "  run  command: timeout 540 bash scripts/gpu-first-contact.sh \"\$OUT\""
+  echo "       carry:   [\"build/gpu-carry\"]   timeout_s: 580"
+  exit 0
+fi
+[ -n "$out" ] || { echo "scdino: gpu-first-contact.sh: give the output folder (--help)" >&2; exit 2; }
 mkdir -p "$out"
-summary=$out/summary.jsonl log=$out/gpu-bench.log
-: > "$summary"
+out=$(cd "$out" && pwd)
+log=$out/first-contact.log figures=$out/.figures.jsonl
 : > "$log"
-python=${GPU_BENCH_PYTHON:-python3}
+: > "$figures"
+work=$(mktemp -d "${TMPDIR:-/tmp}/scdino-contact.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+start=$(date +%s)
 [ "$rehearse" = 1 ] && python=/usr/bin/python3
 
-say() { echo "gpu-bench: $*" | tee -a "$log" >&2; }
-# record SECTION JSON: one measurement into the summary.
-record() { "$python" -c 'import json,sys; r=json.loads(sys.argv[2]); r["section"]=sys.argv[1]; print(json.dumps(r))' "$1" "$2" >> "$summary"; }
-# section NAME SECONDS COMMAND...: runs it in its time box; every JSON line it
-# prints is a measurement of the section; its end (rc, seconds) is one too.
+
+say() { echo "first-contact: $*" | tee -a "$log" >&2; }
+left() { echo $(( budget - 5 - ($(date +%s) - start) )); }
+# figure SECTION JSON: one measurement or verdict into the summary.
+figure() { "$python" -c 'import json,sys; r=json.loads(sys.argv[2]); r["section"]=sys.argv[1]; print(json.dumps(r))' "$1" "$2" >> "$figures"; }
+box_of() { local s; for s in "${plan[@]}"; do [ "${s%%:*}" = "$1" ] && echo "${s#*:}" && return; done; echo 60; }
+# section NAME COMMAND...: runs it in its box (never past the budget); every
+# JSON line it prints is a figure; its end (ok, failed with the last lines,
+# timed out, skipped) is one too.
 section() {
-  local name=$1 box=$2
-  shift 2
-  local start rc
-  start=$(date +%s.%N)
-  say "[$name] (at most ${box} s) $*"
-  timeout --kill-after=10 "$box" "$@" > "$out/$name.out" 2> "$out/$name.err"
+  local name=$1 box rc t0 secs what
+  shift
+  box=$(box_of "$name")
+  [ "$(left)" -lt "$box" ] && box=$(left)
+  if [ "$box" -lt 5 ]; then
+    figure "$name" '{"end": "skipped: no time left"}'
+    say "[$name] skipped: no time left"
+    return 1
+  fi
+  say "[$name] (at most $box s) $*"
+  t0=$(date +%s.%N)
+  timeout --kill-after=5 "$box" "$@" > "$work/$name.out" 2> "$work/$name.err"
   rc=$?
-  cat "$out/$name.out" "$out/$name.err" >> "$log"
+  { echo "---- $name: stdout"; cat "$work/$name.out"; echo "---- $name: stderr"; cat "$work/$name.err"; } >> "$log"
   while IFS= read -r line; do
-    case $line in "{"*) record "$name" "$line" ;; esac
-  done < "$out/$name.out"
-  local secs
-  secs=$("$python" -c "import sys; print(round($(date +%s.%N) - $start, 1))")
-  local what=ok
+    case $line in "{"*) figure "$name" "$line" ;; esac
+  done < "$work/$name.out"
+  secs=$("$python" -c "print(round($(date +%s.%N) - $t0, 1))")
+  what=ok
   [ "$rc" = 0 ] || what="failed (exit $rc)"
-  [ "$rc" = 124 ] || [ "$rc" = 137 ] && what="timed out after $box s"
-  record "$name" "{\"end\": \"$what\", \"rc\": $rc, \"seconds\": $secs}"
-  say "[$name] $what in $secs s$( [ "$rc" = 0 ] || echo ": $(tail -3 "$out/$name.err" | tr '\n' ' ')")"
+  { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && what="timed out after $box s"
+  local detail=""
+  [ "$rc" = 0 ] || detail=$(grep -hE 'Failure|FAILED|error|Error|what\(\)|NCCL' "$work/$name.out" "$work/$name.err" | tail -4)
+  [ -n "$detail" ] || [ "$rc" = 0 ] || detail=$(tail -3 "$work/$name.err")
+  figure "$name" "$("$python" -c 'import json,sys; print(json.dumps({"end": sys.argv[1], "rc": int(sys.argv[2]), "seconds": float(sys.argv[3]), "detail": sys.argv[4]}))' "$what" "$rc" "$secs" "$detail")"
+  say "[$name] $what in $secs s${detail:+: $(echo "$detail" | tr '\n' ' ')}"
   return "$rc"
 }
 
 if [ "$rehearse" = 1 ]; then
-  # The CPU stands in for the GPU, every size tiny; every section runs.
-  device=cpu precision=fp32 batches="2 4" steps=1 warmup=1 data_steps=3 loaders=1
+  device=cpu test_device=cpu precision=fp32 batches=(2 4) steps=2 warmup=1 data_steps=4 loaders=1
   model=(--arch vit_tiny --depth 2 --patch 8 --global 32 --local 16 --local-crops 2 --out-dim 256 --threads 2)
   py_model=(--arch vit_tiny --depth 2 --patch 8 --global-size 32 --local-size 16 --local-crops 2 --out-dim 256 --threads 2)
   features=(--arch vit_tiny --patch 8 --size 32 --image-size 16 --images 16 --batch 8 --loaders 1 --threads 2)
   build_dir=${build_dir:-$src/build}
 else
-  device=cuda precision=bf16 batches="64 128 256" steps=${GPU_BENCH_STEPS:-20} warmup=5 data_steps=50 loaders=8
+  device=cuda test_device=cuda precision=bf16 batches=(64 256) steps=${GPU_CONTACT_STEPS:-20} warmup=5 data_steps=50
+  loaders=8
   model=(--arch vit_small --patch 16 --global 224 --local 96 --local-crops 8 --out-dim 65536 --threads 8
-         --peak-tflops "${GPU_BENCH_PEAK_TFLOPS:-989}")
+         --peak-tflops "${GPU_CONTACT_PEAK_TFLOPS:-989}")
   py_model=(--arch vit_small --patch 16 --global-size 224 --local-size 96 --local-crops 8 --out-dim 65536 --threads 8)
   features=(--arch vit_small --patch 16 --size 224 --image-size 50 --images 8192 --batch 256 --loaders 8 --threads 8)
+  build_dir=${build_dir:-$src/build-gpu}
 fi
-say "output in $out ($( [ "$rehearse" = 1 ] && echo "rehearsal on the CPU" || echo "one GPU"))"
+# The plan: name and box of every section, in order (compile, after it, only
+# where time is left).
+plan=(inventory:10 build:240 parity:45 trainer-steps:30 nccl:15 "step-${batches[0]}:30" "step-${batches[1]}:35"
+      pytorch:45 data:40 features:30)
+boxes=0
+for s in "${plan[@]}"; do boxes=$(( boxes + ${s#*:} )); done
+if [ "$boxes" -ge "$budget" ]; then
+  say "the sections' boxes add up to $boxes s, not under the $budget s the command has"
+  exit 1
+fi
+say "output in $out ($([ "$rehearse" = 1 ] && echo "rehearsal on the CPU, tiny sizes" || echo "one GPU")); boxes $boxes s of $budget"
+figure plan "{\"boxes_seconds\": $boxes, \"budget_seconds\": $budget, \"rehearsal\": $([ "$rehearse" = 1 ] && echo true || echo false)}"
 
-# versions
-section versions 20 bash -c '
-  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  '"$python"' -c "
+pack=${pack:-$carry/pack}
+if [ -z "$shared" ]; then
+  shared=$carry/shared
+  [ -d "$shared/reference/dino-parity" ] || shared=$src/../shared
+fi
+
+# ---- inventory -------------------------------------------------------------
+section inventory bash -c '
+  echo "== GPU"; nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1 || echo "nvidia-smi: none"
+  echo "== torch"; '"$python"' -c "
 import json, torch
 v = {\"torch\": torch.__version__, \"cuda\": torch.version.cuda, \"cuda_available\": torch.cuda.is_available()}
 if torch.cuda.is_available():
     v[\"gpu\"] = torch.cuda.get_device_name(0)
     v[\"nccl\"] = \".\".join(map(str, torch.cuda.nccl.version()))
-print(json.dumps(v))"'
+print(json.dumps(v))" 2>&1
+  echo "== nvcc"; (nvcc --version || ls /usr/local/cuda/bin/nvcc) 2>&1 | tail -2
+  echo "== cmake, ninja, c++"; cmake --version | head -1; ninja --version; c++ --version | head -1
+  echo "== pkg-config on the machine"; command -v pkg-config || echo "none (the pack brings its own)"
+  echo "== glibc"; ldd --version | head -1
+  echo "== cores, memory"; nproc; free -g | sed -n 2p
+  echo "== the pack ('"$pack"')"; head -3 "'"$pack"'/MANIFEST.txt" 2>&1; grep -c " runtime$" "'"$pack"'/MANIFEST.txt" 2>/dev/null
+  echo "== the parity fixture ('"$shared"')"; ls "'"$shared"'/reference/dino-parity" 2>&1 | tr "\n" " "; echo'
+cp "$work/inventory.out" "$out/inventory.txt"
 
-# build
-bench_bin=""
-for d in "$build_dir/bench" "$build_dir"; do
-  [ -n "$build_dir" ] && [ -x "$d/scdino-bench-train-step" ] && [ -x "$d/scdino-bench-features" ] && bench_bin=$d && break
-done
-if [ -z "$bench_bin" ]; then
-  if [ "$rehearse" = 1 ]; then
-    say "no benchmarks in $build_dir (the rehearsal compiles nothing: build the test tree first)"
-    exit 1
+# ---- build -----------------------------------------------------------------
+targets=(scdino-bench-train-step scdino-bench-features scdino_model_tests scdino_training_tests)
+bins=("$build_dir/bench/scdino-bench-train-step" "$build_dir/bench/scdino-bench-features"
+      "$build_dir/tests/model/scdino_model_tests" "$build_dir/tests/training/scdino_training_tests")
+if [ "$rehearse" = 1 ]; then
+  # The test tree is built already; nothing is compiled here.
+  for b in "${bins[@]}"; do
+    [ -x "$b" ] || { say "[build] the test tree $build_dir lacks $b (scripts/test.sh builds it)"; exit 1; }
+  done
+  figure build '{"end": "ok", "rc": 0, "seconds": 0, "detail": "rehearsal: the test tree holds every target"}'
+else
+  # A pip torch (the lent machine) brings LibTorch's CMake package, NCCL's
+  # headers and cuDNN in site-packages, and nvcc in /usr/local/cuda; a
+  # distribution's LibTorch (the test suite's trixie container) is found by
+  # CMake itself.
+  args=(-G Ninja -S "$src" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DSCDINO_DEPS_PACK="$pack"
+        -DSCDINO_REQUIRE_CUDA=ON -DSCDINO_WITH_SERVICES=OFF -DSCDINO_BUILD_TESTS=ON -DSCDINO_BUILD_BENCH=ON
+        -DSCDINO_CPU_GEMM=off -DTORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}")
+  if prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null); then
+    site=$("$python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+    nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    args+=(-DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CUDA_COMPILER="$nvcc" -DCUDAToolkit_ROOT="$(dirname "$(dirname "$nvcc")")"
+           -DSCDINO_NCCL_INCLUDE_DIR="$site/nvidia/nccl/include"
+           -DSCDINO_CUDNN_LIBRARY="$(ls "$site"/nvidia/cudnn/lib/libcudnn.so.* 2>/dev/null | head -1)")
   fi
-  build_dir=${build_dir:-$out/build}
-  prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
-  site=$("$python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
-  cxx_flags="" prefix_path=$prefix
-  if [ -n "$deps" ]; then
-    # The wheel ships no Gloo headers; the carried libraries' headers, CMake
-    # and pkg-config files are under DEPS.
-    cxx_flags="-isystem $deps/include" prefix_path="$deps;$prefix"
-    export LD_LIBRARY_PATH="$deps/lib:${LD_LIBRARY_PATH:-}" PKG_CONFIG_PATH="$deps/lib/pkgconfig:${PKG_CONFIG_PATH:-}"
+  {
+    echo "set -e"
+    printf 'if [ ! -f %q ]; then cmake' "$build_dir/build.ninja"; printf ' %q' "${args[@]}"; echo "; fi"
+    printf 'cmake --build %q --target' "$build_dir"; printf ' %q' "${targets[@]}"; echo
+  } > "$work/build.sh"
+  section build bash "$work/build.sh"
+  build_rc=$?
+  [ "$build_rc" = 0 ] || say "the build failed: the summary and log say where"
+  if [ "$build_only" = 1 ]; then
+    [ "$build_rc" = 0 ] && for b in "${bins[@]}"; do [ -x "$b" ] || { say "the build left no $b"; build_rc=1; }; done
+    rm -f "$figures"
+    exit "$build_rc"
   fi
-  cudnn=$(ls "$site"/nvidia/cudnn/lib/libcudnn.so.* 2>/dev/null | head -1)
-  cat > "$out/build.sh" <<EOF
-set -e
-cmake -G Ninja -S '$src' -B '$build_dir' -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH='$prefix_path' \\
-  -DCMAKE_CXX_FLAGS='$cxx_flags' -DTORCH_CUDA_ARCH_LIST=9.0 -DSCDINO_NCCL_INCLUDE_DIR='$site/nvidia/nccl/include' \\
-  -DSCDINO_CUDNN_LIBRARY='$cudnn' -DSCDINO_WITH_SERVICES=OFF -DSCDINO_BUILD_TESTS=OFF -DSCDINO_BUILD_BENCH=ON \\
-  > '$out/configure.log'
-cmake --build '$build_dir' --target scdino-bench-train-step scdino-bench-features
-EOF
-  section build 360 bash "$out/build.sh" || { say "the build failed: $out/build.err, $out/configure.log"; exit 1; }
-  bench_bin=$build_dir/bench
 fi
-step_bench=$bench_bin/scdino-bench-train-step
-features_bench=$bench_bin/scdino-bench-features
-"$step_bench" --version >> "$log" 2>&1
 
-# Our step at each batch; the fastest sets the PyTorch step's batch.
-best=""
-for b in $batches; do
-  section "step-$b" 90 "$step_bench" "${model[@]}" --device "$device" --precision "$precision" --batch "$b" \
-    --steps "$steps" --warmup "$warmup" --count-steps 1 || true
+# ---- correctness: the GPU against the CPU ----------------------------------
+# gtest_tail FILE: the test verdicts of a gtest JSON report, one JSON line each.
+verdicts() {
+  "$python" - "$1" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(json.dumps({"test": "(no report)", "passed": False, "failure": str(e)}))
+    sys.exit(0)
+for suite in r.get("testsuites", []):
+    for t in suite.get("testsuite", []):
+        fails = [f.get("failure", "") for f in t.get("failures", [])]
+        print(json.dumps({"test": suite["name"] + "." + t["name"], "passed": not fails and t.get("result") == "COMPLETED",
+                          "failure": "\n".join(fails)[:600], **({"adamw_path": t["adamw_path"]} if "adamw_path" in t else {})}))
+PY
+}
+gtest() {  # gtest NAME BINARY FILTER
+  local name=$1 bin=$2 filter=$3
+  section "$name" env SCDINO_TEST_DEVICE="$test_device" SCDINO_SHARED_DIR="$shared" OMP_NUM_THREADS=4 \
+    "$bin" --gtest_filter="$filter" --gtest_output="json:$work/$name.json"
+  local rc=$?
+  while IFS= read -r line; do figure "$name" "$line"; done < <(verdicts "$work/$name.json")
+  return $rc
+}
+gtest parity "$build_dir/tests/model/scdino_model_tests" \
+  'DinoParity.TwoTrainingStepsMatchReferenceOnTheDeviceUnderTest:DinoParity.Bf16StepLossWithinTwoPercentOfFloat32OnTheDeviceUnderTest'
+gtest trainer-steps "$build_dir/tests/training/scdino_training_tests" 'DeviceCheck.FourTrainerStepsOnTheDeviceMatchTheCpu'
+gtest nccl "$build_dir/tests/training/scdino_training_tests" 'DeviceCheck.AOneRankProcessGroupFormsSumsAndAborts'
+
+# ---- throughput ------------------------------------------------------------
+step_bench=$build_dir/bench/scdino-bench-train-step
+features_bench=$build_dir/bench/scdino-bench-features
+for b in "${batches[@]}"; do
+  section "step-$b" "$step_bench" "${model[@]}" --device "$device" --precision "$precision" --batch "$b" \
+    --steps "$steps" --warmup "$warmup" --count-steps 1
 done
-best=$("$python" - "$summary" <<'EOF'
+best=$("$python" - "$figures" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 steps = [r for r in rows if r.get("benchmark") == "train_step" and r.get("step") == "dino"]
 print(max(steps, key=lambda r: r["images_per_s"])["batch"] if steps else "")
-EOF
+PY
 )
-best=${best:-${batches%% *}}
+best=${best:-${batches[0]}}
 say "best batch of ours: $best"
-
-# The PyTorch step beside ours, the same crops and batch.
-py_args=("${py_model[@]}" --device "$device" --precision "$precision" --style fast --batch "$best"
-         --steps "$steps" --warmup "$warmup")
-section pytorch 120 "$python" "$src/bench/python_train_step.py" "${py_args[@]}" --count-ops || true
-if "$python" -c 'import torch, sys; sys.exit(0 if hasattr(torch, "compile") else 1)' 2>/dev/null; then
-  section compile 180 "$python" "$src/bench/python_train_step.py" "${py_args[@]}" --compile || true
+py_args=("${py_model[@]}" --device "$device" --precision "$precision" --style fast --batch "$best" --steps "$steps"
+         --warmup "$warmup")
+section pytorch "$python" "$src/bench/python_train_step.py" "${py_args[@]}" --count-ops
+# torch.compile only with the time the planned sections leave.
+reserve=$(( $(box_of data) + $(box_of features) + 10 ))
+if "$python" -c 'import torch, sys; sys.exit(0 if hasattr(torch, "compile") else 1)' 2>/dev/null &&
+   [ $(( $(left) - reserve )) -ge 90 ]; then
+  plan+=("compile:$(( $(left) - reserve ))")
+  section compile "$python" "$src/bench/python_train_step.py" "${py_args[@]}" --compile
 else
-  record compile '{"end": "skipped: this torch has no torch.compile"}'
-  say "[compile] skipped: $("$python" -c 'import torch; print(torch.__version__)') has no torch.compile"
+  figure compile '{"end": "skipped: no time left in the budget (or no torch.compile)"}'
 fi
 
-# The trainer's own step over TIFF cells: the data wait.
+# ---- the data wait and the allocator, features -----------------------------
 data_model=("${model[@]}")
 [ "$rehearse" = 1 ] || data_model=(--arch vit_small --patch 16 --global 224 --local 96 --local-crops 8 --out-dim 65536 --threads 8)
-section data 90 "$step_bench" "${data_model[@]}" --device "$device" --trainer 1 --image-size 50 --batch "$best" \
-  --steps "$data_steps" --warmup 2 --count-steps 1 --loaders "$loaders" || true
+section data "$step_bench" "${data_model[@]}" --device "$device" --trainer 1 --image-size 50 --batch "${batches[0]}" \
+  --steps "$data_steps" --warmup 2 --count-steps 1 --loaders "$loaders"
+section features "$features_bench" "${features[@]}" --device "$device" --precision "$precision"
 
-# Features.
-section features 60 "$features_bench" "${features[@]}" --device "$device" --precision "$precision" || true
-
-# The summary.
-"$python" - "$summary" "$out/summary.md" <<'EOF' | tee -a "$log"
+# ---- the summary -----------------------------------------------------------
+"$python" - "$figures" "$out/summary.md" "$out/summary.json" "$(( $(date +%s) - start ))" <<'PY' | tee -a "$log"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-out = []
+ends = {r["section"]: r for r in rows if "end" in r}
+out = ["# scdino: first contact with a GPU", ""]
+plan = next((r for r in rows if r["section"] == "plan"), {})
+out.append("%s; %s s of the %s s budget; boxes %s s." % (
+    "rehearsal on the CPU" if plan.get("rehearsal") else "one GPU", sys.argv[4], plan.get("budget_seconds"),
+    plan.get("boxes_seconds")))
+out += ["", "| section | end | seconds |", "|---|---|---|"]
+for name, r in ends.items():
+    out.append("| %s | %s | %s |" % (name, r["end"] + (": " + r["detail"].replace("\n", " ")[:160] if r.get("detail") else ""),
+                                     r.get("seconds", "-")))
+checks = [r for r in rows if "test" in r]
+out += ["", "## The GPU against the CPU", "", "| check | verdict |", "|---|---|"]
+for r in checks:
+    out.append("| %s | %s |" % (r["test"], "passed" + (" (AdamW path %s)" % r["adamw_path"] if r.get("adamw_path") else "")
+                                if r["passed"] else "FAILED: " + r["failure"].replace("\n", " ")[:300]))
 steps = [r for r in rows if r.get("benchmark") == "train_step" and r.get("step") == "dino"]
 py = [r for r in rows if r.get("benchmark") == "python_train_step"]
-out.append("| step | batch | images/s | ms a step | of the bf16 peak | peak memory GiB | attention | ops a step | host syncs a step |")
-out.append("|---|---|---|---|---|---|---|---|---|")
+out += ["", "## Throughput", "",
+        "| step | batch | images/s | ms a step | of the bf16 peak | peak memory GiB | attention | ops a step | host syncs a step |",
+        "|---|---|---|---|---|---|---|---|---|"]
+gib = lambda b: "%.2f" % (b / 2**30) if b else "-"
 for r in steps:
-    mem = r.get("peak_memory_bytes")
     out.append("| scdino | %d | %.1f | %.1f | %s | %s | %s | %.0f | %.1f |" % (
         r["batch"], r["images_per_s"], 1000 * r["step_s"],
-        "%.1f%%" % (100 * r["fraction_of_peak"]) if "fraction_of_peak" in r and r.get("device") == "cuda" else "-",
-        "%.2f" % (mem / 2**30) if mem else "-", r.get("attention", "-"),
-        r.get("aten_ops_per_step", 0), r.get("host_syncs_per_step", 0)))
+        "%.1f%%" % (100 * r["fraction_of_peak"]) if r.get("device") == "cuda" and "fraction_of_peak" in r else "-",
+        gib(r.get("peak_memory_bytes")), r.get("attention", "-"), r.get("aten_ops_per_step", 0),
+        r.get("host_syncs_per_step", 0)))
 for r in py:
-    mem = r.get("peak_memory_bytes")
     out.append("| PyTorch %s%s | %d | %.1f | %.1f | - | %s | %s | %s | %s |" % (
         r["style"], " compiled" if r.get("compile") else "", r["batch"], r["images_per_s"], 1000 * r["step_s"],
-        "%.2f" % (mem / 2**30) if mem else "-", r.get("attention", "-"),
-        r.get("aten_ops_per_step", "-"), r.get("host_syncs_per_step", "-")))
+        gib(r.get("peak_memory_bytes")), r.get("attention", "-"), r.get("aten_ops_per_step", "-"),
+        r.get("host_syncs_per_step", "-")))
 if steps and py:
-    best = max(steps, key=lambda r: r["images_per_s"])
-    same = [r for r in steps if r["batch"] == py[0]["batch"]] or [best]
+    same = [r for r in steps if r["batch"] == py[0]["batch"]] or steps
     faster = max(py, key=lambda r: r["images_per_s"])
-    out.append("")
-    out.append("ours at batch %d against the faster PyTorch step (%s%s): %.2fx" % (
+    out += ["", "ours at batch %d against the faster PyTorch step (%s%s): %.2fx" % (
         same[0]["batch"], faster["style"], " compiled" if faster.get("compile") else "",
-        same[0]["images_per_s"] / faster["images_per_s"]))
+        same[0]["images_per_s"] / faster["images_per_s"])]
 for r in rows:
     if r.get("step") == "trainer":
-        out.append("the trainer's step over %d px cells, %d steps: %.1f images/s, data wait %.1f%% of the epoch" % (
-            r["image_size"], r["steps"], r["images_per_s"], 100 * r["data_wait_share"]))
+        out.append("the trainer over %d px cells, batch %d, %d steps: %.1f images/s, data wait %.1f%% of the steps%s" % (
+            r["image_size"], r["batch"], r["steps"], r["images_per_s"], 100 * r["data_wait_share"],
+            "; allocator reserved %s GiB against a peak of %s GiB" % (gib(r["reserved_memory_bytes"]),
+                                                                     gib(r["peak_memory_bytes"]))
+            if r.get("reserved_memory_bytes") else ""))
     if r.get("benchmark") == "features":
         out.append("features: %.0f images/s (%s px cells at %s px, batch %s, %s)" % (
             r["images_per_s"], r["image_size"], r["size"], r["batch"], r["precision"]))
-    if "end" in r and r["end"] != "ok":
-        out.append("section %s: %s" % (r["section"], r["end"]))
-out.append("Multi-GPU NCCL: not measured (one GPU).")
+out.append("Multi-GPU NCCL between ranks: not measured (one GPU).")
 text = "\n".join(out) + "\n"
 open(sys.argv[2], "w").write(text)
+json.dump({"sections": ends, "checks": checks, "figures": [r for r in rows if "end" not in r and "test" not in r]},
+          open(sys.argv[3], "w"), indent=1)
 print(text)
-EOF
-say "summary: $out/summary.md, $summary"
+PY
+rm -f "$figures"
+failed=$("$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sum(1 for c in d["checks"] if not c["passed"]))' "$out/summary.json" 2>/dev/null || echo 1)
+say "summary: $out/summary.md ($failed check(s) failed)"
+[ "$failed" = 0 ]

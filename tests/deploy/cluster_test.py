@@ -261,7 +261,9 @@ def documented_lines():
 
 def part_lines():
     cells = synth("cells")
-    cfg = config("run", cells, epochs=2)
+    # The stand-in GPUs cannot compute: the CPU on purpose (under auto a task
+    # Slurm bound one to exits 2, part_gpus).
+    cfg = config("run", cells, epochs=2, extra="  device: cpu\n")
     for link, target in (("deploy", os.path.join(SRC, "deploy")), ("build", BUILD)):
         os.symlink(target, os.path.join(WORK, link))
     lines = documented_lines()
@@ -530,28 +532,44 @@ def monitoring(cells, trainer_env):
 # ---------------------------------------------------------------------------------------------------------------
 
 def part_gpus():
-    cfg = config("gpus", synth("cells"), epochs=1)
+    cells = synth("cells")
+    # The stand-in GPUs cannot compute: the bindings are checked with the CPU
+    # chosen on purpose (scdino.device cpu); under auto, the default, a task
+    # Slurm bound a GPU to that CUDA cannot see is refused (exit 2).
+    cfg = config("gpus", cells, epochs=1, extra="  device: cpu\n")
+    auto = config("gpus-auto", cells, epochs=1)
     preflight = os.path.join(BUILD, "services", "preflight", "scdino-preflight")
 
-    def step(*args):
-        return run("bash", "-c", "srun --kill-on-bad-exit=1 " + " ".join(args) + f" {preflight} --config {cfg} "
-                   "--threads 1 2>&1", env=ENV, cwd=WORK, check=False)
+    def step(*args, config=cfg, kill=True):
+        return run("bash", "-c", "srun " + ("--kill-on-bad-exit=1 " if kill else "") + " ".join(args) +
+                   f" {preflight} --config {config} --threads 1 2>&1", env=ENV, cwd=WORK, check=False)
 
+    # Every rank refuses, naming what Slurm gave it and what it sees.
+    r = step("--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1", "--gpus-per-task=1", config=auto, kill=False)
+    refused = re.findall(r"scdino\.device is auto and Slurm bound GPU (\d) \(CUDA_VISIBLE_DEVICES=(\d), the one this "
+                         r"task was given\) to task (\d) \(local rank (\d)\), but no GPU is visible to it "
+                         r"\(CUDA_VISIBLE_DEVICES=\d, NVIDIA_VISIBLE_DEVICES unset, NVIDIA driver none found "
+                         r"\(no /proc/driver/nvidia/version\)\); "
+                         r"this build of scdino has no CUDA", r.stdout)
+    if r.returncode != 2 or len(refused) != 4 or "set scdino.device: cpu" not in r.stdout:
+        fail(f"scdino.device auto on GPUs CUDA cannot see: expected exit 2 from every rank naming both sides, got "
+             f"{r.returncode} and {refused}: {r.stdout[-1500:]}")
+    print(f"ok: auto on a bound GPU CUDA cannot see exits 2 on every rank, naming both sides: {sorted(refused)}")
+    # Without GPUs in the job, auto stays on the CPU.
+    r = step("--nodes=1", "--ntasks=1", "--cpus-per-task=1", config=auto)
+    if r.returncode != 0 or "scdino.device auto: a build without CUDA" not in r.stdout:
+        fail(f"auto in a job without GPUs should run on the CPU: exit {r.returncode}: {r.stdout[-1500:]}")
+    print("ok: auto in a job without GPUs runs on the CPU")
     r = step("--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1", "--gpus-per-task=1")
     bound = re.findall(r"# rank (\d) on (node\d) .*bound to GPU (\d)", r.stdout)
     if r.returncode != 0 or sorted(bound) != [("0", "node1", "0"), ("1", "node1", "1"), ("2", "node2", "0"),
                                               ("3", "node2", "1")]:
         fail(f"one GPU per task should pass: exit {r.returncode}, bindings {bound}: {r.stdout[-1500:]}")
     print(f"ok: one GPU per task on 2 nodes passes the preflight: {bound}")
-    # Every rank decides its device as Slurm bound it (scdino.device auto,
-    # the default; this build has no CUDA, so the CPU, saying which GPU the
-    # task was given).
-    decided = re.findall(r"# rank (\d) on (node\d) \(cpu: scdino\.device auto: a build without CUDA "
-                         r"\(Slurm bound GPU (\d) \(CUDA_VISIBLE_DEVICES=(\d)", r.stdout)
-    if sorted(decided) != [("0", "node1", "0", "0"), ("1", "node1", "1", "1"), ("2", "node2", "0", "0"),
-                           ("3", "node2", "1", "1")]:
-        fail(f"every rank should say its device and the GPU Slurm bound to it: {decided}: {r.stdout[-1500:]}")
-    print("ok: every rank decides its device as Slurm bound it (auto: the CPU here, naming its GPU)")
+    decided = re.findall(r"# rank (\d) on (node\d) \(cpu: scdino\.device cpu[):]", r.stdout)
+    if sorted(decided) != [("0", "node1"), ("1", "node1"), ("2", "node2"), ("3", "node2")]:
+        fail(f"every rank should say its device: {decided}: {r.stdout[-1500:]}")
+    print("ok: every rank says its device (the CPU, on purpose)")
     r = step("--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1", "--gpus-per-node=1")
     if r.returncode != 6 or not re.search(r"GPU binding: node1: tasks 0 and 1 \(ranks 0 and 1\) are both bound to GPU 0",
                                           r.stdout):

@@ -12,8 +12,10 @@
 #   3. Slurm 22.05's --container runs one task per node: 4 tasks a node
 #      become 1 (the stand-in GPUs stay: --gpus-per-task=1);
 #   4. after the config is copied, the edit the README asks of the user
-#      (the data set: a small synthetic one at the config's own path) and a
-#      model and schedule small enough for two CPU cores;
+#      (the data set: a small synthetic one at the config's own path), a
+#      model and schedule small enough for two CPU cores, and the CPU chosen
+#      on purpose (scdino.device cpu: the stand-in GPUs cannot compute, and
+#      auto refuses a bound GPU it cannot use);
 #   5. before the last command, the wait the README asks of the user: until
 #      the jobs the block submitted have ended (the watch ends with the
 #      training; the evaluation job starts after it).
@@ -67,6 +69,7 @@ t["hyperparameters"].update(tiny)
 c["downstream_analyses"]["compute_cls_features"].update(batch_size_per_gpu=16, resize_length=16)
 c["downstream_analyses"]["kNN"] = {"global": {"n_neighbors": [5, 10], "temperature": 0.07}}
 c["scdino"]["threads"] = 1
+c["scdino"]["device"] = "cpu"  # the stand-in GPUs cannot compute (auto would refuse them: exit 2)
 yaml.safe_dump(c, open(path, "w"), sort_keys=False)
 PY
 }

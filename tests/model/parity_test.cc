@@ -53,10 +53,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "common/safetensors.h"
+#include "common/torch_compat.h"
 #include "model/dino.h"
 #include "common/op_count.h"
 #include "model/schedules.h"
@@ -198,13 +200,16 @@ TEST(DinoParity, SchedulesMatchReference) {
 // above: 1 for float32; for float64 on both sides (the same algorithm, no
 // float32 rounding anywhere) 1e-6 of them, ~1e3 float64 epsilons: what
 // is left there is a bug, not rounding.
-void ExpectStepsMatch(const std::string& dir, torch::Dtype dtype, double k) {
+// On `device` (the CPU, or the GPU of scripts/gpu-first-contact.sh): the
+// same tolerances, so a GPU step is held to what the CPU's is.
+void ExpectStepsMatch(const std::string& dir, torch::Dtype dtype, double k,
+                      torch::Device device = torch::kCPU) {
   torch::manual_seed(0);
   const json c = ReadConfig(dir);
   DinoOptions opts = OptionsFrom(c);
   opts.master_dtype = dtype;
   const auto sched = MakeSchedules(ScheduleOptionsFrom(c));
-  Dino dino(opts);
+  Dino dino(opts, device);
   auto weights = Read(dir, "weights.safetensors");
   ASSERT_TRUE(dino.LoadWeights(weights.tensors, "weights.safetensors").ok());
 
@@ -225,7 +230,9 @@ void ExpectStepsMatch(const std::string& dir, torch::Dtype dtype, double k) {
     EXPECT_NEAR(dino.loss->teacher_temp_schedule()[epoch], std::stod(ref.metadata.at("teacher_temp")), 1e-12);
 
     StepInput in;
-    for (int64_t i = 0; i < dino.ncrops(); ++i) in.crops.push_back(T.at("input.crop" + std::to_string(i)).to(dtype));
+    for (int64_t i = 0; i < dino.ncrops(); ++i) {
+      in.crops.push_back(T.at("input.crop" + std::to_string(i)).to(device, dtype));
+    }
     ASSERT_EQ(T.count("input.crop" + std::to_string(dino.ncrops())), 0u) << "fixture has more crops than config";
     in.epoch = epoch;
     in.lr = sched.lr[it];
@@ -234,7 +241,7 @@ void ExpectStepsMatch(const std::string& dir, torch::Dtype dtype, double k) {
 
     EXPECT_TRUE(ScaledClose(dino.loss->center, T.at("center.before"), k * 1e-4, k * 1e-5)) << "center.before";
     TensorMap before = dino.StateDict();
-    for (auto& [k, v] : before) v = v.clone();
+    for (auto& [k, v] : before) v = v.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
 
     StepOutput out = dino.Step(in);
     ASSERT_TRUE(dino.Values(out).finite);
@@ -278,7 +285,8 @@ void ExpectStepsMatch(const std::string& dir, torch::Dtype dtype, double k) {
       for (const std::string net : {"student", "teacher"}) {
         const auto& want_after = T.at(net + "_after." + name);
         const auto& was = before.at(net + "." + name);
-        torch::Tensor now = net == "student" ? p.value() : dino.teacher->named_parameters()[name];
+        torch::Tensor now =
+            (net == "student" ? p.value() : dino.teacher->named_parameters()[name]).detach().to(torch::kCPU);
         auto want_update = want_after - was;
         auto got_update = now.detach() - was;
         const double scale = want_update.abs().max().item<double>();
@@ -302,6 +310,54 @@ void ExpectStepsMatch(const std::string& dir, torch::Dtype dtype, double k) {
 }
 
 TEST(DinoParity, TwoTrainingStepsMatchReference) { ExpectStepsMatch(SharedFixture(), torch::kFloat32, 1.0); }
+
+// The same two steps on the device under test (scdino::testing::TestDevice:
+// the CPU here, the GPU in scripts/gpu-first-contact.sh), within the same
+// tolerances; the AdamW path the device takes is named (the fused kernel on
+// a GPU with LibTorch 2.1 or later).
+TEST(DinoParity, TwoTrainingStepsMatchReferenceOnTheDeviceUnderTest) {
+  const torch::Device device = scdino::testing::TestDevice();
+  ExpectStepsMatch(SharedFixture(), torch::kFloat32, 1.0, device);
+  Dino probe(OptionsFrom(ReadConfig(SharedFixture())), device);
+  const std::string path = probe.optimizer->implementation();
+  std::cout << "device " << device << ": AdamW path " << path << std::endl;
+  RecordProperty("adamw_path", path);
+  if (device.is_cuda() && compat::kHaveFusedAdamW) EXPECT_EQ(path, "fused");
+}
+
+// A bf16 step's loss from the fixture's weights and crops is within 2% of
+// the float32 step's, on the device under test (bf16 keeps 8 bits of
+// mantissa; DINO's reference runs its forward in autocast).
+TEST(DinoParity, Bf16StepLossWithinTwoPercentOfFloat32OnTheDeviceUnderTest) {
+  const torch::Device device = scdino::testing::TestDevice();
+  const std::string dir = SharedFixture();
+  const json c = ReadConfig(dir);
+  const auto sched = MakeSchedules(ScheduleOptionsFrom(c));
+  const auto weights = Read(dir, "weights.safetensors");
+  const int64_t it = c.at("steps")[0].at("iteration");
+  const auto step = Read(dir, "step" + std::to_string(it) + ".safetensors");
+  double loss[2] = {0, 0};
+  for (int bf16 = 0; bf16 < 2; ++bf16) {
+    DinoOptions opts = OptionsFrom(c);
+    if (bf16) opts.precision = Precision::kBf16;
+    torch::manual_seed(0);
+    Dino dino(opts, device);
+    ASSERT_TRUE(dino.LoadWeights(weights.tensors, "weights.safetensors").ok());
+    StepInput in;
+    for (int64_t i = 0; i < dino.ncrops(); ++i) {
+      in.crops.push_back(step.tensors.at("input.crop" + std::to_string(i)).to(device, torch::kFloat32));
+    }
+    in.epoch = c.at("steps")[0].at("epoch");
+    in.lr = sched.lr[it];
+    in.weight_decay = sched.weight_decay[it];
+    in.momentum = sched.momentum[it];
+    const auto v = dino.Values(dino.Step(in));
+    ASSERT_TRUE(v.finite) << (bf16 ? "bf16" : "fp32");
+    loss[bf16] = v.loss;
+  }
+  std::cout << "device " << device << ": fp32 loss " << loss[0] << ", bf16 loss " << loss[1] << std::endl;
+  EXPECT_NEAR(loss[1], loss[0], 0.02 * std::abs(loss[0]));
+}
 
 // The patch embedding is one matrix product over the patches (no cuDNN on a
 // GPU): on the fixture's weights and crops, the convolution DINO runs gives

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -407,6 +408,75 @@ TEST(Trainer, TrainsFromATiffDataSetThroughTheLoader) {
   const std::string before = *ReadFile(run + "/channel_stats.json");
   ASSERT_TRUE(RunOnce(yaml).ok());
   EXPECT_EQ(*ReadFile(run + "/channel_stats.json"), before);
+}
+
+// Four steps of the trainer's own step (the loader's workers reading TIFF
+// cells and cutting the crops, on side streams on a GPU) on the device
+// under test give the losses and weights of the same four steps on the CPU
+// at the same seed: a crop read before its stream finished, or a step
+// skipped on the device, would not. On the CPU itself the two runs are
+// identical. (scripts/gpu-first-contact.sh runs it with SCDINO_TEST_DEVICE=cuda.)
+TEST(DeviceCheck, FourTrainerStepsOnTheDeviceMatchTheCpu) {
+  const torch::Device device = scdino::testing::TestDevice();
+  ScratchDir dir;
+  data::SyntheticOptions so;
+  so.classes = 2;
+  so.per_class = 8;
+  so.channels = 4;
+  so.size = 24;
+  for (int64_t k = 0; k < so.classes; ++k) {
+    const std::string d = dir.path() + "/cells/k" + std::to_string(k);
+    std::filesystem::create_directories(d);
+    for (int64_t i = 0; i < so.per_class; ++i) {
+      auto hwc = (data::SyntheticCell(so, k, i).permute({1, 2, 0}) * 255).round().to(torch::kUInt8);
+      ASSERT_TRUE(data::WriteTiff(d + "/" + std::to_string(i) + ".tif", hwc).ok());
+    }
+  }
+  std::string yaml = TinyConfig(dir.path(), "cpu");
+  yaml = With(yaml, "  data_source: synthetic\n", "  data_source: folder\n  precision: fp32\n");
+  yaml = With(yaml, "  seed: 3\n", "  seed: 3\n  dataset_dir: \"" + dir.path() + "/cells\"\n");
+  yaml = With(yaml, "  epochs: 3\n", "  epochs: 2\n");           // 2 epochs of 2 steps
+  yaml = With(yaml, "batch_size_per_gpu: 4", "batch_size_per_gpu: 8");
+  auto train = [&](const std::string& name, torch::Device on) {
+    auto config = Parse(With(yaml, "name_of_run: \"cpu\"", "name_of_run: \"" + name + "\""));
+    auto source = run::MakeSource(config, *run::IndexDataset(config), *run::Coordinator::Single(), on);
+    EXPECT_TRUE(source.ok()) << source.status().ToString();
+    TrainerOptions opts;
+    opts.device = on;
+    Trainer trainer(std::move(config), std::move(source).value(), opts);
+    auto r = trainer.Run();
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r.ok() ? r->iteration : -1, 4);
+  };
+  train("cpu", torch::kCPU);
+  train("device", device);
+  std::vector<double> losses[2];
+  for (int k = 0; k < 2; ++k) {
+    std::ifstream in(dir.path() + (k ? "/device" : "/cpu") + "/log.jsonl");
+    for (std::string line; std::getline(in, line);) losses[k].push_back(nlohmann::json::parse(line).at("loss"));
+  }
+  ASSERT_EQ(losses[0].size(), 2u);
+  ASSERT_EQ(losses[1].size(), 2u);
+  const auto cpu = Tensors(dir.path() + "/cpu/checkpoint.safetensors");
+  const auto dev = Tensors(dir.path() + "/device/checkpoint.safetensors");
+  std::cout << "device " << device << ": epoch losses " << losses[1][0] << ", " << losses[1][1] << " against the CPU's "
+            << losses[0][0] << ", " << losses[0][1] << std::endl;
+  if (device.is_cpu()) {
+    EXPECT_EQ(losses[0], losses[1]);
+    ExpectIdentical(cpu, dev);
+    return;
+  }
+  // float32 on both: kernels sum in other orders (1e-6 of a value), and
+  // four updates carry it on; a stream race or a skipped step moves the
+  // loss by far more than 1%.
+  for (int e = 0; e < 2; ++e) EXPECT_NEAR(losses[1][e], losses[0][e], 0.01 * std::abs(losses[0][e])) << "epoch " << e;
+  for (const auto& [name, t] : cpu) {
+    if (name.rfind("teacher.", 0) != 0) continue;
+    ASSERT_TRUE(dev.count(name)) << name;
+    const double scale = std::max(t.abs().max().item<double>(), 1e-6);
+    EXPECT_LT((dev.at(name).to(torch::kDouble) - t.to(torch::kDouble)).abs().max().item<double>(), 1e-2 * scale)
+        << name;
+  }
 }
 
 // An lr of 1e30 sends the weights to infinity after the first update, so
