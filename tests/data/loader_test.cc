@@ -167,19 +167,16 @@ TEST(FileLoader, AFailingReadingThreadBecomesAnErrorOfNext) {
 // out of memory naming the settings to lower (a generic error would not).
 TEST(FileLoader, ADeviceOutOfMemoryOnAWorkerReachesNextAsItIs) {
   scdino::testing::ScratchDir dir;
-  auto d = Write(dir.path(), 2, 4);
   auto o = Options(2);
   o.read = [](const std::string& path, const ImagePrep& prep) -> StatusOr<torch::Tensor> {
     TORCH_CHECK_WITH(OutOfMemoryError, path.find("/k1/2.tif") == std::string::npos,
                      "CUDA out of memory. Tried to allocate 2.00 GiB");
     return LoadImage(path, prep);
   };
-  FileLoader loader(d, o);
-  loader.StartEpoch(0, 0);
+  FileLoader loader(Write(dir.path(), 2, 4), o);
   std::string error;
   try {
-    while (loader.Next()) {
-    }
+    Epoch(loader, 0);
   } catch (const c10::OutOfMemoryError& e) {
     error = e.what_without_backtrace();
   } catch (const std::exception& e) {

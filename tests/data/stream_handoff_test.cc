@@ -5,13 +5,11 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <mutex>
 #include <set>
 
-#include "data/image_io.h"
 #include "data/loader.h"
-#include "data/synthetic.h"
+#include "support/cell_folders.h"
 #include "support/test_support.h"
 
 namespace scdino::data {
@@ -59,13 +57,7 @@ TEST(StreamHandoff, EachLoaderWorkerCutsOnOneSideStreamForEveryBatch) {
   so.per_class = 8;
   so.channels = 2;
   so.size = 16;
-  for (int64_t k = 0; k < so.classes; ++k) {
-    std::filesystem::create_directories(dir.path() + "/k" + std::to_string(k));
-    for (int64_t i = 0; i < so.per_class; ++i) {
-      auto hwc = (SyntheticCell(so, k, i).permute({1, 2, 0}) * 255).round().to(torch::kUInt8);
-      ASSERT_TRUE(WriteTiff(dir.path() + "/k" + std::to_string(k) + "/" + std::to_string(i) + ".tif", hwc).ok());
-    }
-  }
+  scdino::testing::WriteCellFolders(dir.path(), so, "k");
   auto d = IndexFolder(dir.path());
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   auto streams = std::make_shared<RecordingStreams>();

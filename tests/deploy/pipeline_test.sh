@@ -32,6 +32,9 @@ run="$work/runs/example"
 SCDINO_SKIP_SETUP=1 BUILD_DIR="$build" bash "$src/scripts/run-example.sh" "$work/example.yaml" \
   >"$work/example.out" 2>"$work/example.err" || { tail -20 "$work/example.err"; fail "run-example.sh failed"; }
 grep -q "eval/knn_per_checkpoint.csv" "$work/example.out" || fail "run-example.sh does not say where the results are"
+for stage in training "features of every checkpoint" "evaluation and the report"; do
+  grep -qE "^ +[0-9]+ s  $stage" "$work/example.out" || fail "run-example.sh does not say how long '$stage' took"
+done
 for f in checkpoint.safetensors features/checkpoint/features.npy features/checkpoint/index.csv \
          features/checkpoint/metadata.json features/checkpoint/features.h5ad features/random_init/features.npy \
          eval/checkpoint/knn_results.json eval/checkpoint/knn_results.csv eval/checkpoint/per_class.csv \

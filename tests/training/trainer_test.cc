@@ -22,6 +22,7 @@
 
 #include "common/files.h"
 #include "common/safetensors.h"
+#include "support/cell_folders.h"
 #include "support/other_user.h"
 #include "support/test_support.h"
 #include "data/image_io.h"
@@ -424,14 +425,7 @@ TEST(DeviceCheck, FourTrainerStepsOnTheDeviceMatchTheCpu) {
   so.per_class = 8;
   so.channels = 4;
   so.size = 24;
-  for (int64_t k = 0; k < so.classes; ++k) {
-    const std::string d = dir.path() + "/cells/k" + std::to_string(k);
-    std::filesystem::create_directories(d);
-    for (int64_t i = 0; i < so.per_class; ++i) {
-      auto hwc = (data::SyntheticCell(so, k, i).permute({1, 2, 0}) * 255).round().to(torch::kUInt8);
-      ASSERT_TRUE(data::WriteTiff(d + "/" + std::to_string(i) + ".tif", hwc).ok());
-    }
-  }
+  scdino::testing::WriteCellFolders(dir.path() + "/cells", so, "k");
   std::string yaml = TinyConfig(dir.path(), "cpu");
   yaml = With(yaml, "  data_source: synthetic\n", "  data_source: folder\n  precision: fp32\n");
   yaml = With(yaml, "  seed: 3\n", "  seed: 3\n  dataset_dir: \"" + dir.path() + "/cells\"\n");
