@@ -33,9 +33,26 @@ scdino_code_in() {
   return 1
 }
 
-scdino_signal="" scdino_signals=0
-trap 'scdino_signal=TERM scdino_signals=$((scdino_signals + 1))' TERM
-trap 'scdino_signal=USR1 scdino_signals=$((scdino_signals + 1))' USR1
+# This job as scontrol names it: an array task by ARRAYID_TASKID (its own
+# job id may be the array's, which names every task of it).
+scdino_job_id=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID:-}}
+scdino_job_id=${scdino_job_id:-${SLURM_JOB_ID:-}}
+
+# A signal this shell gets is recorded, and handed once to the running step
+# (srun passes it to the tasks): `--signal=B:USR1@T` (the time-limit warning
+# for the batch shell alone) and `scancel --batch` reach only this shell,
+# and the tasks must checkpoint. A TERM with which Slurm requeues the job
+# (a lost node) is not handed on: the job is fitted instead (scdino_wait).
+scdino_signal="" scdino_signals=0 scdino_step_pid="" scdino_forwarded=" "
+scdino_on_signal() {  # SIGNAL
+  scdino_signal=$1 scdino_signals=$((scdino_signals + 1))
+  [ -n "$scdino_step_pid" ] && [[ "$scdino_forwarded" != *" $1 "* ]] || return 0
+  [ "$1" != TERM ] || ! scdino_requeued_by_slurm || return 0
+  scdino_forwarded+="$1 "
+  kill -"$1" "$scdino_step_pid" 2>/dev/null || true
+}
+trap 'scdino_on_signal TERM' TERM
+trap 'scdino_on_signal USR1' USR1
 
 # scdino_wait PID: waits for a background step through signals delivered to
 # this shell and returns the step's own exit code, whatever the order of the
@@ -161,7 +178,11 @@ scdino_step() {
   # the services take the rank from the node (docs/containers.md).
   case " $* " in *" --container="*) task_vars=(-u SLURM_PROCID -u SLURM_LOCALID -u SLURM_NODEID) ;; esac
   env "${task_vars[@]}" srun --kill-on-bad-exit=1 "${gpus[@]}" "${scdino_geometry[@]}" "$@" &
-  scdino_wait $!
+  scdino_step_pid=$!
+  local rc=0
+  scdino_wait "$scdino_step_pid" || rc=$?
+  scdino_step_pid=""
+  return "$rc"
 }
 
 # scdino_requeue_or_exit RC: the codes in scdino_requeue_codes (75:
@@ -203,6 +224,12 @@ scdino_requeue_or_exit() {
     [ "$rc" -eq 0 ] || exit "$rc"
     return 0
   fi
+  # A job its user cancelled is never requeued (Slurm requeues finished
+  # jobs too).
+  if scdino_cancelled; then
+    echo "scdino: job $scdino_job_id was cancelled (scancel): not requeued; it ends here (its step ended with $rc)"
+    exit "$rc"
+  fi
   if ! scdino_requeued_by_slurm && [ "$restarts" -ge "$max" ]; then
     echo "scdino: $why, but job $SLURM_JOB_ID was already requeued $restarts times (SCDINO_MAX_REQUEUES=$max);" \
          "not requeueing. Submit it again to resume."
@@ -220,9 +247,25 @@ scdino_requeue_or_exit() {
     echo "scdino: $why"
     scdino_fit_requeued_job
   else
-    echo "scdino: $why; requeueing job $SLURM_JOB_ID (restart $((restarts + 1)) of at most $max): it starts" \
+    echo "scdino: $why; requeueing job $scdino_job_id (restart $((restarts + 1)) of at most $max): it starts" \
          "again on ${SLURM_JOB_NUM_NODES:-1} node(s), as now"
-    scontrol requeue "$SLURM_JOB_ID" 2>/dev/null || echo "scdino: job $SLURM_JOB_ID was already requeued by Slurm"
+    # A requeue that fails (sbatch --no-requeue, slurmctld busy) is tried
+    # again briefly; then the job ends with the step's code, never 0: a job
+    # that stopped short must not look done to what depends on it (afterok).
+    local tries=0 said
+    until said=$(scontrol requeue "$scdino_job_id" 2>&1); do
+      if scdino_requeued_by_slurm; then
+        echo "scdino: job $scdino_job_id was already requeued by Slurm"
+        break
+      fi
+      tries=$((tries + 1))
+      if [ "$tries" -ge "${SCDINO_REQUEUE_TRIES:-3}" ]; then
+        echo "scdino: job $scdino_job_id could not be requeued ($said); it ends with its step's code $rc." \
+             "Submit it again to resume from its last checkpoint"
+        exit "$rc"
+      fi
+      sleep 2
+    done
   fi
   exit 0
 }
@@ -230,8 +273,38 @@ scdino_requeue_or_exit() {
 # scdino_job_field NAME: this job's NAME=value from scontrol (empty when
 # Slurm no longer knows the job).
 scdino_job_field() {
-  [ -n "${SLURM_JOB_ID:-}" ] || return 0
-  { scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$1=//p" | head -1; } || true
+  [ -n "$scdino_job_id" ] || return 0
+  { scontrol show job -o "$scdino_job_id" 2>/dev/null | head -1 | tr ' ' '\n' | sed -n "s/^$1=//p" | head -1; } || true
+}
+# scdino_cancelled: the job is ending for good: scancel (or a preemption
+# that cancels). Slurm then shows it COMPLETING while this shell runs (the
+# flag hides the base state, CANCELLED), as it does for a job it requeued
+# itself (its restart counted: scdino_requeued_by_slurm) and for one at its
+# time limit (its run time at the limit): neither of those is a cancel. A
+# job signalled without being cancelled (scancel --signal, --signal=USR1@T)
+# is RUNNING.
+scdino_cancelled() {
+  local line state restarts limit run
+  line=$( { scontrol show job -o "$scdino_job_id" 2>/dev/null | head -1; } || true)
+  state=$(sed -n 's/.*\bJobState=\([A-Z_]*\).*/\1/p' <<<"$line")
+  case $state in
+    CANCELLED*) return 0 ;;
+    COMPLETING) ;;
+    *) return 1 ;;
+  esac
+  restarts=$(sed -n 's/.*\bRestarts=\([0-9]*\).*/\1/p' <<<"$line")
+  [ "${restarts:-0}" -le "${SLURM_RESTART_COUNT:-0}" ] 2>/dev/null || return 1
+  limit=$(scdino_seconds "$(sed -n 's/.*\bTimeLimit=\([^ ]*\).*/\1/p' <<<"$line")")
+  run=$(scdino_seconds "$(sed -n 's/.*\bRunTime=\([^ ]*\).*/\1/p' <<<"$line")")
+  [ -z "$limit" ] || [ -z "$run" ] || [ "$run" -lt "$limit" ]
+}
+# scdino_seconds [D-]HH:MM:SS | MM:SS: whole seconds (empty for UNLIMITED
+# or what is not a duration).
+scdino_seconds() {
+  local t=$1 d=0 h=0 m=0 s=0
+  [[ "$t" =~ ^(([0-9]+)-)?(([0-9]+):)?([0-9]+):([0-9]+)$ ]] || return 0
+  d=${BASH_REMATCH[2]:-0} h=${BASH_REMATCH[4]:-0} m=${BASH_REMATCH[5]} s=${BASH_REMATCH[6]}
+  echo $(( ((10#$d * 24 + 10#$h) * 60 + 10#$m) * 60 + 10#$s ))
 }
 # scdino_requeued_by_slurm: Slurm counts a restart this run of the job did
 # not start with: the job is pending again (shown COMPLETING while any of
@@ -241,12 +314,14 @@ scdino_requeued_by_slurm() {
   r=$(scdino_job_field Restarts)
   [ -n "$r" ] && [ "$r" -gt "${SLURM_RESTART_COUNT:-0}" ] 2>/dev/null
 }
-# scdino_lost_nodes: the job's nodes Slurm has down, not responding,
-# draining or failing, comma-separated (empty: none).
+# scdino_lost_nodes: the job's nodes Slurm has down, failed or failing, not
+# responding (*) or powered off (~), comma-separated (empty: none). A node
+# draining, in maintenance or waiting for a reboot still runs what it has:
+# a routine drain during a preemption must not shrink the job.
 scdino_lost_nodes() {
   [ -n "${SLURM_JOB_NODELIST:-}" ] || return 0
   { sinfo -h -N -n "$SLURM_JOB_NODELIST" -o '%N %t' 2>/dev/null |
-    awk '$2 ~ /[*~#!%$@^-]$|^(down|drain|drng|fail|maint|boot|pow)/ {print $1}' | sort -u | paste -sd, -; } || true
+    awk '$2 ~ /[*~]$|^(down|fail|pow)/ {print $1}' | sort -u | paste -sd, -; } || true
 }
 scdino_slurmd_timeout() {
   local t
@@ -264,11 +339,12 @@ scdino_slurmd_timeout() {
 # on every node Slurm gives it, the restarted job runs its --ntasks-per-node
 # tasks (scdino_check_geometry). Says what it did.
 scdino_fit_requeued_job() {
-  local id=$SLURM_JOB_ID per_node=${SLURM_NTASKS_PER_NODE:-} nodes=${SLURM_JOB_NUM_NODES:-1} lost n_lost left
+  local id=$scdino_job_id per_node=${SLURM_NTASKS_PER_NODE:-} nodes=${SLURM_JOB_NUM_NODES:-1} lost n_lost left
   lost=$(scdino_lost_nodes)
   n_lost=$(echo "$lost" | tr ',' '\n' | grep -c .) || true
   if [ "$n_lost" -eq 0 ]; then
     echo "scdino: Slurm requeued job $id; none of its nodes is down now: it starts again on $nodes node(s), as before"
+    scdino_restore_task_count
   elif [ -n "$per_node" ] && [ "$nodes" -gt 1 ]; then
     left=$((nodes - n_lost))
     [ "$left" -ge 1 ] || left=1
@@ -284,6 +360,29 @@ scdino_fit_requeued_job() {
   else
     echo "scdino: Slurm requeued job $id with $lost down: it starts again with its ${SLURM_NTASKS:-1} task(s)" \
          "once Slurm can place them"
+  fi
+}
+
+# scdino_restore_task_count: a job requeued with every node up gets back the
+# task count it was asked with, per node x the nodes asked (the most of
+# --nodes=MIN-MAX), should a lost node have lowered it at an earlier start:
+# otherwise every later start, preemptions and time limits included, runs
+# on the smaller geometry.
+scdino_restore_task_count() {
+  local per_node=${SLURM_NTASKS_PER_NODE:-} asked now
+  [ -n "$per_node" ] || return 0
+  asked=$(scdino_job_field NumNodes)
+  asked=${asked##*-}
+  [ "$asked" -gt 0 ] 2>/dev/null || asked=${SLURM_JOB_NUM_NODES:-1}
+  [ "$asked" -ge "${SLURM_JOB_NUM_NODES:-1}" ] 2>/dev/null || asked=${SLURM_JOB_NUM_NODES:-1}
+  now=$(scdino_job_field NumTasks)
+  [ "$now" != $((per_node * asked)) ] || return 0
+  if scontrol update JobId="$scdino_job_id" NumTasks=$((per_node * asked)); then
+    echo "scdino: job $scdino_job_id's task count is back to $((per_node * asked)) ($per_node per node on the $asked" \
+         "node(s) asked), from ${now:-?}"
+  else
+    echo "scdino: warning: job $scdino_job_id's task count could not be set back to $((per_node * asked)):" \
+         "it starts again with ${now:-its current count}"
   fi
 }
 

@@ -40,9 +40,16 @@ run_case() {  # ACTION RESTARTS DOWN [ENV=VALUE...]
           n=$(grep -c '^scontrol show job' "$calls")
           i=$((n - 1 < ${#restart_list[@]} ? n - 1 : ${#restart_list[@]} - 1))
           # While any process of the job runs, Slurm shows what it holds.
-          echo "JobId=77 JobName=t JobState=COMPLETING Restarts=${restart_list[$i]} NumNodes=2 NumTasks=4" \
-               "TRES=cpu=4,node=2,billing=4" ;;
+          # A job Slurm requeued shows COMPLETING while this shell runs;
+          # a cancelled one too (STUB_STATE); else RUNNING.
+          local state=RUNNING
+          [ "${restart_list[$i]}" = 0 ] || state=COMPLETING
+          echo "JobId=77 JobName=t JobState=${STUB_STATE:-$state} Restarts=${restart_list[$i]}" \
+               "RunTime=${STUB_RUNTIME:-00:05:00} TimeLimit=${STUB_LIMIT:-01:00:00}" \
+               "NumNodes=${STUB_NODES:-2} NumTasks=${STUB_TASKS:-4} TRES=cpu=4,node=2,billing=4" ;;
         "show config") echo "SlurmdTimeout           = 15 sec" ;;
+        "requeue "*)
+          [ -z "${STUB_REQUEUE_FAILS:-}" ] || { echo "Requested operation is presently disabled for job $2"; return 1; } ;;
         *) return 0 ;;
       esac
     }
@@ -50,7 +57,10 @@ run_case() {  # ACTION RESTARTS DOWN [ENV=VALUE...]
       echo "sinfo $*" >> "$calls"
       local node
       for node in node1 node2 node3; do
-        case ",$down," in *",$node,"*) echo "$node down*" ;; *) echo "$node alloc" ;; esac
+        case ",$down," in
+          *",$node,"*) echo "$node down*" ;;
+          *) case ",${STUB_DRAINING:-}," in *",$node,"*) echo "$node drng" ;; *) echo "$node alloc" ;; esac ;;
+        esac
       done
     }
     sleep() { :; }
@@ -132,6 +142,58 @@ check "three nodes, two lost: the tasks of the one left" "$out" "2 per node on t
 # A signal with the progress saved: requeued at once, no wait.
 out=$(run_case "requeue 75" 0 "" scdino_signal=USR1)
 check "exit 75 on a running job: requeued at once" "$out" "requeueing job 77" "scontrol requeue 77" "show config"
+
+# scancel: the job is CANCELLED; its shell never requeues it, whatever the
+# step's code (75 after the TERM, or killed).
+out=$(run_case "requeue 75" 0 "" scdino_signal=TERM STUB_STATE=COMPLETING)
+check "a cancelled job is never requeued" "$out" "was cancelled (scancel): not requeued" "" "scontrol requeue"
+# At its time limit Slurm shows the job COMPLETING too: requeued.
+out=$(run_case "requeue 75" 0 "" scdino_signal=TERM STUB_STATE=COMPLETING STUB_RUNTIME=01:00:02)
+check "at the time limit: requeued" "$out" "requeueing job 77" "scontrol requeue 77" ""
+# A requeue that fails (--no-requeue, slurmctld busy) is tried again, then
+# ends the job with the step's code, never 0.
+out=$(run_case "requeue 75" 0 "" scdino_signal=USR1 STUB_REQUEUE_FAILS=1; echo "exit $?")
+check "a failed requeue ends the job with the step's code" "$out" "could not be requeued (Requested operation" \
+  "scontrol requeue 77" ""
+[[ "$out" == *"exit 75" ]] || { echo "FAIL: a failed requeue did not end with 75: $out"; failures=$((failures + 1)); }
+[ "$(grep -c '^scontrol requeue' "$calls")" = 3 ] ||
+  { echo "FAIL: the requeue was not tried 3 times: $(tr '\n' ';' < "$calls")"; failures=$((failures + 1)); }
+# A draining node is not lost: a requeue by Slurm keeps the geometry.
+out=$(run_case "requeue 143" 1 "" scdino_signal=TERM STUB_DRAINING=node2)
+check "a draining node is not counted as lost" "$out" "none of its nodes is down now" "" "NumTasks=2"
+# Requeued with every node up after an earlier loss lowered the count: back
+# to per node x the nodes asked.
+out=$(run_case "requeue 143" 1 "" scdino_signal=TERM STUB_TASKS=2)
+check "every node up again: the task count restored" "$out" "task count is back to 4" \
+  "scontrol update JobId=77 NumTasks=4" ""
+# An array task is named ARRAYID_TASKID (its job id may be the array's).
+out=$(run_case "requeue 75" 0 "" scdino_signal=USR1 SLURM_ARRAY_JOB_ID=70 SLURM_ARRAY_TASK_ID=2)
+check "an array task requeues itself alone" "$out" "requeueing job 70_2" "scontrol requeue 70_2" "scontrol requeue 77"
+
+# A signal to the batch shell alone (B:USR1@T, scancel --batch) is handed to
+# the running step once, so that its tasks checkpoint.
+out=$(
+  (
+    export SLURM_JOB_ID=77 SLURM_RESTART_COUNT=0
+    # shellcheck source=/dev/null
+    . "$src/deploy/slurm/lib.sh"
+    scontrol() { echo "JobId=77 JobState=RUNNING Restarts=0"; }
+    bash -c 'trap "echo step got USR1; exit 75" USR1; for i in $(seq 100); do sleep 0.05; done' &
+    scdino_step_pid=$!
+    sleep 0.3
+    kill -USR1 "$BASHPID"
+    kill -USR1 "$BASHPID"
+    rc=0
+    scdino_wait "$scdino_step_pid" || rc=$?
+    echo "step ended $rc after $scdino_signals signal(s)"
+  ) 2>&1
+)
+if [[ "$out" == *"step got USR1"*"step ended 75 after 2 signal(s)"* ]] && [ "$(grep -c 'step got USR1' <<<"$out")" = 1 ]; then
+  echo "ok: a USR1 to the batch shell reaches the step once"
+else
+  echo "FAIL: a USR1 to the batch shell should reach the step once: $out"
+  failures=$((failures + 1))
+fi
 
 # The restarted job's geometry: never refused; as asked where the nodes
 # have room, else as Slurm laid it out.

@@ -2,7 +2,9 @@
 # Submits deploy/slurm/*.sbatch to the real single-node Slurm started by
 # scripts/slurm-local.sh: a 2-task data-parallel run, then a run sent
 # `scancel --signal=USR1` mid-way, which must checkpoint, requeue itself,
-# resume and finish with the weights of an uninterrupted run; scdinoctl
+# resume and finish with the weights of an uninterrupted run; a plain
+# `scancel`, which must cancel (no requeue); a requeue that fails, which
+# must fail the job; scdinoctl
 # against a Slurm-launched trainer; and evaluate.sbatch's features on 2 tasks
 # followed by the evaluation.
 #   tests/deploy/slurm_test.sh SOURCE_DIR BUILD_DIR
@@ -118,6 +120,45 @@ grep -q "already requeued 0 times (SCDINO_MAX_REQUEUES=0); not requeueing. Submi
 ! grep -q "requeueing job $job" "$work"/capped-*.out || { echo "FAIL: requeued past the cap"; exit 1; }
 [ -s "$work/capped/checkpoint.safetensors" ] || { echo "FAIL: no checkpoint before the capped end"; exit 1; }
 echo "ok: requeue cap: checkpoint, no requeue, a message saying how to resume"
+
+# 2d. scancel cancels: Slurm signals every step of the job, the batch shell
+# included, and marks it CANCELLED; the shell must not requeue it (Slurm
+# requeues finished jobs too). After KillWait it is still CANCELLED, never
+# restarted.
+config cancelled 400
+job=$(submit cancelled 1)
+for _ in $(seq 1 300); do
+  [ -s "$work/cancelled/log.jsonl" ] && break
+  sleep 0.2
+done
+scancel "$job"
+wait_gone "$job" 120
+sleep 35  # KillWait (30 s): a requeue by the shell would show by now
+state=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+restarts=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
+[ "$state" = CANCELLED ] && [ "$restarts" = 0 ] ||
+  { echo "FAIL: scancel: the job is $state with Restarts=$restarts, expected CANCELLED and 0"; cat "$work"/cancelled-*.out; exit 1; }
+grep -q "was cancelled (scancel): not requeued" "$work"/cancelled-*.out ||
+  { echo "FAIL: the shell did not say it leaves a cancelled job alone"; cat "$work"/cancelled-*.out; exit 1; }
+echo "ok: scancel: CANCELLED, Restarts=0 after KillWait, the shell said why it did not requeue"
+
+# 2e. A requeue that fails (sbatch --no-requeue) ends the job with the step's
+# code: FAILED with 75, never COMPLETED with 0 (an afterok job would run on
+# an unfinished model).
+config norequeue 400
+job=$(sbatch --parsable --no-requeue --ntasks=1 --cpus-per-task=1 --output="$work/norequeue-%j.out" \
+  --export=ALL,SCDINO_BIN="$build/services/trainer" "$src/deploy/slurm/train.sbatch" "$work/norequeue.yaml")
+for _ in $(seq 1 300); do
+  [ -s "$work/norequeue/log.jsonl" ] && break
+  sleep 0.2
+done
+scancel --signal=USR1 "$job"
+wait_gone "$job" 300
+ended=$(scontrol show job -o "$job" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).* ExitCode=\([0-9]*:[0-9]*\).*/\1 \2/p')
+[ "$ended" = "FAILED 75:0" ] ||
+  { echo "FAIL: a job that could not be requeued ended '$ended', expected FAILED 75:0"; cat "$work"/norequeue-*.out; exit 1; }
+grep -q "could not be requeued" "$work"/norequeue-*.out || { echo "FAIL: the shell did not say the requeue failed"; exit 1; }
+echo "ok: a requeue that fails ends the job FAILED with 75, saying so"
 
 # scdinoctl against a trainer the batch script launched: status names the
 # Slurm job and both ranks; stop ends the job through the API (exit 4, no
