@@ -17,18 +17,35 @@
 set(SCDINO_DEPS_PACK "" CACHE PATH "A dependency pack (scripts/pack-gpu-deps.sh) to build from, alone")
 if(SCDINO_DEPS_PACK)
   get_filename_component(SCDINO_DEPS_PACK "${SCDINO_DEPS_PACK}" ABSOLUTE)
-  if(NOT EXISTS "${SCDINO_DEPS_PACK}/MANIFEST.txt" OR NOT EXISTS "${SCDINO_DEPS_PACK}/bin/pkg-config")
+  if(NOT EXISTS "${SCDINO_DEPS_PACK}/MANIFEST.txt" OR NOT EXISTS "${SCDINO_DEPS_PACK}/bin/scdino-pack-view")
     message(FATAL_ERROR "scdino: SCDINO_DEPS_PACK=${SCDINO_DEPS_PACK} is not a dependency pack (no MANIFEST.txt "
-      "or bin/pkg-config): make one with scripts/pack-gpu-deps.sh DIR on Debian 12")
+      "or bin/scdino-pack-view): make one with scripts/pack-gpu-deps.sh DIR on Debian 12")
   endif()
-  set(_scdino_pack_lib "${SCDINO_DEPS_PACK}/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}")
-  set(PKG_CONFIG_EXECUTABLE "${SCDINO_DEPS_PACK}/bin/pkg-config" CACHE FILEPATH "the pack's pkg-config" FORCE)
+  # The build reads the pack through a view made for this machine
+  # (scripts/pack-view.sh): where this machine's loader already has a
+  # library of the same soname (a newer OpenSSL or zlib, a real BLAS where
+  # the pack has a stand-in), the view links to that one, which this
+  # machine's LibTorch may need.
+  set(_scdino_pack_prefix "${CMAKE_BINARY_DIR}/scdino-pack-view")
+  execute_process(COMMAND "${SCDINO_DEPS_PACK}/bin/scdino-pack-view" "${_scdino_pack_prefix}"
+                  RESULT_VARIABLE _scdino_view_rc OUTPUT_VARIABLE _scdino_view_system ERROR_VARIABLE _scdino_view_err)
+  if(NOT _scdino_view_rc EQUAL 0)
+    message(FATAL_ERROR "scdino: could not make the view of the pack ${SCDINO_DEPS_PACK}: ${_scdino_view_err}")
+  endif()
+  string(REGEX REPLACE " [^\n]*\n" " " _scdino_view_system "${_scdino_view_system}")
+  set(_scdino_pack_lib "${_scdino_pack_prefix}/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}")
+  set(PKG_CONFIG_EXECUTABLE "${_scdino_pack_prefix}/bin/pkg-config" CACHE FILEPATH "the pack's pkg-config" FORCE)
   # DT_RPATH rather than DT_RUNPATH: the pack's libraries then find theirs
-  # (and the stand-ins) in the pack as well, with no LD_LIBRARY_PATH.
+  # (and the stand-ins) in the view as well, with no LD_LIBRARY_PATH.
   add_link_options("LINKER:--disable-new-dtags" "LINKER:-rpath,${_scdino_pack_lib}"
                    "LINKER:-rpath-link,${_scdino_pack_lib}")
+  # The compiler looks in /usr/include/<arch> for /usr's multiarch headers
+  # (OpenSSL's opensslconf.h, OpenCV's cvconfig.h); the pack's are in the
+  # same place under its own prefix.
+  include_directories(SYSTEM "${_scdino_pack_prefix}/usr/include/${CMAKE_LIBRARY_ARCHITECTURE}")
   file(STRINGS "${SCDINO_DEPS_PACK}/MANIFEST.txt" _scdino_pack_size REGEX "^# size:")
-  message(STATUS "scdino: building from the dependency pack ${SCDINO_DEPS_PACK} (${_scdino_pack_size})")
+  message(STATUS "scdino: building from the dependency pack ${SCDINO_DEPS_PACK} (${_scdino_pack_size}); "
+    "this machine's own: ${_scdino_view_system}")
 endif()
 
 function(_scdino_missing what packages)
@@ -47,7 +64,7 @@ macro(scdino_find_package name)
     # The pack's prefix and nothing else: not the system's prefixes, not
     # those PATH implies (/usr/bin gives /usr), not the package registries.
     set(_sfp_saved_prefix "${CMAKE_PREFIX_PATH}")
-    set(CMAKE_PREFIX_PATH "${SCDINO_DEPS_PACK}/usr")
+    set(CMAKE_PREFIX_PATH "${_scdino_pack_prefix}/usr")
     foreach(_sfp_where CMAKE_SYSTEM_PATH CMAKE_ENVIRONMENT_PATH SYSTEM_ENVIRONMENT_PATH PACKAGE_REGISTRY
                        SYSTEM_PACKAGE_REGISTRY)
       set(_sfp_saved_${_sfp_where} "${CMAKE_FIND_USE_${_sfp_where}}")
@@ -70,7 +87,7 @@ endmacro()
 function(scdino_find_headers var header)
   cmake_parse_arguments(ARG "" "" "DEBIAN" ${ARGN})
   if(SCDINO_DEPS_PACK)
-    find_path(${var} ${header} PATHS "${SCDINO_DEPS_PACK}/usr/include" NO_DEFAULT_PATH)
+    find_path(${var} ${header} PATHS "${_scdino_pack_prefix}/usr/include" NO_DEFAULT_PATH)
   else()
     find_path(${var} ${header})
   endif()

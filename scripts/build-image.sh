@@ -17,7 +17,8 @@
 # the image trains on any NVIDIA GPU with nothing fetched from NVIDIA),
 # download (Debian's nvidia-cudnn fetches cuDNN from NVIDIA's site) or
 # archive=FILE (NVIDIA's cuDNN 9 archive for CUDA 12). --build-stage TAG also
-# tags the GPU image's compiling stage (toolchain, build tree and tests).
+# tags the GPU image's compiling stage (toolchain, build tree and tests) as
+# TAG, and its bare toolchain (no -dev package of scdino's) as TAG-toolchain.
 # Debian's bases are pulled, or, where no registry is reachable, made
 # locally with mmdebstrap and imported under the same name (containers/engine.sh).
 set -euo pipefail
@@ -108,6 +109,11 @@ source_url=$(git remote get-url origin 2>/dev/null || echo "https://github.com/s
 args=(build "${scdino_engine_flags[@]}" -f "$dockerfile" -t "$tag"
       --build-arg "VERSION=$version" --build-arg "REVISION=$revision" --build-arg "SOURCE=$source_url")
 [ "$scdino_engine" = podman ] && args+=(--network host)
+# SCDINO_IMAGE_CPU_SHARES: the build's CPU weight (cgroup cpu shares; 1024 is
+# everyone's). A build in the background of other work (scripts/test.sh sets
+# 2) then takes only what that work leaves idle: its steps run in a cgroup of
+# their own, out of reach of nice.
+[ -z "${SCDINO_IMAGE_CPU_SHARES:-}" ] || args+=(--cpu-shares "$SCDINO_IMAGE_CPU_SHARES")
 
 stage=""
 cleanup() { [ -z "$stage" ] || rm -rf "$stage"; }
@@ -222,6 +228,10 @@ if [ -n "$build_stage" ]; then
   # and the toolchain stage (the CUDA toolkit and LibTorch, ~10 GB) would be
   # installed again: 40 minutes of a CI run instead of none.
   tag_stage packages "$build_stage-packages"
+  # The bare toolchain (a compiler, CMake, Ninja, LibTorch 2.6 CUDA, NCCL):
+  # where the build from the dependency pack alone is proven.
+  tag_stage toolchain-base "$build_stage-toolchain"
+  echo "scdino: tagged the bare toolchain stage as $build_stage-toolchain (tests/deploy/gpu_pack_build_test.sh)"
 fi
 
 if [ -n "$sqsh" ]; then

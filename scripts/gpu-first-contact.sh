@@ -77,6 +77,9 @@ if [ "$prepare" = 1 ]; then
   exit 0
 fi
 [ -n "$out" ] || { echo "scdino: gpu-first-contact.sh: give the output folder (--help)" >&2; exit 2; }
+# --build-only (the test suite, on two cores) compiles what a 16-core GPU
+# machine compiles in its 240 s: no budget there but an hour.
+[ "$build_only" = 0 ] || budget=3600
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 log=$out/first-contact.log figures=$out/.figures.jsonl
@@ -143,11 +146,11 @@ else
 fi
 # The plan: name and box of every section, in order (compile, after it, only
 # where time is left).
-plan=(inventory:10 build:240 parity:45 trainer-steps:30 nccl:15 "step-${batches[0]}:30" "step-${batches[1]}:35"
+plan=(inventory:10 "build:$([ "$build_only" = 1 ] && echo 3500 || echo 240)" parity:45 trainer-steps:30 nccl:15 "step-${batches[0]}:30" "step-${batches[1]}:35"
       pytorch:45 data:40 features:30)
 boxes=0
 for s in "${plan[@]}"; do boxes=$(( boxes + ${s#*:} )); done
-if [ "$boxes" -ge "$budget" ]; then
+if [ "$build_only" = 0 ] && [ "$boxes" -ge "$budget" ]; then
   say "the sections' boxes add up to $boxes s, not under the $budget s the command has"
   exit 1
 fi

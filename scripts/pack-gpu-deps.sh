@@ -21,12 +21,16 @@
 #     (scripts/make-standin.py);
 #   - OpenCV's CMake package written anew for the three modules scdino links
 #     (Debian's stops unless all 55 modules' libraries are present);
-#   - bin/pkg-config, Debian 12's pkgconf running from the pack.
+#   - bin/pkg-config, Debian 12's pkgconf running from the pack;
+#   - bin/scdino-pack-view (scripts/pack-view.sh), the view of the pack a
+#     build reads it through: the building machine's own library wherever
+#     its loader has one of the same soname.
 # OUT_DIR/MANIFEST.txt lists every package and version, the stand-ins and
 # the size. The pack must stay within SCDINO_PACK_MAX_MIB (48) MiB: a command
-# to the lent machine carries at most 64. Downloaded packages are kept in
-# OUT_DIR.debs/ for the next run. Needs Debian 12 with apt's lists, dpkg-deb,
-# readelf, python3 and a C compiler (install-deps.sh build has them).
+# to the lent machine carries at most 64. Downloaded packages are kept for
+# the next run in SCDINO_PACK_DEBS (~/.cache/scdino/pack-debs). Needs Debian
+# 12 with apt's lists, dpkg-deb, readelf, python3 and a C compiler
+# (install-deps.sh build has them).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$src/build/gpu-deps-pack}
@@ -57,7 +61,7 @@ for tool in apt-get dpkg-deb readelf python3 cc; do
   command -v "$tool" >/dev/null || fail "needs $tool (bash scripts/install-deps.sh build)"
 done
 
-debs=$out.debs
+debs=${SCDINO_PACK_DEBS:-${XDG_CACHE_HOME:-$HOME/.cache}/scdino/pack-debs}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$debs"
@@ -101,7 +105,17 @@ find "$lib" -name '*.a' ! -name 'libgtest*.a' ! -name 'libgmock*.a' -delete
 # OpenCV's CUDA and OpenCL headers, HDF5's Fortran modules, libssl.
 rm -rf "$out"/usr/include/eigen3/unsupported "$out"/usr/include/opencv4/opencv2/core/{cuda,opencl} \
   "$out"/usr/include/hdf5/serial/*.mod "$lib"/libssl.so* "$lib"/pkgconfig/{libssl,openssl}.pc
+# Links that name an absolute path (zlib1g-dev's libz.so names /lib/...)
+# point into the pack instead: relative, so that the pack can move.
+while read -r link; do
+  target=$(readlink "$link")
+  inside=$out/usr${target#/usr}
+  [ -e "$inside" ] || inside=$(dirname "$link")/$(basename "$target")
+  ln -sfn "$(realpath --relative-to="$(dirname "$link")" -m "$inside")" "$link"
+done < <(find "$out" -type l -lname '/*')
 find "$out" -xtype l -delete   # links to libraries of packages not packed (HDF5's C++ and Fortran, ...)
+
+[ -z "$(find "$out" -type l -lname '/*')" ] || fail "links to absolute paths are left: $(find "$out" -type l -lname '/*')"
 
 # Stand-ins, built against what the kept libraries import.
 importers=$(find "$lib" -maxdepth 2 -name '*.so.*' -type f | sort)
@@ -150,7 +164,7 @@ cat > "$ocv/OpenCVConfig.cmake" <<EOF
 # imgcodecs from Debian 12, the only modules in this pack.
 get_filename_component(_ocv_prefix "\${CMAKE_CURRENT_LIST_DIR}/../../../.." ABSOLUTE)
 set(OpenCV_VERSION $ocv_version)
-set(OpenCV_INCLUDE_DIRS "\${_ocv_prefix}/include/opencv4")
+set(OpenCV_INCLUDE_DIRS "\${_ocv_prefix}/include/opencv4" "\${_ocv_prefix}/include/$arch/opencv4")
 set(OpenCV_LIBS "")
 foreach(_m core imgproc imgcodecs)
   if(NOT TARGET opencv_\${_m})
@@ -191,6 +205,8 @@ PKG_CONFIG_LIBDIR="$pack/usr/lib/x86_64-linux-gnu/pkgconfig:$pack/usr/share/pkgc
 EOF
 chmod +x "$out/bin/pkg-config"
 "$out/bin/pkg-config" --exists hdf5-serial || fail "the pack's pkg-config does not find hdf5-serial"
+# What a build reads the pack through (scripts/pack-view.sh).
+cp "$src/scripts/pack-view.sh" "$out/bin/scdino-pack-view"
 
 bytes=$(du -sb "$out" | cut -f1)
 mib=$(( (bytes + 1048575) / 1048576 ))

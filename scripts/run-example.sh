@@ -11,10 +11,19 @@
 # they made already).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+started=$(date +%s)
+# Where the time goes: one line per stage at the end.
+stages=()
+t=$(date +%s)
+stage() { local now; now=$(date +%s); stages+=("$(printf '%6d s  %s' $((now - t)) "$1")"); t=$now; }
 # Only the programs below are built (the test suites and benchmarks are
 # scripts/test.sh's).
-[ "${SCDINO_SKIP_SETUP:-0}" = 1 ] ||
+if [ "${SCDINO_SKIP_SETUP:-0}" != 1 ]; then
+  bash scripts/install-deps.sh build
+  stage "Debian packages (scripts/install-deps.sh build)"
   bash scripts/setup.sh scdino-synth scdino-stats scdino-trainer scdino-features scdino-eval
+  stage "the build of the five programs"
+fi
 build_dir=${BUILD_DIR:-build}
 config=${1:-configs/small-data.yaml}
 key() { awk -v k="$1" '$1 == k":" {v=$2; gsub(/"/, "", v); print v; exit}' "$config"; }
@@ -28,9 +37,13 @@ if [ ! -d "$data_dir" ]; then
       --size 50 --seed 7 --difficulty 0.6
 fi
 "$build_dir/services/tools/scdino-stats" --config "$config" > /dev/null
+stage "the data set and its channel statistics"
 "$build_dir/services/trainer/scdino-trainer" --config "$config"
+stage "training"
 "$build_dir/services/features/scdino-features" --config "$config" --all-checkpoints --random-init --raw-pixels
+stage "features of every checkpoint and the baselines"
 "$build_dir/services/eval/scdino-eval" --config "$config"
+stage "evaluation and the report"
 echo
 echo "Results in $run_dir:"
 echo "  log.jsonl                  one JSON line per epoch (loss, lr, wd, momentum, teacher temperature, images/s)"
@@ -44,3 +57,6 @@ echo "  eval/knn_per_checkpoint.csv  kNN accuracy of every checkpoint and of the
 echo "  eval/probes_per_checkpoint.csv  linear probe and k-means (ARI, NMI) of every checkpoint"
 echo "  eval/report.html           the report: curves over checkpoints, UMAP by class and cluster, confusion"
 echo "                             matrices, attention maps, training health, channel histograms, the crop preview"
+echo
+echo "Where the time went ($(( $(date +%s) - started )) s in all):"
+printf '%s\n' "${stages[@]}"

@@ -1,27 +1,49 @@
 #!/usr/bin/env bash
 # Sets up scdino (scripts/setup.sh), builds the sanitizer trees
 # (scripts/build-sanitized.sh) and the GPU image, and runs every test suite
-# with CTest.
+# with CTest, then prints where the time went (each phase, the ten longest
+# tests).
 #
 # Two cores do all of it, so no core may wait: the tests whose bounds are in
 # seconds (Slurm, the test cluster, the live monitoring stack) mostly wait
 # on Slurm and the network, and the builds that only later tests need run
-# beneath them at the lowest priority (nice 19), which takes only what those
-# tests leave idle:
-#   1. the GPU image (containers/Dockerfile.cuda) starts at once, niced; the
-#      host build runs at full priority;
+# beneath them, taking only what the tests leave idle:
+#   1. the GPU image (containers/Dockerfile.cuda: its packages first, then
+#      its compile) and, once it is built, the first contact's build from
+#      the dependency pack in its bare toolchain start at once, at the
+#      lowest CPU weight (cgroup cpu shares 2: a container build is out of
+#      reach of nice); the host build runs at full priority;
 #   2. Slurm and the test cluster start, the sanitizer trees start building
-#      (niced), and the Slurm, cluster and monitoring tests run, alone;
+#      (nice 19), and the Slurm, cluster and monitoring tests run, alone;
 #   3. the other tests, two at a time (the pipeline test alone), while the
-#      niced builds go on;
-#   4. once both builds are done: the sanitizer suites, and the podman tests
-#      one at a time (the CPU image's and the GPU image's: a podman build
-#      beside the GPU image's build waited on the store they share).
-# SCDINO_SKIP_GPU_IMAGE=1 leaves the image and its test out (a quick local
-# run; CI runs everything).
+#      builds beneath go on;
+#   4. once every build is done: the sanitizer suites, and the podman tests
+#      one at a time (the CPU image's, the GPU image's and the pack's).
+# SCDINO_SKIP_GPU_IMAGE=1 leaves the image, the pack and their tests out (a
+# quick local run; CI runs everything).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${BUILD_DIR:-build}
+run_start=$(date +%s)
+phases=()  # "NAME SECONDS" in order
+
+# What the long work needs, said before it starts: root (Slurm's daemons,
+# network namespaces, podman's storage), and Debian's mirror (the packages,
+# the images' builds, the dependency pack).
+if [ "$(id -u)" -ne 0 ] && ! sudo -n true 2>/dev/null; then
+  echo "scdino: the tests need root or passwordless sudo (Slurm's daemons, the test cluster's network" \
+       "namespaces, podman's image storage); $(id -un) has neither" >&2
+  exit 2
+fi
+mirror=$(sed -n 's#^\(URIs:\|deb\) *\(\[[^]]*\] *\)\{0,1\}https\{0,1\}://\([^/ ]*\).*#\3#p' \
+  /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null | head -1)
+if [ -n "$mirror" ] && ! timeout 10 bash -c "exec 3<>/dev/tcp/$mirror/80" 2>/dev/null; then
+  echo "scdino: Debian's mirror $mirror does not answer: the tests need it for the Debian packages" \
+       "(scripts/install-deps.sh), the container images' builds and the GPU dependency pack" >&2
+  exit 2
+fi
+
+phase_start=$(date +%s)
 bash scripts/install-deps.sh
 mkdir -p "$build_dir"
 image_pid=""
@@ -31,15 +53,22 @@ image_pid=""
 source containers/engine.sh
 scdino_engine_init && scdino_prune_build_leftovers
 if [ "${SCDINO_SKIP_GPU_IMAGE:-0}" != 1 ]; then
-  nice -n 19 bash tests/deploy/gpu_image_test.sh "$PWD" "$PWD/$build_dir" build > "$build_dir/gpu-image-build.log" 2>&1 &
+  (
+    export SCDINO_IMAGE_CPU_SHARES=2
+    bash tests/deploy/gpu_image_test.sh "$PWD" "$PWD/$build_dir" build > "$build_dir/gpu-image-build.log" 2>&1 &&
+      bash tests/deploy/gpu_pack_build_test.sh "$PWD" "$PWD/$build_dir" build > "$build_dir/gpu-pack-build.log" 2>&1
+  ) &
   image_pid=$!
 fi
 bash scripts/setup.sh
+phases+=("packages and the host build $(( $(date +%s) - phase_start ))")
 # A real single-node Slurm for the tests that submit deploy/slurm/*.sbatch,
 # and the test cluster (2 nodes in network namespaces, stand-in GPUs as
 # GRES) for those that run across nodes (ctest -L cluster).
+phase_start=$(date +%s)
 bash scripts/slurm-local.sh
 bash scripts/slurm-cluster.sh start
+phases+=("Slurm and the test cluster started $(( $(date +%s) - phase_start ))")
 # The AddressSanitizer + UBSan and ThreadSanitizer trees beside the build.
 nice -n 19 bash scripts/build-sanitized.sh > "$build_dir/sanitizers-build.log" 2>&1 &
 sanitizers_pid=$!
@@ -51,24 +80,46 @@ sanitizers_pid=$!
 jobs=$(nproc)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 failed=()
+n=0
 run_tests() {  # PHASE CTEST-SELECTION...
-  local phase=$1
+  local phase=$1 start
   shift
+  n=$((n + 1))
+  start=$(date +%s)
   echo "scdino: tests, $phase"
-  (cd "$build_dir" && ctest --output-on-failure --parallel "$jobs" --repeat until-pass:2 --timeout 900 "$@") ||
-    failed+=("$phase")
+  (cd "$build_dir" && ctest --output-on-failure --parallel "$jobs" --repeat until-pass:2 --timeout 900 "$@") \
+    2>&1 | tee "$build_dir/test-phase-$n.log" || failed+=("$phase")
+  phases+=("$n. $phase $(( $(date +%s) - start ))")
 }
+# timing_table: each phase and the ten longest tests, from the phases' logs.
+timing_table() {
+  echo
+  echo "scdino: where the time went ($(( $(date +%s) - run_start )) s in all)"
+  printf '  %6s s  %s\n' "$(( $(date +%s) - run_start ))" "the whole run"
+  local p
+  for p in "${phases[@]}"; do printf '  %6s s  %s\n' "${p##* }" "${p% *}"; done
+  echo "  the ten longest tests:"
+  cat "$build_dir"/test-phase-*.log 2>/dev/null |
+    sed -n 's/^ *[0-9]*\/[0-9]* *Test *#[0-9]*: \([^ ]*\) [. ]*\(\**[A-Za-z ]*\) *\([0-9.]*\) sec$/\3 \1 \2/p' |
+    sort -rn | head -10 | awk '{ printf "  %8.1f s  %s (%s)\n", $1, $2, $3 }'
+}
+trap timing_table EXIT
 run_tests "bounded in seconds (Slurm, the test cluster, live monitoring)" \
   -L 'slurm|cluster|monitoring' -LE 'sanitizers|container'
 run_tests "the others but the sanitizer and container suites" \
   -LE 'cluster|monitoring|sanitizers|container' -E '^slurm\.'
 # The builds beneath: a failed one is reported by its tests, which say why.
+phase_start=$(date +%s)
 wait "$sanitizers_pid" && echo "scdino: sanitizer trees built ($build_dir/sanitizers-build.log)" ||
   { echo "scdino: building the sanitizer trees failed:"; tail -30 "$build_dir/sanitizers-build.log"; }
 if [ -n "$image_pid" ]; then
   wait "$image_pid" && echo "scdino: GPU image built: $(grep '^scdino: built' "$build_dir/gpu-image-build.log")" ||
-    { echo "scdino: the GPU image build failed ($build_dir/gpu-image-build.log); the gpu-image test repeats it:"
-      tail -15 "$build_dir/gpu-image-build.log"; }
+    { echo "scdino: the GPU image or the pack's build failed ($build_dir/gpu-image-build.log," \
+           "$build_dir/gpu-pack-build.log); their tests repeat it:"
+      tail -15 "$build_dir/gpu-image-build.log" "$build_dir/gpu-pack-build.log" 2>/dev/null || true; }
+fi
+phases+=("waiting for the builds beneath $(( $(date +%s) - phase_start ))")
+if [ -n "$image_pid" ]; then
   run_tests "the sanitizer suites and the container images" -L 'sanitizers|container'
 else
   run_tests "the sanitizer suites and the CPU image" -L 'sanitizers|container' -LE gpu-image

@@ -27,8 +27,12 @@ fail() { echo "FAIL: $*"; exit 1; }
 pack=$build/gpu-deps-pack
 # The build tree and compiler cache outlive the test (a clean clone's files
 # are new, but their content and the paths inside the container are not).
+# A change to how dependencies are found starts a new tree (a CMake cache
+# keeps what it found), and the old one goes.
 cache=${SCDINO_GPU_PACK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scdino/gpu-pack-build}
+tree=tree-$(cat "$src/CMakeLists.txt" "$src/cmake/"*.cmake "$src/scripts/pack-view.sh" | sha1sum | cut -c1-12)
 mkdir -p "$cache/ccache"
+find "$cache" -mindepth 1 -maxdepth 1 -name 'tree*' ! -name "$tree" -exec rm -rf {} +
 shared=$(cd "${SCDINO_SHARED_DIR:-$src/../shared}" && pwd)
 
 start=$(date +%s)
@@ -53,8 +57,13 @@ echo "ok: a pack without yaml-cpp is refused at configure time, naming libyaml-c
   bash "$src/scripts/build-image.sh" --cuda --tag scdino:cuda-test --build-stage scdino:cuda-test-build \
     >"$work/image.out" 2>&1 || { tail -30 "$work/image.out"; fail "could not build the GPU image's toolchain"; }
 }
-# None of the -dev packages scdino builds with is in the bare toolchain.
-devs=$(sed 's/#.*//' "$src/scripts/packages/build.txt" | tr -s ' \t' '\n' | grep -- '-dev$' | sort -u | tr '\n' ' ')
+# None of the -dev packages the image installs for scdino
+# (scripts/packages/build.txt) and the pack stands for is in the bare
+# toolchain. (zlib1g-dev comes with LibTorch's own dependencies there; the
+# CMake cache below shows the pack's zlib used all the same.)
+devs=$(awk '$3 == "dev" {print $1}' "$pack/MANIFEST.txt" |
+       grep -xFf <(sed 's/#.*//' "$src/scripts/packages/build.txt" | tr -s ' \t' '\n' | sed '/^$/d') | tr '\n' ' ')
+[ "$(wc -w <<<"$devs")" -ge 8 ] || fail "the pack's -dev packages are not those of build.txt: '$devs'"
 held=$("$engine" run --rm "${scdino_engine_flags[@]}" --network none "$toolchain" \
   sh -c "dpkg-query -W -f='\${Package} \${db:Status-Abbrev}\n' $devs 2>/dev/null | awk '\$2 == \"ii\" {print \$1}'")
 [ -z "$held" ] || fail "the bare toolchain holds -dev packages the pack stands for: $held"
@@ -66,31 +75,33 @@ run_in_toolchain() {
     -v "$src:/src:ro" -v "$pack:/pack:ro" -v "$shared:/shared:ro" -v "$cache:/cache" -v "$work:/work" \
     -e CCACHE_DIR=/cache/ccache -e SCDINO_SHARED_DIR=/shared -e OMP_NUM_THREADS=1 "$toolchain" "$@"
 }
-run_in_toolchain bash /src/scripts/gpu-first-contact.sh --build-only /work/contact --pack /pack --build-dir /cache/tree \
+run_in_toolchain bash /src/scripts/gpu-first-contact.sh --build-only /work/contact --pack /pack --build-dir "/cache/$tree" \
   >"$work/build.out" 2>&1
 rc=$?
 [ "$rc" = 0 ] || { tail -40 "$work/build.out"; grep -E "error|Error" "$work/contact/first-contact.log" | head -20; fail "the build from the pack alone failed (exit $rc)"; }
 grep -E "^first-contact: \[build\]" "$work/build.out"
 [ "${3:-}" != build ] || exit 0
 cache_lines=$(grep -E '^(yaml-cpp_DIR|OpenCV_DIR|Eigen3_DIR|spectra_DIR|GTest_DIR|SCDINO_CLI11_INCLUDE_DIR|SCDINO_GLOO_INCLUDE_DIR|TIFF_LIBRARY_RELEASE|ZLIB_LIBRARY_RELEASE|OPENSSL_CRYPTO_LIBRARY|pkgcfg_lib_HDF5_hdf5):' \
-  "$cache/tree/CMakeCache.txt")
+  "$cache/$tree/CMakeCache.txt")
 echo "$cache_lines"
 [ "$(wc -l <<<"$cache_lines")" = 11 ] || fail "CMakeCache.txt lacks some of the pack's dependencies"
-! grep -v "=/pack/" <<<"$cache_lines" || fail "a dependency was found outside the pack (above)"
-grep -q "^SCDINO_REQUIRE_CUDA:BOOL=ON" "$cache/tree/CMakeCache.txt" || fail "not configured with SCDINO_REQUIRE_CUDA=ON"
+# Every one through the build's view of the pack (scripts/pack-view.sh).
+! grep -v "=/cache/$tree/scdino-pack-view/" <<<"$cache_lines" || fail "a dependency was found outside the pack (above)"
+grep -E "building from the dependency pack" "$work/contact/first-contact.log" 2>/dev/null | head -1
+grep -q "^SCDINO_REQUIRE_CUDA:BOOL=ON" "$cache/$tree/CMakeCache.txt" || fail "not configured with SCDINO_REQUIRE_CUDA=ON"
 echo "ok: built from the pack alone against LibTorch 2.6 CUDA in $(( $(date +%s) - start )) s"
 
 # What it built runs, on the CPU, from the pack's libraries.
 run_in_toolchain bash -c '
   set -e
-  cd /cache/tree
+  cd "/cache/$0"
   ! ldd bench/scdino-bench-train-step | grep "not found"
-  ldd bench/scdino-bench-train-step | grep -q "/pack/usr/lib/x86_64-linux-gnu/libopencv_imgcodecs"
+  ldd bench/scdino-bench-train-step | grep -q "scdino-pack-view/usr/lib/x86_64-linux-gnu/libopencv_imgcodecs"
   SCDINO_TEST_DEVICE=cpu tests/model/scdino_model_tests \
     --gtest_filter="DinoParity.TwoTrainingStepsMatchReferenceOnTheDeviceUnderTest:DinoParity.Bf16*"
   SCDINO_TEST_DEVICE=cpu tests/training/scdino_training_tests --gtest_filter="DeviceCheck.*"
   bench/scdino-bench-train-step --arch vit_tiny --depth 2 --patch 8 --global 32 --local 16 --local-crops 2 \
     --out-dim 256 --batch 2 --steps 1 --threads 2
-' >"$work/run.out" 2>&1 || { tail -40 "$work/run.out"; fail "what the pack build made does not run in the toolchain"; }
+' "$tree" >"$work/run.out" 2>&1 || { tail -40 "$work/run.out"; fail "what the pack build made does not run in the toolchain"; }
 grep -E "PASSED|images_per_s" "$work/run.out" | cut -c1-200
 echo "ok: the first contact's checks and a benchmark step ran from the pack build (LibTorch 2.6, CPU)"
