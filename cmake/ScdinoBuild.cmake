@@ -5,10 +5,13 @@
 find_program(SCDINO_CCACHE ccache)
 if(SCDINO_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
   # ccache only caches translation units built with a precompiled header when
-  # these checks are relaxed; the header's content is still hashed.
+  # these checks are relaxed; the header's content is still hashed. Paths
+  # under the checkout count relative to it (CCACHE_BASEDIR), so that a
+  # clean clone elsewhere (CI's) hits what an earlier checkout compiled.
   set(CMAKE_CXX_COMPILER_LAUNCHER
       ${CMAKE_COMMAND} -E env
       "CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime"
+      "CCACHE_BASEDIR=${PROJECT_SOURCE_DIR}"
       ${SCDINO_CCACHE})
 endif()
 

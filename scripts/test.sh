@@ -36,7 +36,7 @@ if [ "$(id -u)" -ne 0 ] && ! sudo -n true 2>/dev/null; then
   exit 2
 fi
 mirror=$(sed -n 's#^\(URIs:\|deb\) *\(\[[^]]*\] *\)\{0,1\}https\{0,1\}://\([^/ ]*\).*#\3#p' \
-  /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null | head -1)
+  /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null | head -1 || true)
 if [ -n "$mirror" ] && ! timeout 10 bash -c "exec 3<>/dev/tcp/$mirror/80" 2>/dev/null; then
   echo "scdino: Debian's mirror $mirror does not answer: the tests need it for the Debian packages" \
        "(scripts/install-deps.sh), the container images' builds and the GPU dependency pack" >&2
