@@ -129,8 +129,9 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
 
       {"scdino.device", Str(&r.device, {"cpu", "cuda", "auto"}),
        "auto: the GPU Slurm bound to the task (or its local rank's, one task per GPU) where one is visible, else "
-       "the CPU, said with why on each rank's first line; cuda: the same, but an error naming the task where it has "
-       "none; cpu: the CPU even where GPUs are"},
+       "the CPU, said with why on each rank's first line; a task Slurm bound a GPU to that CUDA cannot see (no "
+       "driver in the container, a CPU build) exits 2 naming what it saw, never trains on the CPU; cuda: the GPU, or "
+       "an error naming the task where it has none; cpu: the CPU even where GPUs are (on purpose)"},
       {"scdino.precision", Str(&r.precision, {"auto", "fp32", "bf16", "fp16"}),
        "CUDA autocast; auto: bf16 when use_fp16 (fp16 with loss scaling before compute capability 8.0), else fp32"},
       {"scdino.threads", Int(&r.threads, 0), "intra-op CPU threads; 0: all cores"},
