@@ -322,7 +322,9 @@ TEST(DinoParity, TwoTrainingStepsMatchReferenceOnTheDeviceUnderTest) {
   const std::string path = probe.optimizer->implementation();
   std::cout << "device " << device << ": AdamW path " << path << std::endl;
   RecordProperty("adamw_path", path);
-  if (device.is_cuda() && compat::kHaveFusedAdamW) EXPECT_EQ(path, "fused");
+  if (device.is_cuda() && compat::kHaveFusedAdamW) {
+    EXPECT_EQ(path, "fused");
+  }
 }
 
 // A bf16 step's loss from the fixture's weights and crops is within 2% of
