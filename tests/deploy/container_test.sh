@@ -54,12 +54,15 @@ image)
   rm -rf "$tools"
   grep -qF "install podman" <<<"$err" || fail "no engine: $err"
   # The GPU images (Debian's, built by the gpu-image test; NGC's, not built
-  # here) install what the CPU image does, and insist on CUDA.
-  targets() { grep -oE -- 'cmake --install [^ ]+ --prefix [^ ]+|COPY --from=binaries [^ ]+ [^ ]+|-DSCDINO_BUILD_BENCH=[A-Z]+' "$1" |
+  # here) install what the CPU image does, and insist on CUDA; they also
+  # compile every benchmark against their LibTorch (not installed).
+  targets() { grep -oE -- 'cmake --install [^ ]+ --prefix [^ ]+|COPY --from=binaries [^ ]+ [^ ]+' "$1" |
               sed 's/--install [^ ]*/--install BUILD/' | sort; }
   for f in Dockerfile.cuda Dockerfile.cuda-ngc; do
     [ "$(targets "$src/containers/Dockerfile")" = "$(targets "$src/containers/$f")" ] ||
       fail "containers/$f installs other targets than containers/Dockerfile"
+    grep -q -- "-DSCDINO_BUILD_BENCH=ON" "$src/containers/$f" && grep -q "scdino_benchmarks" "$src/containers/$f" ||
+      fail "containers/$f does not compile the benchmarks against its LibTorch"
     grep -q -- "-DSCDINO_REQUIRE_CUDA=ON" "$src/containers/$f" || fail "containers/$f does not require CUDA at configure"
   done
   echo "ok: build-image.sh refuses --sqsh without enroot, a non-build --prebuilt, a bad --cudnn, no engine; the three Dockerfiles install the same tree"
