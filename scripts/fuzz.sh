@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(tiff safetensors npy packed config)
+[ ${#targets[@]} -gt 0 ] || targets=(tiff png jpeg safetensors npy packed config)
 dir=${BUILD_DIR:-build}-fuzz
 command -v clang++ > /dev/null || { echo "scdino: fuzz.sh needs clang (apt-get install clang)" >&2; exit 2; }
 if [ ! -f "$dir/build.ninja" ]; then

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -87,6 +88,36 @@ StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::st
   }
   if (!header.is_object()) return bad("header is not a JSON object");
   const std::string_view data = bytes.substr(8 + n);
+  // The tensors tile the data section exactly, in some order, as the format
+  // requires: sorted by offset, each starting where the one before ends, the
+  // last at the section's end. Overlapping ranges would let a large header
+  // over little data make each tensor a copy of the same bytes.
+  std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>> ranges;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    const json* offs = it.value().is_object() && it.value().contains("data_offsets") ? &it.value()["data_offsets"] : nullptr;
+    if (!offs || !offs->is_array() || offs->size() != 2 || !(*offs)[0].is_number_unsigned() ||
+        !(*offs)[1].is_number_unsigned() || (*offs)[0].get<uint64_t>() > (*offs)[1].get<uint64_t>() ||
+        (*offs)[1].get<uint64_t>() > data.size()) {
+      return bad("tensor '" + it.key() + "': data_offsets is not [begin, end] within the " +
+                 std::to_string(data.size()) + "-byte data section");
+    }
+    ranges.push_back({{(*offs)[0].get<uint64_t>(), (*offs)[1].get<uint64_t>()}, it.key()});
+  }
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t covered = 0;
+  for (const auto& [range, name] : ranges) {
+    if (range.first != covered) {
+      return bad("tensor '" + name + "': data_offsets [" + std::to_string(range.first) + ", " +
+                 std::to_string(range.second) + "] " + (range.first < covered ? "overlap" : "leave a gap after") +
+                 " the tensor before it, which ends at " + std::to_string(covered));
+    }
+    covered = range.second;
+  }
+  if (covered != data.size()) {
+    return bad("the tensors' data ends at byte " + std::to_string(covered) + " of a " + std::to_string(data.size()) +
+               "-byte data section");
+  }
   SafetensorsFile file;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();

@@ -69,6 +69,55 @@ TEST(Safetensors, CorruptBytesGiveErrorsNamingTheFile) {
   EXPECT_FALSE(ParseSafetensors(huge, "x").ok());
 }
 
+std::string WithHeader(const std::string& header, const std::string& data) {
+  std::string out;
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xff));
+  return out + header + data;
+}
+
+// The tensors must tile the data section: a header whose tensors all point
+// at the same megabyte would have each of them copied from it (a 100 MiB
+// header over 1 MiB of data: about 1.4 TiB allocated). Overlaps, gaps and
+// trailing bytes are refused naming the tensor and the offsets; tensors
+// stored in another order than the header lists them are read.
+TEST(Safetensors, DataOffsetsMustTileTheDataSectionWithoutOverlap) {
+  const std::string mib(1 << 20, '\0');
+  std::string header = "{";
+  for (int i = 0; i < 64; ++i) {
+    header += (i ? "," : "") + std::string("\"t") + std::to_string(i) +
+              R"(": {"dtype": "U8", "shape": [1048576], "data_offsets": [0, 1048576]})";
+  }
+  auto same = ParseSafetensors(WithHeader(header + "}", mib), "same.safetensors");
+  ASSERT_FALSE(same.ok()) << "64 tensors over one megabyte";
+  EXPECT_NE(same.status().message().find("same.safetensors"), std::string::npos);
+  EXPECT_NE(same.status().message().find("[0, 1048576] overlap the tensor before it, which ends at 1048576"),
+            std::string::npos)
+      << same.status().message();
+
+  const std::string two = R"({"a": {"dtype": "U8", "shape": [4], "data_offsets": [%A]}, "b": {"dtype": "U8", "shape": [4], "data_offsets": [%B]}})";
+  auto with = [&](const std::string& a, const std::string& b, size_t data_bytes) {
+    std::string h = two;
+    h.replace(h.find("%A"), 2, a);
+    h.replace(h.find("%B"), 2, b);
+    return ParseSafetensors(WithHeader(h, std::string(data_bytes, '\7')), "two.safetensors");
+  };
+  auto overlap = with("0, 4", "2, 6", 8);
+  ASSERT_FALSE(overlap.ok());
+  EXPECT_NE(overlap.status().message().find("tensor 'b': data_offsets [2, 6] overlap"), std::string::npos)
+      << overlap.status().message();
+  auto gap = with("0, 4", "6, 10", 10);
+  ASSERT_FALSE(gap.ok());
+  EXPECT_NE(gap.status().message().find("leave a gap after the tensor before it, which ends at 4"), std::string::npos)
+      << gap.status().message();
+  auto trailing = with("0, 4", "4, 8", 12);
+  ASSERT_FALSE(trailing.ok());
+  EXPECT_NE(trailing.status().message().find("data ends at byte 8 of a 12-byte data section"), std::string::npos)
+      << trailing.status().message();
+  auto reversed = with("4, 8", "0, 4", 8);
+  ASSERT_TRUE(reversed.ok()) << reversed.status().ToString();
+  EXPECT_EQ(reversed->tensors.size(), 2u);
+}
+
 TEST(Safetensors, WriteReadFile) {
   testing::ScratchDir dir;
   const std::string path = dir.file("w.safetensors");

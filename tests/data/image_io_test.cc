@@ -1,6 +1,7 @@
 #include "data/image_io.h"
 
 #include <gtest/gtest.h>
+#include <tiffio.h>
 
 #include <filesystem>
 #include <fstream>
@@ -156,6 +157,125 @@ TEST(ImageIo, PngAndJpegThroughOpenCv) {
   auto jpg = ReadImage(dir.file("g.jpg"));
   ASSERT_TRUE(jpg.ok());
   EXPECT_NEAR((*jpg)[2][2][0].item<int>(), 77, 2);
+}
+
+// PNG's and JPEG's headers are checked against the same bounds as TIFF's
+// before OpenCV sees the file: a 16-bit RGBA PNG claiming 32768 x 32768
+// pixels (OpenCV would allocate 8 GiB for it, and the decode about 48) and
+// a JPEG claiming 65535 x 65535 are refused naming the size, and a real
+// 16-bit RGBA PNG still decodes, unsigned, in RGBA order.
+TEST(ImageIo, PngAndJpegHeadersAreCheckedBeforeDecoding) {
+  scdino::testing::ScratchDir dir;
+  auto be32 = [](uint32_t v) {
+    return std::string{char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
+  };
+  const std::string ihdr = "IHDR" + be32(32768) + be32(32768) + std::string{16, 6, 0, 0, 0};
+  const std::string png = std::string("\x89PNG\r\n\x1a\n", 8) + be32(13) + ihdr + be32(0) + be32(4) + "IDAT" +
+                          std::string(8, 'x') + be32(0) + "IEND" + be32(0);
+  ASSERT_TRUE(WriteFileAtomic(dir.file("huge.png"), png).ok());
+  auto p = ReadImage(dir.file("huge.png"));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(p.status().message().find(dir.file("huge.png") + ": cannot decode PNG: the header asks for a 32768x32768x4 image"),
+            std::string::npos)
+      << p.status().message();
+  // SOI, a frame header (8 bits, 65535 x 65535, 3 components), EOI.
+  const std::string jpeg = std::string("\xff\xd8\xff\xe0\x00\x04zz\xff\xc0\x00\x11\x08\xff\xff\xff\xff\x03", 19) +
+                           std::string(9, '\x11') + "\xff\xd9";
+  ASSERT_TRUE(WriteFileAtomic(dir.file("huge.jpg"), jpeg).ok());
+  auto j = ReadImage(dir.file("huge.jpg"));
+  ASSERT_FALSE(j.ok());
+  EXPECT_NE(j.status().message().find(dir.file("huge.jpg") + ": cannot decode JPEG: the header asks for a 65535x65535x3 image"),
+            std::string::npos)
+      << j.status().message();
+  ASSERT_TRUE(WriteFileAtomic(dir.file("cut.jpg"), std::string("\xff\xd8\xff\xe0\x00\x10", 6)).ok());
+  EXPECT_EQ(ReadImage(dir.file("cut.jpg")).status().code(), StatusCode::kDataLoss);
+
+  cv::Mat bgra(3, 4, CV_16UC4);
+  for (int y = 0; y < 3; ++y) {
+    for (int x = 0; x < 4; ++x) bgra.at<cv::Vec4w>(y, x) = cv::Vec4w(1000 + x, 2000 + y, 65535, 40000);
+  }
+  ASSERT_TRUE(cv::imwrite(dir.file("rgba16.png"), bgra));
+  auto rgba = ReadImage(dir.file("rgba16.png"));
+  ASSERT_TRUE(rgba.ok()) << rgba.status().ToString();
+  ASSERT_EQ(rgba->sizes(), (std::vector<int64_t>{3, 4, 4}));
+  EXPECT_EQ(rgba->scalar_type(), torch::kInt32);
+  EXPECT_EQ((*rgba)[2][1][0].item<int>(), 65535) << "R";
+  EXPECT_EQ((*rgba)[2][1][1].item<int>(), 2002) << "G";
+  EXPECT_EQ((*rgba)[2][1][2].item<int>(), 1001) << "B";
+  EXPECT_EQ((*rgba)[2][1][3].item<int>(), 40000) << "A, unsigned";
+}
+
+// Bytes of a /proc/self/status line ("VmRSS", "VmHWM").
+uint64_t ProcStatusBytes(const std::string& key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + ":", 0) == 0) return std::stoull(line.substr(key.size() + 1)) * 1024;
+  }
+  return 0;
+}
+
+// Decoding holds the output and one scratch buffer, never the page several
+// times over: a 16-bit 2048 x 2048 x 8 image stored as one 64 MiB strip
+// (as WriteTiff and many writers store it) decodes to a 128 MiB int32
+// array, read a few rows at a time. The old decoder held the stored page,
+// its copy, the widened copy and the masked copy: about 384 MiB. The same
+// for separate planes of 8.4 MiB strips, each decoded in pieces too. Besides
+// the output, libtiff holds one compressed strip (at most the file).
+TEST(ImageIo, DecodingATiffHoldsTheOutputAndOneScratchBuffer) {
+  scdino::testing::ScratchDir dir;
+  constexpr int64_t kH = 2048, kW = 2048, kC = 8;
+  {
+    auto image = (torch::arange(kH * kW * kC, torch::kInt64) * 7919 % 65536).to(torch::kInt32).reshape({kH, kW, kC});
+    ASSERT_TRUE(WriteTiff(dir.file("big.tif"), image, TiffCompression::kDeflate).ok());
+  }
+  // The separate-plane file, written with libtiff: three planes of one strip.
+  constexpr uint32_t kS = 2100;
+  {
+    TIFF* t = TIFFOpen(dir.file("planes.tif").c_str(), "w");
+    ASSERT_NE(t, nullptr);
+    TIFFSetField(t, TIFFTAG_IMAGEWIDTH, kS);
+    TIFFSetField(t, TIFFTAG_IMAGELENGTH, kS);
+    TIFFSetField(t, TIFFTAG_SAMPLESPERPIXEL, 3);
+    TIFFSetField(t, TIFFTAG_BITSPERSAMPLE, 16);
+    TIFFSetField(t, TIFFTAG_PLANARCONFIG, PLANARCONFIG_SEPARATE);
+    TIFFSetField(t, TIFFTAG_PHOTOMETRIC, PHOTOMETRIC_MINISBLACK);
+    TIFFSetField(t, TIFFTAG_COMPRESSION, COMPRESSION_ADOBE_DEFLATE);
+    TIFFSetField(t, TIFFTAG_ROWSPERSTRIP, kS);
+    std::vector<uint16_t> plane(static_cast<size_t>(kS) * kS);
+    for (uint16_t s = 0; s < 3; ++s) {
+      for (size_t i = 0; i < plane.size(); ++i) plane[i] = static_cast<uint16_t>(i * (s + 3) + 40000);
+      ASSERT_GE(TIFFWriteEncodedStrip(t, s, plane.data(), static_cast<tmsize_t>(plane.size() * 2)), 0);
+    }
+    TIFFClose(t);
+  }
+  for (const auto& [name, out_bytes] :
+       std::vector<std::pair<std::string, uint64_t>>{{"big.tif", kH * kW * kC * 4}, {"planes.tif", uint64_t{kS} * kS * 3 * 4}}) {
+    std::ofstream("/proc/self/clear_refs") << "5";  // the high-water mark starts again from here
+    const uint64_t before = ProcStatusBytes("VmRSS");
+    auto got = ReadImage(dir.file(name));
+    const uint64_t peak = ProcStatusBytes("VmHWM");
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_GT(before, 0u);
+    // libtiff reads one compressed strip whole (at most the file).
+    const uint64_t file_bytes = std::filesystem::file_size(dir.file(name));
+    EXPECT_LT(peak - before, out_bytes + file_bytes + (16ull << 20))
+        << name << ": the decode held " << (peak - before) / (1 << 20) << " MiB for a " << out_bytes / (1 << 20)
+        << " MiB array from a " << file_bytes / (1 << 20) << " MiB file";
+    RecordProperty(name + "_peak_mib", static_cast<int>((peak - before) >> 20));
+    if (name == "big.tif") {
+      auto want = (torch::arange(kH * kW * kC, torch::kInt64) * 7919 % 65536).to(torch::kInt32).reshape({kH, kW, kC});
+      EXPECT_TRUE(got->equal(want));
+    } else {
+      ASSERT_EQ(got->sizes(), (std::vector<int64_t>{kS, kS, 3}));
+      for (int64_t s = 0; s < 3; ++s) {
+        for (int64_t i : {int64_t{0}, int64_t{kS} * kS / 2 + 7, int64_t{kS} * kS - 1}) {
+          EXPECT_EQ((*got)[i / kS][i % kS][s].item<int64_t>(), static_cast<uint16_t>(i * (s + 3) + 40000)) << s << " " << i;
+        }
+      }
+    }
+  }
 }
 
 TEST(ImageIo, ErrorsNameTheFile) {

@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 
 import numpy as np
 import tifffile
@@ -131,6 +132,11 @@ open(f"{d}/empty_and_scalar.safetensors", "wb").write(
 c = target_dir("crashes", "safetensors")
 open(f"{c}/empty-tensor-overflowing-strides.safetensors", "wb").write(
     safetensors({"x": ("F32", [1 << 32, 1 << 32, 0], b"")}))
+overlap = {"__metadata__": {}}
+for i in range(64):  # 64 tensors over the same 4 KiB: each would be a copy of it
+    overlap[f"t{i}"] = {"dtype": "U8", "shape": [4096], "data_offsets": [0, 4096]}
+h = json.dumps(overlap).encode()
+open(f"{c}/tensors-sharing-their-bytes.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"\0" * 4096)
 
 # .npy: the dtypes the reader takes, shapes, format versions 1 and 2.
 d = target_dir("corpus", "npy")
@@ -164,6 +170,46 @@ with tempfile.TemporaryDirectory() as tmp:
         assert shards == ["shard-00000.tar"], shards
         parts = [open(f"{out}/{f}", "rb").read() for f in ("pack.json", "index.csv", shards[0])]
         open(f"{d}/packed_u{bits}.bin", "wb").write(SEP.join(parts))
+
+# PNG and JPEG: grey, RGB, RGBA, 16-bit and palette PNGs, written here
+# (zlib, no encoder library), and the smallest baseline JPEG (8 x 8 grey,
+# one Huffman code each for DC and AC). Crashes: headers claiming more than
+# their file holds.
+def png(width, height, depth, colour, rows, extra=b""):
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    raw = b"".join(b"\0" + r for r in rows)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, depth, colour, 0, 0, 0)) +
+            extra + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def jpeg(width, height, components=1, data=b"\x3f"):
+    seg = lambda m, body: b"\xff" + bytes([m]) + struct.pack(">H", len(body) + 2) + body
+    comps = b"".join(bytes([i + 1, 0x11, 0]) for i in range(components))
+    return (b"\xff\xd8" + seg(0xDB, b"\0" + b"\1" * 64) +
+            seg(0xC0, struct.pack(">BHHB", 8, height, width, components) + comps) +
+            seg(0xC4, b"\x00" + b"\x01" + b"\0" * 15 + b"\x00") +  # DC table 0: one 1-bit code, category 0
+            seg(0xC4, b"\x10" + b"\x01" + b"\0" * 15 + b"\x00") +  # AC table 0: one 1-bit code, end of block
+            seg(0xDA, bytes([components]) + b"".join(bytes([i + 1, 0]) for i in range(components)) + b"\0\x3f\0") +
+            data + b"\xff\xd9")
+
+
+d = target_dir("corpus", "png")
+grey = rng.integers(0, 256, (6, 5), dtype=np.uint8)
+open(f"{d}/grey_u8.png", "wb").write(png(5, 6, 8, 0, [r.tobytes() for r in grey]))
+rgb = rng.integers(0, 256, (4, 3, 3), dtype=np.uint8)
+open(f"{d}/rgb_u8.png", "wb").write(png(3, 4, 8, 2, [r.tobytes() for r in rgb]))
+rgba16 = rng.integers(0, 65536, (3, 4, 4), dtype=np.uint16).astype(">u2")
+open(f"{d}/rgba_u16.png", "wb").write(png(4, 3, 16, 6, [r.tobytes() for r in rgba16]))
+plte = struct.pack(">I", 12) + b"PLTE" + bytes(range(12)) + struct.pack(">I", zlib.crc32(b"PLTE" + bytes(range(12))))
+open(f"{d}/palette_u8.png", "wb").write(png(4, 2, 8, 3, [bytes([0, 1, 2, 3]), bytes([3, 2, 1, 0])], plte))
+c = target_dir("crashes", "png")
+open(f"{c}/32768-square-rgba16-in-a-tiny-file.png", "wb").write(png(32768, 32768, 16, 6, [b""]))
+d = target_dir("corpus", "jpeg")
+open(f"{d}/grey_8x8.jpg", "wb").write(jpeg(8, 8))
+open(f"{d}/grey_16x8.jpg", "wb").write(jpeg(16, 8, data=b"\x0f"))
+c = target_dir("crashes", "jpeg")
+open(f"{c}/65535-square-in-a-tiny-file.jpg", "wb").write(jpeg(65535, 65535, 3))
 
 # Configs: the shipped ones (configs/, given to the replay as they are) and
 # each data source and section in a small one.

@@ -42,12 +42,18 @@ thread_local bool accepted = false;
 
 }  // namespace
 
-int Tiff(const uint8_t* data, size_t size) {
-  auto image = data::ReadImage(Put("input.tif", View(data, size)));
+namespace {
+int Image(const char* name, const uint8_t* data, size_t size) {
+  auto image = data::ReadImage(Put(name, View(data, size)));
   if (image.ok() && image->dim() != 3) __builtin_trap();  // a decoded image is H x W x C
   accepted = image.ok();
   return 0;
 }
+}  // namespace
+
+int Tiff(const uint8_t* data, size_t size) { return Image("input.tif", data, size); }
+int Png(const uint8_t* data, size_t size) { return Image("input.png", data, size); }
+int Jpeg(const uint8_t* data, size_t size) { return Image("input.jpg", data, size); }
 
 int Safetensors(const uint8_t* data, size_t size) {
   accepted = ParseSafetensors(View(data, size), "input.safetensors").ok();
@@ -95,6 +101,8 @@ void RemoveScratch() {
 
 Target TargetNamed(const std::string& name) {
   if (name == "tiff") return Tiff;
+  if (name == "png") return Png;
+  if (name == "jpeg") return Jpeg;
   if (name == "safetensors") return Safetensors;
   if (name == "npy") return Npy;
   if (name == "packed") return Packed;

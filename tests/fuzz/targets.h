@@ -17,6 +17,10 @@ using Target = int (*)(const uint8_t* data, size_t size);
 
 /// A TIFF file (data::ReadImage of a .tif holding the bytes).
 int Tiff(const uint8_t* data, size_t size);
+/// A PNG file (data::ReadImage of a .png holding the bytes).
+int Png(const uint8_t* data, size_t size);
+/// A JPEG file (data::ReadImage of a .jpg holding the bytes).
+int Jpeg(const uint8_t* data, size_t size);
 /// A safetensors file (ParseSafetensors).
 int Safetensors(const uint8_t* data, size_t size);
 /// A .npy file (ReadNpy).
@@ -37,7 +41,8 @@ bool LastInputAccepted();
 /// Removes the directory the targets write their inputs to.
 void RemoveScratch();
 
-/// The target of a name (tiff, safetensors, npy, packed, config); null
+/// The target of a name (tiff, png, jpeg, safetensors, npy, packed,
+/// config); null
 /// for another.
 Target TargetNamed(const std::string& name);
 
