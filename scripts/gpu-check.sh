@@ -119,7 +119,9 @@ echo "gpu-check: training $arch/$patch on $gpus ${device^^} rank(s), $batch imag
 port=$(( 29500 + $$ % 1000 ))
 pids=()
 for ((r = 0; r < gpus; r++)); do
-  MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=$gpus LOCAL_RANK=$r LOCAL_WORLD_SIZE=$gpus \
+  # Its own ranks: inside a Slurm step, Slurm's variables would win.
+  env -u SLURM_PROCID -u SLURM_NTASKS -u SLURM_LOCALID \
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=$gpus LOCAL_RANK=$r LOCAL_WORLD_SIZE=$gpus \
     "$trainer" --config "$out/gpu.yaml" --threads "$threads" >"$out/rank$r.out" 2>&1 &
   pids+=($!)
 done

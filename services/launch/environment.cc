@@ -271,12 +271,29 @@ bool DeviceSupportsBf16(torch::Device device) {
   return true;
 }
 
-Status PrepareRunDir(const RunConfig& config) {
+namespace {
+Status MakeRunDir(const RunConfig& config) {
   const int mode = config.scdino.run_dir_mode == "0700" ? 0700 : 0750;
-  if (auto s = MakeOwnDir(config.run_dir(), mode, "the run directory"); !s.ok()) return s;
+  return MakeOwnDir(config.run_dir(), mode, "the run directory");
+}
+void CleanRunDir(const RunConfig& config) {
   CleanStaleTemporaries(config.run_dir(), /*recursive=*/true);
   CleanStaleTemporaries(config.file_sd_dir(), /*recursive=*/false);
+}
+}  // namespace
+
+Status PrepareRunDir(const RunConfig& config) {
+  if (auto s = MakeRunDir(config); !s.ok()) return s;
+  CleanRunDir(config);
   return Status::Ok();
+}
+
+StatusOr<RunDirLock> PrepareRunDir(const RunConfig& config, const LaunchInfo& launch, const std::string& service) {
+  if (auto s = MakeRunDir(config); !s.ok()) return s;
+  auto lock = LockRunDir(config.run_dir(), service, launch, std::chrono::seconds(60), &std::cerr);
+  if (!lock.ok()) return lock.status();
+  CleanRunDir(config);  // only once no other world writes here
+  return lock;
 }
 
 StatusOr<std::string> RendezvousSecret(const RunConfig& config) {

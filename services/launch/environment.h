@@ -14,6 +14,7 @@
 #include "launch/coordinator.h"
 #include "launch/gpu_binding.h"
 #include "launch/launch.h"
+#include "launch/run_lock.h"
 
 namespace scdino::run {
 
@@ -109,6 +110,12 @@ bool DeviceSupportsBf16(torch::Device device);
 /// that exists (yours, writable by no one else: CheckOwnPath), and removes
 /// the temporaries killed writers left in it and in the file_sd directory.
 Status PrepareRunDir(const RunConfig& config);
+
+/// PrepareRunDir for a program that writes the run directory as one world
+/// (the trainer): rank 0 takes <run_dir>/<service>.lock (LockRunDir) before
+/// any temporary is removed, so a second world is refused before it touches
+/// what the first is writing. Hold the lock until the end.
+StatusOr<RunDirLock> PrepareRunDir(const RunConfig& config, const LaunchInfo& launch, const std::string& service);
 
 /// The secret that binds a job's rendezvous keys (Coordinator::Connect):
 /// <run_dir>/rendezvous.secret, 0600, created by whichever rank comes first

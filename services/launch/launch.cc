@@ -65,11 +65,12 @@ std::vector<int64_t> RendezvousPorts(int64_t job_id, int64_t step_id, int64_t re
   // a step moves it by 7919 and a restart by 3001, both prime to 12,000, so
   // the steps of a job, and its restarts, never start on the same port; the
   // next ports of a sequence are 4,813 apart (also prime to 12,000).
+  static_assert(kRendezvousPortCount == 12000, "the steps below are prime to the range's size");
   const int64_t base = static_cast<int64_t>(SplitMix64(static_cast<uint64_t>(job_id)) % 12000) +
                        7919 * (step_id % 12000) + 3001 * (restart % 12000);
   std::vector<int64_t> ports;
   for (int64_t k = 0; ports.size() < static_cast<size_t>(kRendezvousPorts) && k < 12000; ++k) {
-    const int64_t p = 20000 + (base + 4813 * k) % 12000;
+    const int64_t p = kRendezvousPortFirst + (base + 4813 * k) % 12000;
     const bool taken = std::any_of(reserved.begin(), reserved.end(),
                                    [p](const PortRange& r) { return p >= r.first && p <= r.second; });
     if (!taken && std::find(ports.begin(), ports.end(), p) == ports.end()) ports.push_back(p);
@@ -114,7 +115,8 @@ std::vector<PortRange> ReservedPorts(const std::string& slurm_conf) {
 }
 
 int64_t PortForJob(int64_t job_id, int64_t step_id, int64_t restart) {
-  return RendezvousPorts(job_id, step_id, restart, ReservedPorts(SlurmConfPath()))[0];
+  const auto ports = RendezvousPorts(job_id, step_id, restart, ReservedPorts(SlurmConfPath()));
+  return ports.empty() ? 0 : ports[0];
 }
 
 std::string EphemeralPortWarning(int64_t port, const std::string& range_file) {
@@ -213,8 +215,8 @@ StatusOr<std::map<std::string, std::string>> ContainerTaskVariables(
   std::map<std::string, std::string> task;
   const char* nodes = getenv("SLURM_STEP_NODELIST");
   const char* tasks = getenv("SLURM_STEP_NUM_TASKS");
-  if (getenv("SLURM_CONTAINER") == nullptr || getenv("SLURM_PROCID") != nullptr || getenv("RANK") != nullptr ||
-      nodes == nullptr || tasks == nullptr) {
+  if (getenv("SLURM_CONTAINER") == nullptr || getenv("SLURM_PROCID") != nullptr ||
+      getenv("TORCHELASTIC_RUN_ID") != nullptr || nodes == nullptr || tasks == nullptr) {
     return task;
   }
   auto hosts = ExpandHostlist(nodes);
@@ -260,7 +262,27 @@ StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>
     *out = *x;
     return Status::Ok();
   };
-  if (getenv("RANK") != nullptr && getenv("WORLD_SIZE") != nullptr) {
+  // Inside a Slurm step, Slurm's variables say where this task is, unless
+  // torchrun started it (TORCHELASTIC_RUN_ID): a RANK or WORLD_SIZE beside
+  // them was left in the submitting shell (sbatch exports it to every task),
+  // and taking it would make one job several one-rank runs. A launcher that
+  // starts its own ranks inside a step unsets SLURM_PROCID for them.
+  const bool in_slurm_step = getenv("SLURM_PROCID") != nullptr && getenv("SLURM_NTASKS") != nullptr &&
+                             getenv("TORCHELASTIC_RUN_ID") == nullptr;
+  if (in_slurm_step) {
+    for (auto [ours, slurms] : {std::pair<const char*, const char*>{"RANK", "SLURM_PROCID"}, {"WORLD_SIZE", "SLURM_NTASKS"},
+                                {"LOCAL_RANK", "SLURM_LOCALID"}}) {
+      const char* leaked = getenv(ours);
+      const char* slurm = getenv(slurms);
+      if (leaked != nullptr && (slurm == nullptr || std::string(leaked) != slurm)) {
+        info.notes.push_back(std::string(ours) + "=" + leaked + " in the environment is ignored: this is a Slurm step, "
+                             "where " + slurms + "=" + (slurm ? slurm : "(unset)") + " says where the task is (a " + ours +
+                             " left in the submitting shell reaches every task; unset it, or submit with "
+                             "--export=NONE)");
+      }
+    }
+  }
+  if (!in_slurm_step && getenv("RANK") != nullptr && getenv("WORLD_SIZE") != nullptr) {
     info.source = "torchrun";
     for (auto [name, min, out] : {std::tuple<const char*, int64_t, int64_t*>{"RANK", 0, &info.rank},
                                   {"WORLD_SIZE", 1, &info.world_size},
@@ -290,9 +312,21 @@ StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>
     int64_t restart = 0;
     if (auto s = get_int("SLURM_RESTART_COUNT", 0, &restart); !s.ok()) return s;
     const char* conf = getenv("SLURM_CONF");
-    info.port_candidates =
-        RendezvousPorts(job, step, restart, ReservedPorts(conf != nullptr && *conf ? conf : "/etc/slurm/slurm.conf"));
-    info.master_port = info.port_candidates[0];
+    const std::string conf_path = conf != nullptr && *conf ? conf : "/etc/slurm/slurm.conf";
+    const auto reserved = ReservedPorts(conf_path);
+    info.port_candidates = RendezvousPorts(job, step, restart, reserved);
+    if (info.port_candidates.empty() && getenv("MASTER_PORT") == nullptr) {
+      std::string ranges;
+      for (const auto& [a, b] : reserved) {
+        ranges += (ranges.empty() ? "" : ", ") + std::to_string(a) + (a == b ? "" : "-" + std::to_string(b));
+      }
+      return Status::InvalidArgument(
+          "no rendezvous port is left in " + std::to_string(kRendezvousPortFirst) + "-" +
+          std::to_string(kRendezvousPortFirst + kRendezvousPortCount - 1) + ": " + conf_path +
+          " reserves " + ranges + " for torchrun and Slurm, and its SrunPortRange covers the whole rendezvous "
+          "range; narrow SrunPortRange, or set MASTER_PORT to a free port outside it");
+    }
+    if (!info.port_candidates.empty()) info.master_port = info.port_candidates[0];
     info.attempt = "slurm job " + std::to_string(job) + " step " + std::to_string(step) + " restart " +
                    std::to_string(restart);
     // Tasks on this node: SLURM_STEP_TASKS_PER_NODE ("2(x3),1") at SLURM_NODEID.

@@ -34,6 +34,9 @@ struct LaunchInfo {
   /// id and restart count; with the rendezvous address. The rendezvous keys
   /// are under a prefix keyed by the run's secret and this text.
   std::string attempt;
+  /// What the environment said that was not taken (a RANK beside Slurm's
+  /// variables), for the program to print once.
+  std::vector<std::string> notes;
 };
 
 /// Where Linux reads the range of local ports that outgoing connections take.
@@ -41,13 +44,17 @@ inline constexpr const char* kEphemeralPortRangeFile = "/proc/sys/net/ipv4/ip_lo
 
 /// Reads the environment through `getenv` (injectable for tests):
 /// torchrun-style RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
-/// when RANK and WORLD_SIZE are set; else Slurm's SLURM_PROCID,
+/// when RANK and WORLD_SIZE are set outside a Slurm step (or torchrun set
+/// TORCHELASTIC_RUN_ID; inside a step, Slurm's win and a differing RANK,
+/// WORLD_SIZE or LOCAL_RANK is named in `notes`); else Slurm's SLURM_PROCID,
 /// SLURM_NTASKS, SLURM_LOCALID, the first host of SLURM_STEP_NODELIST (or
 /// SLURM_JOB_NODELIST) and PortForJob of SLURM_JOB_ID and SLURM_STEP_ID
 /// (MASTER_ADDR and MASTER_PORT override); else one process. In Slurm's
 /// own containers (SLURM_CONTAINER, no SLURM_PROCID: srun --container gives
 /// a task only the step's variables), the rank is this host's place in
-/// SLURM_STEP_NODELIST, one task per node. Errors name the variable.
+/// SLURM_STEP_NODELIST, one task per node. Errors name the variable; a
+/// slurm.conf whose SrunPortRange leaves no rendezvous port (and no
+/// MASTER_PORT) is InvalidArgument naming the ranges.
 StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>& getenv);
 
 /// A range of ports [first, last] that scdino never takes for a rendezvous.
@@ -55,6 +62,9 @@ using PortRange = std::pair<int64_t, int64_t>;
 
 /// How many ports an attempt's rendezvous may try.
 inline constexpr int kRendezvousPorts = 8;
+/// The ports a Slurm job step's rendezvous takes from: [20000, 32000).
+inline constexpr int64_t kRendezvousPortFirst = 20000;
+inline constexpr int64_t kRendezvousPortCount = 12000;
 
 /// The ports of a Slurm job step's rendezvous, in the order every rank tries
 /// them: kRendezvousPorts distinct ports in [20000, 32000), a function of

@@ -44,6 +44,9 @@ std::optional<int> CommandLine::Parse(int argc, const char* const* argv, std::os
     for (size_t i = 0; i < config_.warnings.size(); ++i) err << (i ? "; " : "") << config_.warnings[i];
     err << "\n";
   }
+  if (launch.ok() && launch->rank == 0) {
+    for (const auto& note : launch->notes) err << program_ << ": warning: " << note << "\n";
+  }
   return std::nullopt;
 }
 

@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
               << scdino::model::CpuGemmDescription();
     if (device->device.is_cpu()) std::cerr << ", " << scdino::run::KeepFreedMemoryForCpuTraining();
     std::cerr << "\n";
-    if (auto s = scdino::run::PrepareRunDir(config); !s.ok()) return Fail(nullptr, s);
+    auto run_dir_lock = scdino::run::PrepareRunDir(config, *launch, "trainer");
+    if (!run_dir_lock.ok()) return Fail(nullptr, run_dir_lock.status());
     // What the checkpoint sets on another world size (an elastic resume's
     // batch): read by every rank, so that a world size it cannot take is
     // refused before the rendezvous; rank 0's read goes into the plan.

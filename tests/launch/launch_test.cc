@@ -204,14 +204,76 @@ TEST(Launch, StepsOfAJobGetTheirOwnPortAndNodesTheirTaskCount) {
   EXPECT_FALSE(From(base).ok());
 }
 
-TEST(Launch, TorchrunVariablesWin) {
+// torchrun inside a Slurm job (one task a node, torchrun starting the
+// node's ranks) sets TORCHELASTIC_RUN_ID: its variables win there.
+TEST(Launch, TorchrunVariablesWinWhereTorchrunSetThem) {
   auto l = From({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.1.2.3"},
-                 {"MASTER_PORT", "29600"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
+                 {"MASTER_PORT", "29600"}, {"TORCHELASTIC_RUN_ID", "j7"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
   ASSERT_TRUE(l.ok());
   EXPECT_EQ(l->source, "torchrun");
   EXPECT_EQ(l->rank, 1);
   EXPECT_EQ(l->master_addr, "10.1.2.3");
   EXPECT_EQ(l->master_port, 29600);
+  EXPECT_TRUE(l->notes.empty());
+}
+
+// A RANK and WORLD_SIZE left in the submitting shell reach every task of a
+// step (sbatch exports the environment): taken, they made a 4-rank job four
+// one-rank runs writing one run directory. Inside a step Slurm's variables
+// win and the leaked ones are named; ones that agree (Enroot's PyTorch hook
+// sets them from Slurm's) are said nothing of.
+TEST(Launch, InsideASlurmStepSlurmsVariablesWinOverALeakedRank) {
+  Env env{{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"}, {"SLURM_JOB_ID", "88"},
+          {"RANK", "0"},         {"WORLD_SIZE", "1"},   {"MASTER_ADDR", "127.0.0.1"}};
+  auto l = From(env);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(l->source, "slurm");
+  EXPECT_EQ(l->rank, 3);
+  EXPECT_EQ(l->world_size, 4);
+  ASSERT_EQ(l->notes.size(), 2u);
+  EXPECT_NE(l->notes[0].find("RANK=0 in the environment is ignored: this is a Slurm step, where SLURM_PROCID=3"),
+            std::string::npos)
+      << l->notes[0];
+  EXPECT_NE(l->notes[1].find("WORLD_SIZE=1 in the environment is ignored"), std::string::npos) << l->notes[1];
+  env["RANK"] = "3", env["WORLD_SIZE"] = "4", env["LOCAL_RANK"] = "1";
+  auto agreeing = From(env);
+  ASSERT_TRUE(agreeing.ok());
+  EXPECT_EQ(agreeing->source, "slurm");
+  EXPECT_TRUE(agreeing->notes.empty());
+  // Outside a step, RANK and WORLD_SIZE are a launch of their own.
+  auto plain = From({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29600"}});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->source, "torchrun");
+  EXPECT_EQ(plain->rank, 1);
+}
+
+// An SrunPortRange over the whole rendezvous range leaves no port: refused
+// naming the ranges and the fix (the first candidate of an empty list was
+// read: every service crashed without a word). MASTER_PORT still works.
+TEST(Launch, AnSrunPortRangeThatLeavesNoPortIsRefusedNamingIt) {
+  scdino::testing::ScratchDir d;
+  std::ofstream(d.file("slurm.conf")) << "SlurmctldPort=6817\nSrunPortRange=20000-31999\n";
+  Env env{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "5"}, {"SLURM_CONF", d.file("slurm.conf")}};
+  auto l = From(env);
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(l.status().message().find("no rendezvous port is left in 20000-31999: " + d.file("slurm.conf") +
+                                      " reserves"),
+            std::string::npos)
+      << l.status().message();
+  EXPECT_NE(l.status().message().find("29500, 29400, 20000-31999, 6817, 6818 for torchrun and Slurm, and its "
+                                      "SrunPortRange covers the whole rendezvous range"),
+            std::string::npos)
+      << l.status().message();
+  env["MASTER_PORT"] = "40100";
+  auto given = From(env);
+  ASSERT_TRUE(given.ok()) << given.status().ToString();
+  EXPECT_EQ(given->master_port, 40100);
+  std::ofstream(d.file("slurm.conf")) << "SrunPortRange=20000-31990\n";
+  env.erase("MASTER_PORT");
+  auto narrow = From(env);
+  ASSERT_TRUE(narrow.ok()) << narrow.status().ToString();
+  EXPECT_GE(narrow->master_port, 31991);
 }
 
 TEST(Launch, BadValuesNameTheVariable) {
