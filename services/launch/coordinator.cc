@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 #include <vector>
@@ -101,6 +102,41 @@ std::shared_ptr<Coordinator> Coordinator::OverStore(c10::intrusive_ptr<c10d::Sto
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The store's server (LibTorch's classic one: one thread for every client)
+// reads a message with blocking reads, so a client that sends part of one
+// and stops would hold it for ever, and every rank with it. Its sockets are
+// made with a bound on each read and write: they inherit it from the
+// listening socket (Linux copies socket options on accept), a read past it
+// fails, and the server drops that client and goes on. The listening
+// socket is found among this process's descriptors, as LibTorch 1.13's
+// store makes its own.
+constexpr int kStoreReadBoundSeconds = 2;
+
+void BoundStoreReads(int64_t port) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = -1;
+    try {
+      fd = std::stoi(entry.path().filename().string());
+    } catch (const std::exception&) {
+      continue;
+    }
+    int listening = 0;
+    socklen_t n = sizeof listening;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &n) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
+    const int bound = addr.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port)
+                      : addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                                   : -1;
+    if (bound != port) continue;
+    const timeval bound_time{kStoreReadBoundSeconds, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound_time, sizeof bound_time);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &bound_time, sizeof bound_time);
+  }
+}
 
 // A socket connected to host:port within `wait` (blocking from then on),
 // or -1: nothing accepts connections there.
@@ -199,6 +235,11 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
   const auto mark = [&](int64_t rank) {
     return HmacSha256Hex(secret, "scdino-rundir\n" + launch.attempt + "\nrank " + std::to_string(rank)).substr(0, 32);
   };
+  // The marks live under a name only holders of the secret can know: the
+  // store authenticates nobody, and a mark forged at a public name (another
+  // user on the node, who can reach the port) would otherwise end rank 0.
+  const std::string marks = "scdino-marks-" + HmacSha256Hex(secret, "scdino-marks\n" + launch.attempt).substr(0, 32);
+  const auto mark_key = [&](int64_t rank) { return marks + "/" + std::to_string(rank); };
   const auto over = [&](c10::intrusive_ptr<c10d::TCPStore> store, int64_t port) {
     // Every key of the job under a prefix of this attempt alone: what a
     // listener on the port could learn is worth one failed attempt.
@@ -254,31 +295,46 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
         // Which attempt this store serves (no secret in it): a rank of the
         // same attempt whose mark differs has another run directory, and
         // says so at once; a rank of another attempt moves on.
+        // A sender that stops mid-message no longer holds the store's one
+        // server thread: its connection is dropped after a bound.
+        BoundStoreReads(ports[k]);
+        // Rank 0's mark first, then which attempt this store serves (no
+        // secret in it): a rank that finds this attempt here but not the
+        // mark under its name holds another secret (another run directory)
+        // and says so at once; a rank of another attempt moves on.
+        store->set(mark_key(0), Bytes(mark(0)));
         store->set("scdino-attempt", Bytes(attempt_id));
-        store->set("scdino-rundir/0", Bytes(mark(0)));
-        std::vector<std::string> keys;
-        for (int64_t r = 1; r < launch.world_size; ++r) keys.push_back("scdino-rundir/" + std::to_string(r));
-        try {
-          if (!keys.empty()) store->wait(keys, timeout);
-        } catch (const std::exception&) {
-          std::string missing;
-          int64_t n = 0;
-          for (int64_t r = 1; r < launch.world_size; ++r) {
-            if (store->check({keys[static_cast<size_t>(r - 1)]})) continue;
-            missing += (n++ ? ", " : "") + std::to_string(r);
-          }
-          return Status::Unavailable("rank 0: rank" + std::string(n > 1 ? "s " : " ") + missing + " of " +
-                                     std::to_string(launch.world_size) + " did not join the rendezvous at " +
-                                     launch.master_addr + ":" + std::to_string(ports[k]) + " within " +
-                                     std::to_string(timeout.count() / 1000) + " s");
-        }
+        // Each rank's mark, checked as it comes: a wrong one (only a holder
+        // of the name could write it) is removed with a warning and waited
+        // for again, never a reason to end.
+        const auto deadline = Clock::now() + timeout;
         for (int64_t r = 1; r < launch.world_size; ++r) {
-          if (Text(store->get(keys[static_cast<size_t>(r - 1)])) != mark(r)) {
-            return Status::FailedPrecondition(
-                "rank 0: rank " + std::to_string(r) + " joined the rendezvous at " + launch.master_addr + ":" +
-                std::to_string(ports[k]) + " without this run's rendezvous.secret: its node's run directory is not "
-                "the one rank 0 uses (the run directory must be the same directory on every node of the job, on a "
-                "file system they all share, not node-local storage such as /tmp; set meta.output_dir accordingly)");
+          while (true) {
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+            bool came = left.count() > 0;
+            if (came) {
+              try {
+                store->wait({mark_key(r)}, left);
+              } catch (const std::exception&) {
+                came = false;
+              }
+            }
+            if (!came) {
+              std::string missing;
+              int64_t n = 0;
+              for (int64_t q = r; q < launch.world_size; ++q) {
+                if (q > r && store->check({mark_key(q)})) continue;
+                missing += (n++ ? ", " : "") + std::to_string(q);
+              }
+              return Status::Unavailable("rank 0: rank" + std::string(n > 1 ? "s " : " ") + missing + " of " +
+                                         std::to_string(launch.world_size) + " did not join the rendezvous at " +
+                                         launch.master_addr + ":" + std::to_string(ports[k]) + " within " +
+                                         std::to_string(timeout.count() / 1000) + " s");
+            }
+            if (Text(store->get(mark_key(r))) == mark(r)) break;
+            std::cerr << "scdino: warning: rendezvous: a mark for rank " << r << " at " << launch.master_addr << ":"
+                      << ports[k] << " is not this run's (a process without the run's secret wrote it): ignored\n";
+            store->deleteKey(mark_key(r));
           }
         }
         return over(store, ports[k]);
@@ -309,9 +365,10 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
       so.timeout = std::min(left, step);
       try {
         auto store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
-        store->wait({"scdino-rundir/0"}, std::min(left, step));
-        if (Text(store->get("scdino-rundir/0")) != mark(0)) {
-          const bool ours = store->check({"scdino-attempt"}) && Text(store->get("scdino-attempt")) == attempt_id;
+        store->wait({"scdino-attempt"}, std::min(left, step));
+        const bool ours = Text(store->get("scdino-attempt")) == attempt_id;
+        if (!ours) continue;  // another run's store (or another attempt's)
+        if (!store->check({mark_key(0)}) || Text(store->get(mark_key(0))) != mark(0)) {
           last = Status::FailedPrecondition(
               "rank " + std::to_string(launch.rank) + " on " + ThisHostName() +
               ": the process serving the rendezvous at " + launch.master_addr +
@@ -320,10 +377,9 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
               "uses (the run directory must be the same directory on every node of the job, on a file system they "
               "all share, not node-local storage such as /tmp; set meta.output_dir accordingly), or another process "
               "holds the port");
-          if (ours) return last;  // this attempt's rank 0, with another secret: waiting cannot help
-          continue;
+          return last;  // this attempt's store, with another secret: waiting cannot help
         }
-        store->set("scdino-rundir/" + std::to_string(launch.rank), Bytes(mark(launch.rank)));
+        store->set(mark_key(launch.rank), Bytes(mark(launch.rank)));
         store->setTimeout(timeout);  // the probe's short one no longer
         return over(store, port);
       } catch (const std::exception& e) {

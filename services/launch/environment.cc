@@ -302,21 +302,29 @@ StatusOr<std::string> RendezvousSecret(const RunConfig& config) {
 
 StatusOr<std::shared_ptr<Coordinator>> Rendezvous(const RunConfig& config, const LaunchInfo& launch,
                                                   std::chrono::milliseconds timeout) {
-  auto secret = RendezvousSecret(config);
-  if (!secret.ok()) return secret.status();
-  auto coordinator = Coordinator::Connect(launch, timeout, *secret);
-  if (coordinator.ok() || launch.rank != 0 || coordinator.status().code() != StatusCode::kUnavailable) {
-    return coordinator;
+  for (int tries = 1;; ++tries) {
+    auto secret = RendezvousSecret(config);  // read again: rank 0 may have replaced it
+    if (!secret.ok()) return secret.status();
+    auto coordinator = Coordinator::Connect(launch, timeout, *secret);
+    if (coordinator.ok() || coordinator.status().code() != StatusCode::kUnavailable) return coordinator;
+    const std::string why = coordinator.status().message();
+    if (launch.rank == 0 && why.find("cannot listen on") != std::string::npos) {
+      // Another process may listen on the port and have heard the other
+      // ranks: the next attempt shares nothing with this one.
+      const std::string path = config.run_dir() + "/rendezvous.secret";
+      const Status rotated = WriteFileAtomic(path, NewSecret() + "\n", 0600);
+      return Status::PeerLost(
+          why + "; another process may hold the port and have heard the other ranks: " +
+          (rotated.ok() ? "the run's rendezvous secret is replaced (" + path + "), so the next attempt shares nothing "
+                          "with this one"
+                        : "replacing " + path + " failed too (" + rotated.message() + ")") +
+          "; the job is requeued, and a requeue takes other ports");
+    }
+    // A store or a rank silent past the bound: once more, then the job is
+    // requeued (a node may be lost), never ended as bad input.
+    if (tries == 2) return Status::PeerLost(why + " (a second time): the job is requeued");
+    std::cerr << "scdino: rendezvous: " << why << "; trying once more (" << timeout.count() / 1000 << " s)\n";
   }
-  const std::string path = config.run_dir() + "/rendezvous.secret";
-  const Status rotated = WriteFileAtomic(path, NewSecret() + "\n", 0600);
-  std::cerr << "scdino: rendezvous: rank 0 could not serve the rendezvous at " << launch.master_addr << ":"
-            << launch.master_port << "; another process may hold the port and have heard the other ranks: "
-            << (rotated.ok() ? "the run's rendezvous secret is replaced (" + path + "), so the next attempt shares "
-                               "nothing with this one"
-                             : "replacing " + path + " failed too (" + rotated.message() + ")")
-            << "\n";
-  return coordinator;
 }
 
 }  // namespace scdino::run

@@ -126,7 +126,10 @@ StatusOr<std::string> RendezvousSecret(const RunConfig& config);
 /// When rank 0 cannot serve the rendezvous (the port is taken: another
 /// process may listen there and have learnt what the other ranks sent),
 /// it replaces rendezvous.secret with a new one, saying so, so that the
-/// next attempt shares nothing with this one.
+/// next attempt shares nothing with this one, and ends PeerLost (the job is
+/// requeued, on other ports). A store or rank silent past `timeout` is said
+/// and tried once more, then PeerLost: a lost node is requeued, never taken
+/// for bad input.
 StatusOr<std::shared_ptr<Coordinator>> Rendezvous(const RunConfig& config, const LaunchInfo& launch,
                                                   std::chrono::milliseconds timeout);
 

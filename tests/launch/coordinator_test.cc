@@ -18,6 +18,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/digest.h"
 #include "common/torch_compat.h"
 #include "launch/environment.h"
 #include "support/ranks.h"
@@ -319,11 +320,13 @@ class Squatter {
 };
 
 // A squatter that took the job's only rendezvous port (MASTER_PORT given)
-// and serves a store of its own, holding a mark for rank 0 (replayed from
+// and serves a store of its own, claiming this attempt (its id is public)
+// and holding a mark for rank 0 at the old public name (replayed from
 // another run): rank 1 refuses it, and sends nothing of its own before rank
 // 0's mark is proven, so the squatter hears no mark, no secret, no key of
-// the job; rank 0, unable to serve the rendezvous, replaces the secret, and
-// another attempt's keys share nothing with this one's.
+// the job; rank 0, unable to serve the rendezvous, replaces the secret and
+// ends as a lost peer (requeued, on other ports), and another attempt's
+// keys share nothing with this one's.
 TEST(Coordinator, ASquatterOnTheRendezvousPortLearnsNothingOfUse) {
   scdino::testing::ScratchDir dir;
   auto config = ParseRunConfig("meta: {name_of_run: r, output_dir: \"" + dir.path() +
@@ -348,6 +351,8 @@ TEST(Coordinator, ASquatterOnTheRendezvousPortLearnsNothingOfUse) {
   launch.master_port = FreePort();
   launch.source = "slurm";
   launch.attempt = "slurm job 7 step 0 restart 0 at 127.0.0.1:" + std::to_string(launch.master_port);
+  const std::string id = Sha256Hex("scdino-attempt\n" + launch.attempt).substr(0, 32);
+  store->set("scdino-attempt", std::vector<uint8_t>(id.begin(), id.end()));
   Squatter squatter(launch.master_port, own.port);
   LaunchInfo one = launch;
   one.rank = 1;
@@ -358,8 +363,8 @@ TEST(Coordinator, ASquatterOnTheRendezvousPortLearnsNothingOfUse) {
       << c1.status().message();
   EXPECT_NE(c1.status().message().find("or another process holds the port"), std::string::npos);
   const std::string heard = squatter.heard();
-  EXPECT_NE(heard.find("scdino-rundir/0"), std::string::npos) << "rank 1 asked for rank 0's mark";
-  EXPECT_EQ(heard.find("scdino-rundir/1"), std::string::npos) << "the squatter heard rank 1's mark";
+  EXPECT_NE(heard.find("scdino-marks-"), std::string::npos) << "rank 1 asked for rank 0's mark";
+  EXPECT_EQ(heard.find("/1"), std::string::npos) << "the squatter heard rank 1's mark";
   EXPECT_EQ(heard.find(*secret), std::string::npos) << "the squatter heard the run's secret";
   EXPECT_EQ(heard.find("scdino-job-"), std::string::npos) << "the squatter heard a key of the job";
 
@@ -368,7 +373,8 @@ TEST(Coordinator, ASquatterOnTheRendezvousPortLearnsNothingOfUse) {
   zero.rank = 0;
   auto c0 = Rendezvous(*config, zero, std::chrono::seconds(3));
   ASSERT_FALSE(c0.ok());
-  EXPECT_EQ(c0.status().code(), StatusCode::kUnavailable) << c0.status().ToString();
+  EXPECT_EQ(c0.status().code(), StatusCode::kPeerLost) << c0.status().ToString();
+  EXPECT_NE(c0.status().message().find("the job is requeued"), std::string::npos) << c0.status().message();
   auto fresh = RendezvousSecret(*config);
   ASSERT_TRUE(fresh.ok());
   EXPECT_NE(*fresh, *secret);
@@ -488,6 +494,86 @@ TEST(Coordinator, TwoJobsOnTheSamePortsNeverJoinEachOthersStore) {
   EXPECT_TRUE(m.ranks[1]->RankZeroFirst("stats", [] { return Status::Ok(); }).ok());
   zero.join();
   a_zero.join();
+}
+
+// Another user on the node can reach the store, which authenticates
+// nobody: a mark for rank 1 forged at the old public name, and a client that
+// sends the first bytes of a message and then nothing (the classic store
+// server reads a message with blocking reads: it held the server, and every
+// rank, for ever). Rank 0 ignores the forged mark (its ranks' marks live
+// under a name only the secret gives), the half-sent client is dropped
+// after a bound, and the two ranks meet and work together.
+TEST(Coordinator, AForgedMarkAndAHalfSentMessageNeverEndTheRendezvous) {
+  const std::vector<int64_t> ports = {FreePort()};
+  const LaunchInfo launch = TwoRankLaunch("slurm job 61 step 0 restart 0 at 127.0.0.1:" + std::to_string(ports[0]), ports);
+  const std::string secret(64, 'k');
+  Met m;
+  std::thread zero([&] {
+    LaunchInfo mine = launch;
+    mine.rank = 0;
+    auto c = Coordinator::Connect(mine, std::chrono::seconds(40), secret);
+    m.status[0] = c.status();
+    if (c.ok()) m.ranks[0] = *c;
+  });
+  for (int i = 0; i < 200 && !Accepts("127.0.0.1", ports[0]); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(Accepts("127.0.0.1", ports[0]));
+  // The forger: a store client writing a mark for rank 1 where the old code read it.
+  {
+    auto o = compat::TcpStoreOptions();
+    o.port = static_cast<uint16_t>(ports[0]);
+    o.isServer = false;
+    o.waitWorkers = false;
+    o.timeout = std::chrono::seconds(10);
+    auto forger = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+    forger->set("scdino-rundir/1", std::vector<uint8_t>(32, 'z'));
+  }
+  // The half-sent message: one byte of a query, then silence, the connection held open.
+  const int half = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(ports[0]));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(half, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << std::strerror(errno);
+  const char first_byte = 0;
+  ASSERT_EQ(::send(half, &first_byte, 1, MSG_NOSIGNAL), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the server is in its read now
+  LaunchInfo one = launch;
+  one.rank = 1;
+  auto c1 = Coordinator::Connect(one, std::chrono::seconds(30), secret);
+  m.status[1] = c1.status();
+  if (c1.ok()) m.ranks[1] = *c1;
+  zero.join();
+  ::close(half);
+  ASSERT_TRUE(m.status[0].ok() && m.status[1].ok()) << m.status[0].ToString() << " | " << m.status[1].ToString();
+  std::thread z([&] { EXPECT_TRUE(m.ranks[0]->RankZeroFirst("stats", [] { return Status::Ok(); }).ok()); });
+  EXPECT_TRUE(m.ranks[1]->RankZeroFirst("stats", [] { return Status::Ok(); }).ok());
+  z.join();
+}
+
+// A rank whose rank 0 never serves (its node lost, a store silent past the
+// bound) says so, tries once more, and ends as a lost peer: the batch
+// scripts requeue it (exit 9), where it used to end 1.
+TEST(Coordinator, ARendezvousSilentPastItsBoundIsTriedOnceMoreThenRequeued) {
+  scdino::testing::ScratchDir dir;
+  auto config = ParseRunConfig("meta: {name_of_run: r, output_dir: \"" + dir.path() +
+                                   "\", selected_channel_combination_per_run: [\"012\"]}\n"
+                                   "scdino: {data_source: synthetic}\n",
+                               "cfg.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_TRUE(PrepareRunDir(*config).ok());
+  LaunchInfo one = TwoRankLaunch("slurm job 62 step 0 restart 0 at 127.0.0.1", {FreePort()});
+  one.rank = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  ::testing::internal::CaptureStderr();
+  auto c1 = Rendezvous(*config, one, std::chrono::seconds(2));
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(c1.ok());
+  EXPECT_EQ(c1.status().code(), StatusCode::kPeerLost) << c1.status().ToString();
+  EXPECT_NE(c1.status().message().find("(a second time): the job is requeued"), std::string::npos)
+      << c1.status().message();
+  EXPECT_NE(said.find("trying once more (2 s)"), std::string::npos) << said;
+  EXPECT_GE(seconds, 4.0) << "two bounds of 2 s";
 }
 
 TEST(ListenOn, NamesTheHostItCannotResolveAndSaysWhatIsLoopback) {
