@@ -258,6 +258,18 @@ class ControlServer::Impl {
       if (req->interval_ms() < 0) {
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "interval_ms must be >= 0");
       }
+      // Each stream holds one of the server's threads while it lasts: past
+      // the cap, refused at once, so that a flood of idle streams leaves
+      // threads for the short calls (status, pause, stop).
+      struct Slot {
+        std::atomic<int>& n;
+        ~Slot() { --n; }
+      } slot{impl_->watches_};
+      if (++impl_->watches_ > kMaxWatchStreams) {
+        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            "too many WatchStatus streams on this process (at most " + std::to_string(kMaxWatchStreams) +
+                                "): close some, or poll GetStatus");
+      }
       // Wake at least every 200 ms to notice a cancelled call or a shutdown.
       const auto tick = std::chrono::milliseconds(200);
       const auto interval = std::chrono::milliseconds(req->interval_ms());
@@ -348,6 +360,7 @@ class ControlServer::Impl {
   RunControl* control_;
   std::shared_ptr<std::atomic<int64_t>> refused_;
   std::atomic<bool> shutting_down_{false};
+  std::atomic<int> watches_{0};
   std::mutex log_mu_;
   std::chrono::steady_clock::time_point window_start_ = std::chrono::steady_clock::now();
   int logged_in_window_ = 0;
@@ -381,6 +394,19 @@ StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(ServerOptions opti
   // gRPC sets SO_REUSEPORT by default, which would let two runs share a
   // fixed port silently.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Bounded: the synchronous server gives each call a thread, so the
+  // threads are capped (a call past the cap is refused RESOURCE_EXHAUSTED
+  // by gRPC, never a thread the process cannot make), as are one
+  // connection's concurrent streams; idle peers are found by keepalive
+  // pings, and clients' pings (scdinoctl's, the follower's) are allowed.
+  grpc::ResourceQuota quota("scdino-control");
+  quota.SetMaxThreads(kMaxServerThreads);
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxStreamsPerConnection);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddListeningPort(options.listen_address, creds, &server->port_);
   builder.RegisterService(&server->impl_->control_service_);
   if (options.service == "trainer") builder.RegisterService(&server->impl_->trainer_service_);

@@ -22,6 +22,14 @@ class Status;
 
 namespace scdino::control {
 
+/// What one process's control server holds at most: threads (each call of
+/// the synchronous server takes one; a call past the cap is refused with
+/// RESOURCE_EXHAUSTED), WatchStatus streams (fewer, so that streams never
+/// take the threads the short calls need), and streams on one connection.
+inline constexpr int kMaxServerThreads = 96;
+inline constexpr int kMaxWatchStreams = 32;
+inline constexpr int kMaxStreamsPerConnection = 64;
+
 struct ServerOptions {
   /// host:port to listen on; port 0 picks a free port (see port()).
   std::string listen_address = "0.0.0.0:0";

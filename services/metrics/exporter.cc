@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -165,40 +166,86 @@ StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const ExporterOptions& o) {
   return e;
 }
 
+// One thread serves every connection, none of them blocking: each reads
+// and writes only what its socket has ready, within a deadline for the
+// whole exchange, so a client that sends a byte a second (or never reads)
+// holds its own connection until the deadline and nobody else's. At most
+// kMaxConnections are open; a new one past that closes the oldest.
 void Exporter::Serve() {
+  using Clock = std::chrono::steady_clock;
+  constexpr size_t kMaxConnections = 64;
+  constexpr size_t kMaxRequest = 16384;
+  const auto kDeadline = std::chrono::seconds(5);
+  struct Connection {
+    int fd;
+    Clock::time_point deadline;
+    std::string in, out;
+    size_t sent = 0;
+  };
   const prometheus::TextSerializer serializer;
-  while (!stop_.load()) {
-    pollfd p{listen_fd_, POLLIN, 0};
-    if (::poll(&p, 1, 200) <= 0) continue;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    timeval tv{2, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    std::string request;
-    char buf[2048];
-    while (request.find("\r\n\r\n") == std::string::npos && request.size() < 16384) {
-      const ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n <= 0) break;
-      request.append(buf, static_cast<size_t>(n));
-    }
+  std::vector<Connection> open;
+  auto respond = [&](Connection& c) {
     std::string status = "404 Not Found", body = "scdino: metrics are at /metrics\n";
-    if (request.rfind("GET /metrics", 0) == 0) {
+    if (c.in.rfind("GET /metrics", 0) == 0) {
       auto families = registry_->Collect();
       for (auto& f : process_->Collect()) families.push_back(std::move(f));
       status = "200 OK";
       body = serializer.Serialize(families);
     }
-    const std::string response = "HTTP/1.1 " + status +
-                                 "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: " +
-                                 std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-    for (size_t off = 0; off < response.size();) {
-      const ssize_t n = ::send(fd, response.data() + off, response.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) break;
-      off += static_cast<size_t>(n);
+    c.out = "HTTP/1.1 " + status + "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: " +
+            std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  };
+  while (!stop_.load()) {
+    std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+    for (const auto& c : open) fds.push_back({c.fd, static_cast<short>(c.out.empty() ? POLLIN : POLLOUT), 0});
+    if (::poll(fds.data(), fds.size(), 200) < 0) continue;
+    const auto now = Clock::now();
+    std::vector<bool> done(open.size(), false);
+    for (size_t i = 0; i < open.size(); ++i) {
+      Connection& c = open[i];
+      const short ready = fds[i + 1].revents;
+      if (ready & (POLLERR | POLLNVAL)) {
+        done[i] = true;
+      } else if (c.out.empty() && (ready & (POLLIN | POLLHUP))) {
+        char buf[2048];
+        const ssize_t n = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n > 0) c.in.append(buf, static_cast<size_t>(n));
+        if (c.in.find("\r\n\r\n") != std::string::npos || c.in.size() >= kMaxRequest || n == 0) {
+          if (n == 0 && c.in.empty()) {
+            done[i] = true;
+          } else {
+            respond(c);
+          }
+        }
+      } else if (!c.out.empty() && (ready & POLLOUT)) {
+        const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) c.sent += static_cast<size_t>(n);
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) done[i] = true;
+        if (c.sent == c.out.size()) done[i] = true;
+      }
+      if (now >= c.deadline) done[i] = true;
     }
-    ::close(fd);
+    std::vector<Connection> kept;
+    for (size_t i = 0; i < open.size(); ++i) {
+      if (done[i]) {
+        ::close(open[i].fd);
+      } else {
+        kept.push_back(std::move(open[i]));
+      }
+    }
+    open = std::move(kept);
+    if (fds[0].revents & POLLIN) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0) {
+        if (open.size() >= kMaxConnections) {
+          ::close(open.front().fd);
+          open.erase(open.begin());
+        }
+        open.push_back({fd, Clock::now() + kDeadline, {}, {}, 0});
+      }
+    }
   }
+  for (const auto& c : open) ::close(c.fd);
 }
 
 Exporter::~Exporter() {

@@ -28,6 +28,11 @@ namespace {
 namespace v1 = ::scdino::v1;
 using Clock = std::chrono::steady_clock;
 
+// How long one status stream of the follower lives before it is watched
+// again: a stream that stopped delivering (a server stuck while its
+// connection, and so keepalive, lives) is noticed within it.
+constexpr auto kWatchDeadline = std::chrono::minutes(2);
+
 RunState FromName(const std::string& s) {
   if (s == "COMPLETED") return RunState::kCompleted;
   if (s == "STOPPED") return RunState::kStopped;
@@ -175,6 +180,8 @@ StatusOr<FollowEvent> CheckpointFollower::Next() {
     // Statuses come at least every second, so stops are seen within one.
     grpc::ClientContext ctx;
     control::AddToken(&ctx, m.token);
+    // A deadline besides the channel's keepalive (kWatchDeadline).
+    ctx.set_deadline(std::chrono::system_clock::now() + kWatchDeadline);
     v1::WatchStatusRequest req;
     req.set_interval_ms(1000);
     auto reader = m.control->WatchStatus(&ctx, req);
@@ -208,6 +215,7 @@ StatusOr<FollowEvent> CheckpointFollower::Next() {
     const grpc::Status st = reader->Finish();
     if (stopped) return Status::Aborted("stopped while following the trainer");
     if (changed) continue;
+    if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && !m.Stopping()) continue;  // watched again
     if (!first && FromProto(s.state()) != RunState::kRunning) {
       e.checkpoints = m.Fresh(ListCheckpointFiles(m.o.run_dir));
       e.ended = true;

@@ -365,6 +365,109 @@ TEST_F(ServerTest, WatchStreamsChangesUntilTheEnd) {
   for (size_t i = 1; i < seen.size(); ++i) EXPECT_GT(seen[i].revision(), seen[i - 1].revision());
 }
 
+int ThreadsOfThisProcess() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// 3,000 idle WatchStatus streams, with the token, over 50 connections: the
+// synchronous server gave each a thread (3,000 threads; a few thousand more
+// exhaust a user's process limit, and then the shutdown could not make its
+// watchdog). Now at most kMaxWatchStreams are served, the rest are refused
+// RESOURCE_EXHAUSTED at once, the process's threads stay bounded, and the
+// short calls still answer while the streams are open.
+TEST_F(ServerTest, ThreeThousandIdleStreamsAreBoundedAndTheShortCallsStillAnswer) {
+  control_.Update([](RunStatus& s) { s.state = RunState::kRunning; });
+  const int before = ThreadsOfThisProcess();
+  constexpr int kStreams = 3000, kChannels = 50;
+  std::vector<std::unique_ptr<v1::Control::Stub>> stubs;
+  for (int c = 0; c < kChannels; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
+    args.SetInt("scdino.test.channel", c);
+    stubs.push_back(v1::Control::NewStub(grpc::CreateCustomChannel(
+        "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials(), args)));
+  }
+  struct Stream {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientAsyncReader<v1::Status>> reader;
+    v1::Status status;
+    grpc::Status end;
+    bool read = false, finished = false;
+  };
+  grpc::CompletionQueue cq;
+  std::vector<std::unique_ptr<Stream>> streams;
+  for (int i = 0; i < kStreams; ++i) {
+    auto st = std::make_unique<Stream>();
+    AddToken(&st->ctx, "0123456789abcdef0123456789abcdef");
+    st->reader = stubs[static_cast<size_t>(i % kChannels)]->PrepareAsyncWatchStatus(&st->ctx, v1::WatchStatusRequest(), &cq);
+    st->reader->StartCall(reinterpret_cast<void*>(static_cast<intptr_t>(3 * i)));
+    streams.push_back(std::move(st));
+  }
+  // Each call: started (tag 3i), then its first status read (3i+1) or, when
+  // the read fails, its end (3i+2).
+  int served = 0, refused = 0, other = 0;
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(60);
+  while (served + refused + other < kStreams) {
+    void* tag = nullptr;
+    bool ok = false;
+    if (cq.AsyncNext(&tag, &ok, deadline) != grpc::CompletionQueue::NextStatus::GOT_EVENT) break;
+    const intptr_t t = reinterpret_cast<intptr_t>(tag);
+    Stream& st = *streams[static_cast<size_t>(t / 3)];
+    if (t % 3 == 0) {
+      st.reader->Read(&st.status, reinterpret_cast<void*>(t + 1));
+    } else if (t % 3 == 1) {
+      if (ok) {
+        st.read = true;
+        ++served;
+      } else {
+        st.reader->Finish(&st.end, reinterpret_cast<void*>(t + 1));
+      }
+    } else {
+      st.finished = true;
+      if (st.end.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        ++refused;
+      } else {
+        ++other;
+        ADD_FAILURE() << "stream " << t / 3 << ": " << st.end.error_code() << " " << st.end.error_message();
+      }
+    }
+  }
+  const int during = ThreadsOfThisProcess();
+  RecordProperty("served", served);
+  RecordProperty("threads_added", during - before);
+  EXPECT_EQ(served + refused, kStreams) << served << " served, " << refused << " refused, " << other << " other";
+  EXPECT_LE(served, kMaxWatchStreams);
+  EXPECT_GE(served, 1);
+  EXPECT_LT(during - before, kMaxServerThreads + 64) << "threads: " << before << " before, " << during << " with the streams";
+  // The short calls still answer.
+  {
+    grpc::ClientContext ctx;
+    Call(&ctx);
+    v1::GetStatusRequest req;
+    v1::Status out;
+    const grpc::Status st = stub_->GetStatus(&ctx, req, &out);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+  }
+  bool named = false;
+  for (const auto& st : streams) {
+    if (st->finished && st->end.error_message().find("too many WatchStatus streams") != std::string::npos) named = true;
+  }
+  EXPECT_TRUE(named);
+  // The served streams cancelled and finished, then the queue drained.
+  for (size_t i = 0; i < streams.size(); ++i) {
+    if (!streams[i]->read) continue;
+    streams[i]->ctx.TryCancel();
+    streams[i]->reader->Finish(&streams[i]->end, reinterpret_cast<void*>(static_cast<intptr_t>(3 * i + 2)));
+  }
+  cq.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq.Next(&tag, &ok)) {
+  }
+}
+
 TEST_F(ServerTest, ListsCheckpointsOfTheRunDirectory) {
   // Written by the safetensors writer the trainer uses.
   for (int it : {8, 4}) {

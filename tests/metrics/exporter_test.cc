@@ -4,7 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <ctime>
+#include <thread>
+#include <vector>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -66,6 +70,45 @@ TEST(Exporter, ServesItsMetricsAndWritesItsTargetFile) {
     EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter"), std::string::npos) << text;
   }
   EXPECT_FALSE(std::filesystem::exists(sd_path)) << "the target file outlived the exporter";
+}
+
+// A client that sends its request a byte at a time (or connects and says
+// nothing) holds its own connection, not the exporter: Prometheus's scrape
+// beside three of them is answered at once. The old server read one
+// connection at a time with a 2 s bound per read, so a byte a second held
+// every scrape for as long as the slow client liked.
+TEST(Exporter, ASlowClientCannotBlockAScrape) {
+  ExporterOptions o;
+  o.listen_address = "127.0.0.1";
+  auto e = Exporter::Start(o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const int port = (*e)->port();
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> slow;
+  for (int k = 0; k < 3; ++k) {
+    slow.emplace_back([&, k] {
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return;
+      const std::string req = "GET /metrics HTTP/1.0\r\nHost: a-very-slow-client\r\n\r\n";
+      for (size_t i = 0; i < req.size() && !stop.load(); ++i) {
+        if (k > 0) (void)!::send(fd, &req[i], 1, MSG_NOSIGNAL);  // client 0 says nothing at all
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      }
+      ::close(fd);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // the slow ones are in
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string text = Scrape(port);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stop.store(true);
+  for (auto& t : slow) t.join();
+  EXPECT_NE(text.find("200 OK"), std::string::npos) << text;
+  EXPECT_LT(seconds, 1.0) << "the scrape waited for the slow clients";
 }
 
 // The state gauge: one series per state, 1 for the current one, so that an
