@@ -270,11 +270,27 @@ scdino_requeue_or_exit() {
   exit 0
 }
 
+# scdino_show_job: this job's one-line record from `scontrol show job -o`,
+# asked up to 3 times (1 s, then 2 s apart) when slurmctld does not answer
+# (a timeout, a restart): a hiccup is not taken for a job Slurm no longer
+# knows. Empty when it never answers.
+scdino_show_job() {
+  local try line
+  for try in 1 2 3; do
+    if line=$(scontrol show job -o "$scdino_job_id" 2>/dev/null) && [ -n "$line" ]; then
+      head -1 <<<"$line"
+      return 0
+    fi
+    [ "$try" = 3 ] || sleep "$try"
+  done
+  echo "scdino: scontrol show job $scdino_job_id did not answer 3 times" >&2
+  return 0
+}
 # scdino_job_field NAME: this job's NAME=value from scontrol (empty when
 # Slurm no longer knows the job).
 scdino_job_field() {
   [ -n "$scdino_job_id" ] || return 0
-  { scontrol show job -o "$scdino_job_id" 2>/dev/null | head -1 | tr ' ' '\n' | sed -n "s/^$1=//p" | head -1; } || true
+  scdino_show_job | tr ' ' '\n' | sed -n "s/^$1=//p" | head -1
 }
 # scdino_cancelled: the job is ending for good: scancel (or a preemption
 # that cancels). Slurm then shows it COMPLETING while this shell runs (the
@@ -285,7 +301,7 @@ scdino_job_field() {
 # is RUNNING.
 scdino_cancelled() {
   local line state restarts limit run
-  line=$( { scontrol show job -o "$scdino_job_id" 2>/dev/null | head -1; } || true)
+  line=$(scdino_show_job)
   state=$(sed -n 's/.*\bJobState=\([A-Z_]*\).*/\1/p' <<<"$line")
   case $state in
     CANCELLED*) return 0 ;;

@@ -111,7 +111,8 @@ class Posix final : public Env {
   }
   Status RenameFile(const std::string& from, const std::string& to) override {
     if (::rename(from.c_str(), to.c_str()) != 0) {
-      return Status::IOError("cannot rename " + from + " to " + to + ": " + Errno());
+      const int e = errno;  // a full directory or quota is NoSpace, as a full write is
+      return WriteError(e, "cannot rename " + from + " to " + to + ": " + Errno(e));
     }
     return Status::Ok();
   }
@@ -266,7 +267,8 @@ bool IsTemporaryName(const std::string& name) {
   return ParseTempName(name, &t);
 }
 
-int CleanStaleTemporaries(const std::string& dir, bool recursive, Env* env) {
+int CleanStaleTemporaries(const std::string& dir, bool recursive, Env* env,
+                          std::optional<std::filesystem::file_time_type> foreign_before) {
   auto names = env->ListDir(dir);
   if (!names.ok()) return 0;
   static const std::string host = HostNameForFiles();
@@ -276,15 +278,18 @@ int CleanStaleTemporaries(const std::string& dir, bool recursive, Env* env) {
     const std::string path = dir + "/" + n;
     TempName t;
     if (ParseTempName(n, &t)) {
-      const bool dead = t.host == host && t.pidns == pidns && ::kill(static_cast<pid_t>(t.pid), 0) != 0 &&
-                        errno == ESRCH;
-      if (dead && env->RemoveFile(path).ok()) {
-        std::cerr << "scdino: removed " << path << ", left by a writer (pid " << t.pid << ") that was killed\n";
+      const bool here = t.host == host && t.pidns == pidns;
+      const bool dead = here && ::kill(static_cast<pid_t>(t.pid), 0) != 0 && errno == ESRCH;
+      std::error_code ec;
+      const bool earlier = !here && foreign_before && std::filesystem::last_write_time(path, ec) < *foreign_before && !ec;
+      if ((dead || earlier) && env->RemoveFile(path).ok()) {
+        std::cerr << "scdino: removed " << path << ", left by a writer (pid " << t.pid
+                  << (earlier ? " on " + t.host + ", before this run started" : std::string()) << ") that was killed\n";
         ++removed;
       }
       continue;
     }
-    if (recursive && env->IsDirectory(path)) removed += CleanStaleTemporaries(path, true, env);
+    if (recursive && env->IsDirectory(path)) removed += CleanStaleTemporaries(path, true, env, foreign_before);
   }
   return removed;
 }

@@ -10,6 +10,8 @@
 #pragma once
 
 #include <memory>
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -95,9 +97,13 @@ bool IsTemporaryName(const std::string& name);
 /// Removes the temporaries under `dir` (recursively when asked) that were
 /// left by a writer that was killed: written on this host, in this PID
 /// namespace, by a process that no longer exists. Temporaries of live
-/// writers or of other hosts/containers are left alone. Returns how many were
-/// removed; a missing directory is not an error.
-int CleanStaleTemporaries(const std::string& dir, bool recursive, Env* env = Env::Default());
+/// writers are left alone; so are those of other hosts/containers, unless
+/// `foreign_before` is given (a run's start, by a process that holds the run
+/// directory: launch/run_lock.h) and they were last written before it: their
+/// writer belonged to an earlier attempt, on a node this one cannot look
+/// into. Returns how many were removed; a missing directory is not an error.
+int CleanStaleTemporaries(const std::string& dir, bool recursive, Env* env = Env::Default(),
+                          std::optional<std::filesystem::file_time_type> foreign_before = std::nullopt);
 
 /// A file written under a temporary name and installed atomically: Commit()
 /// fsyncs it, renames it over the target and fsyncs the directory; without

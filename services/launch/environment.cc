@@ -272,12 +272,16 @@ bool DeviceSupportsBf16(torch::Device device) {
 }
 
 namespace {
+// A temporary of another node untouched for this long before an attempt
+// starts is an earlier attempt's: a live writer appends to it far more often.
+constexpr auto kForeignTemporaryAge = std::chrono::minutes(5);
+
 Status MakeRunDir(const RunConfig& config) {
   const int mode = config.scdino.run_dir_mode == "0700" ? 0700 : 0750;
   return MakeOwnDir(config.run_dir(), mode, "the run directory");
 }
-void CleanRunDir(const RunConfig& config) {
-  CleanStaleTemporaries(config.run_dir(), /*recursive=*/true);
+void CleanRunDir(const RunConfig& config, std::optional<std::filesystem::file_time_type> foreign_before = {}) {
+  CleanStaleTemporaries(config.run_dir(), /*recursive=*/true, Env::Default(), foreign_before);
   CleanStaleTemporaries(config.file_sd_dir(), /*recursive=*/false);
 }
 }  // namespace
@@ -292,7 +296,11 @@ StatusOr<RunDirLock> PrepareRunDir(const RunConfig& config, const LaunchInfo& la
   if (auto s = MakeRunDir(config); !s.ok()) return s;
   auto lock = LockRunDir(config.run_dir(), service, launch, std::chrono::seconds(60), &std::cerr);
   if (!lock.ok()) return lock.status();
-  CleanRunDir(config);  // only once no other world writes here
+  // Only once no other world writes here; holding the directory, rank 0
+  // also removes what writers of earlier attempts left on other nodes
+  // (untouched for kForeignTemporaryAge before this attempt).
+  CleanRunDir(config, lock->held() ? std::optional(std::filesystem::file_time_type::clock::now() - kForeignTemporaryAge)
+                                   : std::nullopt);
   return lock;
 }
 

@@ -200,6 +200,18 @@ TEST(Env, CleaningRemovesOnlyTemporariesOfWritersThatAreGone) {
   EXPECT_TRUE(std::filesystem::exists(other_host)) << "another node's temporary was removed";
   EXPECT_TRUE(std::filesystem::exists(kept));
   EXPECT_EQ(CleanStaleTemporaries(dir.file("missing"), true), 0);
+  // A process holding the run directory (launch/run_lock.h) also removes
+  // other nodes' temporaries last written before its cutoff: their writers
+  // belonged to an earlier attempt (killed with a lost node). A recent one
+  // is a live writer's, and stays.
+  const std::string old_other = dir.file(TempNameOf("y.json", "lost-node", 4242));
+  std::ofstream(old_other) << "x";
+  std::filesystem::last_write_time(old_other, std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
+  const auto cutoff = std::filesystem::file_time_type::clock::now() - std::chrono::minutes(5);
+  EXPECT_EQ(CleanStaleTemporaries(dir.path(), false, Env::Default(), cutoff), 1);
+  EXPECT_FALSE(std::filesystem::exists(old_other)) << "an earlier attempt's temporary on another node stayed";
+  EXPECT_TRUE(std::filesystem::exists(other_host)) << "a recent temporary of another node was removed";
+  EXPECT_TRUE(std::filesystem::exists(alive));
 }
 
 TEST(AtomicFile, WithoutCommitTheTemporaryIsRemoved) {
