@@ -270,6 +270,18 @@ scdino_requeue_or_exit() {
   exit 0
 }
 
+# scdino_array_path PATH: PATH with a job array's patterns filled in, as
+# Slurm fills --output's: %a the task's index, %A the array's job id. So
+# `sbatch --array=0-2 train.sbatch 'runs/run-%a.yaml'` gives each task a
+# config, and a run directory, of its own. Outside an array: PATH.
+scdino_array_path() {
+  local path=$1
+  if [ -n "${SLURM_ARRAY_TASK_ID:-}" ]; then
+    path=${path//%a/$SLURM_ARRAY_TASK_ID}
+    path=${path//%A/${SLURM_ARRAY_JOB_ID:-}}
+  fi
+  printf '%s\n' "$path"
+}
 # scdino_show_job: this job's one-line record from `scontrol show job -o`,
 # asked up to 3 times (1 s, then 2 s apart) when slurmctld does not answer
 # (a timeout, a restart): a hiccup is not taken for a job Slurm no longer

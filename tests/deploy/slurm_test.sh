@@ -160,6 +160,20 @@ ended=$(scontrol show job -o "$job" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*
 grep -q "could not be requeued" "$work"/norequeue-*.out || { echo "FAIL: the shell did not say the requeue failed"; exit 1; }
 echo "ok: a requeue that fails ends the job FAILED with 75, saying so"
 
+# 2f. A job array: each task its own job, its own config and run directory
+# (%a in the config's path, as in --output), three runs trained.
+for a in 0 1 2; do config "array$a" 1; done
+job=$(sbatch --parsable --array=0-2 --ntasks=1 --cpus-per-task=1 --output="$work/array-%A_%a.out" \
+  --export=ALL,SCDINO_BIN="$build/services/trainer" "$src/deploy/slurm/train.sbatch" "$work/array%a.yaml")
+wait_gone "$job" 300
+for a in 0 1 2; do
+  [ "$(iteration "$work/array$a/checkpoint.safetensors" 2>/dev/null)" = 4 ] ||
+    { echo "FAIL: array task $a did not train its run"; cat "$work"/array-*.out; exit 1; }
+done
+states=$(sacct -n -X -j "$job" -o JobID%20,State 2>/dev/null | awk '{print $2}' | sort | uniq -c | tr -s ' ') || states=""
+[ -z "$states" ] || [ "$states" = " 3 COMPLETED" ] || { echo "FAIL: array tasks ended $states"; cat "$work"/array-*.out; exit 1; }
+echo "ok: a 3-task job array trains three runs, each from its own config (%a)"
+
 # scdinoctl against a trainer the batch script launched: status names the
 # Slurm job and both ranks; stop ends the job through the API (exit 4, no
 # requeue), with a checkpoint, and the endpoint file is removed.
