@@ -10,7 +10,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "common/digest.h"
@@ -201,5 +203,29 @@ StatusOr<std::string> LoadOrCreateSecret(const std::string& path, const std::str
 }
 
 bool FileExists(const std::string& path) { return Env::Default()->FileExists(path); }
+
+Status RetryWhileFileLags(const std::function<Status()>& attempt, const std::string& what, std::ostream* log,
+                          const std::vector<std::chrono::milliseconds>& waits) {
+  Status s = attempt();
+  std::chrono::milliseconds waited{0};
+  for (const auto& wait : waits) {
+    if (s.ok() || (s.code() != StatusCode::kNotFound && s.code() != StatusCode::kDataLoss)) return s;
+    if (waited.count() == 0 && log != nullptr) {
+      *log << "scdino: " << what << ": " << s.message() << "; a shared file system may show it late: trying again for up to "
+           << std::chrono::duration_cast<std::chrono::seconds>(
+                  std::accumulate(waits.begin(), waits.end(), std::chrono::milliseconds(0)))
+                  .count()
+           << " s\n";
+    }
+    std::this_thread::sleep_for(wait);
+    waited += wait;
+    s = attempt();
+  }
+  if (s.ok() || waited.count() == 0 || (s.code() != StatusCode::kNotFound && s.code() != StatusCode::kDataLoss)) return s;
+  const std::string how_long = waited.count() % 1000 == 0 ? std::to_string(waited.count() / 1000) + " s"
+                                                          : std::to_string(waited.count()) + " ms";
+  const std::string m = s.message() + " (still so after " + how_long + " of waiting for a lagging file system)";
+  return s.code() == StatusCode::kNotFound ? Status::NotFound(m) : Status::DataLoss(m);
+}
 
 }  // namespace scdino

@@ -4,8 +4,12 @@
 // Thread-safe: each call works on its own descriptors through the Env.
 #pragma once
 
+#include <chrono>
+#include <functional>
+#include <ostream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/env.h"
 #include "common/status.h"
@@ -46,6 +50,17 @@ StatusOr<std::string> ReadOwnFile(const std::string& path, const std::string& wh
 
 /// Creates a directory and its parents (like mkdir -p).
 Status MakeDirs(const std::string& path);
+
+/// Runs `attempt` again while it fails NotFound or DataLoss, after each of
+/// `waits` (1, 2, 4 and 8 s: 15 s in all), saying so once on `log` (may be
+/// null) for `what`: a node whose view of a shared file system lags (NFS's
+/// attribute and lookup caches) may not yet see a file another node wrote,
+/// or see it cut. Any other outcome is returned at once; after the waits,
+/// the last failure, saying how long it was waited for.
+Status RetryWhileFileLags(const std::function<Status()>& attempt, const std::string& what, std::ostream* log,
+                          const std::vector<std::chrono::milliseconds>& waits = {
+                              std::chrono::seconds(1), std::chrono::seconds(2), std::chrono::seconds(4),
+                              std::chrono::seconds(8)});
 
 /// What a run trusts without a ReadOwnFile of its own (its run directory, a
 /// checkpoint it resumes from, the channel statistics it normalises with)

@@ -111,7 +111,7 @@ using Clock = std::chrono::steady_clock;
 // fails, and the server drops that client and goes on. The listening
 // socket is found among this process's descriptors, as LibTorch 1.13's
 // store makes its own.
-constexpr int kStoreReadBoundSeconds = 2;
+constexpr int kStoreReadBoundSeconds = 10;
 
 void BoundStoreReads(int64_t port) {
   std::error_code ec;

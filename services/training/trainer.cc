@@ -350,9 +350,17 @@ StatusOr<int64_t> Trainer::Resume() {
   });
   if (!decided.ok()) return decided.status();
   if (*decided == "fresh") return int64_t{0};
-  if (auto s = CheckOwnPath(latest, "the checkpoint to resume from"); !s.ok()) return s;
-  auto info = LoadCheckpoint(latest, *dino_);
-  if (!info.ok()) return info.status();
+  // Rank 0 saw it; this node's view of a shared file system may lag
+  // (NFS): a missing or cut file is looked at again before it is bad input.
+  StatusOr<CheckpointInfo> info = Status::Internal("not loaded");
+  const Status visible = RetryWhileFileLags(
+      [&]() -> Status {
+        if (auto s = CheckOwnPath(latest, "the checkpoint to resume from"); !s.ok()) return s;
+        info = LoadCheckpoint(latest, *dino_);
+        return info.status();
+      },
+      "rank " + std::to_string(coordinator_->rank()) + ": resume", &std::cerr);
+  if (!visible.ok()) return visible;
   // A run that recovered from a collapse goes on with the settings it
   // recovered with: the model is rebuilt with them and loaded again.
   if (!info->recoveries_json.empty()) {

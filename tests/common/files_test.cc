@@ -5,6 +5,10 @@
 #include "common/files.h"
 
 #include <gtest/gtest.h>
+
+#include <chrono>
+
+#include <thread>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -212,6 +216,36 @@ TEST(Env, CleaningRemovesOnlyTemporariesOfWritersThatAreGone) {
   EXPECT_FALSE(std::filesystem::exists(old_other)) << "an earlier attempt's temporary on another node stayed";
   EXPECT_TRUE(std::filesystem::exists(other_host)) << "a recent temporary of another node was removed";
   EXPECT_TRUE(std::filesystem::exists(alive));
+}
+
+// A file another node wrote, not yet visible here (NFS's caches lag): read
+// again after each wait, said once, and found when it appears. Never
+// appearing, it is the reader's NotFound, saying how long it was waited
+// for; another failure is returned at once.
+TEST(RetryWhileFileLags, AFileThatAppearsLateIsReadAndOneThatNeverDoesIsNamed) {
+  testing::ScratchDir dir;
+  const std::string path = dir.file("checkpoint.safetensors");
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(450));
+    ASSERT_TRUE(WriteFileAtomic(path, "late").ok());
+  });
+  const std::vector<std::chrono::milliseconds> waits(8, std::chrono::milliseconds(100));
+  std::ostringstream said;
+  int tries = 0;
+  const Status found = RetryWhileFileLags([&] { ++tries; return ReadFile(path).status(); }, "resume", &said, waits);
+  writer.join();
+  EXPECT_TRUE(found.ok()) << found.ToString();
+  EXPECT_GE(tries, 4);
+  EXPECT_NE(said.str().find("scdino: resume: no such file: " + path + "; a shared file system may show it late"),
+            std::string::npos)
+      << said.str();
+  const Status never = RetryWhileFileLags([&] { return ReadFile(dir.file("never")).status(); }, "resume", nullptr, waits);
+  EXPECT_EQ(never.code(), StatusCode::kNotFound);
+  EXPECT_NE(never.message().find("(still so after 800 ms of waiting"), std::string::npos) << never.message();
+  tries = 0;
+  const Status other = RetryWhileFileLags([&] { ++tries; return Status::IOError("disk gone"); }, "resume", nullptr, waits);
+  EXPECT_EQ(other.code(), StatusCode::kIOError);
+  EXPECT_EQ(tries, 1);
 }
 
 TEST(AtomicFile, WithoutCommitTheTemporaryIsRemoved) {
