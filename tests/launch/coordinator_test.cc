@@ -319,6 +319,17 @@ class Squatter {
   std::string heard_;
 };
 
+// A synthetic run's config whose run directory (in `dir`) is prepared.
+StatusOr<RunConfig> PreparedRunConfig(const scdino::testing::ScratchDir& dir) {
+  auto config = ParseRunConfig("meta: {name_of_run: r, output_dir: \"" + dir.path() +
+                                   "\", selected_channel_combination_per_run: [\"012\"]}\n"
+                                   "scdino: {data_source: synthetic}\n",
+                               "cfg.yaml");
+  if (!config.ok()) return config;
+  if (Status s = PrepareRunDir(*config); !s.ok()) return s;
+  return config;
+}
+
 // A squatter that took the job's only rendezvous port (MASTER_PORT given)
 // and serves a store of its own, claiming this attempt (its id is public)
 // and holding a mark for rank 0 at the old public name (replayed from
@@ -329,12 +340,8 @@ class Squatter {
 // keys share nothing with this one's.
 TEST(Coordinator, ASquatterOnTheRendezvousPortLearnsNothingOfUse) {
   scdino::testing::ScratchDir dir;
-  auto config = ParseRunConfig("meta: {name_of_run: r, output_dir: \"" + dir.path() +
-                                   "\", selected_channel_combination_per_run: [\"012\"]}\n"
-                                   "scdino: {data_source: synthetic}\n",
-                               "cfg.yaml");
+  auto config = PreparedRunConfig(dir);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
-  ASSERT_TRUE(PrepareRunDir(*config).ok());
   auto secret = RendezvousSecret(*config);
   ASSERT_TRUE(secret.ok());
   auto own = compat::TcpStoreOptions();
@@ -555,12 +562,8 @@ TEST(Coordinator, AForgedMarkAndAHalfSentMessageNeverEndTheRendezvous) {
 // scripts requeue it (exit 9), where it used to end 1.
 TEST(Coordinator, ARendezvousSilentPastItsBoundIsTriedOnceMoreThenRequeued) {
   scdino::testing::ScratchDir dir;
-  auto config = ParseRunConfig("meta: {name_of_run: r, output_dir: \"" + dir.path() +
-                                   "\", selected_channel_combination_per_run: [\"012\"]}\n"
-                                   "scdino: {data_source: synthetic}\n",
-                               "cfg.yaml");
+  auto config = PreparedRunConfig(dir);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
-  ASSERT_TRUE(PrepareRunDir(*config).ok());
   LaunchInfo one = TwoRankLaunch("slurm job 62 step 0 restart 0 at 127.0.0.1", {FreePort()});
   one.rank = 1;
   const auto t0 = std::chrono::steady_clock::now();
