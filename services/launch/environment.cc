@@ -237,10 +237,8 @@ StatusOr<DeviceChoice> PickDevice(const RunConfig& config, const LaunchInfo& lau
   facts.visible_gpus = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
   facts.cudnn_stub = CudnnIsStub();
   facts.binding = GpuBindingFromEnv([](const char* k) { return std::getenv(k); }, launch.local_rank);
-  for (auto [name, field] : {std::make_pair("CUDA_VISIBLE_DEVICES", &facts.cuda_visible_devices),
-                             std::make_pair("NVIDIA_VISIBLE_DEVICES", &facts.nvidia_visible_devices)}) {
-    if (const char* v = std::getenv(name)) *field = v;
-  }
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) facts.cuda_visible_devices = v;
+  if (const char* v = std::getenv("NVIDIA_VISIBLE_DEVICES")) facts.nvidia_visible_devices = v;
   auto d = DecideDevice(config, launch, facts);
   if (!d.ok()) return d.status();
   DeviceChoice c;
