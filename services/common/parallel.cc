@@ -6,11 +6,20 @@
 #endif
 
 #include <ATen/Parallel.h>
+#include <omp.h>
 
 namespace scdino {
 
 void ParallelFor(int64_t begin, int64_t end, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   at::parallel_for(begin, end, grain, fn);
+}
+
+void SerialOnThisThread() {
+  // LibTorch copies the process's count into a thread's OpenMP setting on
+  // the thread's first parallel call: done now, so that it cannot undo the
+  // line below later.
+  at::internal::lazy_init_num_threads();
+  omp_set_num_threads(1);  // this thread's setting alone (an OpenMP ICV)
 }
 
 }  // namespace scdino

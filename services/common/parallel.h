@@ -21,4 +21,13 @@ namespace scdino {
 /// exception thrown in fn is rethrown here.
 void ParallelFor(int64_t begin, int64_t end, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+/// Keeps this thread's LibTorch and oneDNN work on this one thread and
+/// leaves the process's intra-op count (set once, at the edge, by
+/// run::ConfigureCpu) as it is. For threads that work beside the compute:
+/// the loader's readers, the channel statistics'. at::set_num_threads(1)
+/// there would store 1 as the process's count, which every thread takes on
+/// its first parallel call, the training step's thread included: the
+/// trainer then computed on one thread whatever scdino.threads said.
+void SerialOnThisThread();
+
 }  // namespace scdino

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <iostream>
 
+#include "common/parallel.h"
+
 namespace scdino::data {
 
 FileLoader::FileLoader(Dataset dataset, LoaderOptions options, torch::Device device)
@@ -246,7 +248,7 @@ FileLoader::RawBatch FileLoader::Load(const std::vector<int64_t>& indices) {
 }
 
 void FileLoader::Worker(int worker) {
-  at::set_num_threads(1);
+  SerialOnThisThread();
   const int64_t niter = sampler_.batches_per_epoch();
   const int64_t bs = options_.sampler.batch_size;
   std::unique_lock<std::mutex> l(mu_);

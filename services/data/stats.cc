@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/files.h"
+#include "common/parallel.h"
 #include "data/sampler.h"
 
 namespace scdino::data {
@@ -42,7 +43,7 @@ StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& pr
   Status error;
   auto accumulate = [&](int t) {
     torch::InferenceMode guard;
-    at::set_num_threads(1);
+    SerialOnThisThread();
     for (int64_t k = next++; k < take; k = next++) {
       if (o.should_stop && o.should_stop()) {
         std::lock_guard<std::mutex> l(err_mu);

@@ -776,6 +776,10 @@ Status Trainer::LogEpoch(int64_t epoch, int64_t it, double seconds, const StepRe
     line["gpu_mem_reserved_bytes"] = mem->reserved_bytes;
   }
   if (dino_->scaler) line["loss_scale"] = dino_->scaler->scale();
+  // The intra-op threads the steps computed on, read on the steps' own
+  // thread: what scdino.threads (or --threads) asked for, or a library
+  // changed the process's count behind the edge's back.
+  line["cpu_threads"] = at::get_num_threads();
   out_.epoch_log.Reset();
   if (!out_.epoch_file) return Status::Ok();
   if (auto s = out_.epoch_file->Append(line.dump() + "\n"); !s.ok()) return s;

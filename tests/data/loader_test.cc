@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "data/image_io.h"
@@ -80,6 +81,36 @@ TEST(FileLoader, SameBatchesForAnyThreadCountAndCache) {
   auto full = Epoch(one, 2), rest = Epoch(one, 2, 3);
   ASSERT_EQ(rest.size(), 1u);
   EXPECT_TRUE(rest[0].crops[1].equal(full[3].crops[1]));
+}
+
+// The reading threads decode on one thread each and leave the process's
+// intra-op count as the edge set it: a thread that computes after they ran
+// (the training step's, on its first parallel call) gets that count. They
+// used to lower it to 1 for the whole process (at::set_num_threads), and the
+// CPU trainer computed on one thread whatever scdino.threads said.
+TEST(FileLoader, TheReadingThreadsLeaveTheProcessThreadCountAlone) {
+  scdino::testing::ScratchDir dir;
+  auto d = Write(dir.path(), 2, 4);
+  const int was = at::get_num_threads();
+  at::set_num_threads(3);
+  std::mutex mu;
+  std::set<int> in_readers;
+  auto o = Options(2);
+  const auto caller = std::this_thread::get_id();  // reads the first image for its channel count
+  o.read = [&](const std::string& path, const ImagePrep& prep) {
+    std::lock_guard<std::mutex> l(mu);
+    if (std::this_thread::get_id() != caller) in_readers.insert(at::get_num_threads());
+    return LoadImage(path, prep);
+  };
+  {
+    FileLoader l(d, o);
+    EXPECT_EQ(Epoch(l, 0).size(), 2u);
+  }
+  int later = 0;
+  std::thread([&] { later = at::get_num_threads(); }).join();
+  at::set_num_threads(was);
+  EXPECT_EQ(in_readers, std::set<int>{1});
+  EXPECT_EQ(later, 3);
 }
 
 TEST(FileLoader, RanksShareNothing) {

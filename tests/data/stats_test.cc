@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include "common/files.h"
 #include "data/image_io.h"
@@ -59,6 +60,24 @@ TEST(ChannelStats, MatchesADirectComputation) {
   // bins hold at least one pixel an image.
   EXPECT_GE(s->histogram[0].front(), 20);
   EXPECT_GE(s->histogram[0].back(), 20);
+}
+
+// Its threads leave the process's intra-op count as the edge set it (they
+// set it to 1 for the whole process, before the trainer's first step).
+TEST(ChannelStats, ItsThreadsLeaveTheProcessThreadCountAlone) {
+  scdino::testing::ScratchDir dir;
+  auto d = WriteSet(dir.path(), 6);
+  const int was = at::get_num_threads();
+  at::set_num_threads(3);
+  StatsOptions o;
+  o.fraction = 1.0;
+  o.threads = 2;
+  const bool ok = ComputeChannelStats(d, ImagePrep{}, o).ok();
+  int later = 0;
+  std::thread([&] { later = at::get_num_threads(); }).join();
+  at::set_num_threads(was);
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(later, 3);
 }
 
 // The histograms survive the file; a file of an older version has none and

@@ -919,6 +919,35 @@ TEST(TrainerBinary, ExitCodesAndMessages) {
   EXPECT_NE(ReadFile(out)->find("has 2 channel(s)"), std::string::npos) << *ReadFile(out);
 }
 
+// The trainer computes on the threads it was given, with the loader's
+// reading threads and the channel statistics' running beside it: every
+// epoch's line says the step's thread saw 3 (it saw 1, whatever --threads
+// said, when those threads lowered the process's count).
+TEST(TrainerBinary, ComputesOnTheThreadsItWasGiven) {
+  ScratchDir dir;
+  for (int64_t k = 0; k < 2; ++k) {
+    const std::string d = dir.path() + "/cells/k" + std::to_string(k);
+    std::filesystem::create_directories(d);
+    for (int64_t i = 0; i < 8; ++i) {
+      auto hwc = torch::randint(0, 256, {16, 16, 4}, torch::kInt32).to(torch::kUInt8);
+      ASSERT_TRUE(data::WriteTiff(d + "/" + std::to_string(i) + ".tif", hwc).ok());
+    }
+  }
+  std::string yaml = With(TinyConfig(dir.path(), "threads"), "  data_source: synthetic\n", "  data_source: folder\n");
+  yaml = With(yaml, "  seed: 3\n", "  seed: 3\n  dataset_dir: \"" + dir.path() + "/cells\"\n");
+  std::ofstream(dir.file("threads.yaml")) << yaml;
+  const std::string out = dir.file("out.txt");
+  ASSERT_EQ(RunTrainer("--config " + dir.file("threads.yaml") + " --threads 3", out), 0) << *ReadFile(out);
+  std::ifstream in(dir.path() + "/threads/log.jsonl");
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    EXPECT_EQ(nlohmann::json::parse(line).value("cpu_threads", 0), 3) << line;
+  }
+  EXPECT_EQ(lines, 3);
+}
+
 // A batch and crops that do not fit the device's memory end the run with
 // exit code 2 and what to lower: the batch, the crops, the peak memory
 // (here the CPU's allocator, held below the step's need by an address
