@@ -202,6 +202,7 @@ int main(int argc, char** argv) {
     if (launch->world_size > 1) {
       training::DistributedOptions dist;
       dist.timeout = timeout;
+      dist.on_lost_peer = process::ExitForLostPeer;
       auto c = training::Collective::Connect((*coordinator)->store(), launch->rank, launch->world_size, dist,
                                              device->device);
       if (!c.ok()) return Fail(c.status());

@@ -1,5 +1,7 @@
 #include "process/exit_codes.h"
 
+#include <cstdlib>
+#include <iostream>
 #include <sstream>
 #include <utility>
 
@@ -127,6 +129,12 @@ std::string ExitCodesShell() {
   out << "scdino_requeue_codes=\"" << requeue << "\"\n";
   out << "scdino_never_requeue_codes=\"" << never << "\"\n";
   return out.str();
+}
+
+void ExitForLostPeer(const std::string& message) {
+  std::cerr << "scdino: " << message << "; exiting with " << kExitPeerLost
+            << " so that the job requeues and resumes from its last complete checkpoint" << std::endl;
+  std::_Exit(kExitPeerLost);
 }
 
 }  // namespace scdino::process

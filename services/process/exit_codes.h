@@ -1,8 +1,9 @@
 // Process exit codes shared by the services, their one table (every
 // program's --help, docs/exit-codes.md and deploy/slurm/lib.sh's requeue
 // rules are generated from it: `scdino-config exit-codes`), and the one
-// mapping from an error's Status to its exit code.
-// Constants and pure functions; thread-safe.
+// mapping from an error's Status to its exit code; the one way a process
+// ends from a thread that cannot return an error (ExitForLostPeer).
+// Constants and pure functions but that one; thread-safe.
 #pragma once
 
 #include <string>
@@ -80,6 +81,11 @@ std::string ExitCodesMarkdown();
 /// variables its requeue rules read (scdino_requeue_codes,
 /// scdino_never_requeue_codes).
 std::string ExitCodesShell();
+
+/// Says "scdino: <message>; exiting with 9 ..." on stderr and ends the
+/// process at once with kExitPeerLost: the mains' reaction to a collective
+/// that a lost peer never completes (training::DistributedOptions::on_lost_peer).
+[[noreturn]] void ExitForLostPeer(const std::string& message);
 
 /// kExitBadInput for what the user can fix in the input (a bad config,
 /// data set, image, checkpoint or channel selection: InvalidArgument,

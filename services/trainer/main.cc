@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
       scdino::training::DistributedOptions dist;
       dist.timeout = timeout;
       dist.bucket_bytes = config.scdino.bucket_mb << 20;
+      dist.on_lost_peer = scdino::process::ExitForLostPeer;
       options.bucket_bytes = dist.bucket_bytes;
       auto c = scdino::training::Collective::Connect((*coordinator)->store(), launch->rank, launch->world_size, dist,
                                                      device->device);

@@ -17,7 +17,6 @@
 #include <iostream>
 
 #include "common/op_count.h"
-#include "process/exit_codes.h"
 
 namespace scdino::training {
 
@@ -75,13 +74,7 @@ std::string LostCollectiveMessage(int64_t rank, int64_t world_size, std::chrono:
                                   const std::string& what, const std::string& lost) {
   return "rank " + std::to_string(rank) + " of " + std::to_string(world_size) + ": " + what +
          " did not complete within " + std::to_string(timeout.count()) + " ms (scdino.distributed_timeout_s): " +
-         lost + "; exiting with " + std::to_string(process::kExitPeerLost) +
-         " so that the job requeues and resumes from its last complete checkpoint";
-}
-
-void ExitForLostPeer(const std::string& message) {
-  std::cerr << "scdino: " << message << std::endl;
-  std::_Exit(process::kExitPeerLost);
+         lost;
 }
 
 bool HaveNccl() {
@@ -128,7 +121,12 @@ std::shared_ptr<Collective> Collective::Create(const c10::intrusive_ptr<c10d::St
         [self](const std::string& what) {
           const std::string lost = self->describe_lost_ ? self->describe_lost_()
                                                         : std::string("another rank has probably died or hangs");
-          ExitForLostPeer(LostCollectiveMessage(self->rank_, self->world_size_, self->options_.timeout, what, lost));
+          const std::string message =
+              LostCollectiveMessage(self->rank_, self->world_size_, self->options_.timeout, what, lost);
+          if (self->options_.on_lost_peer) self->options_.on_lost_peer(message);
+          std::cerr << "scdino: " << message << "; no reaction was given (DistributedOptions::on_lost_peer): aborting"
+                    << std::endl;
+          std::abort();
         },
         [index] { c10::cuda::set_device(index); });
     return c;

@@ -40,6 +40,14 @@ struct DistributedOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   /// Gradient bytes per all-reduce bucket.
   int64_t bucket_bytes = 25 << 20;
+  /// What the process does when an NCCL collective, which the host never
+  /// waits for, has not completed after `timeout`: given the line that says
+  /// so (LostCollectiveMessage), it must end the process, since no
+  /// exception can reach a host that never waited. The services' mains
+  /// pass process::ExitForLostPeer (exit code 9: the job requeues); this
+  /// library never chooses an exit code. Unset, the line is said and the
+  /// process aborts (never a silent hang).
+  std::function<void(const std::string& message)> on_lost_peer;
 };
 
 /// Bounds the collectives the host does not wait for (NCCL work waited on
@@ -81,13 +89,9 @@ class CollectiveWatchdog {
 };
 
 /// What a rank says when its collective never completed: the rank, what,
-/// the timeout, who is lost; and that it exits with 9 so the job requeues.
+/// the timeout and who is lost.
 std::string LostCollectiveMessage(int64_t rank, int64_t world_size, std::chrono::milliseconds timeout,
                                   const std::string& what, const std::string& lost);
-/// Says `message` on stderr and ends the process with exit code 9 (the
-/// watchdog's reaction for NCCL: no exception can reach a host that never
-/// waited).
-[[noreturn]] void ExitForLostPeer(const std::string& message);
 
 /// One process's membership of the group. Thread-compatible: one training
 /// loop uses it.

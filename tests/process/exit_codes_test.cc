@@ -103,5 +103,17 @@ TEST(ExitCodes, NoOtherDocTabulatesThem) {
   }
 }
 
+// The mains' reaction to a collective a lost peer never completes (an NCCL
+// rank's watchdog, training::DistributedOptions::on_lost_peer): the line,
+// what happens next, and exit code 9, which the batch scripts requeue.
+TEST(ExitCodes, ALostPeerEndsTheProcessWithNineAndSaysWhy) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(ExitForLostPeer("rank 1 of 4: an all-reduce did not complete; lost contact with node2 (rank 3)"),
+              ::testing::ExitedWithCode(kExitPeerLost),
+              "^scdino: rank 1 of 4: an all-reduce did not complete; lost contact with node2 \\(rank 3\\); exiting "
+              "with 9 so that the job requeues and resumes from its last complete checkpoint");
+  EXPECT_EQ(kExitPeerLost, 9);
+}
+
 }  // namespace
 }  // namespace scdino::process
