@@ -206,13 +206,8 @@ StatusOr<View> TsneView(const NeighborGraph& graph, int64_t n, double perplexity
 StatusOr<View> UmapView(const NeighborGraph& graph, const torch::Tensor& x, int64_t umap_k,
                         const std::vector<float>& pca_xy, const EmbeddingOptions& o, const std::string& title,
                         nlohmann::json* summary) {
-  UmapOptions uo;
+  UmapOptions uo = o.umap_options;
   uo.n_neighbors = umap_k;
-  uo.min_dist = o.umap_min_dist;
-  uo.n_components = o.umap_n_components;
-  uo.metric = o.umap_metric;
-  uo.spread = o.umap_spread;
-  uo.epochs = o.umap_epochs;
   uo.seed = o.seed;
   uo.threads = o.threads;
   uo.should_stop = o.should_stop;
@@ -220,7 +215,7 @@ StatusOr<View> UmapView(const NeighborGraph& graph, const torch::Tensor& x, int6
   uo.on_spectral_progress = Progress(o, "UMAP spectral initialisation", "eigenvectors");
   if (uo.n_components == 2) uo.initial_layout = pca_xy;  // the fallback of the spectral start
   NeighborGraph umap_graph = graph;
-  if (o.umap_metric == "cosine") {
+  if (o.umap_options.metric == "cosine") {
     auto unit = torch::nn::functional::normalize(x, torch::nn::functional::NormalizeFuncOptions().dim(1));
     auto g = NearestNeighborGraph(unit, umap_graph.k, o.knn_memory_bytes, o.should_stop);
     if (!g.ok()) return g.status();
@@ -228,14 +223,16 @@ StatusOr<View> UmapView(const NeighborGraph& graph, const torch::Tensor& x, int6
     for (auto& v : umap_graph.distances) v = v * v / 2;
   }
   const int64_t n = x.size(0);
-  if (o.log) *o.log << "scdino-eval: UMAP of " << n << " rows (" << o.umap_metric << ", " << umap_k << " neighbours)\n";
+  if (o.log) {
+    *o.log << "scdino-eval: UMAP of " << n << " rows (" << o.umap_options.metric << ", " << umap_k << " neighbours)\n";
+  }
   const auto t0 = Clock::now();
   auto umap = Umap(umap_graph, uo);
   if (!umap.ok()) return umap.status();
   if (!umap->init_note.empty() && o.log) *o.log << "scdino-eval: UMAP initialisation: " << umap->init_note << "\n";
   (*summary)["umap"] = {{"seconds", Since(t0)}, {"init", umap->init}, {"epochs", umap->epochs},
-                        {"n_neighbors", umap_k}, {"metric", o.umap_metric}};
-  return View{"umap", title, o.umap_n_components, umap->embedding, "UMAP 1", "UMAP 2"};
+                        {"n_neighbors", umap_k}, {"metric", o.umap_options.metric}};
+  return View{"umap", title, o.umap_options.n_components, umap->embedding, "UMAP 1", "UMAP 2"};
 }
 
 // How well each view keeps the neighbourhoods of the features, on a
@@ -352,7 +349,7 @@ StatusOr<EmbeddingResult> WriteEmbeddings(const features::FeatureSet& set, const
 
   // One Euclidean neighbour graph, deep enough for both t-SNE and UMAP.
   const double perplexity = std::min(o.tsne_perplexity, std::max(1.0, (n - 1) / 3.0));
-  const int64_t umap_k = std::min(o.umap_n_neighbors, n);
+  const int64_t umap_k = std::min(o.umap_options.n_neighbors, n);
   int64_t k = 0;
   if (do_tsne) k = std::max<int64_t>(k, static_cast<int64_t>(3 * perplexity + 1));
   if (do_umap) k = std::max<int64_t>(k, umap_k - 1);

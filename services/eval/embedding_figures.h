@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "eval/umap.h"
 #include "features/feature_set.h"
 
 namespace scdino::eval {
@@ -27,14 +28,12 @@ struct EmbeddingOptions {
   bool tsne = true;
   double tsne_perplexity = 30;
   int64_t tsne_iterations = 1000;
-  /// UMAP with scDINO's downstream_analyses.umap_eval settings.
   bool umap = true;
-  int64_t umap_n_neighbors = 30;
-  double umap_min_dist = 0.4;
-  int64_t umap_n_components = 2;
-  std::string umap_metric = "euclidean";
-  double umap_spread = 1.1;
-  int64_t umap_epochs = 100;
+  /// UMAP's settings: scDINO's downstream_analyses.umap_eval (neighbours,
+  /// min_dist, components, metric, spread, epochs) and UMAP's own. The
+  /// seed, threads, stop and progress are set from these options' own, and
+  /// n_neighbors is capped at the rows embedded.
+  UmapOptions umap_options;
   /// Trustworthiness(k) of each embedding, on a stratified subsample of at
   /// most `trustworthiness_points` of the embedded rows (the exact measure
   /// costs O(n^2 d)); 0: every embedded row.

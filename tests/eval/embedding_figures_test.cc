@@ -45,7 +45,7 @@ TEST(WriteEmbeddings, ThreeEmbeddingsOfSeparatedClustersAreTrustworthy) {
   auto set = Clusters(40, 3, 16);
   EmbeddingOptions o;
   o.tsne_iterations = 300;
-  o.umap_epochs = 100;
+  o.umap_options.epochs = 100;
   o.threads = 2;
   auto r = WriteEmbeddings(set, All(120), o, dir.path());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
