@@ -140,21 +140,16 @@ int main(int argc, char** argv) {
       fo.should_stop = stop;
       fo.log = &std::cerr;
       fo.program = kProgram;
+      scdino::features::ExtractHooks hooks;
+      hooks.control = &p->control();
+      hooks.stop_signal = StopSignalReceived;
+      hooks.log = &std::cerr;
+      hooks.program = kProgram;
       // Extracts and evaluates one checkpoint, or a baseline.
       auto extract_and_evaluate = [&](const std::string& checkpoint) -> scdino::Status {
-        auto backbone = scdino::features::BackboneFor(config, checkpoint, key, run->prep, device->device);
-        if (!backbone.ok()) return backbone.status();
-        scdino::features::ExtractJob job{run->dataset, run->splits, run->prep, std::move(backbone).value(),
-                                         run->metadata_json};
-        auto eo = scdino::features::ExtractOptionsFor(config, single, scdino::features::FeaturesName(checkpoint),
-                                                      device->device);
-        eo.control = &p->control();
-        eo.stop_signal = StopSignalReceived;
-        eo.log = &std::cerr;
-        auto r = scdino::features::ExtractFeatures(job, eo);
-        if (!r.ok()) return r.status();
-        if (!r->completed) return scdino::Status::Aborted("stopped while extracting the features of " + checkpoint);
-        auto set = scdino::features::ReadFeatureSet(eo.out_dir);
+        auto dir = scdino::features::ExtractCheckpoint(config, *run, checkpoint, key, single, device->device, hooks);
+        if (!dir.ok()) return dir.status();
+        auto set = scdino::features::ReadFeatureSet(*dir);
         if (!set.ok()) return set.status();
         if (auto st = evaluator.Evaluate(*set); !st.ok()) return st;
         if (auto st = write_table(); !st.ok()) return st;

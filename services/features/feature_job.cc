@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <ostream>
 
 #include "launch/environment.h"
 #include "plan/source.h"
@@ -119,6 +120,54 @@ ExtractOptions ExtractOptionsFor(const run::RunConfig& config, const run::Launch
   eo.wait_timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
   eo.device = device;
   return eo;
+}
+
+StatusOr<std::string> ExtractCheckpoint(const run::RunConfig& config, const FeatureRun& run,
+                                        const std::string& checkpoint, const std::string& key,
+                                        const run::LaunchInfo& launch, torch::Device device,
+                                        const ExtractHooks& hooks) {
+  auto backbone = BackboneFor(config, checkpoint, key, run.prep, device);
+  if (!backbone.ok()) return backbone.status();
+  ExtractJob job{run.dataset, run.splits, run.prep, std::move(backbone).value(), run.metadata_json};
+  auto eo = ExtractOptionsFor(config, launch, FeaturesName(checkpoint), device);
+  eo.control = hooks.control;
+  eo.coordinator = hooks.coordinator;
+  eo.stop_signal = hooks.stop_signal;
+  eo.on_progress = hooks.on_progress;
+  eo.log = hooks.log;
+  std::string what;
+  if (checkpoint == kRawPixels) {
+    // What the baseline is, also for images of mixed sizes.
+    const int64_t side = run.prep.resize;
+    what = "the raw pixels (every image " +
+           (side > 0 ? "at " + PixelsPrepared(static_cast<int64_t>(run.prep.image.channels.size()), side)
+                     : std::string("at its own size, per-channel normalised")) +
+           ")";
+  } else {
+    what = (checkpoint.empty() ? "random initialisation" : checkpoint) + " (" + job.backbone.key + ")";
+  }
+  std::ostream* log = hooks.log;
+  if (log) *log << hooks.program << ": " << what << " -> " << eo.out_dir << "\n";
+  auto r = ExtractFeatures(job, eo);
+  if (!r.ok()) return r.status();
+  if (!r->completed) {
+    return Status::Aborted("stopped while extracting the features of " + what + "; " +
+                           std::to_string(r->shards_written) + " shards written here (run again to resume)");
+  }
+  if (!log) return eo.out_dir;
+  if (r->already_complete) {
+    *log << hooks.program << ": " << eo.out_dir << " is already complete\n";
+    return eo.out_dir;
+  }
+  // Rank 0's time and rate are its progress line's (ServicePlane).
+  *log << hooks.program << ": rank " << launch.rank << ": " << r->images_written << " images, " << r->shards_written
+       << " shards written, " << r->shards_skipped << " already complete";
+  if (r->images_skipped > 0) *log << ", " << r->images_skipped << " bad image(s) skipped";
+  if (launch.rank > 0) {
+    *log << " (" << r->seconds << " s, " << (r->seconds > 0 ? r->images_written / r->seconds : 0.0) << " images/s)";
+  }
+  *log << "\n";
+  return eo.out_dir;
 }
 
 }  // namespace scdino::features

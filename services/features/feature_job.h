@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -59,5 +60,29 @@ constexpr int64_t kGpuFeaturesBatch = 256;
 /// The caller adds control, coordinator, stops and progress.
 ExtractOptions ExtractOptionsFor(const run::RunConfig& config, const run::LaunchInfo& launch, const std::string& name,
                                  torch::Device device);
+
+/// What the service around an extraction gives it (ExtractOptions' fields
+/// of the same names): rank 0's control channel, how the ranks meet, the
+/// stop signal, progress, and where to say what it does and as whom.
+struct ExtractHooks {
+  RunControl* control = nullptr;
+  run::Coordinator* coordinator = nullptr;
+  std::function<bool()> stop_signal;
+  std::function<void(int64_t done, int64_t total)> on_progress;
+  std::ostream* log = nullptr;
+  std::string program = "scdino";
+};
+
+/// This rank's extraction of `checkpoint` (or a baseline, as BackboneFor)
+/// into config.features_dir(FeaturesName(checkpoint)), with `hooks`: says
+/// on hooks.log what is extracted, where to, and what this rank wrote. A
+/// stop before the end is Aborted, naming what was being extracted (the
+/// shards written stay for the rerun). Returns the features directory.
+/// scdino-features runs it for each checkpoint asked for and followed;
+/// scdino-eval --follow before evaluating each.
+StatusOr<std::string> ExtractCheckpoint(const run::RunConfig& config, const FeatureRun& run,
+                                        const std::string& checkpoint, const std::string& key,
+                                        const run::LaunchInfo& launch, torch::Device device,
+                                        const ExtractHooks& hooks);
 
 }  // namespace scdino::features

@@ -113,51 +113,16 @@ int main(int argc, char** argv) {
                                                    **coordinator, stop);
     if (!run.ok()) return Fail(p, kProgram, run.status());
 
-    auto extract = [&](const std::string& checkpoint) -> scdino::Status {
-      auto backbone = scdino::features::BackboneFor(config, checkpoint, key, run->prep, device->device);
-      if (!backbone.ok()) return backbone.status();
-      scdino::features::ExtractJob job{run->dataset, run->splits, run->prep, std::move(backbone).value(),
-                                       run->metadata_json};
-      auto eo = scdino::features::ExtractOptionsFor(config, *launch, scdino::features::FeaturesName(checkpoint),
-                                                    device->device);
-      eo.control = launch->rank == 0 ? &p->control() : nullptr;
-      eo.coordinator = coordinator->get();
-      eo.stop_signal = StopSignalReceived;
-      eo.on_progress = [p](int64_t done, int64_t total) { p->ReportProgress(done, total); };
-      eo.log = &std::cerr;
-      if (checkpoint == scdino::features::kRawPixels) {
-        // What the baseline is, also for images of mixed sizes.
-        const int64_t side = run->prep.resize;
-        std::cerr << kProgram << ": the raw pixels (every image "
-                  << (side > 0 ? "at " + scdino::features::PixelsPrepared(
-                                             static_cast<int64_t>(run->prep.image.channels.size()), side)
-                               : std::string("at its own size, per-channel normalised"))
-                  << ")";
-      } else {
-        std::cerr << kProgram << ": " << (checkpoint.empty() ? "random initialisation" : checkpoint) << " ("
-                  << job.backbone.key << ")";
-      }
-      std::cerr << " -> " << eo.out_dir << "\n";
-      auto r = scdino::features::ExtractFeatures(job, eo);
-      if (!r.ok()) return r.status();
-      if (!r->completed) {
-        return scdino::Status::Aborted("stopped; " + std::to_string(r->shards_written) +
-                                       " shards written here (run again to resume)");
-      }
-      if (r->already_complete) {
-        std::cerr << kProgram << ": " << eo.out_dir << " is already complete\n";
-      } else {
-        // Rank 0's time and rate are its progress line's (ServicePlane).
-        std::cerr << kProgram << ": rank " << launch->rank << ": " << r->images_written << " images, "
-                  << r->shards_written << " shards written, " << r->shards_skipped << " already complete";
-        if (r->images_skipped > 0) std::cerr << ", " << r->images_skipped << " bad image(s) skipped";
-        if (launch->rank > 0) {
-          std::cerr << " (" << r->seconds << " s, " << (r->seconds > 0 ? r->images_written / r->seconds : 0.0)
-                    << " images/s)";
-        }
-        std::cerr << "\n";
-      }
-      return scdino::Status::Ok();
+    scdino::features::ExtractHooks hooks;
+    hooks.control = launch->rank == 0 ? &p->control() : nullptr;
+    hooks.coordinator = coordinator->get();
+    hooks.stop_signal = StopSignalReceived;
+    hooks.on_progress = [p](int64_t done, int64_t total) { p->ReportProgress(done, total); };
+    hooks.log = &std::cerr;
+    hooks.program = kProgram;
+    auto extract = [&](const std::string& checkpoint) {
+      return scdino::features::ExtractCheckpoint(config, *run, checkpoint, key, *launch, device->device, hooks)
+          .status();
     };
     for (const auto& c : checkpoints) {
       if (auto s = extract(c); !s.ok()) return Fail(p, kProgram, s);
