@@ -203,6 +203,29 @@ if [ -n "$free_gb" ] && [ "$free_gb" -lt "$need_gb" ]; then
        "(less where its stages are in the build cache). Untagged images of earlier builds: '$scdino_engine image prune'" >&2
 fi
 start=$(date +%s)
+[ -z "$build_stage" ] || case $build_stage in */*) ;; *) build_stage=localhost/$build_stage ;; esac
+# tag_stage TARGET NAME: the same build up to stage TARGET, tagged NAME.
+tag_stage() {
+  local a stage_args=()
+  for a in "${args[@]}"; do [ "$a" = "$tag" ] && stage_args+=("$2") || stage_args+=("$a"); done
+  "$scdino_engine" "${stage_args[@]}" --target "$1" . >&2
+}
+if [ -n "$build_stage" ]; then
+  # The stages that download come first, each tagged as soon as it is
+  # built: scdino_prune_build_leftovers removes the stages no tagged image
+  # descends from, so a build killed in its compile (a CI run cut short, a
+  # machine lost) would otherwise lose the local packages and the toolchain
+  # (the CUDA toolkit and LibTorch, ~10 GB, 40 minutes of a cold run). The
+  # local packages' stage needs its own tag even after a whole build: the
+  # toolchain copies its files, so no tagged image descends from it.
+  tag_stage packages "$build_stage-packages" || { echo "scdino: building the GPU image's local packages failed" >&2; exit 1; }
+  # The bare toolchain (a compiler, CMake, Ninja, LibTorch 2.6 CUDA, NCCL):
+  # where the build from the dependency pack alone is proven.
+  tag_stage toolchain-base "$build_stage-toolchain" || { echo "scdino: building the GPU image's bare toolchain failed" >&2; exit 1; }
+  # The whole toolchain under the compiling stage's tag until the compile
+  # below moves the tag onto it.
+  tag_stage toolchain "$build_stage" || { echo "scdino: building the GPU image's toolchain failed" >&2; exit 1; }
+fi
 if ! "$scdino_engine" "${args[@]}" . >&2; then
   free_gb=$(scdino_free_gb "$storage")
   echo "scdino: building $tag from $dockerfile failed${free_gb:+ ($free_gb GB free in $storage; a cold build needs about $need_gb GB)}" >&2
@@ -213,24 +236,8 @@ size=$("$scdino_engine" image inspect --format '{{.Size}}' "$tag")
 echo "scdino: built $tag in ${seconds}s, $(( size / 1000000 )) MB ($scdino_engine, $dockerfile${prebuilt:+, binaries from $prebuilt}${cudnn_dir:+, cuDNN from $cudnn_file})"
 if [ -n "$build_stage" ]; then
   # The compiling stage is in the build cache: tagging it costs no build.
-  case $build_stage in */*) ;; *) build_stage=localhost/$build_stage ;; esac
-  # tag_stage TARGET NAME: the same build up to stage TARGET, tagged NAME.
-  tag_stage() {
-    local a stage_args=()
-    for a in "${args[@]}"; do [ "$a" = "$tag" ] && stage_args+=("$2") || stage_args+=("$a"); done
-    "$scdino_engine" "${stage_args[@]}" --target "$1" . >/dev/null
-  }
-  tag_stage binaries "$build_stage"
+  tag_stage binaries "$build_stage" >/dev/null 2>&1
   echo "scdino: tagged the compiling stage as $build_stage (build tree /opt/scdino/build: ctest -L unit)"
-  # The local packages' stage too: no tagged image descends from it (the
-  # toolchain copies its files), so scdino_prune_build_leftovers would remove
-  # it, the next build would make the packages again with new timestamps,
-  # and the toolchain stage (the CUDA toolkit and LibTorch, ~10 GB) would be
-  # installed again: 40 minutes of a CI run instead of none.
-  tag_stage packages "$build_stage-packages"
-  # The bare toolchain (a compiler, CMake, Ninja, LibTorch 2.6 CUDA, NCCL):
-  # where the build from the dependency pack alone is proven.
-  tag_stage toolchain-base "$build_stage-toolchain"
   echo "scdino: tagged the bare toolchain stage as $build_stage-toolchain (tests/deploy/gpu_pack_build_test.sh)"
 fi
 
