@@ -925,14 +925,12 @@ TEST(TrainerBinary, ExitCodesAndMessages) {
 // said, when those threads lowered the process's count).
 TEST(TrainerBinary, ComputesOnTheThreadsItWasGiven) {
   ScratchDir dir;
-  for (int64_t k = 0; k < 2; ++k) {
-    const std::string d = dir.path() + "/cells/k" + std::to_string(k);
-    std::filesystem::create_directories(d);
-    for (int64_t i = 0; i < 8; ++i) {
-      auto hwc = torch::randint(0, 256, {16, 16, 4}, torch::kInt32).to(torch::kUInt8);
-      ASSERT_TRUE(data::WriteTiff(d + "/" + std::to_string(i) + ".tif", hwc).ok());
-    }
-  }
+  data::SyntheticOptions so;
+  so.classes = 2;
+  so.per_class = 8;
+  so.channels = 4;
+  so.size = 16;
+  scdino::testing::WriteCellFolders(dir.path() + "/cells", so, "k");
   std::string yaml = With(TinyConfig(dir.path(), "threads"), "  data_source: synthetic\n", "  data_source: folder\n");
   yaml = With(yaml, "  seed: 3\n", "  seed: 3\n  dataset_dir: \"" + dir.path() + "/cells\"\n");
   std::ofstream(dir.file("threads.yaml")) << yaml;
