@@ -124,8 +124,8 @@ std::shared_ptr<Collective> Collective::Create(const c10::intrusive_ptr<c10d::St
           const std::string message =
               LostCollectiveMessage(self->rank_, self->world_size_, self->options_.timeout, what, lost);
           if (self->options_.on_lost_peer) self->options_.on_lost_peer(message);
-          std::cerr << "scdino: " << message << "; no reaction was given (DistributedOptions::on_lost_peer): aborting"
-                    << std::endl;
+          std::cerr << "scdino: " << message << "; DistributedOptions::on_lost_peer "
+                    << (self->options_.on_lost_peer ? "returned" : "is not set") << ": aborting" << std::endl;
           std::abort();
         },
         [index] { c10::cuda::set_device(index); });
