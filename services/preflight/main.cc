@@ -176,7 +176,11 @@ int main(int argc, char** argv) {
       ->type_name("DIR");
   if (auto code = cl.Parse(argc, argv)) return *code;
   std::vector<run::KeyValue> defaults;
-  if (cl.config_path().empty()) defaults.push_back({"meta.name_of_run", "preflight"});
+  // Without --config: no data set to read (its check says so), and a run
+  // directory of its own.
+  if (cl.config_path().empty()) {
+    defaults = {{"meta.name_of_run", "preflight"}, {"scdino.data_source", "synthetic"}};
+  }
   const auto settings = cl.RunSettings(defaults);
   if (!settings) return kExitBadInput;
   const auto& config = *settings;
@@ -191,7 +195,7 @@ int main(int argc, char** argv) {
     if (!device.ok()) return Fail(device.status());
     if (auto s = run::PrepareRunDir(config); !s.ok()) return Fail(s);
     const auto timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
-    auto coordinator = run::Rendezvous(config, *launch, timeout);
+    auto coordinator = run::Rendezvous(config, *launch, timeout, StopSignalReceived);
     if (!coordinator.ok()) return Fail(coordinator.status());
     const auto& t = config.scdino.preflight;
     RankChecks mine = CheckThisRank(config, *launch, *device, nvidia_smi, !cl.config_path().empty());

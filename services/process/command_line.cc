@@ -29,7 +29,10 @@ CommandLine::CommandLine(const std::string& program, const std::string& descript
 
 std::optional<int> CommandLine::Parse(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   if (auto code = app_.Parse(argc, argv, out, err)) return code;
-  if (config_path_.empty()) return std::nullopt;  // not required: the defaults
+  if (config_path_.empty()) {  // not required: the defaults, named so in messages
+    config_.source_path = "the defaults (no --config)";
+    return std::nullopt;
+  }
   auto config = run::LoadRunConfig(config_path_);
   if (!config.ok()) {
     err << program_ << ": " << config.status().message() << "\n";
@@ -53,7 +56,9 @@ std::optional<int> CommandLine::Parse(int argc, const char* const* argv, std::os
 std::optional<run::RunConfig> CommandLine::RunSettings(const std::vector<run::KeyValue>& flags,
                                                       std::ostream& err) const {
   std::string warning;
-  auto settings = run::SettingsOfRun(config_, &warning);
+  // Without --config there is no run to have trained: the defaults and the
+  // flags, no recipe.json looked for.
+  auto settings = config_path_.empty() ? StatusOr<run::RunConfig>(config_) : run::SettingsOfRun(config_, &warning);
   if (settings.ok() && !flags.empty()) settings = run::WithValues(*settings, flags, /*file_wins=*/false);
   if (!settings.ok()) {
     err << program_ << ": " << settings.status().message() << "\n";

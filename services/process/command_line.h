@@ -41,7 +41,8 @@ class CommandLine {
   /// For the services after the trainer (features, evaluation, the
   /// preflight): the settings the run trained with (run::SettingsOfRun:
   /// the config with its recipe.json), then `flags` (a service's own
-  /// flags, as config keys that win over the file). nullopt after a message
+  /// flags, as config keys that win over the file); without --config, the
+  /// defaults and `flags`. nullopt after a message
   /// on `err` naming the file and key: exit with kExitBadInput.
   std::optional<run::RunConfig> RunSettings(const std::vector<run::KeyValue>& flags = {},
                                             std::ostream& err = std::cerr) const;

@@ -75,3 +75,19 @@ err=$("$build/services/preflight/scdino-preflight" --config "$work/typo.yaml" 2>
 [ "$rc" = 2 ] && grep -q "scdino.preflight.min_busbw_gbps" <<<"$err" ||
   { echo "FAIL: a threshold with a unit was not refused naming the key ($rc): $err"; exit 1; }
 echo "ok: min_busbw_gbps: \"25 GB/s\" is refused naming the key (exit 2): $(head -1 <<<"$err")"
+
+# 4. Without --config (its --help: the defaults, run directory
+# runs/preflight), two ranks met by the environment alone: the table.
+mkdir -p "$work/noconfig"
+port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for r in 0 1; do
+  (cd "$work/noconfig" && env -u SLURM_JOB_ID -u SLURM_PROCID -u SLURM_NTASKS WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r \
+     LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 300 \
+     "$build/services/preflight/scdino-preflight" --threads 1 > "$work/noconfig/rank$r.txt" 2>&1; echo $? > "$work/noconfig/rank$r.rc") &
+done
+wait
+[ "$(cat "$work/noconfig/rank0.rc")" = 0 ] && [ "$(cat "$work/noconfig/rank1.rc")" = 0 ] &&
+  grep -q "^# all-reduce (sum, float) over 2 ranks, gloo" "$work/noconfig/rank0.txt" &&
+  grep -q "no --config" "$work/noconfig/runs/preflight/preflight.json" ||
+  { echo "FAIL: scdino-preflight without --config on two ranks"; tail -n 20 "$work"/noconfig/rank*.txt; exit 1; }
+echo "ok: without --config on two ranks: the all-reduce table, runs/preflight/preflight.json ($(grep -c '^ *[0-9]' "$work/noconfig/rank0.txt") sizes)"
