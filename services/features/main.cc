@@ -100,7 +100,8 @@ int main(int argc, char** argv) {
     scdino::StatusOr<std::shared_ptr<scdino::run::Coordinator>> coordinator = scdino::run::Coordinator::Single();
     if (launch->world_size > 1) {
       coordinator =
-          scdino::run::Rendezvous(config, *launch, std::chrono::seconds(config.scdino.distributed_timeout_s));
+          scdino::run::Rendezvous(config, *launch, std::chrono::seconds(config.scdino.distributed_timeout_s),
+                                 StopSignalReceived);
     }
     if (!coordinator.ok()) return Fail(nullptr, kProgram, coordinator.status());
     auto plane = ServicePlane::Start(config, *launch, {"features", "images", "features"});

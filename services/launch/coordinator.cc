@@ -211,9 +211,198 @@ std::string PortList(const std::vector<int64_t>& ports) {
 
 }  // namespace
 
+namespace {
+
+// What every rank of one attempt derives alike: the ports, its marks and
+// their names, the attempt's id. Each rank's mark is keyed by the secret,
+// this attempt and the rank, so neither a mark nor a key name reveals the
+// secret, and a process that took a port cannot answer with a mark it
+// heard. A run directory that is not the same directory on every node
+// (node-local, or a mount one node lacks) gives each node a secret of its
+// own: said at once. The marks live under a name only holders of the
+// secret can know: the store authenticates nobody, and a mark forged at a
+// public name (another user on the node, who can reach the port) would
+// otherwise end rank 0.
+struct Meeting {
+  const LaunchInfo& launch;
+  std::chrono::milliseconds timeout;
+  const std::function<bool()>& stopped;
+  std::vector<int64_t> ports;
+  std::string secret, marks, attempt_id, rank_text;
+
+  std::string Mark(int64_t rank) const {
+    return HmacSha256Hex(secret, "scdino-rundir\n" + launch.attempt + "\nrank " + std::to_string(rank)).substr(0, 32);
+  }
+  std::string MarkKey(int64_t rank) const { return marks + "/" + std::to_string(rank); }
+  bool Stopped() const { return stopped && stopped(); }
+  Status StoppedStatus() const {
+    return Status::Aborted(rank_text + ": stopped by a signal during the rendezvous at " + launch.master_addr);
+  }
+  c10d::TCPStoreOptions StoreOptions() const {
+    c10d::TCPStoreOptions so = compat::TcpStoreOptions();
+    so.numWorkers = static_cast<size_t>(launch.world_size);
+    so.waitWorkers = false;  // rank 0 waits for the ranks' marks instead, and checks them
+    return so;
+  }
+};
+
+struct Met {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  int64_t port = 0;
+};
+
+// Rank 0: each rank's mark, checked as it comes; a wrong one (only a holder
+// of the name could write it) is removed with a warning and waited for
+// again, never a reason to end. Asked every 100 ms (a check is answered at
+// once; a timed-out wait would leave its answer on the connection), so a
+// stop signal ends the wait.
+Status AwaitMarks(const Meeting& m, c10d::Store& store, int64_t port) {
+  const auto deadline = Clock::now() + m.timeout;
+  for (int64_t r = 1; r < m.launch.world_size; ++r) {
+    while (true) {
+      if (m.Stopped()) return m.StoppedStatus();
+      if (store.check({m.MarkKey(r)})) {
+        if (Text(store.get(m.MarkKey(r))) == m.Mark(r)) break;
+        std::cerr << "scdino: warning: rendezvous: a mark for rank " << r << " at " << m.launch.master_addr << ":"
+                  << port << " is not this run's (a process without the run's secret wrote it): ignored\n";
+        store.deleteKey(m.MarkKey(r));
+        continue;
+      }
+      if (Clock::now() >= deadline) {
+        std::string missing;
+        int64_t n = 0;
+        for (int64_t q = r; q < m.launch.world_size; ++q) {
+          if (q > r && store.check({m.MarkKey(q)})) continue;
+          missing += (n++ ? ", " : "") + std::to_string(q);
+        }
+        return Status::Unavailable("rank 0: rank" + std::string(n > 1 ? "s " : " ") + missing + " of " +
+                                   std::to_string(m.launch.world_size) + " did not join the rendezvous at " +
+                                   m.launch.master_addr + ":" + std::to_string(port) + " within " +
+                                   std::to_string(m.timeout.count() / 1000) + " s");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  return Status::Ok();
+}
+
+// Rank 0 serves the store on the first port of the sequence this node can
+// bind: another process holding one (a user's, another job's) moves the
+// rendezvous, not ends it.
+StatusOr<Met> Serve(const Meeting& m) {
+  const auto& ports = m.ports;
+  c10d::TCPStoreOptions so = m.StoreOptions();
+  for (size_t k = 0; k < ports.size(); ++k) {
+    so.port = static_cast<uint16_t>(ports[k]);
+    so.isServer = true;
+    so.timeout = m.timeout;
+    // LibTorch 1.13's store binds the port itself: there, only whether it
+    // can be bound is asked (a socket that listened, even briefly, would
+    // take the other ranks' connections and reset them on close).
+    auto l = ListenOn(m.launch.master_addr, ports[k], compat::kStoreTakesListeningSocket);
+    if (!l.ok() && l.status().code() == StatusCode::kAlreadyExists && k + 1 < ports.size()) {
+      std::cerr << "scdino: rendezvous: port " << ports[k] << " is taken on " << ThisHostName()
+                << " by another process; serving on " << ports[k + 1]
+                << ", the next port of this attempt's sequence (every rank derives it)\n";
+      continue;
+    }
+    if (!l.ok()) {
+      return Status::Unavailable(l.status().message() + (ports.size() > 1 ? " (every port of this attempt's sequence, " +
+                                                                                PortList(ports) + ", is taken)"
+                                                                          : std::string()));
+    }
+    if (!compat::kStoreTakesListeningSocket) {
+      ::close(l->fd);  // LibTorch 1.13's store binds the port itself (on every interface)
+      std::cerr << "scdino: rendezvous: LibTorch " << TORCH_VERSION << "'s store listens on every interface (port "
+                << ports[k] << "); the job's keys are under its secret\n";
+    } else if (l->loopback && m.launch.local_world_size < m.launch.world_size) {
+      // The other nodes know this node by another address than its own
+      // name gives here (a Debian /etc/hosts maps it to 127.0.1.1).
+      ::close(l->fd);
+      std::cerr << "scdino: warning: rendezvous: " << m.launch.master_addr << " is " << l->address
+                << " (loopback) on this node, but the job's ranks span several nodes: the store listens on every "
+                   "interface; set MASTER_ADDR to this node's cluster address to listen there alone\n";
+    } else {
+      compat::SetStoreListeningSocket(so, l->fd);  // the store owns it from here on
+    }
+    try {
+      auto store = c10::make_intrusive<c10d::TCPStore>(m.launch.master_addr, so);
+      // A sender that stops mid-message no longer holds the store's one
+      // server thread: its connection is dropped after a bound.
+      BoundStoreReads(ports[k]);
+      // Rank 0's mark first, then which attempt this store serves (no
+      // secret in it): a rank that finds this attempt here but not the
+      // mark under its name holds another secret (another run directory)
+      // and says so at once; a rank of another attempt moves on.
+      store->set(m.MarkKey(0), Bytes(m.Mark(0)));
+      store->set("scdino-attempt", Bytes(m.attempt_id));
+      if (auto s = AwaitMarks(m, *store, ports[k]); !s.ok()) return s;
+      return Met{store, ports[k]};
+    } catch (const std::exception& e) {
+      return Status::Unavailable(m.rank_text + ": rendezvous at " + m.launch.master_addr + ":" +
+                                 std::to_string(ports[k]) + " failed within " +
+                                 std::to_string(m.timeout.count() / 1000) + " s: " + e.what());
+    }
+  }
+  return Status::Unavailable("rendezvous: no port to serve on");  // not reached: the last port returns above
+}
+
+// The other ranks try the ports in order until one serves rank 0's mark: a
+// port nothing listens on (rank 0 not there yet, or elsewhere), a process
+// that is not a store, or another run's store is passed by, and nothing of
+// this rank is sent before rank 0's mark is proven.
+StatusOr<Met> Join(const Meeting& m) {
+  const auto& ports = m.ports;
+  c10d::TCPStoreOptions so = m.StoreOptions();
+  const auto deadline = Clock::now() + m.timeout;
+  const auto step = std::chrono::milliseconds(10000);
+  Status last = Status::Unavailable(m.rank_text + ": nothing served the rendezvous at " + m.launch.master_addr +
+                                    " on this attempt's ports (" + PortList(ports) + ") within " +
+                                    std::to_string(m.timeout.count() / 1000) + " s: rank 0 never started, or failed");
+  while (Clock::now() < deadline) {
+    for (int64_t port : ports) {
+      if (m.Stopped()) return m.StoppedStatus();
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) break;
+      if (!ServesAStore(m.launch.master_addr, port, std::min(left, std::chrono::milliseconds(2000)))) continue;
+      so.port = static_cast<uint16_t>(port);
+      so.isServer = false;
+      so.timeout = std::min(left, step);
+      try {
+        auto store = c10::make_intrusive<c10d::TCPStore>(m.launch.master_addr, so);
+        store->wait({"scdino-attempt"}, std::min(left, step));
+        const bool ours = Text(store->get("scdino-attempt")) == m.attempt_id;
+        if (!ours) continue;  // another run's store (or another attempt's)
+        if (!store->check({m.MarkKey(0)}) || Text(store->get(m.MarkKey(0))) != m.Mark(0)) {
+          return Status::FailedPrecondition(
+              "rank " + std::to_string(m.launch.rank) + " on " + ThisHostName() +
+              ": the process serving the rendezvous at " + m.launch.master_addr + ":" + std::to_string(port) +
+              " does not hold this run's rendezvous.secret: either this node's run directory is not the one rank 0 "
+              "uses (the run directory must be the same directory on every node of the job, on a file system they "
+              "all share, not node-local storage such as /tmp; set meta.output_dir accordingly), or another process "
+              "holds the port");  // this attempt's store, with another secret: waiting cannot help
+        }
+        store->set(m.MarkKey(m.launch.rank), Bytes(m.Mark(m.launch.rank)));
+        store->setTimeout(m.timeout);  // the probe's short one no longer
+        return Met{store, port};
+      } catch (const std::exception& e) {
+        last = Status::Unavailable(m.rank_text + ": rendezvous at " + m.launch.master_addr + ":" +
+                                   std::to_string(port) + " failed within " +
+                                   std::to_string(m.timeout.count() / 1000) + " s: " + e.what());
+      }
+    }
+    if (m.Stopped()) return m.StoppedStatus();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return last;
+}
+
+}  // namespace
+
 StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& launch,
                                                             std::chrono::milliseconds timeout,
-                                                            const std::string& secret) {
+                                                            const std::string& secret,
+                                                            const std::function<bool()>& stopped) {
   if (launch.world_size <= 1 && launch.source != "torchrun") {
     auto c = Single();
     c->timeout_ = timeout;
@@ -222,176 +411,23 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
   if (secret.size() < 16) {
     return Status::InvalidArgument("rendezvous: the job's secret is missing or shorter than 16 characters");
   }
-  const std::vector<int64_t> ports =
-      launch.port_candidates.empty() ? std::vector<int64_t>{launch.master_port} : launch.port_candidates;
-  if (const std::string w = EphemeralPortWarning(ports[0]); !w.empty() && launch.local_rank == 0) {
+  Meeting m{launch, timeout, stopped};
+  m.ports = launch.port_candidates.empty() ? std::vector<int64_t>{launch.master_port} : launch.port_candidates;
+  if (const std::string w = EphemeralPortWarning(m.ports[0]); !w.empty() && launch.local_rank == 0) {
     std::cerr << "scdino: warning: " << w << "\n";
   }
-  // Each rank's mark is keyed by the secret, this attempt and the rank, so
-  // neither a mark nor a key name reveals the secret, and a process that
-  // took a port cannot answer with a mark it heard. A run directory that is
-  // not the same directory on every node (node-local, or a mount one node
-  // lacks) gives each node a secret of its own: said at once.
-  const auto mark = [&](int64_t rank) {
-    return HmacSha256Hex(secret, "scdino-rundir\n" + launch.attempt + "\nrank " + std::to_string(rank)).substr(0, 32);
-  };
-  // The marks live under a name only holders of the secret can know: the
-  // store authenticates nobody, and a mark forged at a public name (another
-  // user on the node, who can reach the port) would otherwise end rank 0.
-  const std::string marks = "scdino-marks-" + HmacSha256Hex(secret, "scdino-marks\n" + launch.attempt).substr(0, 32);
-  const auto mark_key = [&](int64_t rank) { return marks + "/" + std::to_string(rank); };
-  const auto over = [&](c10::intrusive_ptr<c10d::TCPStore> store, int64_t port) {
-    // Every key of the job under a prefix of this attempt alone: what a
-    // listener on the port could learn is worth one failed attempt.
-    auto job = c10::make_intrusive<c10d::PrefixStore>("scdino-job-" + AttemptPrefix(secret, launch.attempt), store);
-    auto c = OverStore(job, launch.rank, launch.world_size, timeout);
-    c->port_ = port;
-    return c;
-  };
-  const std::string rank_text = "rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world_size);
-  const std::string attempt_id = Sha256Hex("scdino-attempt\n" + launch.attempt).substr(0, 32);
-  c10d::TCPStoreOptions so = compat::TcpStoreOptions();
-  so.numWorkers = static_cast<size_t>(launch.world_size);
-  so.waitWorkers = false;  // rank 0 waits for the ranks' marks instead, and checks them
-
-  if (launch.rank == 0) {
-    // The first port of the sequence this node can bind: another process
-    // holding one (a user's, another job's) moves the rendezvous, not ends it.
-    for (size_t k = 0; k < ports.size(); ++k) {
-      so.port = static_cast<uint16_t>(ports[k]);
-      so.isServer = true;
-      so.timeout = timeout;
-      // LibTorch 1.13's store binds the port itself: there, only whether it
-      // can be bound is asked (a socket that listened, even briefly, would
-      // take the other ranks' connections and reset them on close).
-      auto l = ListenOn(launch.master_addr, ports[k], compat::kStoreTakesListeningSocket);
-      if (!l.ok() && l.status().code() == StatusCode::kAlreadyExists && k + 1 < ports.size()) {
-        std::cerr << "scdino: rendezvous: port " << ports[k] << " is taken on " << ThisHostName()
-                  << " by another process; serving on " << ports[k + 1]
-                  << ", the next port of this attempt's sequence (every rank derives it)\n";
-        continue;
-      }
-      if (!l.ok()) {
-        return Status::Unavailable(l.status().message() + (ports.size() > 1 ? " (every port of this attempt's sequence, " +
-                                                                                  PortList(ports) + ", is taken)"
-                                                                            : std::string()));
-      }
-      if (!compat::kStoreTakesListeningSocket) {
-        ::close(l->fd);  // LibTorch 1.13's store binds the port itself (on every interface)
-        std::cerr << "scdino: rendezvous: LibTorch " << TORCH_VERSION << "'s store listens on every interface (port "
-                  << ports[k] << "); the job's keys are under its secret\n";
-      } else if (l->loopback && launch.local_world_size < launch.world_size) {
-        // The other nodes know this node by another address than its own
-        // name gives here (a Debian /etc/hosts maps it to 127.0.1.1).
-        ::close(l->fd);
-        std::cerr << "scdino: warning: rendezvous: " << launch.master_addr << " is " << l->address
-                  << " (loopback) on this node, but the job's ranks span several nodes: the store listens on every "
-                     "interface; set MASTER_ADDR to this node's cluster address to listen there alone\n";
-      } else {
-        compat::SetStoreListeningSocket(so, l->fd);  // the store owns it from here on
-      }
-      try {
-        auto store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
-        // Which attempt this store serves (no secret in it): a rank of the
-        // same attempt whose mark differs has another run directory, and
-        // says so at once; a rank of another attempt moves on.
-        // A sender that stops mid-message no longer holds the store's one
-        // server thread: its connection is dropped after a bound.
-        BoundStoreReads(ports[k]);
-        // Rank 0's mark first, then which attempt this store serves (no
-        // secret in it): a rank that finds this attempt here but not the
-        // mark under its name holds another secret (another run directory)
-        // and says so at once; a rank of another attempt moves on.
-        store->set(mark_key(0), Bytes(mark(0)));
-        store->set("scdino-attempt", Bytes(attempt_id));
-        // Each rank's mark, checked as it comes: a wrong one (only a holder
-        // of the name could write it) is removed with a warning and waited
-        // for again, never a reason to end.
-        const auto deadline = Clock::now() + timeout;
-        for (int64_t r = 1; r < launch.world_size; ++r) {
-          while (true) {
-            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-            bool came = left.count() > 0;
-            if (came) {
-              try {
-                store->wait({mark_key(r)}, left);
-              } catch (const std::exception&) {
-                came = false;
-              }
-            }
-            if (!came) {
-              std::string missing;
-              int64_t n = 0;
-              for (int64_t q = r; q < launch.world_size; ++q) {
-                if (q > r && store->check({mark_key(q)})) continue;
-                missing += (n++ ? ", " : "") + std::to_string(q);
-              }
-              return Status::Unavailable("rank 0: rank" + std::string(n > 1 ? "s " : " ") + missing + " of " +
-                                         std::to_string(launch.world_size) + " did not join the rendezvous at " +
-                                         launch.master_addr + ":" + std::to_string(ports[k]) + " within " +
-                                         std::to_string(timeout.count() / 1000) + " s");
-            }
-            if (Text(store->get(mark_key(r))) == mark(r)) break;
-            std::cerr << "scdino: warning: rendezvous: a mark for rank " << r << " at " << launch.master_addr << ":"
-                      << ports[k] << " is not this run's (a process without the run's secret wrote it): ignored\n";
-            store->deleteKey(mark_key(r));
-          }
-        }
-        return over(store, ports[k]);
-      } catch (const std::exception& e) {
-        return Status::Unavailable(rank_text + ": rendezvous at " + launch.master_addr + ":" +
-                                   std::to_string(ports[k]) + " failed within " +
-                                   std::to_string(timeout.count() / 1000) + " s: " + e.what());
-      }
-    }
-  }
-
-  // The other ranks try the ports in order until one serves rank 0's mark:
-  // a port nothing listens on (rank 0 not there yet, or elsewhere), a
-  // process that is not a store, or another run's store is passed by, and
-  // nothing of this rank is sent before rank 0's mark is proven.
-  const auto deadline = Clock::now() + timeout;
-  const auto step = std::chrono::milliseconds(10000);
-  Status last = Status::Unavailable(rank_text + ": nothing served the rendezvous at " + launch.master_addr +
-                                    " on this attempt's ports (" + PortList(ports) + ") within " +
-                                    std::to_string(timeout.count() / 1000) + " s: rank 0 never started, or failed");
-  while (Clock::now() < deadline) {
-    for (int64_t port : ports) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) break;
-      if (!ServesAStore(launch.master_addr, port, std::min(left, std::chrono::milliseconds(2000)))) continue;
-      so.port = static_cast<uint16_t>(port);
-      so.isServer = false;
-      so.timeout = std::min(left, step);
-      try {
-        auto store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
-        store->wait({"scdino-attempt"}, std::min(left, step));
-        const bool ours = Text(store->get("scdino-attempt")) == attempt_id;
-        if (!ours) continue;  // another run's store (or another attempt's)
-        if (!store->check({mark_key(0)}) || Text(store->get(mark_key(0))) != mark(0)) {
-          last = Status::FailedPrecondition(
-              "rank " + std::to_string(launch.rank) + " on " + ThisHostName() +
-              ": the process serving the rendezvous at " + launch.master_addr +
-              ":" + std::to_string(port) +
-              " does not hold this run's rendezvous.secret: either this node's run directory is not the one rank 0 "
-              "uses (the run directory must be the same directory on every node of the job, on a file system they "
-              "all share, not node-local storage such as /tmp; set meta.output_dir accordingly), or another process "
-              "holds the port");
-          return last;  // this attempt's store, with another secret: waiting cannot help
-        }
-        store->set(mark_key(launch.rank), Bytes(mark(launch.rank)));
-        store->setTimeout(timeout);  // the probe's short one no longer
-        return over(store, port);
-      } catch (const std::exception& e) {
-        if (last.code() != StatusCode::kFailedPrecondition) {
-          last = Status::Unavailable(rank_text + ": rendezvous at " + launch.master_addr + ":" + std::to_string(port) +
-                                     " failed within " + std::to_string(timeout.count() / 1000) + " s: " + e.what());
-        }
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  return last;
+  m.secret = secret;
+  m.marks = "scdino-marks-" + HmacSha256Hex(secret, "scdino-marks\n" + launch.attempt).substr(0, 32);
+  m.attempt_id = Sha256Hex("scdino-attempt\n" + launch.attempt).substr(0, 32);
+  m.rank_text = "rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world_size);
+  auto met = launch.rank == 0 ? Serve(m) : Join(m);
+  if (!met.ok()) return met.status();
+  // Every key of the job under a prefix of this attempt alone: what a
+  // listener on the port could learn is worth one failed attempt.
+  auto job = c10::make_intrusive<c10d::PrefixStore>("scdino-job-" + AttemptPrefix(secret, launch.attempt), met->store);
+  auto c = OverStore(job, launch.rank, launch.world_size, timeout);
+  c->port_ = met->port;
+  return c;
 }
 
 Status Coordinator::RankZeroFirst(const std::string& name, const std::function<Status()>& work) {

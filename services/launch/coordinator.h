@@ -76,8 +76,12 @@ class Coordinator {
   /// address of launch.master_addr alone (ListenOn); a name that resolves
   /// to loopback on rank 0's node in a job over several nodes, and LibTorch
   /// 1.13, listen on every interface (rank 0 says which).
+  /// `stopped` (may be null) is asked while the ranks wait for each
+  /// other: once it says so, Aborted ("stopped by a signal during the
+  /// rendezvous"), within about a probe's 2 s.
   static StatusOr<std::shared_ptr<Coordinator>> Connect(const LaunchInfo& launch, std::chrono::milliseconds timeout,
-                                                        const std::string& secret);
+                                                        const std::string& secret,
+                                                        const std::function<bool()>& stopped = nullptr);
   /// Over an existing store (tests run ranks as threads on a HashStore).
   static std::shared_ptr<Coordinator> OverStore(c10::intrusive_ptr<c10d::Store> store, int64_t rank,
                                                 int64_t world_size, std::chrono::milliseconds timeout);

@@ -307,13 +307,17 @@ StatusOr<std::string> RendezvousSecret(const RunConfig& config) {
 }
 
 StatusOr<std::shared_ptr<Coordinator>> Rendezvous(const RunConfig& config, const LaunchInfo& launch,
-                                                  std::chrono::milliseconds timeout) {
+                                                  std::chrono::milliseconds timeout,
+                                                  const std::function<bool()>& stopped) {
   for (int tries = 1;; ++tries) {
     auto secret = RendezvousSecret(config);  // read again: rank 0 may have replaced it
     if (!secret.ok()) return secret.status();
-    auto coordinator = Coordinator::Connect(launch, timeout, *secret);
+    auto coordinator = Coordinator::Connect(launch, timeout, *secret, stopped);
     if (coordinator.ok() || coordinator.status().code() != StatusCode::kUnavailable) return coordinator;
     const std::string why = coordinator.status().message();
+    if (stopped && stopped()) {
+      return Status::Aborted(why + "; stopped by a signal meanwhile: not tried again");
+    }
     if (launch.rank == 0 && why.find("cannot listen on") != std::string::npos) {
       // Another process may listen on the port and have heard the other
       // ranks: the next attempt shares nothing with this one.

@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
       resume = std::move(values).value();
     }
     const auto timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
-    auto coordinator = scdino::run::Rendezvous(config, *launch, timeout);
+    auto coordinator = scdino::run::Rendezvous(config, *launch, timeout, StopSignalReceived);
     if (!coordinator.ok()) return Fail(nullptr, coordinator.status());
     parts.coordinator = *coordinator;
     options.coordinator = parts.coordinator;

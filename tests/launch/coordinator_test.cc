@@ -477,6 +477,50 @@ TEST(Coordinator, ARankOfThisAttemptWithAnotherSecretIsRefusedAtOnce) {
   EXPECT_LT(seconds, 30.0) << "refused after the timeout (60 s), not at once";
 }
 
+// A stop signal while the ranks wait for each other (scancel, a time limit
+// before every node came up) ends the wait within seconds, on rank 0
+// waiting for a rank that never comes and on a rank waiting for a rank 0
+// that never comes; Rendezvous does not try again after it.
+TEST(Coordinator, AStopEndsTheWaitOnBothSidesAndIsNotTriedAgain) {
+  for (int64_t rank : {0, 1}) {
+    const std::vector<int64_t> ports = {FreePort()};
+    LaunchInfo mine = TwoRankLaunch("slurm job 41 step 0 restart 0 at 127.0.0.1:" + std::to_string(ports[0]), ports);
+    mine.rank = rank;
+    std::atomic<bool> stop{false};
+    std::thread signal([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      stop = true;
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    auto c = Coordinator::Connect(mine, std::chrono::seconds(120), std::string(64, 'z'), [&] { return stop.load(); });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    signal.join();
+    ASSERT_FALSE(c.ok()) << "rank " << rank;
+    EXPECT_EQ(c.status().code(), StatusCode::kAborted) << c.status().ToString();
+    EXPECT_NE(c.status().message().find("rank " + std::to_string(rank) + " of 2: stopped by a signal during the "
+                                        "rendezvous"),
+              std::string::npos)
+        << c.status().message();
+    EXPECT_GE(seconds, 1.4) << "rank " << rank;
+    EXPECT_LT(seconds, 15.0) << "rank " << rank << ": waited on after the stop (timeout 120 s)";
+  }
+  // Rendezvous: a rank silent past the timeout is tried once more (2 s
+  // again), unless a stop came meanwhile.
+  scdino::testing::ScratchDir dir;
+  auto config = PreparedRunConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  const std::vector<int64_t> ports = {FreePort()};
+  LaunchInfo zero = TwoRankLaunch("slurm job 42 step 0 restart 0 at 127.0.0.1:" + std::to_string(ports[0]), ports);
+  zero.rank = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c = Rendezvous(*config, zero, std::chrono::seconds(2),
+                      [&] { return std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(1950); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kAborted) << c.status().ToString();
+  EXPECT_LT(seconds, 3.5) << "tried again after the stop";
+}
+
 // Two jobs whose sequences start on the same port (two scdino runs on one
 // first node): the job there first keeps it; the other's rank 0 moves on,
 // and its rank 1, meeting the first job's store, refuses it (another
