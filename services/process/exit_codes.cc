@@ -78,9 +78,11 @@ const std::vector<ExitCodeInfo>& ExitCodeTable() {
        "complete (the last checkpoint is unchanged). Make space, then run again.",
        kWriters, Requeue::kNever},
       {kExitPeerLost, "a peer rank or its node was lost",
-       "A rank or its node was lost mid-run; every rank left names it. The last complete checkpoint is intact, "
-       "and a job submitted with `--nodes=MIN-MAX` resumes on the nodes Slurm gives it (docs/distributed.md).",
-       kProgramTrainer, Requeue::kAlways},
+       "A rank or its node was lost mid-run, or did not come to the rendezvous (twice within "
+       "`scdino.distributed_timeout_s`); every rank left names it. The last complete checkpoint (complete feature "
+       "shards) is intact, and a job submitted with `--nodes=MIN-MAX` resumes on the nodes Slurm gives it "
+       "(docs/distributed.md).",
+       kProgramTrainer | kProgramFeatures | kProgramPreflight, Requeue::kAlways},
       {kExitPreempted, "stopped by a signal after saving its progress",
        "Stopped by SIGTERM, SIGUSR1 or SIGINT (preemption, the time limit, Ctrl-C) after saving its progress. "
        "Requeue or run again to resume.",
