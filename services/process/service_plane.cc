@@ -92,113 +92,13 @@ StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const run::RunConfig
     plane->progress_->set_stage(options.progress_stage.empty() ? options.service : options.progress_stage);
   }
 #ifdef SCDINO_WITH_SERVICES
-  const std::string host = ThisHostName();
-  const std::string job = Env("SLURM_JOB_ID");
-  p.host = host;
-  p.slurm_job_id = job;
+  p.host = ThisHostName();
+  p.slurm_job_id = Env("SLURM_JOB_ID");
   if (config.scdino.metrics.enabled) {
-    metrics::ExporterOptions mo;
-    mo.listen_address = config.scdino.metrics.listen;
-    mo.port = config.scdino.metrics.port > 0 ? static_cast<int>(config.scdino.metrics.port + launch.local_rank) : 0;
-    mo.file_sd_dir = config.file_sd_dir();
-    mo.service = options.service;
-    mo.run = config.meta.name_of_run;
-    mo.slurm_job_id = job;
-    mo.node = NodeName(host);
-    mo.address = host;
-    mo.rank = launch.rank;
-    auto e = metrics::Exporter::Start(mo);
-    if (!e.ok()) return e.status();
-    p.exporter = std::move(e).value();
-    if (!options.progress_unit.empty()) {
-      p.progress = std::make_unique<metrics::ProgressMetrics>(p.exporter->registry(), options.service,
-                                                              options.progress_unit);
-    }
-    p.status = std::make_unique<metrics::StatusMetrics>(p.exporter->registry(), options.service);
-    p.stages = std::make_unique<metrics::StageMetrics>(p.exporter->registry(), options.service);
-    p.status_watcher = std::thread([raw = plane.get()] {
-      Parts& parts = *raw->parts_;
-      int64_t seen = -1;
-      while (!parts.stopping.load()) {
-        const RunStatus s = raw->control_.WaitForChange(seen, std::chrono::milliseconds(500));
-        seen = s.revision;
-        parts.status->Set(s);
-      }
-    });
-    std::cerr << tool << ": rank " << launch.rank << " metrics on http://" << host << ":" << p.exporter->port()
-              << "/metrics" << (p.exporter->file_sd_path().empty() ? "" : ", target file " + p.exporter->file_sd_path())
-              << "\n";
+    if (auto s = plane->StartMetrics(config, launch, options); !s.ok()) return s;
   }
   if (config.scdino.control.enabled && launch.rank == 0) {
-    if (auto s = MakeDirs(p.run_dir); !s.ok()) return s;
-    auto token = control::LoadOrCreateToken(config.token_path());
-    if (!token.ok()) return token.status();
-    // The endpoint file of a start of this service that was killed: gone
-    // now, so nobody acts on it while this start is setting up.
-    if (auto old = control::ReadEndpoint(p.run_dir, options.service);
-        old.ok() && control::EndpointProcessState(*old, host) == control::ProcessState::kGone) {
-      control::RemoveEndpoint(p.run_dir, options.service);
-      std::cerr << tool << ": removed the stale endpoint file of process " << old->pid
-                << ", which ended without removing it\n";
-    }
-    control::TlsIdentity tls;
-    if (config.scdino.control.plaintext) {
-      std::cerr << tool << ": warning: the control API serves without TLS (scdino.control.plaintext: true): the "
-                << "token travels in clear and anyone on the network path can read and reuse it\n";
-    } else {
-      auto id = config.scdino.control.tls_cert_file.empty()
-                    ? control::MakeSelfSignedIdentity(p.run_dir + "/tls", options.service,
-                                                      options.service + ".scdino.invalid", host)
-                    : control::DescribeIdentity(config.scdino.control.tls_cert_file,
-                                                config.scdino.control.tls_key_file);
-      if (!id.ok()) return id.status();
-      tls = *id;
-    }
-    control::ServerOptions so;
-    so.listen_address = config.scdino.control.listen;
-    so.token = *token;
-    so.token_file = config.token_path();
-    so.tls_cert_file = tls.cert_file;
-    so.tls_key_file = tls.key_file;
-    so.service = options.service;
-    so.run_id = config.meta.name_of_run;
-    so.run_dir = p.run_dir;
-    so.slurm_job_id = job;
-    so.slurm_step_id = Env("SLURM_STEP_ID");
-    so.host = host;
-    so.world_size = launch.world_size;
-    so.start_unix_ms = UnixMs();
-    if (p.exporter) {
-      auto* refused = &p.exporter->unauthenticated();
-      so.on_unauthenticated = [refused] { refused->Increment(); };
-    }
-    auto server = control::ControlServer::Start(so, &plane->control_);
-    if (!server.ok()) return server.status();
-    p.server = std::move(server).value();
-    control::Endpoint ep;
-    ep.service = options.service;
-    // A specific listen address is what callers must use; else the host name.
-    const std::string listen_host = so.listen_address.substr(0, so.listen_address.rfind(':'));
-    ep.host = (listen_host == "0.0.0.0" || listen_host == "[::]" || listen_host.empty()) ? host : listen_host;
-    ep.port = p.server->port();
-    ep.pid = ::getpid();
-    ep.slurm_job_id = so.slurm_job_id;
-    ep.slurm_step_id = so.slurm_step_id;
-    ep.start_unix_ms = so.start_unix_ms;
-    ep.tls = p.server->tls();
-    if (ep.tls) {
-      ep.tls_cert = std::filesystem::absolute(tls.cert_file).string();
-      ep.tls_fingerprint = tls.fingerprint;
-      ep.tls_name = tls.name;
-    }
-    control::RecordThisProcess(&ep);
-    ep.run_dir = p.run_dir;
-    // A new life: the end record of the last one no longer holds.
-    control::RemoveEnded(p.run_dir, options.service);
-    if (auto s = control::WriteEndpoint(p.run_dir, ep, *token); !s.ok()) return s;
-    std::cerr << tool << ": control API on " << ep.target()
-              << (ep.tls ? " (TLS, certificate " + ep.tls_fingerprint + ")" : " (plaintext)") << ", endpoint "
-              << control::EndpointPath(p.run_dir, options.service) << "\n";
+    if (auto s = plane->StartControl(config, launch, options); !s.ok()) return s;
   }
 #else
   (void)launch;
@@ -212,6 +112,131 @@ StatusOr<std::unique_ptr<ServicePlane>> ServicePlane::Start(const run::RunConfig
   });
   return plane;
 }
+
+#ifdef SCDINO_WITH_SERVICES
+// The metrics exporter of every rank (its file_sd target, the progress,
+// stage and state metrics), and the thread that follows the state.
+Status ServicePlane::StartMetrics(const run::RunConfig& config, const run::LaunchInfo& launch,
+                                  const ServiceOptions& options) {
+  Parts& p = *parts_;
+  const std::string& host = p.host;
+  const std::string& job = p.slurm_job_id;
+  const std::string tool = "scdino-" + options.service;
+  metrics::ExporterOptions mo;
+  mo.listen_address = config.scdino.metrics.listen;
+  mo.port = config.scdino.metrics.port > 0 ? static_cast<int>(config.scdino.metrics.port + launch.local_rank) : 0;
+  mo.file_sd_dir = config.file_sd_dir();
+  mo.service = options.service;
+  mo.run = config.meta.name_of_run;
+  mo.slurm_job_id = job;
+  mo.node = NodeName(host);
+  mo.address = host;
+  mo.rank = launch.rank;
+  auto e = metrics::Exporter::Start(mo);
+  if (!e.ok()) return e.status();
+  p.exporter = std::move(e).value();
+  if (!options.progress_unit.empty()) {
+    p.progress = std::make_unique<metrics::ProgressMetrics>(p.exporter->registry(), options.service,
+                                                            options.progress_unit);
+  }
+  p.status = std::make_unique<metrics::StatusMetrics>(p.exporter->registry(), options.service);
+  p.stages = std::make_unique<metrics::StageMetrics>(p.exporter->registry(), options.service);
+  p.status_watcher = std::thread([raw = this] {
+    Parts& parts = *raw->parts_;
+    int64_t seen = -1;
+    while (!parts.stopping.load()) {
+      const RunStatus s = raw->control_.WaitForChange(seen, std::chrono::milliseconds(500));
+      seen = s.revision;
+      parts.status->Set(s);
+    }
+  });
+  std::cerr << tool << ": rank " << launch.rank << " metrics on http://" << host << ":" << p.exporter->port()
+            << "/metrics" << (p.exporter->file_sd_path().empty() ? "" : ", target file " + p.exporter->file_sd_path())
+            << "\n";
+  return Status::Ok();
+}
+
+// Rank 0's control API: the token, TLS (a key and certificate of its own
+// unless the config names them), the server, and the endpoint file that
+// scdinoctl finds it by (a stale one of a killed start removed first).
+Status ServicePlane::StartControl(const run::RunConfig& config, const run::LaunchInfo& launch,
+                                  const ServiceOptions& options) {
+  Parts& p = *parts_;
+  const std::string& host = p.host;
+  const std::string& job = p.slurm_job_id;
+  const std::string tool = "scdino-" + options.service;
+  if (auto s = MakeDirs(p.run_dir); !s.ok()) return s;
+  auto token = control::LoadOrCreateToken(config.token_path());
+  if (!token.ok()) return token.status();
+  // The endpoint file of a start of this service that was killed: gone
+  // now, so nobody acts on it while this start is setting up.
+  if (auto old = control::ReadEndpoint(p.run_dir, options.service);
+      old.ok() && control::EndpointProcessState(*old, host) == control::ProcessState::kGone) {
+    control::RemoveEndpoint(p.run_dir, options.service);
+    std::cerr << tool << ": removed the stale endpoint file of process " << old->pid
+              << ", which ended without removing it\n";
+  }
+  control::TlsIdentity tls;
+  if (config.scdino.control.plaintext) {
+    std::cerr << tool << ": warning: the control API serves without TLS (scdino.control.plaintext: true): the "
+              << "token travels in clear and anyone on the network path can read and reuse it\n";
+  } else {
+    auto id = config.scdino.control.tls_cert_file.empty()
+                  ? control::MakeSelfSignedIdentity(p.run_dir + "/tls", options.service,
+                                                    options.service + ".scdino.invalid", host)
+                  : control::DescribeIdentity(config.scdino.control.tls_cert_file,
+                                              config.scdino.control.tls_key_file);
+    if (!id.ok()) return id.status();
+    tls = *id;
+  }
+  control::ServerOptions so;
+  so.listen_address = config.scdino.control.listen;
+  so.token = *token;
+  so.token_file = config.token_path();
+  so.tls_cert_file = tls.cert_file;
+  so.tls_key_file = tls.key_file;
+  so.service = options.service;
+  so.run_id = config.meta.name_of_run;
+  so.run_dir = p.run_dir;
+  so.slurm_job_id = job;
+  so.slurm_step_id = Env("SLURM_STEP_ID");
+  so.host = host;
+  so.world_size = launch.world_size;
+  so.start_unix_ms = UnixMs();
+  if (p.exporter) {
+    auto* refused = &p.exporter->unauthenticated();
+    so.on_unauthenticated = [refused] { refused->Increment(); };
+  }
+  auto server = control::ControlServer::Start(so, &control_);
+  if (!server.ok()) return server.status();
+  p.server = std::move(server).value();
+  control::Endpoint ep;
+  ep.service = options.service;
+  // A specific listen address is what callers must use; else the host name.
+  const std::string listen_host = so.listen_address.substr(0, so.listen_address.rfind(':'));
+  ep.host = (listen_host == "0.0.0.0" || listen_host == "[::]" || listen_host.empty()) ? host : listen_host;
+  ep.port = p.server->port();
+  ep.pid = ::getpid();
+  ep.slurm_job_id = so.slurm_job_id;
+  ep.slurm_step_id = so.slurm_step_id;
+  ep.start_unix_ms = so.start_unix_ms;
+  ep.tls = p.server->tls();
+  if (ep.tls) {
+    ep.tls_cert = std::filesystem::absolute(tls.cert_file).string();
+    ep.tls_fingerprint = tls.fingerprint;
+    ep.tls_name = tls.name;
+  }
+  control::RecordThisProcess(&ep);
+  ep.run_dir = p.run_dir;
+  // A new life: the end record of the last one no longer holds.
+  control::RemoveEnded(p.run_dir, options.service);
+  if (auto s = control::WriteEndpoint(p.run_dir, ep, *token); !s.ok()) return s;
+  std::cerr << tool << ": control API on " << ep.target()
+            << (ep.tls ? " (TLS, certificate " + ep.tls_fingerprint + ")" : " (plaintext)") << ", endpoint "
+            << control::EndpointPath(p.run_dir, options.service) << "\n";
+  return Status::Ok();
+}
+#endif
 
 void ServicePlane::ReportStage(const StageProgress& p) {
   control_.Update([&](RunStatus& s) {

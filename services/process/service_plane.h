@@ -70,6 +70,10 @@ class ServicePlane {
   ServicePlane() = default;
   void ReportStage(const StageProgress& p);
   struct Parts;
+  // Start's parts (with the service layer): every rank's metrics, rank 0's
+  // control API and endpoint file.
+  Status StartMetrics(const run::RunConfig& config, const run::LaunchInfo& launch, const ServiceOptions& options);
+  Status StartControl(const run::RunConfig& config, const run::LaunchInfo& launch, const ServiceOptions& options);
   struct StageTarget;
   RunControl control_;
   std::unique_ptr<Parts> parts_;
