@@ -29,6 +29,15 @@ std::vector<size_t> Sample(std::vector<size_t> rows, int64_t max, uint64_t seed)
 
 }  // namespace
 
+// What the loader thread reads (LearningCheck::Load).
+struct LearningCheck::LoadJob {
+  features::FeaturePrep prep;
+  bool skip = false;  ///< on_bad_image: skip
+  std::shared_ptr<const data::Dataset> data;
+  std::vector<size_t> train, test;
+  int64_t images = 0;
+};
+
 StatusOr<std::unique_ptr<LearningCheck>> LearningCheck::Make(const run::RunConfig& config,
                                                              const data::Dataset& dataset, torch::Device device,
                                                              std::string* why_not) {
@@ -86,54 +95,58 @@ StatusOr<std::unique_ptr<LearningCheck>> LearningCheck::Make(const run::RunConfi
             << "raw pixels (" << features::PixelsPrepared(config.dino_options().vit.in_chans(), size) << ")\n";
   // Read by a thread of its own while the ranks train: no rank waits for it
   // in a collective (Measure waits a bounded time, then skips the check).
-  c->loader_ = std::thread([raw = c.get(), prep = run->prep, skip = config.bad_image_policy() == data::BadImagePolicy::kSkip,
-                            data = std::make_shared<const data::Dataset>(std::move(run->dataset)),
-                            train = std::move(train), test = std::move(test), images] {
-    ProgressLog progress(&std::cerr, "scdino-trainer: learning check: loading", "images");
-    int64_t loaded = 0;
-    auto load = [&](const std::vector<size_t>& rows, torch::Tensor* x, torch::Tensor* y) -> Status {
-      std::vector<torch::Tensor> stack;
-      std::vector<int64_t> labels;
-      for (size_t i : rows) {
-        if (raw->stop_.load()) return Status::Aborted("the learning check's loading was stopped");
-        progress.Report(loaded++, images);
-        auto img = features::LoadForModel(*data, i, prep);
-        // A bad image the run skips (on_bad_image: skip) is left out here too.
-        if (!img.ok()) {
-          if (skip) continue;
-          return img.status();
-        }
-        stack.push_back(*img);
-        labels.push_back(data->entries[i].label);
-      }
-      if (stack.size() < 2) return Status::FailedPrecondition("fewer than 2 of its images could be read");
-      // On the CPU: moved to the device a batch at a time.
-      *x = torch::stack(stack);
-      *y = torch::tensor(labels, torch::kInt64).to(raw->device_);
-      return Status::Ok();
-    };
-    torch::Tensor train_x, train_y, test_x, test_y;
-    Status s;
-    try {
-      torch::NoGradGuard no_grad;
-      s = load(train, &train_x, &train_y);
-      if (s.ok()) s = load(test, &test_x, &test_y);
-    } catch (const std::exception& e) {
-      s = Status::Internal(std::string("the learning check's loading failed: ") + e.what());
-    }
-    if (s.ok()) progress.Report(images, images);
-    std::lock_guard<std::mutex> lock(raw->mu_);
-    raw->load_status_ = s;
-    if (s.ok()) {
-      raw->train_x_ = train_x;
-      raw->train_y_ = train_y;
-      raw->test_x_ = test_x;
-      raw->test_y_ = test_y;
-    }
-    raw->loaded_ = true;
-    raw->cv_.notify_all();
-  });
+  LoadJob job{run->prep, config.bad_image_policy() == data::BadImagePolicy::kSkip,
+              std::make_shared<const data::Dataset>(std::move(run->dataset)), std::move(train), std::move(test), images};
+  c->loader_ = std::thread(&LearningCheck::Load, c.get(), std::move(job));
   return c;
+}
+
+// The loader thread's work: the images of both splits, read and stacked,
+// then published under mu_ (loaded_, the tensors or the error).
+void LearningCheck::Load(LoadJob job) {
+  ProgressLog progress(&std::cerr, "scdino-trainer: learning check: loading", "images");
+  int64_t loaded = 0;
+  auto load = [&](const std::vector<size_t>& rows, torch::Tensor* x, torch::Tensor* y) -> Status {
+    std::vector<torch::Tensor> stack;
+    std::vector<int64_t> labels;
+    for (size_t i : rows) {
+      if (stop_.load()) return Status::Aborted("the learning check's loading was stopped");
+      progress.Report(loaded++, job.images);
+      auto img = features::LoadForModel(*job.data, i, job.prep);
+      // A bad image the run skips (on_bad_image: skip) is left out here too.
+      if (!img.ok()) {
+        if (job.skip) continue;
+        return img.status();
+      }
+      stack.push_back(*img);
+      labels.push_back(job.data->entries[i].label);
+    }
+    if (stack.size() < 2) return Status::FailedPrecondition("fewer than 2 of its images could be read");
+    // On the CPU: moved to the device a batch at a time.
+    *x = torch::stack(stack);
+    *y = torch::tensor(labels, torch::kInt64).to(device_);
+    return Status::Ok();
+  };
+  torch::Tensor train_x, train_y, test_x, test_y;
+  Status s;
+  try {
+    torch::NoGradGuard no_grad;
+    s = load(job.train, &train_x, &train_y);
+    if (s.ok()) s = load(job.test, &test_x, &test_y);
+  } catch (const std::exception& e) {
+    s = Status::Internal(std::string("the learning check's loading failed: ") + e.what());
+  }
+  if (s.ok()) progress.Report(job.images, job.images);
+  std::lock_guard<std::mutex> lock(mu_);
+  load_status_ = s;
+  if (s.ok()) {
+    train_x_ = train_x;
+    train_y_ = train_y;
+    test_x_ = test_x;
+    test_y_ = test_y;
+  }
+  loaded_ = true;
+  cv_.notify_all();
 }
 
 LearningCheck::~LearningCheck() {

@@ -60,6 +60,8 @@ class LearningCheck {
 
  private:
   LearningCheck() = default;
+  struct LoadJob;
+  void Load(LoadJob job);
   /// The 20-NN top-1 of the test images' features against the train
   /// images' (both L2-normalised by it).
   double Top1(const std::function<torch::Tensor(const torch::Tensor&)>& features) const;
