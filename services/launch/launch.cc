@@ -242,6 +242,118 @@ StatusOr<std::map<std::string, std::string>> ContainerTaskVariables(
   return task;
 }
 
+using Getenv = std::function<const char*(const char*)>;
+
+// The integer variable `name`, when set, into *out (at least `min`).
+Status ReadInt(const Getenv& getenv, const char* name, int64_t min, int64_t* out) {
+  const char* v = getenv(name);
+  if (v == nullptr) return Status::Ok();
+  auto x = Int(name, v, min);
+  if (!x.ok()) return x.status();
+  *out = *x;
+  return Status::Ok();
+}
+
+// Inside a Slurm step: a RANK, WORLD_SIZE or LOCAL_RANK that differs from
+// Slurm's was left in the submitting shell; said in info->notes.
+void NoteLeakedRankVariables(const Getenv& getenv, LaunchInfo* info) {
+  for (auto [ours, slurms] : {std::pair<const char*, const char*>{"RANK", "SLURM_PROCID"}, {"WORLD_SIZE", "SLURM_NTASKS"},
+                              {"LOCAL_RANK", "SLURM_LOCALID"}}) {
+    const char* leaked = getenv(ours);
+    const char* slurm = getenv(slurms);
+    if (leaked != nullptr && (slurm == nullptr || std::string(leaked) != slurm)) {
+      info->notes.push_back(std::string(ours) + "=" + leaked + " in the environment is ignored: this is a Slurm step, "
+                           "where " + slurms + "=" + (slurm ? slurm : "(unset)") + " says where the task is (a " + ours +
+                           " left in the submitting shell reaches every task; unset it, or submit with "
+                           "--export=NONE)");
+    }
+  }
+}
+
+// torchrun's variables (RANK, WORLD_SIZE, LOCAL_*, MASTER_*, TORCHELASTIC_*).
+Status TorchrunLaunch(const Getenv& getenv, LaunchInfo* info) {
+  info->source = "torchrun";
+  for (auto [name, min, out] : {std::tuple<const char*, int64_t, int64_t*>{"RANK", 0, &info->rank},
+                                {"WORLD_SIZE", 1, &info->world_size},
+                                {"LOCAL_RANK", 0, &info->local_rank},
+                                {"LOCAL_WORLD_SIZE", 1, &info->local_world_size},
+                                {"MASTER_PORT", 1, &info->master_port}}) {
+    if (auto s = ReadInt(getenv, name, min, out); !s.ok()) return s;
+  }
+  if (getenv("LOCAL_WORLD_SIZE") == nullptr) info->local_world_size = info->local_rank + 1;
+  if (const char* a = getenv("MASTER_ADDR")) info->master_addr = a;
+  const char* run_id = getenv("TORCHELASTIC_RUN_ID");
+  const char* restart = getenv("TORCHELASTIC_RESTART_COUNT");
+  info->attempt = std::string("torchrun run ") + (run_id ? run_id : "-") + " restart " + (restart ? restart : "0");
+  return Status::Ok();
+}
+
+// Slurm's variables: the task, the job's attempt and its rendezvous ports,
+// the tasks on this node and the first node of the step (MASTER_ADDR and
+// MASTER_PORT win).
+Status SlurmLaunch(const Getenv& getenv, LaunchInfo* info) {
+  info->source = "slurm";
+  int64_t job = 0, step = 0;
+  for (auto [name, min, out] : {std::tuple<const char*, int64_t, int64_t*>{"SLURM_PROCID", 0, &info->rank},
+                                {"SLURM_NTASKS", 1, &info->world_size},
+                                {"SLURM_LOCALID", 0, &info->local_rank},
+                                {"SLURM_JOB_ID", 0, &job}}) {
+    if (auto s = ReadInt(getenv, name, min, out); !s.ok()) return s;
+  }
+  // The batch step's id is "batch", an interactive one "extern": step 0.
+  if (const char* st = getenv("SLURM_STEP_ID"); st != nullptr && std::isdigit(static_cast<unsigned char>(st[0]))) {
+    if (auto s = ReadInt(getenv, "SLURM_STEP_ID", 0, &step); !s.ok()) return s;
+  }
+  int64_t restart = 0;
+  if (auto s = ReadInt(getenv, "SLURM_RESTART_COUNT", 0, &restart); !s.ok()) return s;
+  const char* conf = getenv("SLURM_CONF");
+  const std::string conf_path = conf != nullptr && *conf ? conf : "/etc/slurm/slurm.conf";
+  const auto reserved = ReservedPorts(conf_path);
+  info->port_candidates = RendezvousPorts(job, step, restart, reserved);
+  if (info->port_candidates.empty() && getenv("MASTER_PORT") == nullptr) {
+    std::string ranges;
+    for (const auto& [a, b] : reserved) {
+      ranges += (ranges.empty() ? "" : ", ") + std::to_string(a) + (a == b ? "" : "-" + std::to_string(b));
+    }
+    return Status::InvalidArgument(
+        "no rendezvous port is left in " + std::to_string(kRendezvousPortFirst) + "-" +
+        std::to_string(kRendezvousPortFirst + kRendezvousPortCount - 1) + ": " + conf_path +
+        " reserves " + ranges + " for torchrun and Slurm, and its SrunPortRange covers the whole rendezvous "
+        "range; narrow SrunPortRange, or set MASTER_PORT to a free port outside it");
+  }
+  if (!info->port_candidates.empty()) info->master_port = info->port_candidates[0];
+  info->attempt = "slurm job " + std::to_string(job) + " step " + std::to_string(step) + " restart " +
+                 std::to_string(restart);
+  // Tasks on this node: SLURM_STEP_TASKS_PER_NODE ("2(x3),1") at SLURM_NODEID.
+  info->local_world_size = info->local_rank + 1;
+  if (const char* tpn = getenv("SLURM_STEP_TASKS_PER_NODE") ? getenv("SLURM_STEP_TASKS_PER_NODE")
+                                                             : getenv("SLURM_TASKS_PER_NODE")) {
+    int64_t node = 0;
+    if (auto s = ReadInt(getenv, "SLURM_NODEID", 0, &node); !s.ok()) return s;
+    auto counts = ExpandTasksPerNode(tpn);
+    if (!counts.ok()) return counts.status();
+    if (node < static_cast<int64_t>(counts->size())) info->local_world_size = (*counts)[static_cast<size_t>(node)];
+  }
+  const char* nodes = getenv("SLURM_STEP_NODELIST");
+  const char* which = "SLURM_STEP_NODELIST";
+  if (nodes == nullptr) {
+    nodes = getenv("SLURM_JOB_NODELIST");
+    which = "SLURM_JOB_NODELIST";
+  }
+  if (nodes != nullptr) {
+    auto hosts = ExpandHostlist(nodes);
+    if (!hosts.ok()) return Status::InvalidArgument(std::string("environment variable ") + which + ": " +
+                                                    hosts.status().message());
+    info->master_addr = hosts->front();
+  }
+  if (const char* a = getenv("MASTER_ADDR")) info->master_addr = a;
+  if (getenv("MASTER_PORT") != nullptr) {
+    if (auto s = ReadInt(getenv, "MASTER_PORT", 1, &info->master_port); !s.ok()) return s;
+    info->port_candidates = {info->master_port};  // the user's choice: that port alone
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>& getenv) {
@@ -254,14 +366,6 @@ StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>
     });
   }
   LaunchInfo info;
-  auto get_int = [&](const char* name, int64_t min, int64_t* out) -> Status {
-    const char* v = getenv(name);
-    if (v == nullptr) return Status::Ok();
-    auto x = Int(name, v, min);
-    if (!x.ok()) return x.status();
-    *out = *x;
-    return Status::Ok();
-  };
   // Inside a Slurm step, Slurm's variables say where this task is, unless
   // torchrun started it (TORCHELASTIC_RUN_ID): a RANK or WORLD_SIZE beside
   // them was left in the submitting shell (sbatch exports it to every task),
@@ -269,94 +373,14 @@ StatusOr<LaunchInfo> LaunchFromEnv(const std::function<const char*(const char*)>
   // starts its own ranks inside a step unsets SLURM_PROCID for them.
   const bool in_slurm_step = getenv("SLURM_PROCID") != nullptr && getenv("SLURM_NTASKS") != nullptr &&
                              getenv("TORCHELASTIC_RUN_ID") == nullptr;
-  if (in_slurm_step) {
-    for (auto [ours, slurms] : {std::pair<const char*, const char*>{"RANK", "SLURM_PROCID"}, {"WORLD_SIZE", "SLURM_NTASKS"},
-                                {"LOCAL_RANK", "SLURM_LOCALID"}}) {
-      const char* leaked = getenv(ours);
-      const char* slurm = getenv(slurms);
-      if (leaked != nullptr && (slurm == nullptr || std::string(leaked) != slurm)) {
-        info.notes.push_back(std::string(ours) + "=" + leaked + " in the environment is ignored: this is a Slurm step, "
-                             "where " + slurms + "=" + (slurm ? slurm : "(unset)") + " says where the task is (a " + ours +
-                             " left in the submitting shell reaches every task; unset it, or submit with "
-                             "--export=NONE)");
-      }
-    }
-  }
+  if (in_slurm_step) NoteLeakedRankVariables(getenv, &info);
+  Status s;
   if (!in_slurm_step && getenv("RANK") != nullptr && getenv("WORLD_SIZE") != nullptr) {
-    info.source = "torchrun";
-    for (auto [name, min, out] : {std::tuple<const char*, int64_t, int64_t*>{"RANK", 0, &info.rank},
-                                  {"WORLD_SIZE", 1, &info.world_size},
-                                  {"LOCAL_RANK", 0, &info.local_rank},
-                                  {"LOCAL_WORLD_SIZE", 1, &info.local_world_size},
-                                  {"MASTER_PORT", 1, &info.master_port}}) {
-      if (auto s = get_int(name, min, out); !s.ok()) return s;
-    }
-    if (getenv("LOCAL_WORLD_SIZE") == nullptr) info.local_world_size = info.local_rank + 1;
-    if (const char* a = getenv("MASTER_ADDR")) info.master_addr = a;
-    const char* run_id = getenv("TORCHELASTIC_RUN_ID");
-    const char* restart = getenv("TORCHELASTIC_RESTART_COUNT");
-    info.attempt = std::string("torchrun run ") + (run_id ? run_id : "-") + " restart " + (restart ? restart : "0");
+    s = TorchrunLaunch(getenv, &info);
   } else if (getenv("SLURM_PROCID") != nullptr && getenv("SLURM_NTASKS") != nullptr) {
-    info.source = "slurm";
-    int64_t job = 0, step = 0;
-    for (auto [name, min, out] : {std::tuple<const char*, int64_t, int64_t*>{"SLURM_PROCID", 0, &info.rank},
-                                  {"SLURM_NTASKS", 1, &info.world_size},
-                                  {"SLURM_LOCALID", 0, &info.local_rank},
-                                  {"SLURM_JOB_ID", 0, &job}}) {
-      if (auto s = get_int(name, min, out); !s.ok()) return s;
-    }
-    // The batch step's id is "batch", an interactive one "extern": step 0.
-    if (const char* st = getenv("SLURM_STEP_ID"); st != nullptr && std::isdigit(static_cast<unsigned char>(st[0]))) {
-      if (auto s = get_int("SLURM_STEP_ID", 0, &step); !s.ok()) return s;
-    }
-    int64_t restart = 0;
-    if (auto s = get_int("SLURM_RESTART_COUNT", 0, &restart); !s.ok()) return s;
-    const char* conf = getenv("SLURM_CONF");
-    const std::string conf_path = conf != nullptr && *conf ? conf : "/etc/slurm/slurm.conf";
-    const auto reserved = ReservedPorts(conf_path);
-    info.port_candidates = RendezvousPorts(job, step, restart, reserved);
-    if (info.port_candidates.empty() && getenv("MASTER_PORT") == nullptr) {
-      std::string ranges;
-      for (const auto& [a, b] : reserved) {
-        ranges += (ranges.empty() ? "" : ", ") + std::to_string(a) + (a == b ? "" : "-" + std::to_string(b));
-      }
-      return Status::InvalidArgument(
-          "no rendezvous port is left in " + std::to_string(kRendezvousPortFirst) + "-" +
-          std::to_string(kRendezvousPortFirst + kRendezvousPortCount - 1) + ": " + conf_path +
-          " reserves " + ranges + " for torchrun and Slurm, and its SrunPortRange covers the whole rendezvous "
-          "range; narrow SrunPortRange, or set MASTER_PORT to a free port outside it");
-    }
-    if (!info.port_candidates.empty()) info.master_port = info.port_candidates[0];
-    info.attempt = "slurm job " + std::to_string(job) + " step " + std::to_string(step) + " restart " +
-                   std::to_string(restart);
-    // Tasks on this node: SLURM_STEP_TASKS_PER_NODE ("2(x3),1") at SLURM_NODEID.
-    info.local_world_size = info.local_rank + 1;
-    if (const char* tpn = getenv("SLURM_STEP_TASKS_PER_NODE") ? getenv("SLURM_STEP_TASKS_PER_NODE")
-                                                               : getenv("SLURM_TASKS_PER_NODE")) {
-      int64_t node = 0;
-      if (auto s = get_int("SLURM_NODEID", 0, &node); !s.ok()) return s;
-      auto counts = ExpandTasksPerNode(tpn);
-      if (!counts.ok()) return counts.status();
-      if (node < static_cast<int64_t>(counts->size())) info.local_world_size = (*counts)[static_cast<size_t>(node)];
-    }
-    const char* nodes = getenv("SLURM_STEP_NODELIST");
-    const char* which = "SLURM_STEP_NODELIST";
-    if (nodes == nullptr) {
-      nodes = getenv("SLURM_JOB_NODELIST");
-      which = "SLURM_JOB_NODELIST";
-    }
-    if (nodes != nullptr) {
-      auto hosts = ExpandHostlist(nodes);
-      if (!hosts.ok()) return Status::InvalidArgument(std::string("environment variable ") + which + ": " +
-                                                      hosts.status().message());
-      info.master_addr = hosts->front();
-    }
-    if (const char* a = getenv("MASTER_ADDR")) info.master_addr = a;
-    if (getenv("MASTER_PORT") != nullptr) {
-      if (auto s = get_int("MASTER_PORT", 1, &info.master_port); !s.ok()) return s;
-      info.port_candidates = {info.master_port};  // the user's choice: that port alone
-    }
+    s = SlurmLaunch(getenv, &info);
   }
+  if (!s.ok()) return s;
   if (info.port_candidates.empty()) info.port_candidates = {info.master_port};
   info.attempt += " at " + info.master_addr + ":" + std::to_string(info.master_port);
   if (info.rank >= info.world_size) {
