@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Functions of services/ longer than a bound, longest first.
+
+    python3 scripts/function-lengths.py [--over 80] [DIR]
+
+A function is a definition that starts at column 0 of a .cc file (a free
+function, a member defined outside its class, a main), counted from its
+first line to its closing brace. Lambdas and member functions defined in a
+class body count as part of what holds them. docs/architecture.md#measures
+records the figure; this is how it is measured, not a rule the build
+enforces.
+"""
+import argparse
+import os
+import re
+import sys
+
+NOT_A_FUNCTION = re.compile(r"(\}|#|//|namespace\b|using\b|static_assert\b|template\b|struct\b|class\b|enum\b|union\b)")
+
+
+def functions(path):
+    lines = open(path, encoding="utf-8").read().split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line and not line[0].isspace() and not NOT_A_FUNCTION.match(line):
+            # The head runs to the first brace or semicolon.
+            j, head = i, ""
+            while j < len(lines):
+                head += lines[j] + "\n"
+                if "{" in lines[j] or lines[j].rstrip().endswith(";"):
+                    break
+                j += 1
+            before_brace = head.split("{")[0]
+            if j < len(lines) and "{" in lines[j] and "(" in before_brace and not before_brace.rstrip().endswith("="):
+                depth, k, opened = 0, j, False
+                while k < len(lines):
+                    depth += lines[k].count("{") - lines[k].count("}")
+                    opened = opened or "{" in lines[k]
+                    if opened and depth <= 0:
+                        break
+                    k += 1
+                name = re.search(r"([\w:~]+)\s*\(", head)
+                yield k - i + 1, i + 1, name.group(1) if name else "?"
+                i = k
+        i += 1
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dir", nargs="?", default=os.path.join(os.path.dirname(__file__), "..", "services"))
+    parser.add_argument("--over", type=int, default=80, help="list functions longer than this many lines")
+    args = parser.parse_args()
+    found = []
+    for root, _, files in os.walk(args.dir):
+        for name in files:
+            if name.endswith(".cc"):
+                path = os.path.join(root, name)
+                found += [(n, os.path.relpath(path, args.dir), line, fn) for n, line, fn in functions(path)]
+    long = sorted((f for f in found if f[0] > args.over), reverse=True)
+    for n, path, line, fn in long:
+        print(f"{n:5d}  {path}:{line}  {fn}")
+    print(f"{len(long)} function(s) over {args.over} lines, of {len(found)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
