@@ -1,0 +1,441 @@
+#include "ctl/ctl.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <variant>
+
+#include "common/cli.h"
+#include "control/client.h"
+#include "control/endpoint.h"
+#include "control/token.h"
+#include "run/learning_verdict.h"
+#include "scdino/v1/control.grpc.pb.h"
+
+namespace scdino::ctl {
+
+namespace {
+
+// printf into a string.
+std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string Format(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  va_list again;
+  va_copy(again, args);
+  const int n = std::vsnprintf(nullptr, 0, format, args);
+  va_end(args);
+  std::string out(static_cast<size_t>(std::max(n, 0)) + 1, '\0');
+  std::vsnprintf(out.data(), out.size(), format, again);
+  va_end(again);
+  out.resize(static_cast<size_t>(std::max(n, 0)));
+  return out;
+}
+
+// "name        value\n": the table's row.
+std::string Row(const char* name, const std::string& value) { return Format("%-12s%s\n", name, value.c_str()); }
+
+int ExitFor(const grpc::Status& s, const std::string& target, std::ostream& err) {
+  err << "scdinoctl: " << target << ": " << s.error_message() << "\n";
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return kUnreachable;
+    case grpc::StatusCode::UNAUTHENTICATED: return kUnauthenticated;
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::UNIMPLEMENTED: return kNotFound;
+    case grpc::StatusCode::FAILED_PRECONDITION: return kRefused;
+    default: return kFailed;
+  }
+}
+
+std::string Json(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+std::string StateName(v1::RunState s) {
+  std::string n = v1::RunState_Name(s);
+  return n.rfind("RUN_STATE_", 0) == 0 ? n.substr(10) : n;
+}
+
+std::string Time(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+  return buf;
+}
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The trainer's rows: loss, schedule, checkpoint, health, learning check,
+// recoveries, non-finite steps.
+std::string TrainerRows(const v1::TrainerStatus& t) {
+  std::string out = Row("loss", Format("%.5f", t.loss()));
+  out += Row("schedule", Format("lr %.3g, weight decay %.3g, teacher temp %.3g, momentum %.5f", t.learning_rate(),
+                                t.weight_decay(), t.teacher_temperature(), t.teacher_momentum()));
+  out += Row("checkpoint", Format("%s (%s)", t.last_checkpoint().empty() ? "-" : t.last_checkpoint().c_str(),
+                                  Time(t.last_checkpoint_unix_ms()).c_str()));
+  if (t.has_health()) {
+    const auto& h = t.health();
+    out += Row("health", Format("%s; teacher entropy %.3f (%.2f of ln K), KL %.3f, batch entropy %.3f, center norm "
+                                "%.3g, CLS std %.3g",
+                                h.collapse().empty() ? "not judged yet (first epoch)" : h.collapse().c_str(),
+                                h.teacher_entropy(), h.teacher_entropy_ratio(), h.student_teacher_kl(),
+                                h.teacher_batch_entropy(), h.center_norm(), h.backbone_cls_std()));
+  }
+  if (t.learning().epoch() > 0) {
+    const auto& l = t.learning();
+    // A trainer before the raw-pixel baseline sends no verdict: judged
+    // here against the random ViT alone.
+    LearningScores s;
+    s.trained = l.knn_top1();
+    s.random = l.random_knn_top1();
+    s.pixels = l.verdict().empty() ? -1.0 : l.pixels_knn_top1();
+    s.margin = l.margin();
+    std::string line = Format("epoch %lld: teacher %.3f, random ViT %.3f (%+.3f)", static_cast<long long>(l.epoch()),
+                              s.trained, s.random, s.trained - s.random);
+    if (s.pixels >= 0) line += Format(", raw pixels %.3f (%+.3f)", s.pixels, s.trained - s.pixels);
+    const auto v = JudgeLearning(s);
+    line += v.learned == Learned::kYes  ? ": learned so far"
+            : v.learned == Learned::kNo ? ": not learned so far"
+                                        : ": cannot tell (a baseline is right on every image)";
+    out += Row("learning", line);
+  }
+  if (t.recoveries().count() > 0) {
+    out += Row("recoveries", Format("%lld of %lld; last: %s", static_cast<long long>(t.recoveries().count()),
+                                    static_cast<long long>(t.recoveries().max()), t.recoveries().last().c_str()));
+  }
+  if (t.nonfinite_steps() > 0) out += Row("nonfinite", std::to_string(t.nonfinite_steps()));
+  return out;
+}
+
+// The server to call and its token: from the run directory's endpoint
+// file, or --target with --token-file. An exit code when neither works.
+// `quiet`: no message when the run directory has no endpoint yet.
+std::variant<control::ClientTarget, int> ResolveTarget(const Options& o, std::ostream& err, bool quiet = false) {
+  control::ClientTarget t;
+  if (!o.run_dir.empty()) {
+    auto r = control::ResolveRun(o.run_dir, o.service, o.token_file);
+    if (!r.ok()) {
+      if (quiet && r.status().code() == StatusCode::kNotFound) return kNotFound;
+      err << "scdinoctl: " << r.status().message() << "\n";
+      return r.status().code() == StatusCode::kNotFound ? kNotFound : kFailed;
+    }
+    t = *r;
+    if (!t.plaintext_warning.empty()) err << "scdinoctl: warning: " << t.plaintext_warning << "\n";
+  } else {
+    if (o.token_file.empty()) {
+      err << "scdinoctl: --target needs --token-file (the run's control.token)\n";
+      return kBadArguments;
+    }
+    auto token = control::ReadToken(o.token_file);
+    if (!token.ok()) {
+      err << "scdinoctl: " << token.status().message() << "\n";
+      return token.status().code() == StatusCode::kNotFound ? kNotFound : kFailed;
+    }
+    t.target = o.target;
+    t.token = *token;
+    t.tls = o.tls;
+    t.tls_name = o.tls_name;
+  }
+  t.tls_ca_file = o.tls_ca;
+  return t;
+}
+
+// The run's target once it answers: at once, or with watch --wait, once
+// its endpoint file is there and its server accepts a connection (a job
+// still in the queue, or a service still starting), up to --wait seconds.
+std::variant<control::ClientTarget, int> TargetWhenAnswering(const Options& o, std::ostream& err) {
+  const bool waiting = o.command == "watch" && o.wait > 0;
+  if (!waiting) return ResolveTarget(o, err);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.wait * 1000));
+  err << "scdinoctl: waiting up to " << o.wait << " s for the run in " << (o.run_dir.empty() ? o.target : o.run_dir)
+      << " to start\n";
+  const int64_t began_unix_ms = NowUnixMs();
+  for (;;) {
+    // A run that started and ended between two looks leaves its end record.
+    if (!o.run_dir.empty()) {
+      auto ended = control::ReadEnded(o.run_dir, o.service);
+      if (ended.ok() && ended->end_unix_ms >= began_unix_ms) {
+        err << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << ended->state
+            << (ended->error.empty() ? "" : ": " + ended->error) << "\n";
+        return ended->state == "COMPLETED" ? kOk : kFailed;
+      }
+    }
+    const bool last = std::chrono::steady_clock::now() >= deadline;
+    auto resolved = ResolveTarget(o, err, /*quiet=*/!last);
+    if (const auto* t = std::get_if<control::ClientTarget>(&resolved)) {
+      auto channel = control::OpenChannel(*t);
+      if (channel.ok() &&
+          (last || (*channel)->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(2)))) {
+        return resolved;
+      }
+    } else if (last || std::get<int>(resolved) != kNotFound) {
+      return resolved;
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  }
+}
+
+// One connection to the service: its stubs, a context for each call, and
+// where answers and messages go.
+struct Connection {
+  const Options& o;
+  control::ClientTarget t;
+  std::shared_ptr<grpc::Channel> channel;
+  std::ostream& out;
+  std::ostream& err;
+  std::unique_ptr<v1::Control::Stub> control = v1::Control::NewStub(channel);
+  std::unique_ptr<v1::Trainer::Stub> trainer = v1::Trainer::NewStub(channel);
+
+  void Prepare(grpc::ClientContext& ctx, bool deadline) const {
+    control::AddToken(&ctx, t.token);
+    if (deadline) ctx.set_deadline(Deadline());
+  }
+  std::chrono::system_clock::time_point Deadline() const {
+    return std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.timeout * 1000));
+  }
+  int Fail(const grpc::Status& s) const { return ExitFor(s, t.target, err); }
+};
+
+int ShowStatus(const Connection& c) {
+  grpc::ClientContext ctx;
+  c.Prepare(ctx, true);
+  v1::Status s;
+  auto st = c.control->GetStatus(&ctx, v1::GetStatusRequest(), &s);
+  if (!st.ok()) return c.Fail(st);
+  c.out << (c.o.json ? Json(s) + "\n" : StatusTable(s));
+  return kOk;
+}
+
+int Watch(const Connection& c) {
+  // The first message has to come within the timeout; then no deadline.
+  grpc::ClientContext ctx;
+  c.Prepare(ctx, false);
+  if (!c.channel->WaitForConnected(c.Deadline())) {
+    c.err << "scdinoctl: " << c.t.target << ": not reachable within " << c.o.timeout << " s\n";
+    return kUnreachable;
+  }
+  v1::WatchStatusRequest req;
+  req.set_interval_ms(c.o.interval_ms);
+  auto reader = c.control->WatchStatus(&ctx, req);
+  v1::Status s;
+  while (reader->Read(&s)) c.out << (c.o.json ? Json(s) + "\n" : StatusLine(s, NowUnixMs())) << std::flush;
+  auto st = reader->Finish();
+  if (!st.ok()) return c.Fail(st);
+  return s.state() == v1::RUN_STATE_FAILED ? kFailed : kOk;
+}
+
+// pause, resume or stop.
+int Request(const Connection& c, const std::string& command) {
+  grpc::ClientContext ctx;
+  c.Prepare(ctx, true);
+  v1::ControlReply reply;
+  grpc::Status st;
+  if (command == "pause") st = c.control->Pause(&ctx, v1::PauseRequest(), &reply);
+  if (command == "resume") st = c.control->Resume(&ctx, v1::ResumeRequest(), &reply);
+  if (command == "stop") st = c.control->Stop(&ctx, v1::StopRequest(), &reply);
+  if (!st.ok()) return c.Fail(st);
+  c.out << (c.o.json ? Json(reply) : command + ": requested; the run is " + StateName(reply.state())) << "\n";
+  return kOk;
+}
+
+int SaveCheckpoint(const Connection& c) {
+  grpc::ClientContext ctx;
+  c.Prepare(ctx, true);
+  v1::SaveCheckpointReply reply;
+  auto st = c.trainer->SaveCheckpoint(&ctx, v1::SaveCheckpointRequest(), &reply);
+  if (!st.ok()) return c.Fail(st);
+  c.out << (c.o.json ? Json(reply) : reply.path() + " (iteration " + std::to_string(reply.iteration()) + ")") << "\n";
+  return kOk;
+}
+
+int ListCheckpoints(const Connection& c) {
+  grpc::ClientContext ctx;
+  c.Prepare(ctx, true);
+  v1::ListCheckpointsReply reply;
+  auto st = c.trainer->ListCheckpoints(&ctx, v1::ListCheckpointsRequest(), &reply);
+  if (!st.ok()) return c.Fail(st);
+  if (c.o.json) {
+    c.out << Json(reply) << "\n";
+    return kOk;
+  }
+  c.out << Format("%-10s %-6s %-10s %-20s %s\n", "ITERATION", "EPOCH", "SIZE_MB", "WRITTEN", "PATH");
+  for (const auto& cp : reply.checkpoints()) {
+    c.out << Format("%-10lld %-6lld %-10.1f %-20s %s\n", static_cast<long long>(cp.iteration()),
+                    static_cast<long long>(cp.epoch()), static_cast<double>(cp.size_bytes()) / 1e6,
+                    Time(cp.modified_unix_ms()).c_str(), cp.path().c_str());
+  }
+  return kOk;
+}
+
+int RotateToken(const Options& o, std::ostream& out, std::ostream& err) {
+  if (o.run_dir.empty()) {
+    err << "scdinoctl: rotate-token needs --run-dir DIR\n";
+    return kBadArguments;
+  }
+  auto services = control::RotateToken(o.run_dir, o.token_file);
+  if (!services.ok()) {
+    err << "scdinoctl: " << services.status().message() << "\n";
+    return services.status().code() == StatusCode::kNotFound ? kNotFound : kFailed;
+  }
+  out << "rotate-token: new token in " << (o.token_file.empty() ? o.run_dir + "/control.token" : o.token_file);
+  for (const auto& name : *services) out << (&name == &services->front() ? "; endpoint of " : ", ") << name;
+  out << (services->empty() ? "; no service of the run is running" : " signed with it") << "\n";
+  return kOk;
+}
+
+}  // namespace
+
+std::string Duration(double s) {
+  if (s <= 0) return "-";
+  const long x = static_cast<long>(s + 0.5);
+  if (x >= 3600) return Format("%ldh%02ldm", x / 3600, (x / 60) % 60);
+  if (x >= 60) return Format("%ldm%02lds", x / 60, x % 60);
+  return Format("%lds", x);
+}
+
+std::string Stage(const v1::Progress& p) {
+  if (p.stage_finished()) {
+    return Format("%s: %lld %s, done", p.stage().c_str(), static_cast<long long>(p.stage_done()),
+                  p.stage_unit().c_str());
+  }
+  std::string out = p.stage() + ": " + p.stage_unit() + " " + std::to_string(p.stage_done());
+  if (p.stage_total() > 0) {
+    out += Format("/%lld (%.0f%%)", static_cast<long long>(p.stage_total()),
+                  std::floor(100.0 * static_cast<double>(p.stage_done()) / static_cast<double>(p.stage_total())));
+  }
+  if (p.stage_per_second() > 0) out += Format(", %.2f %s/s", p.stage_per_second(), p.stage_unit().c_str());
+  if (p.stage_eta_seconds() > 0) out += ", ETA " + Duration(p.stage_eta_seconds());
+  return out;
+}
+
+std::string StatusTable(const v1::Status& s) {
+  const auto& p = s.progress();
+  const auto& r = s.run();
+  std::string service = v1::ServiceKind_Name(s.service());
+  service = service.substr(service.rfind('_') + 1);
+  for (auto& c : service) c = static_cast<char>(std::tolower(c));
+  std::string out = Row("service", service);
+  out += Row("run", r.run_id() + " (" + r.run_dir() + ")");
+  out += Row("state", StateName(s.state()) + (s.error().empty() ? "" : ": " + s.error()));
+  out += Row("progress",
+             p.iterations() > 0
+                 ? Format("epoch %lld/%lld, iteration %lld/%lld (%.1f%%)", static_cast<long long>(p.epoch() + 1),
+                          static_cast<long long>(p.epochs()), static_cast<long long>(p.iteration()),
+                          static_cast<long long>(p.iterations()),
+                          100.0 * static_cast<double>(p.iteration()) / static_cast<double>(p.iterations()))
+                 : Format("%lld/%lld items", static_cast<long long>(p.items_done()),
+                          static_cast<long long>(p.items_total())));
+  out += Row("speed", Format("%.1f items/s, ETA %s", p.items_per_second(), Duration(p.eta_seconds()).c_str()));
+  if (!p.stage().empty()) out += Row("stage", Stage(p));
+  if (s.has_trainer()) out += TrainerRows(s.trainer());
+  out += Row("host", Format("%s pid %lld, world size %lld, started %s", r.host().c_str(), static_cast<long long>(r.pid()),
+                            static_cast<long long>(r.world_size()), Time(r.start_unix_ms()).c_str()));
+  if (!r.slurm_job_id().empty()) out += Row("slurm", "job " + r.slurm_job_id() + " step " + r.slurm_step_id());
+  out += Row("version", r.version());
+  return out;
+}
+
+std::string StatusLine(const v1::Status& s, int64_t now_unix_ms) {
+  const auto& p = s.progress();
+  std::string out = Format("%s %-10s it %lld/%lld epoch %lld/%lld %.1f items/s ETA %s", Time(now_unix_ms).c_str(),
+                           StateName(s.state()).c_str(), static_cast<long long>(p.iteration()),
+                           static_cast<long long>(p.iterations()), static_cast<long long>(p.epoch() + 1),
+                           static_cast<long long>(p.epochs()), p.items_per_second(), Duration(p.eta_seconds()).c_str());
+  if (s.has_trainer()) out += Format(" loss %.5f", s.trainer().loss());
+  if (!p.stage().empty() && !p.stage_finished()) out += " [" + Stage(p) + "]";
+  if (!s.error().empty()) out += " error: " + s.error();
+  return out + "\n";
+}
+
+std::optional<int> ParseCommandLine(int argc, const char* const* argv, Options* o, std::ostream& out,
+                                    std::ostream& err) {
+  cli::App app("scdinoctl",
+               "Status and steering of a running scdino service through its control API (docs/control.md).\n"
+               "Exit codes: 0 ok, 1 failed, 2 bad arguments, 3 unreachable, 4 unauthenticated,\n"
+               "5 not found, 6 refused (the run cannot do that now).");
+  app->require_subcommand(1);
+  // Options may follow the command, as in `scdinoctl status --run-dir runs/x`.
+  app->fallthrough();
+  app->add_option("--run-dir", o->run_dir, "the run directory (endpoint file and control.token found there)")
+      ->type_name("DIR");
+  app->add_option("--service", o->service, "which service of the run")
+      ->check(CLI::IsMember({"trainer", "features", "eval"}));
+  app->add_option("--target", o->target, "a server address instead of --run-dir")->type_name("HOST:PORT");
+  app->add_option("--token-file", o->token_file,
+                  "the run's control token (with --target; with --run-dir when it is not <run_dir>/control.token)")
+      ->type_name("FILE");
+  app->add_flag("--tls", o->tls, "use TLS (with --target)");
+  app->add_option("--tls-ca", o->tls_ca, "PEM roots to trust for TLS (with --target: the run's tls_cert)")
+      ->type_name("FILE");
+  app->add_option("--tls-name", o->tls_name,
+                  "the name the server's certificate is issued to (with --target: the endpoint file's tls_name)")
+      ->type_name("NAME");
+  app->add_flag("--json", o->json, "JSON instead of tables (one object per line for watch)");
+  app->add_option("--timeout", o->timeout, "seconds to wait for an answer")
+      ->check(CLI::NonNegativeNumber)
+      ->default_str("10; checkpoint: 600");
+  app->add_subcommand("status", "the run's state, progress, speed and last values");
+  app->add_subcommand("watch", "status on every change until the run ends (Ctrl-C to leave)")
+      ->add_option("--interval-ms", o->interval_ms, "also print every N ms when nothing changed")
+      ->check(CLI::NonNegativeNumber);
+  app->get_subcommand("watch")
+      ->add_option("--wait", o->wait,
+                   "wait up to SECONDS for the run to start and answer (a job still in the queue); 0: not")
+      ->type_name("SECONDS")
+      ->check(CLI::NonNegativeNumber);
+  app->add_subcommand("pause", "pause at the next step boundary");
+  app->add_subcommand("resume", "continue a paused run");
+  app->add_subcommand("stop", "finish the step, write a checkpoint, exit");
+  app->add_subcommand("checkpoint", "write a checkpoint now and print its path (trainer)");
+  app->add_subcommand("checkpoints", "list the run's checkpoints (trainer)");
+  app->add_subcommand("rotate-token",
+                      "replace the run's token by a new one (with --run-dir); the running services take it at the next "
+                      "call, and the old token is refused from then on");
+  if (auto code = app.Parse(argc, argv, out, err)) return *code == 0 ? kOk : kBadArguments;
+  o->command = app->get_subcommands().front()->get_name();
+  if (o->run_dir.empty() == o->target.empty()) {
+    err << "scdinoctl: give either --run-dir DIR or --target HOST:PORT (with --token-file)\n";
+    return kBadArguments;
+  }
+  if (o->timeout < 0) o->timeout = o->command == "checkpoint" ? 600 : 10;
+  return std::nullopt;
+}
+
+int Run(const Options& o, std::ostream& out, std::ostream& err) {
+  if (o.command == "rotate-token") return RotateToken(o, out, err);
+  auto resolved = TargetWhenAnswering(o, err);
+  if (const int* code = std::get_if<int>(&resolved)) return *code;
+  const auto& t = std::get<control::ClientTarget>(resolved);
+  auto channel = control::OpenChannel(t);
+  if (!channel.ok()) {
+    err << "scdinoctl: " << channel.status().message() << "\n";
+    return kFailed;
+  }
+  const Connection c{o, t, *channel, out, err};
+  if (o.command == "status") return ShowStatus(c);
+  if (o.command == "watch") return Watch(c);
+  if (o.command == "pause" || o.command == "resume" || o.command == "stop") return Request(c, o.command);
+  if (o.command == "checkpoint") return SaveCheckpoint(c);
+  return ListCheckpoints(c);
+}
+
+}  // namespace scdino::ctl

@@ -1,0 +1,183 @@
+// scdinoctl's logic (ctl/ctl.h): its command line, its tables and lines,
+// and its commands against a real control server over a RunControl.
+#include "ctl/ctl.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "control/server.h"
+#include "control/token.h"
+#include "support/test_support.h"
+
+namespace scdino::ctl {
+namespace {
+
+struct Parsed {
+  std::optional<int> code;
+  Options o;
+  std::string out, err;
+};
+
+Parsed Parse(std::vector<const char*> args) {
+  args.insert(args.begin(), "scdinoctl");
+  Parsed p;
+  std::ostringstream out, err;
+  p.code = ParseCommandLine(static_cast<int>(args.size()), args.data(), &p.o, out, err);
+  p.out = out.str();
+  p.err = err.str();
+  return p;
+}
+
+TEST(CtlCommandLine, NeedsOneOfRunDirAndTargetAndSetsEachCommandsTimeout) {
+  auto both = Parse({"status", "--run-dir", "runs/x", "--target", "h:1"});
+  EXPECT_EQ(both.code, kBadArguments);
+  EXPECT_NE(both.err.find("give either --run-dir DIR or --target HOST:PORT"), std::string::npos) << both.err;
+  auto neither = Parse({"status"});
+  EXPECT_EQ(neither.code, kBadArguments);
+  auto unknown = Parse({"explode", "--run-dir", "runs/x"});
+  EXPECT_EQ(unknown.code, kBadArguments);
+  auto status = Parse({"status", "--run-dir", "runs/x"});
+  ASSERT_FALSE(status.code.has_value()) << status.err;
+  EXPECT_EQ(status.o.command, "status");
+  EXPECT_EQ(status.o.timeout, 10);
+  auto checkpoint = Parse({"checkpoint", "--run-dir", "runs/x", "--service", "trainer"});
+  ASSERT_FALSE(checkpoint.code.has_value()) << checkpoint.err;
+  EXPECT_EQ(checkpoint.o.timeout, 600) << "a checkpoint may take minutes to write";
+  auto service = Parse({"status", "--run-dir", "runs/x", "--service", "painter"});
+  EXPECT_EQ(service.code, kBadArguments);
+  EXPECT_NE(service.err.find("painter"), std::string::npos) << service.err;
+  auto help = Parse({"--help"});
+  EXPECT_EQ(help.code, kOk);
+  EXPECT_NE(help.out.find("rotate-token"), std::string::npos);
+}
+
+TEST(CtlFormat, DurationsAndStages) {
+  EXPECT_EQ(Duration(0), "-");
+  EXPECT_EQ(Duration(7.4), "7s");
+  EXPECT_EQ(Duration(185), "3m05s");
+  EXPECT_EQ(Duration(3725), "1h02m");
+  v1::Progress p;
+  p.set_stage("linear probe");
+  p.set_stage_unit("fits");
+  p.set_stage_done(3);
+  p.set_stage_total(6);
+  p.set_stage_per_second(0.4);
+  p.set_stage_eta_seconds(8);
+  EXPECT_EQ(Stage(p), "linear probe: fits 3/6 (50%), 0.40 fits/s, ETA 8s");
+  p.set_stage_finished(true);
+  p.set_stage_done(6);
+  EXPECT_EQ(Stage(p), "linear probe: 6 fits, done");
+}
+
+// The trainer's table: every row it sends, the learning check judged.
+TEST(CtlFormat, TheTrainersTableHasEveryRowItSends) {
+  v1::Status s;
+  s.set_service(v1::SERVICE_KIND_TRAINER);
+  s.set_state(v1::RUN_STATE_RUNNING);
+  auto* p = s.mutable_progress();
+  p->set_epoch(2);
+  p->set_epochs(10);
+  p->set_iteration(30);
+  p->set_iterations(120);
+  p->set_items_per_second(41.25);
+  p->set_eta_seconds(185);
+  auto* r = s.mutable_run();
+  r->set_run_id("cells");
+  r->set_run_dir("/runs/cells");
+  r->set_host("node1");
+  r->set_world_size(4);
+  r->set_slurm_job_id("77");
+  r->set_slurm_step_id("0");
+  auto* t = s.mutable_trainer();
+  t->set_loss(7.123456);
+  t->mutable_learning()->set_epoch(3);
+  t->mutable_learning()->set_knn_top1(0.8);
+  t->mutable_learning()->set_random_knn_top1(0.5);
+  t->mutable_learning()->set_pixels_knn_top1(0.6);
+  t->mutable_learning()->set_margin(0.02);
+  t->mutable_learning()->set_verdict("learned");
+  t->mutable_recoveries()->set_count(1);
+  t->mutable_recoveries()->set_max(3);
+  t->mutable_recoveries()->set_last("uniform_collapse at iteration 20");
+  const std::string table = StatusTable(s);
+  for (const std::string row : {"service     trainer\n", "run         cells (/runs/cells)\n", "state       RUNNING\n",
+                                "progress    epoch 3/10, iteration 30/120 (25.0%)\n",
+                                "speed       41.2 items/s, ETA 3m05s\n", "loss        7.12346\n",
+                                "learning    epoch 3: teacher 0.800, random ViT 0.500 (+0.300), raw pixels 0.600 "
+                                "(+0.200): learned so far\n",
+                                "recoveries  1 of 3; last: uniform_collapse at iteration 20\n",
+                                "slurm       job 77 step 0\n"}) {
+    EXPECT_NE(table.find(row), std::string::npos) << "no row " << row << "in\n" << table;
+  }
+  EXPECT_EQ(table.find("nonfinite"), std::string::npos) << "a row for none";
+  const std::string line = StatusLine(s, 0);
+  EXPECT_NE(line.find("RUNNING    it 30/120 epoch 3/10 41.2 items/s ETA 3m05s loss 7.12346\n"), std::string::npos)
+      << line;
+}
+
+// A control server over a RunControl, its token in a file, as a service
+// serves it; the commands run as scdinoctl runs them.
+class CtlServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    token_file_ = dir_.path() + "/control.token";
+    auto token = control::LoadOrCreateToken(token_file_);
+    ASSERT_TRUE(token.ok()) << token.status().ToString();
+    control::ServerOptions o;
+    o.listen_address = "127.0.0.1:0";
+    o.token = *token;
+    o.run_dir = dir_.path();
+    o.run_id = "ctl";
+    auto s = control::ControlServer::Start(o, &control_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(s).value();
+    target_ = "127.0.0.1:" + std::to_string(server_->port());
+    control_.Update([](RunStatus& st) { st.state = RunState::kRunning; });
+  }
+  int Command(std::vector<const char*> args, const std::string& token_file = "") {
+    const std::string tokens = token_file.empty() ? token_file_ : token_file;
+    args.insert(args.end(), {"--target", target_.c_str(), "--token-file", tokens.c_str(), "--timeout", "5"});
+    auto p = Parse(args);
+    if (p.code) return *p.code;
+    std::ostringstream out, err;
+    const int code = scdino::ctl::Run(p.o, out, err);
+    out_ = out.str();
+    err_ = err.str();
+    return code;
+  }
+  scdino::testing::ScratchDir dir_;
+  std::string token_file_, target_, out_, err_;
+  RunControl control_;
+  std::unique_ptr<control::ControlServer> server_;
+};
+
+TEST_F(CtlServerTest, StatusAndStopReachTheRun) {
+  ASSERT_EQ(Command({"status"}), kOk) << err_;
+  EXPECT_NE(out_.find("state       RUNNING\n"), std::string::npos) << out_;
+  EXPECT_NE(out_.find("run         ctl ("), std::string::npos) << out_;
+  ASSERT_EQ(Command({"status", "--json"}), kOk) << err_;
+  EXPECT_NE(out_.find("\"state\":\"RUN_STATE_RUNNING\""), std::string::npos) << out_;
+  EXPECT_FALSE(control_.Requests().stop);
+  ASSERT_EQ(Command({"stop"}), kOk) << err_;
+  EXPECT_EQ(out_, "stop: requested; the run is RUNNING\n");
+  EXPECT_TRUE(control_.Requests().stop) << "the stop did not reach the run";
+}
+
+TEST_F(CtlServerTest, AWrongTokenAnUnreachableServerAndAMissingTokenFileEachHaveTheirCode) {
+  const std::string wrong = dir_.path() + "/wrong.token";
+  ASSERT_TRUE(control::LoadOrCreateToken(wrong).ok());
+  EXPECT_EQ(Command({"status"}, wrong), kUnauthenticated) << err_;
+  EXPECT_FALSE(control_.Requests().stop);
+  EXPECT_EQ(Command({"stop"}, wrong), kUnauthenticated) << err_;
+  EXPECT_FALSE(control_.Requests().stop) << "a stop with another run's token reached the run";
+  EXPECT_EQ(Command({"status"}, dir_.path() + "/none.token"), kNotFound) << err_;
+  server_.reset();
+  EXPECT_EQ(Command({"status"}), kUnreachable) << err_;
+  EXPECT_NE(err_.find("scdinoctl: 127.0.0.1:"), std::string::npos) << err_;
+}
+
+}  // namespace
+}  // namespace scdino::ctl
