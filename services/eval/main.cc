@@ -21,12 +21,12 @@
 #include "process/command_line.h"
 #include "process/exit_codes.h"
 #include "process/service_plane.h"
-#include "process/shutdown.h"
+#include "process/service.h"
 #include "process/signals.h"
 
 namespace {
 
-using namespace scdino::process;  // the exit codes, CommandLine, Fail
+using namespace scdino::process;  // the exit codes, CommandLine, RunService
 namespace fs = std::filesystem;
 constexpr const char* kProgram = "scdino-eval";
 
@@ -41,6 +41,75 @@ std::vector<std::string> FeatureDirs(const std::string& run_dir) {
   return dirs;
 }
 
+// The feature sets to evaluate: those of --features, else every complete
+// one of the run (none with --follow, which extracts its own).
+scdino::StatusOr<std::vector<scdino::features::FeatureSet>> FeatureSets(std::vector<std::string> dirs, bool follow,
+                                                                       const std::string& run_dir) {
+  if (follow && !dirs.empty()) {
+    return scdino::Status::InvalidArgument("--follow evaluates the trainer's checkpoints; drop --features");
+  }
+  if (dirs.empty() && !follow) {
+    dirs = FeatureDirs(run_dir);
+    if (dirs.empty()) {
+      return scdino::Status::InvalidArgument(
+          "no complete features directory under " + run_dir +
+          "/features; run scdino-features first (or pass --features DIR, or --follow a trainer)");
+    }
+  }
+  std::vector<scdino::features::FeatureSet> sets;
+  for (const auto& d : dirs) {
+    auto set = scdino::features::ReadFeatureSet(d);
+    if (!set.ok()) return set.status();
+    sets.push_back(std::move(set).value());
+  }
+  return sets;
+}
+
+// The per-checkpoint table (when `table`) and the report, each said with
+// its path on stdout.
+scdino::Status WriteOutputs(scdino::eval::CheckpointEvaluator& evaluator, bool table) {
+  if (table) {
+    auto path = evaluator.WriteTable();
+    if (!path.ok()) return path.status();
+    std::cout << "\nkNN accuracy per checkpoint: " << *path << "\n";
+  }
+  auto path = evaluator.WriteReport();
+  if (!path.ok()) return path.status();
+  std::cout << "report: " << *path << "\n";
+  return scdino::Status::Ok();
+}
+
+// --follow: the raw pixels first (the baseline every checkpoint's report is
+// judged against; an already complete set is kept), then each checkpoint
+// the trainer has written and writes, extracted here and evaluated, the
+// table and report written after each.
+scdino::Status FollowTheTrainer(const scdino::run::RunConfig& config, const std::string& config_path, Service& s,
+                                scdino::eval::CheckpointEvaluator& evaluator) {
+  auto stop = [&s] { return s.Stopping(); };
+  auto dataset = scdino::run::IndexDataset(config);
+  if (!dataset.ok()) return dataset.status();
+  auto run = scdino::features::PrepareFeatureRun(config, std::move(dataset).value(), config_path, s.launch,
+                                                 *s.coordinator, stop);
+  if (!run.ok()) return run.status();
+  scdino::features::ExtractHooks hooks;
+  hooks.control = &s.plane->control();
+  hooks.stop_signal = StopSignalReceived;
+  hooks.log = &std::cerr;
+  hooks.program = kProgram;
+  auto extract_and_evaluate = [&](const std::string& checkpoint) -> scdino::Status {
+    auto dir = scdino::features::ExtractCheckpoint(config, *run, checkpoint, config.downstream.checkpoint_key,
+                                                   s.launch, s.device.device, hooks);
+    if (!dir.ok()) return dir.status();
+    auto set = scdino::features::ReadFeatureSet(*dir);
+    if (!set.ok()) return set.status();
+    if (auto st = evaluator.Evaluate(*set); !st.ok()) return st;
+    return WriteOutputs(evaluator, /*table=*/true);
+  };
+  if (auto st = extract_and_evaluate(scdino::features::kRawPixels); !st.ok()) return st;
+  return FollowCheckpoints(FollowOptionsFor(config, kProgram, stop),
+                           [&](const scdino::CheckpointEntry& c) { return extract_and_evaluate(c.path); });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,7 +121,7 @@ int main(int argc, char** argv) {
                  "Output: <run_dir>/eval/<features name>/ (knn_results.json/.csv, per_class.csv,\n"
                  "confusion_matrix.csv/.png, pca.png, tsne.png, umap.png, embeddings.csv/.h5ad, attention/*.png)\n"
                  "and <run_dir>/eval/knn_per_checkpoint.csv when there are several or with --follow.\n" +
-                     scdino::process::ExitCodesHelp(kProgram));
+                     ExitCodesHelp(kProgram));
   cl.app()
       .add_option("--features", dirs,
                   "a features directory of scdino-features (repeatable); default: every complete one under "
@@ -66,109 +135,27 @@ int main(int argc, char** argv) {
   const auto settings = cl.RunSettings();
   if (!settings) return kExitBadInput;
   const auto& config = *settings;
-  if (follow && !dirs.empty()) {
-    std::cerr << kProgram << ": --follow evaluates the trainer's checkpoints; drop --features\n";
-    return kExitBadInput;
-  }
-  if (dirs.empty() && !follow) {
-    dirs = FeatureDirs(config.run_dir());
-    if (dirs.empty()) {
-      std::cerr << kProgram << ": no complete features directory under " << config.run_dir()
-                << "/features; run scdino-features first (or pass --features DIR, or --follow a trainer)\n";
-      return kExitBadInput;
-    }
-  }
-  const int n_threads = cl.ConfigureCpu();
-  std::vector<scdino::features::FeatureSet> sets;
-  for (const auto& d : dirs) {
-    auto s = scdino::features::ReadFeatureSet(d);
-    if (!s.ok()) return Fail(nullptr, kProgram, s.status());
-    sets.push_back(std::move(s).value());
-  }
-  // Every part with threads lives in the work's scope and is stopped as it
-  // ends (the control API and metrics, then the rendezvous); then the
-  // process ends without library destructors (process/shutdown.h).
-  const int code = GuardMain(kProgram, [&]() -> int {
-    scdino::run::LaunchInfo single;
-    auto device = scdino::run::PickDevice(config, single);
-    if (!device.ok()) return Fail(nullptr, kProgram, device.status());
-    std::cerr << kProgram << ": run " << config.run_dir() << ", device " << device->device << " (" << device->why << "), " << n_threads
-              << " CPU threads\n";
-    // Temporaries of evaluations that were killed go; a live writer's stay.
-    if (auto s = scdino::run::PrepareRunDir(config); !s.ok()) return Fail(nullptr, kProgram, s);
-    auto plane = ServicePlane::Start(config, single, {"eval", "queries", "kNN"});
-    if (!plane.ok()) return Fail(nullptr, kProgram, plane.status());
-    ServicePlane* p = plane->get();
-    auto stop = [p] { return StopSignalReceived() || p->control().Requests().stop; };
-
+  auto sets = FeatureSets(dirs, follow, config.run_dir());
+  if (!sets.ok()) return Fail(nullptr, kProgram, sets.status());
+  // One process: the evaluation does not spread over ranks.
+  const ServiceSpec spec{kProgram, /*alone=*/true, nullptr, ServiceOptions{"eval", "queries", "kNN"}};
+  RunService(spec, config, cl.ConfigureCpu(), [&](Service& s) -> int {
     scdino::eval::EvaluatorOptions o;
-    o.device = device->device;
-    o.threads = n_threads;
+    o.device = s.device.device;
+    o.threads = s.threads;
     o.attention = !no_attention;
-    AttachEvaluator(*p, &o);
+    AttachEvaluator(*s.plane, &o);
     o.stop_signal = StopSignalReceived;
     o.log = &std::cerr;
     o.out = &std::cout;
     scdino::eval::CheckpointEvaluator evaluator(config, o);
-    auto write_table = [&]() -> scdino::Status {
-      auto path = evaluator.WriteTable();
-      if (!path.ok()) return path.status();
-      std::cout << "\nkNN accuracy per checkpoint: " << *path << "\n";
-      return scdino::Status::Ok();
-    };
-    auto write_report = [&]() -> scdino::Status {
-      auto path = evaluator.WriteReport();
-      if (!path.ok()) return path.status();
-      std::cout << "report: " << *path << "\n";
-      return scdino::Status::Ok();
-    };
-
-    for (const auto& set : sets) {
-      if (auto s = evaluator.Evaluate(set); !s.ok()) return Fail(p, kProgram, s);
+    for (const auto& set : *sets) {
+      if (auto st = evaluator.Evaluate(set); !st.ok()) return s.Fail(st);
     }
-    if (follow) {
-      auto coordinator = scdino::run::Coordinator::Single();
-      auto dataset = scdino::run::IndexDataset(config);
-      if (!dataset.ok()) return Fail(p, kProgram, dataset.status());
-      auto run = scdino::features::PrepareFeatureRun(config, std::move(dataset).value(), cl.config_path(), single,
-                                                     *coordinator, stop);
-      if (!run.ok()) return Fail(p, kProgram, run.status());
-      const std::string key = config.downstream.checkpoint_key;
-      FollowOptions fo;
-      fo.run_dir = config.run_dir();
-      fo.token_file = config.scdino.control.token_file;
-      fo.should_stop = stop;
-      fo.log = &std::cerr;
-      fo.program = kProgram;
-      scdino::features::ExtractHooks hooks;
-      hooks.control = &p->control();
-      hooks.stop_signal = StopSignalReceived;
-      hooks.log = &std::cerr;
-      hooks.program = kProgram;
-      // Extracts and evaluates one checkpoint, or a baseline.
-      auto extract_and_evaluate = [&](const std::string& checkpoint) -> scdino::Status {
-        auto dir = scdino::features::ExtractCheckpoint(config, *run, checkpoint, key, single, device->device, hooks);
-        if (!dir.ok()) return dir.status();
-        auto set = scdino::features::ReadFeatureSet(*dir);
-        if (!set.ok()) return set.status();
-        if (auto st = evaluator.Evaluate(*set); !st.ok()) return st;
-        if (auto st = write_table(); !st.ok()) return st;
-        return write_report();
-      };
-      // The raw pixels first: the baseline every checkpoint's report is
-      // judged against (no model; an already complete set is kept).
-      if (auto s = extract_and_evaluate(scdino::features::kRawPixels); !s.ok()) return Fail(p, kProgram, s);
-      auto s = FollowCheckpoints(
-          fo, [&](const scdino::CheckpointEntry& c) -> scdino::Status { return extract_and_evaluate(c.path); });
-      if (!s.ok()) return Fail(p, kProgram, s);
-    } else {
-      if (evaluator.rows().size() > 1) {
-        if (auto s = write_table(); !s.ok()) return Fail(p, kProgram, s);
-      }
-      if (auto s = write_report(); !s.ok()) return Fail(p, kProgram, s);
-    }
-    p->Finish(scdino::RunState::kCompleted);
+    auto st = follow ? FollowTheTrainer(config, cl.config_path(), s, evaluator)
+                     : WriteOutputs(evaluator, /*table=*/evaluator.rows().size() > 1);
+    if (!st.ok()) return s.Fail(st);
+    s.plane->Finish(scdino::RunState::kCompleted);
     return kExitCompleted;
   });
-  EndProcess(kProgram, code);
 }

@@ -17,7 +17,7 @@
 #include "process/command_line.h"
 #include "process/exit_codes.h"
 #include "process/service_plane.h"
-#include "process/shutdown.h"
+#include "process/service.h"
 #include "process/signals.h"
 
 namespace {
@@ -150,11 +150,72 @@ StatusOr<int64_t> Verdict(const std::vector<SweepRow>& sweep, const std::vector<
   return static_cast<int64_t>(failures.size());
 }
 
+// The command line's own flags.
+struct Flags {
+  std::string json_path, prom_path, nvidia_smi = "nvidia-smi", textfile_dir = TextfileDir();
+  bool has_config = false;
+};
+
+// Every check of this rank, the sweep across ranks, and rank 0's verdict
+// (every rank ends with it).
+int RunChecks(const run::RunConfig& config, const Service& s, const Flags& f) {
+  const auto timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
+  const auto& t = config.scdino.preflight;
+  RankChecks mine = CheckThisRank(config, s.launch, s.device, f.nvidia_smi, f.has_config);
+  std::vector<SweepRow> sweep;
+  std::shared_ptr<training::Collective> collective;
+  std::string backend = "none (one rank)";
+  const std::string nccl_log = LogNcclNetwork(config, s.launch, s.device.device);
+  if (s.launch.world_size > 1) {
+    training::DistributedOptions dist;
+    dist.timeout = timeout;
+    dist.on_lost_peer = process::ExitForLostPeer;
+    auto c = training::Collective::Connect(s.coordinator->store(), s.launch.rank, s.launch.world_size, dist,
+                                           s.device.device);
+    if (!c.ok()) return Fail(c.status());
+    collective = *c;
+    backend = collective->backend();
+    auto rows = AllReduceSweep(*collective, SweepSizes(t.min_bytes, t.max_bytes, t.factor), t.iterations,
+                               t.seconds_per_size, s.device.device, StopSignalReceived);
+    if (!rows.ok()) return Fail(rows.status());
+    sweep = *rows;
+    if (!nccl_log.empty()) {
+      auto text = ReadFile(nccl_log);
+      mine.nccl_network = text.ok() ? NcclNetwork(*text) : "";
+      if (mine.nccl_network.empty()) mine.notes.push_back("NCCL's network not found in " + nccl_log);
+    }
+  }
+  auto all = GatherOnRankZero(*s.coordinator, mine);
+  if (!all.ok()) return Fail(all.status());
+  int64_t failed = 0;
+  if (s.launch.rank == 0) {
+    const ReportFiles files{f.json_path.empty() ? config.run_dir() + "/preflight.json" : f.json_path,
+                            f.prom_path.empty() ? config.run_dir() + "/preflight.prom" : f.prom_path, f.textfile_dir};
+    auto verdict = Verdict(sweep, *all, t, s.launch.world_size, backend, files);
+    if (!verdict.ok()) return Fail(verdict.status());
+    failed = *verdict;
+  }
+  // Every rank ends with rank 0's verdict.
+  if (collective) {
+    auto verdict = torch::tensor({static_cast<double>(failed)}, torch::kFloat64);
+    collective->AllReduceSum(verdict);
+    failed = static_cast<int64_t>(verdict.item<double>());
+    collective->Shutdown();
+  }
+  // A signal during the checks (a preemption, the time limit) is the
+  // job's: the batch script requeues on 75 as it does for the trainer.
+  if (StopSignalReceived()) {
+    std::cerr << "scdino-preflight: stopped by a signal\n";
+    return kExitPreempted;
+  }
+  return failed == 0 ? kExitCompleted : kExitPreflightFailed;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   InstallStopSignals("scdino-preflight", "stopping after the current check");
-  std::string json_path, prom_path, nvidia_smi = "nvidia-smi";
+  Flags f;
   CommandLine cl("scdino-preflight",
                  "Checks a job's nodes before it trains: an all-reduce sweep on the trainer's backend (bus bandwidth "
                  "as nccl-tests), each rank's GPU, the data set's read throughput from each node and the run "
@@ -162,15 +223,14 @@ int main(int argc, char** argv) {
                  "task of the job (srun). Without --config: the defaults, run directory runs/preflight.\n" +
                      ExitCodesHelp("scdino-preflight"),
                  /*config_required=*/false);
-  cl.app().add_option("--json", json_path, "the report; default <run_dir>/preflight.json")->type_name("FILE");
+  cl.app().add_option("--json", f.json_path, "the report; default <run_dir>/preflight.json")->type_name("FILE");
   cl.app()
-      .add_option("--prom", prom_path,
+      .add_option("--prom", f.prom_path,
                   "the report as Prometheus text (node_exporter's textfile collector); default <run_dir>/preflight.prom")
       ->type_name("FILE");
-  cl.app().add_option("--nvidia-smi", nvidia_smi, "the nvidia-smi to ask for ECC errors")->type_name("CMD");
-  std::string textfile_dir = TextfileDir();
+  cl.app().add_option("--nvidia-smi", f.nvidia_smi, "the nvidia-smi to ask for ECC errors")->type_name("CMD");
   cl.app()
-      .add_option("--textfile-dir", textfile_dir,
+      .add_option("--textfile-dir", f.textfile_dir,
                   "also write scdino-preflight.prom there, for node_exporter's textfile collector; default "
                   "$SCDINO_TEXTFILE_DIR, else Debian's node_exporter directory where it is writable")
       ->type_name("DIR");
@@ -184,68 +244,7 @@ int main(int argc, char** argv) {
   const auto settings = cl.RunSettings(defaults);
   if (!settings) return kExitBadInput;
   const auto& config = *settings;
-  cl.ConfigureCpu();
-  // Every part with threads lives in the work's scope and is stopped as it
-  // ends (the control API and metrics, then the rendezvous); then the
-  // process ends without library destructors (process/shutdown.h).
-  const int code = GuardMain("scdino-preflight", [&]() -> int {
-    auto launch = run::LaunchFromEnv([](const char* k) { return std::getenv(k); });
-    if (!launch.ok()) return Fail(launch.status());
-    auto device = run::PickDevice(config, *launch);
-    if (!device.ok()) return Fail(device.status());
-    if (auto s = run::PrepareRunDir(config); !s.ok()) return Fail(s);
-    const auto timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
-    auto coordinator = run::Rendezvous(config, *launch, timeout, StopSignalReceived);
-    if (!coordinator.ok()) return Fail(coordinator.status());
-    const auto& t = config.scdino.preflight;
-    RankChecks mine = CheckThisRank(config, *launch, *device, nvidia_smi, !cl.config_path().empty());
-    std::vector<SweepRow> sweep;
-    std::shared_ptr<training::Collective> collective;
-    std::string backend = "none (one rank)";
-    const std::string nccl_log = LogNcclNetwork(config, *launch, device->device);
-    if (launch->world_size > 1) {
-      training::DistributedOptions dist;
-      dist.timeout = timeout;
-      dist.on_lost_peer = process::ExitForLostPeer;
-      auto c = training::Collective::Connect((*coordinator)->store(), launch->rank, launch->world_size, dist,
-                                             device->device);
-      if (!c.ok()) return Fail(c.status());
-      collective = *c;
-      backend = collective->backend();
-      auto rows = AllReduceSweep(*collective, SweepSizes(t.min_bytes, t.max_bytes, t.factor), t.iterations,
-                                 t.seconds_per_size, device->device, StopSignalReceived);
-      if (!rows.ok()) return Fail(rows.status());
-      sweep = *rows;
-      if (!nccl_log.empty()) {
-        auto text = ReadFile(nccl_log);
-        mine.nccl_network = text.ok() ? NcclNetwork(*text) : "";
-        if (mine.nccl_network.empty()) mine.notes.push_back("NCCL's network not found in " + nccl_log);
-      }
-    }
-    auto all = GatherOnRankZero(**coordinator, mine);
-    if (!all.ok()) return Fail(all.status());
-    int64_t failed = 0;
-    if (launch->rank == 0) {
-      const ReportFiles files{json_path.empty() ? config.run_dir() + "/preflight.json" : json_path,
-                              prom_path.empty() ? config.run_dir() + "/preflight.prom" : prom_path, textfile_dir};
-      auto verdict = Verdict(sweep, *all, t, launch->world_size, backend, files);
-      if (!verdict.ok()) return Fail(verdict.status());
-      failed = *verdict;
-    }
-    // Every rank ends with rank 0's verdict.
-    if (collective) {
-      auto verdict = torch::tensor({static_cast<double>(failed)}, torch::kFloat64);
-      collective->AllReduceSum(verdict);
-      failed = static_cast<int64_t>(verdict.item<double>());
-      collective->Shutdown();
-    }
-    // A signal during the checks (a preemption, the time limit) is the
-    // job's: the batch script requeues on 75 as it does for the trainer.
-    if (StopSignalReceived()) {
-      std::cerr << "scdino-preflight: stopped by a signal\n";
-      return kExitPreempted;
-    }
-    return failed == 0 ? kExitCompleted : kExitPreflightFailed;
-  });
-  EndProcess("scdino-preflight", code);
+  f.has_config = !cl.config_path().empty();
+  const ServiceSpec spec{"scdino-preflight", false, nullptr, std::nullopt};
+  RunService(spec, config, cl.ConfigureCpu(), [&](Service& s) { return RunChecks(config, s, f); });
 }
