@@ -51,6 +51,68 @@ struct Parts {
   }
 };
 
+// Each rank's first line: where it computes, and why.
+void SayWhere(const scdino::run::RunConfig& config, const scdino::run::LaunchInfo& launch, torch::Device device,
+              const std::string& why, bool bf16_supported, int threads) {
+  std::cerr << "scdino-trainer: rank " << launch.rank << " of " << launch.world_size << ": device " << device << " ("
+            << why << "), precision " << scdino::model::PrecisionName(config.precision(device, bf16_supported))
+            << "; run " << config.run_dir() << ", " << threads << " CPU threads, matrix products on "
+            << scdino::model::CpuGemmDescription();
+  if (device.is_cpu()) std::cerr << ", " << scdino::run::KeepFreedMemoryForCpuTraining();
+  std::cerr << "\n";
+}
+
+// The process group over the rendezvous' store (Gloo on CPUs, NCCL on
+// GPUs), said on each rank's line; a lost peer ends the process with 9.
+scdino::StatusOr<std::shared_ptr<scdino::training::Collective>> ConnectGroup(const scdino::run::RunConfig& config,
+                                                                             const scdino::run::LaunchInfo& launch,
+                                                                             scdino::run::Coordinator& coordinator,
+                                                                             torch::Device device) {
+  scdino::training::DistributedOptions dist;
+  dist.timeout = std::chrono::seconds(config.scdino.distributed_timeout_s);
+  dist.bucket_bytes = config.scdino.bucket_mb << 20;
+  dist.on_lost_peer = scdino::process::ExitForLostPeer;
+  auto c = scdino::training::Collective::Connect(coordinator.store(), launch.rank, launch.world_size, dist, device);
+  if (!c.ok()) return c.status();
+  std::cerr << "scdino-trainer: rank " << launch.rank << " of " << launch.world_size << ", " << (*c)->backend() << " ("
+            << launch.source << " launch, rendezvous " << launch.master_addr << ":" << coordinator.port() << ")\n";
+  return c;
+}
+
+// The run's last lines and its exit code: done (7 when it did not learn
+// and scdino.learning_check is require), or stopped (3, 4 or 75).
+int ExitCodeOf(const scdino::training::TrainResult& result, bool require_learning) {
+  using scdino::training::StopReason;
+  switch (result.stopped_by) {
+    case StopReason::kNone: {
+      std::cerr << "scdino-trainer: done, " << result.iteration << " iterations; checkpoint " << result.checkpoint;
+      if (result.recoveries > 0) std::cerr << "; recovered from a collapse " << result.recoveries << " time(s)";
+      std::cerr << "\n";
+      if (const auto& l = result.learning) {
+        // One line, whatever the verdict (run/learning_verdict.h).
+        const auto v = l->verdict();
+        std::cerr << "scdino-trainer: " << v.line;
+        if (v.learned == scdino::Learned::kNo) {
+          std::cerr << ". docs/training.md says what to change (scdino.recipe: auto, scdino.on_collapse: recover)"
+                    << (require_learning ? "; exit 7 (scdino.learning_check: require)" : "");
+        }
+        std::cerr << "\n";
+        if (v.learned == scdino::Learned::kNo && require_learning) return kExitDidNotLearn;
+      }
+      return kExitCompleted;
+    }
+    case StopReason::kIterationLimit:
+    case StopReason::kApi:
+    case StopReason::kSignal:
+      std::cerr << "scdino-trainer: stopped after iteration " << result.iteration << "; checkpoint "
+                << result.checkpoint << " (run again to resume)\n";
+      return result.stopped_by == StopReason::kSignal ? kExitPreempted
+             : result.stopped_by == StopReason::kApi  ? kExitStoppedByApi
+                                                       : kExitStopped;
+  }
+  return kExitFailed;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -78,14 +140,7 @@ int main(int argc, char** argv) {
     if (!device.ok()) return Fail(nullptr, device.status());
     options.device = device->device;
     options.bf16_supported = scdino::run::DeviceSupportsBf16(device->device);
-    // Each rank's first line: where it computes, and why.
-    std::cerr << "scdino-trainer: rank " << launch->rank << " of " << launch->world_size << ": device "
-              << device->device << " (" << device->why << "), precision "
-              << scdino::model::PrecisionName(config.precision(device->device, options.bf16_supported)) << "; run "
-              << config.run_dir() << ", " << threads << " CPU threads, matrix products on "
-              << scdino::model::CpuGemmDescription();
-    if (device->device.is_cpu()) std::cerr << ", " << scdino::run::KeepFreedMemoryForCpuTraining();
-    std::cerr << "\n";
+    SayWhere(config, *launch, device->device, device->why, options.bf16_supported, threads);
     auto run_dir_lock = scdino::run::PrepareRunDir(config, *launch, "trainer");
     if (!run_dir_lock.ok()) return Fail(nullptr, run_dir_lock.status());
     // What the checkpoint sets on another world size (an elastic resume's
@@ -107,19 +162,11 @@ int main(int argc, char** argv) {
     // A process group for several processes, or for one when torchrun-style
     // variables ask for it (scripts/gpu-check.sh runs NCCL at world size 1).
     if (launch->world_size > 1 || launch->source == "torchrun") {
-      scdino::training::DistributedOptions dist;
-      dist.timeout = timeout;
-      dist.bucket_bytes = config.scdino.bucket_mb << 20;
-      dist.on_lost_peer = scdino::process::ExitForLostPeer;
-      options.bucket_bytes = dist.bucket_bytes;
-      auto c = scdino::training::Collective::Connect((*coordinator)->store(), launch->rank, launch->world_size, dist,
-                                                     device->device);
+      auto c = ConnectGroup(config, *launch, *parts.coordinator, device->device);
       if (!c.ok()) return Fail(nullptr, c.status());
       parts.collective = *c;
       options.collective = parts.collective;
-      std::cerr << "scdino-trainer: rank " << launch->rank << " of " << launch->world_size << ", "
-                << options.collective->backend() << " (" << launch->source << " launch, rendezvous "
-                << launch->master_addr << ":" << parts.coordinator->port() << ")\n";
+      options.bucket_bytes = config.scdino.bucket_mb << 20;
     }
     auto started = ServicePlane::Start(config, *launch, {"trainer", "", ""});
     if (!started.ok()) return Fail(nullptr, started.status());
@@ -156,35 +203,7 @@ int main(int argc, char** argv) {
     // exit code any more.
     if (result->stopped_by == scdino::training::StopReason::kSignal) MarkStopSaved();
     plane->Finish(result->completed ? scdino::RunState::kCompleted : scdino::RunState::kStopped);
-    using scdino::training::StopReason;
-    switch (result->stopped_by) {
-      case StopReason::kNone: {
-        std::cerr << "scdino-trainer: done, " << result->iteration << " iterations; checkpoint " << result->checkpoint;
-        if (result->recoveries > 0) std::cerr << "; recovered from a collapse " << result->recoveries << " time(s)";
-        std::cerr << "\n";
-        if (const auto& l = result->learning) {
-          // One line, whatever the verdict (run/learning_verdict.h).
-          const auto v = l->verdict();
-          std::cerr << "scdino-trainer: " << v.line;
-          if (v.learned == scdino::Learned::kNo) {
-            std::cerr << ". docs/training.md says what to change (scdino.recipe: auto, scdino.on_collapse: recover)"
-                      << (require_learning ? "; exit 7 (scdino.learning_check: require)" : "");
-          }
-          std::cerr << "\n";
-          if (v.learned == scdino::Learned::kNo && require_learning) return kExitDidNotLearn;
-        }
-        return kExitCompleted;
-      }
-      case StopReason::kIterationLimit:
-      case StopReason::kApi:
-      case StopReason::kSignal:
-        std::cerr << "scdino-trainer: stopped after iteration " << result->iteration << "; checkpoint "
-                  << result->checkpoint << " (run again to resume)\n";
-        return result->stopped_by == StopReason::kSignal ? kExitPreempted
-               : result->stopped_by == StopReason::kApi  ? kExitStoppedByApi
-                                                         : kExitStopped;
-    }
-    return kExitFailed;
+    return ExitCodeOf(*result, require_learning);
   });
   EndProcess("scdino-trainer", code, parts.Stages(), kShutdownBound);
 }
