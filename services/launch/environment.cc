@@ -108,95 +108,74 @@ std::string DescribeBuild() {
   return d + "\nCPU matrix products: " + model::CpuGemmDescription();
 }
 
-StatusOr<DeviceDecision> DecideDevice(const RunConfig& config, const LaunchInfo& launch, const DeviceFacts& facts) {
+namespace {
+
+// A driver too old for this build's CUDA: its GPUs look absent to CUDA
+// (auto would quietly train on the CPU), so it is said first, with both
+// versions. CUDA's minor-version compatibility runs a 12.x build on any
+// driver for 12.0 or later.
+Status DriverTooOld(const RunConfig& config, const DeviceFacts& facts) {
   const std::string& key = config.scdino.device;
+  return Status::FailedPrecondition(
+      config.source_path + ": scdino.device is " + key + ", but this node's NVIDIA driver" +
+      (facts.driver_version.empty() ? std::string() : " " + facts.driver_version) + " supports CUDA " +
+      CudaVersionName(facts.driver_cuda) + ", older than this build needs: it runs on CUDA " +
+      CudaVersionName(facts.runtime_cuda) + ", which needs a driver for CUDA " +
+      std::to_string(facts.runtime_cuda / 1000) + ".0 or later" +
+      (facts.runtime_cuda / 1000 == 12 ? std::string(" (R525 or newer)") : std::string()) +
+      ". Update the node's driver, use an image built for CUDA " + CudaVersionName(facts.driver_cuda) +
+      " (containers/Dockerfile.cuda-ngc with an older base), or set scdino.device: cpu");
+}
+
+// auto on a task Slurm bound a GPU that CUDA cannot see: what was seen and
+// what to change.
+Status BoundGpuNotVisible(const RunConfig& config, const DeviceFacts& facts, const std::string& task) {
+  const auto shown = [](const char* name, const std::optional<std::string>& v) {
+    return std::string(name) + (v ? "=" + *v : std::string(" unset"));
+  };
+  std::string seen = shown("CUDA_VISIBLE_DEVICES", facts.cuda_visible_devices) + ", " +
+                     shown("NVIDIA_VISIBLE_DEVICES", facts.nvidia_visible_devices) + ", NVIDIA driver " +
+                     (facts.driver_version.empty() ? std::string("none found (no /proc/driver/nvidia/version)")
+                                                   : facts.driver_version);
+  std::string change;
+  if (!facts.cuda_build) {
+    change = "this build of scdino has no CUDA (a CPU LibTorch): run the GPU image (scripts/build-image.sh --cuda; "
+             "srun --container-image=IMAGE.sqsh)";
+  } else if (facts.driver_version.empty()) {
+    change = "no NVIDIA driver is visible to the task: in a container, the NVIDIA hook did not mount it (Enroot's "
+             "98-nvidia.sh and nvidia-container-cli; NVIDIA_VISIBLE_DEVICES must not be void or unset); "
+             "outside one, the node's driver is not loaded";
+  } else {
+    change = "the driver is there but CUDA sees no device: check that CUDA_VISIBLE_DEVICES names a GPU of this "
+             "node (Slurm's gres.conf) and that the container sees /dev/nvidia*";
+  }
+  return Status::InvalidArgument(config.source_path + ": scdino.device is auto and Slurm bound " +
+                                 facts.binding->why + " to " + task + ", but no GPU is visible to it (" + seen +
+                                 "); " + change +
+                                 ". A GPU job does not train on the CPU without an error: to do so on purpose, "
+                                 "set scdino.device: cpu");
+}
+
+// cuda with no GPU visible, or in a build without CUDA.
+Status CudaWithoutGpu(const RunConfig& config, const DeviceFacts& facts, const std::string& task) {
+  const std::string given = !facts.binding.ok() ? facts.binding.status().message()
+                            : facts.binding->device >= 0 ? "Slurm bound it " + facts.binding->why
+                                                         : std::string("no GPU was bound to it (CUDA_VISIBLE_DEVICES unset)");
+  return Status::InvalidArgument(
+      config.source_path + ": scdino.device is cuda, but " +
+      (facts.cuda_build ? "no GPU is visible to " + task + "; " + given +
+                              " (srun --gpus-per-task, the container's NVIDIA hook); scdino.device: auto would run on "
+                              "the CPU"
+                        : std::string("this build of scdino has no CUDA (a CPU LibTorch); use the GPU image "
+                                      "(scripts/build-image.sh --cuda) or scdino.device: cpu")));
+}
+
+// The GPU of this task among the `facts.visible_gpus` visible: the one the
+// environment bound it to (launch/gpu_binding.h: srun --gpus-per-task=1,
+// which the batch scripts use), the only one, or its local rank's.
+StatusOr<DeviceDecision> PickGpu(const std::string& key, const LaunchInfo& launch, const DeviceFacts& facts,
+                                 const std::string& cudnn, DeviceDecision d) {
   const int64_t gpus = facts.visible_gpus;
-  DeviceDecision d;
-  if (key == "cpu") {
-    d.why = "scdino.device cpu" + (gpus > 0 ? ": " + std::to_string(gpus) + " GPU(s) visible, not used" : std::string());
-    return d;
-  }
-  // A driver too old for this build's CUDA: its GPUs look absent to CUDA
-  // (auto would quietly train on the CPU), so it is said first, with both
-  // versions. CUDA's minor-version compatibility runs a 12.x build on any
-  // driver for 12.0 or later.
-  if (facts.driver_cuda > 0 && facts.runtime_cuda > 0 && facts.driver_cuda / 1000 < facts.runtime_cuda / 1000) {
-    return Status::FailedPrecondition(
-        config.source_path + ": scdino.device is " + key + ", but this node's NVIDIA driver" +
-        (facts.driver_version.empty() ? std::string() : " " + facts.driver_version) + " supports CUDA " +
-        CudaVersionName(facts.driver_cuda) + ", older than this build needs: it runs on CUDA " +
-        CudaVersionName(facts.runtime_cuda) + ", which needs a driver for CUDA " +
-        std::to_string(facts.runtime_cuda / 1000) + ".0 or later" +
-        (facts.runtime_cuda / 1000 == 12 ? std::string(" (R525 or newer)") : std::string()) +
-        ". Update the node's driver, use an image built for CUDA " + CudaVersionName(facts.driver_cuda) +
-        " (containers/Dockerfile.cuda-ngc with an older base), or set scdino.device: cpu");
-  }
-  const std::string task = "task " + std::to_string(launch.rank) + " (local rank " + std::to_string(launch.local_rank) + ")";
-  // auto means the GPU Slurm bound: a task given one that CUDA cannot see
-  // (a container without the NVIDIA hook, a wrong NVIDIA_VISIBLE_DEVICES,
-  // a CPU build) must not train on the CPU, a hundred times slower, without
-  // an error. A task given none (a CPU job, a step with --gres=none) stays
-  // on the CPU.
-  if (key == "auto" && gpus == 0 && facts.binding.ok() && facts.binding->gpu_job && facts.binding->device >= 0) {
-    const auto shown = [](const char* name, const std::optional<std::string>& v) {
-      return std::string(name) + (v ? "=" + *v : std::string(" unset"));
-    };
-    std::string seen = shown("CUDA_VISIBLE_DEVICES", facts.cuda_visible_devices) + ", " +
-                       shown("NVIDIA_VISIBLE_DEVICES", facts.nvidia_visible_devices) + ", NVIDIA driver " +
-                       (facts.driver_version.empty() ? std::string("none found (no /proc/driver/nvidia/version)")
-                                                     : facts.driver_version);
-    std::string change;
-    if (!facts.cuda_build) {
-      change = "this build of scdino has no CUDA (a CPU LibTorch): run the GPU image (scripts/build-image.sh --cuda; "
-               "srun --container-image=IMAGE.sqsh)";
-    } else if (facts.driver_version.empty()) {
-      change = "no NVIDIA driver is visible to the task: in a container, the NVIDIA hook did not mount it (Enroot's "
-               "98-nvidia.sh and nvidia-container-cli; NVIDIA_VISIBLE_DEVICES must not be void or unset); "
-               "outside one, the node's driver is not loaded";
-    } else {
-      change = "the driver is there but CUDA sees no device: check that CUDA_VISIBLE_DEVICES names a GPU of this "
-               "node (Slurm's gres.conf) and that the container sees /dev/nvidia*";
-    }
-    return Status::InvalidArgument(config.source_path + ": scdino.device is auto and Slurm bound " +
-                                   facts.binding->why + " to " + task + ", but no GPU is visible to it (" + seen +
-                                   "); " + change +
-                                   ". A GPU job does not train on the CPU without an error: to do so on purpose, "
-                                   "set scdino.device: cpu");
-  }
-  if (key == "auto" && gpus == 0) {
-    d.why = std::string("scdino.device auto: ") + (facts.cuda_build ? "no GPU visible" : "a build without CUDA");
-    if (facts.binding.ok() && facts.binding->device >= 0) d.why += " (CUDA_VISIBLE_DEVICES names " + facts.binding->gpu + " outside a Slurm GPU job)";
-    return d;
-  }
-  if (gpus == 0) {
-    const std::string given = !facts.binding.ok() ? facts.binding.status().message()
-                              : facts.binding->device >= 0 ? "Slurm bound it " + facts.binding->why
-                                                           : std::string("no GPU was bound to it (CUDA_VISIBLE_DEVICES unset)");
-    return Status::InvalidArgument(
-        config.source_path + ": scdino.device is cuda, but " +
-        (facts.cuda_build ? "no GPU is visible to " + task + "; " + given +
-                                " (srun --gpus-per-task, the container's NVIDIA hook); scdino.device: auto would run on "
-                                "the CPU"
-                          : std::string("this build of scdino has no CUDA (a CPU LibTorch); use the GPU image "
-                                        "(scripts/build-image.sh --cuda) or scdino.device: cpu")));
-  }
-  // The image carries the stand-in for cuDNN: nothing of the model needs
-  // cuDNN, which is switched off (and SDPA's cuDNN backend with it).
-  d.cudnn_off = facts.cudnn_stub;
-  const std::string cudnn = facts.cudnn_stub ? "; cuDNN off (this image carries its stand-in; the model calls none)" : "";
-  // The GPU the environment binds this task to (launch/gpu_binding.h): the one
-  // it was given (srun --gpus-per-task=1, which the batch scripts use), or
-  // its local rank's entry of a list its node's tasks share.
-  if (!facts.binding.ok()) {
-    // auto on a task the job gave no GPU (a follower step with --gres=none
-    // on a node without device cgroups, which still sees every GPU): the CPU.
-    if (key == "auto") {
-      d.why = "scdino.device auto: the CPU, since " + facts.binding.status().message();
-      d.cudnn_off = false;
-      return d;
-    }
-    return facts.binding.status();
-  }
   if (facts.binding->device >= 0) {
     if (facts.binding->device >= gpus) {
       return Status::InvalidArgument("this task is bound to " + facts.binding->why + " but sees " +
@@ -222,6 +201,52 @@ StatusOr<DeviceDecision> DecideDevice(const RunConfig& config, const LaunchInfo&
   d.why = "scdino.device " + key + ": GPU " + std::to_string(launch.local_rank) + " of " + std::to_string(gpus) +
           " (local rank " + std::to_string(launch.local_rank) + ")" + cudnn;
   return d;
+}
+
+}  // namespace
+
+StatusOr<DeviceDecision> DecideDevice(const RunConfig& config, const LaunchInfo& launch, const DeviceFacts& facts) {
+  const std::string& key = config.scdino.device;
+  const int64_t gpus = facts.visible_gpus;
+  DeviceDecision d;
+  if (key == "cpu") {
+    d.why = "scdino.device cpu" + (gpus > 0 ? ": " + std::to_string(gpus) + " GPU(s) visible, not used" : std::string());
+    return d;
+  }
+  // A driver too old for this build's CUDA: said first (DriverTooOld).
+  if (facts.driver_cuda > 0 && facts.runtime_cuda > 0 && facts.driver_cuda / 1000 < facts.runtime_cuda / 1000) {
+    return DriverTooOld(config, facts);
+  }
+  const std::string task = "task " + std::to_string(launch.rank) + " (local rank " + std::to_string(launch.local_rank) + ")";
+  // auto means the GPU Slurm bound: a task given one that CUDA cannot see
+  // (a container without the NVIDIA hook, a wrong NVIDIA_VISIBLE_DEVICES,
+  // a CPU build) must not train on the CPU, a hundred times slower, without
+  // an error. A task given none (a CPU job, a step with --gres=none) stays
+  // on the CPU.
+  if (key == "auto" && gpus == 0 && facts.binding.ok() && facts.binding->gpu_job && facts.binding->device >= 0) {
+    return BoundGpuNotVisible(config, facts, task);
+  }
+  if (key == "auto" && gpus == 0) {
+    d.why = std::string("scdino.device auto: ") + (facts.cuda_build ? "no GPU visible" : "a build without CUDA");
+    if (facts.binding.ok() && facts.binding->device >= 0) d.why += " (CUDA_VISIBLE_DEVICES names " + facts.binding->gpu + " outside a Slurm GPU job)";
+    return d;
+  }
+  if (gpus == 0) return CudaWithoutGpu(config, facts, task);
+  // The image carries the stand-in for cuDNN: nothing of the model needs
+  // cuDNN, which is switched off (and SDPA's cuDNN backend with it).
+  d.cudnn_off = facts.cudnn_stub;
+  const std::string cudnn = facts.cudnn_stub ? "; cuDNN off (this image carries its stand-in; the model calls none)" : "";
+  if (!facts.binding.ok()) {
+    // auto on a task the job gave no GPU (a follower step with --gres=none
+    // on a node without device cgroups, which still sees every GPU): the CPU.
+    if (key == "auto") {
+      d.why = "scdino.device auto: the CPU, since " + facts.binding.status().message();
+      d.cudnn_off = false;
+      return d;
+    }
+    return facts.binding.status();
+  }
+  return PickGpu(key, launch, facts, cudnn, d);
 }
 
 StatusOr<DeviceChoice> PickDevice(const RunConfig& config, const LaunchInfo& launch) {
