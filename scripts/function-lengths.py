@@ -4,9 +4,9 @@
     python3 scripts/function-lengths.py [--over 80] [DIR]
 
 A function is a definition that starts at column 0 of a .cc file (a free
-function, a member defined outside its class, a main), counted from its
-first line to its closing brace. Lambdas and member functions defined in a
-class body count as part of what holds them. docs/architecture.md#measures
+function, a member defined outside its class, a main), or a member defined
+in the body of a class or struct at column 0, counted from its first line
+to its closing brace. A lambda counts as part of what holds it. docs/architecture.md#measures
 records the figure; this is how it is measured, not a rule the build
 enforces.
 """
@@ -18,12 +18,51 @@ import sys
 NOT_A_FUNCTION = re.compile(r"(\}|#|//|namespace\b|using\b|static_assert\b|template\b|struct\b|class\b|enum\b|union\b)")
 
 
+CLASS = re.compile(r"(struct|class)\b[^;]*\{\s*$")
+STATEMENT = re.compile(r"\s*(if|for|while|switch|return|else|do|case|catch|try)\b")
+
+
+def member_functions(lines, begin, end):
+    """Members defined in the class body lines[begin:end] (indented two spaces)."""
+    i = begin
+    while i < end:
+        line = lines[i]
+        if line.startswith("  ") and not line.startswith("   ") and "(" in line and not STATEMENT.match(line) \
+                and not line.strip().startswith(("//", "#")):
+            j, head = i, ""
+            while j < end:
+                head += lines[j] + "\n"
+                if "{" in lines[j] or lines[j].rstrip().endswith(";"):
+                    break
+                j += 1
+            before_brace = head.split("{")[0]
+            if j < end and "{" in lines[j] and not before_brace.rstrip().endswith("=") and ")" in before_brace:
+                depth, k = 0, j
+                while k < end:
+                    depth += lines[k].count("{") - lines[k].count("}")
+                    if depth <= 0:
+                        break
+                    k += 1
+                name = re.search(r"([\w:~]+)\s*\(", head)
+                yield k - i + 1, i + 1, name.group(1) if name else "?"
+                i = k
+        i += 1
+
+
 def functions(path):
     lines = open(path, encoding="utf-8").read().split("\n")
     i = 0
     while i < len(lines):
         line = lines[i]
-        if line and not line[0].isspace() and not NOT_A_FUNCTION.match(line):
+        if line and not line[0].isspace() and CLASS.match(line):
+            k = i + 1
+            while k < len(lines) and not lines[k].startswith("}"):
+                k += 1
+            owner = re.match(r"(?:struct|class)\s+([\w:]+)", line)
+            for n, at, fn in member_functions(lines, i + 1, k):
+                yield n, at, (owner.group(1) + "::" if owner else "") + fn
+            i = k
+        elif line and not line[0].isspace() and not NOT_A_FUNCTION.match(line):
             # The head runs to the first brace or semicolon.
             j, head = i, ""
             while j < len(lines):

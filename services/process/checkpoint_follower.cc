@@ -105,93 +105,97 @@ struct CheckpointFollower::Impl {
     pause = std::chrono::milliseconds(0);
     last_contact = Clock::now();
   }
-};
 
-CheckpointFollower::CheckpointFollower(FollowOptions options) : impl_(std::make_unique<Impl>()) {
-  impl_->o = std::move(options);
-}
+  // What a part of Next() came to: go on to the next part, go round again
+  // (after a pause), return what it set, or the token was refused.
+  enum class Turn { kOn, kAgain, kReturn, kRefused };
+  std::string why;  ///< the last failure, for GiveUp and a refusal
 
-CheckpointFollower::~CheckpointFollower() = default;
+  Status GiveUp(const std::string& reason) const {
+    if (Stopping()) return Status::Aborted("stopped while waiting for the trainer");
+    return Status::Unavailable("the trainer of " + o.run_dir + " stayed unreachable for " +
+                               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(o.give_up).count()) +
+                               " s (" + reason + ")");
+  }
 
-StatusOr<FollowEvent> CheckpointFollower::Next() {
-  Impl& m = *impl_;
-  auto deadline = [](grpc::ClientContext& ctx, std::chrono::milliseconds d) {
-    ctx.set_deadline(std::chrono::system_clock::now() + d);
-  };
-  auto give_up = [&](const std::string& why) {
-    if (m.Stopping()) return Status::Aborted("stopped while waiting for the trainer");
-    return Status::Unavailable("the trainer of " + m.o.run_dir + " stayed unreachable for " +
-                               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(m.o.give_up).count()) +
-                               " s (" + why + ")");
-  };
-  while (true) {
-    if (m.Stopping()) return Status::Aborted("stopped while following the trainer");
-    if (!m.control) {
-      auto target = control::ResolveRun(m.o.run_dir, "trainer", m.o.token_file);
-      if (!target.ok()) {
-        if (target.status().code() != StatusCode::kNotFound) return target.status();
-        // No endpoint: ended (its record says how), or not started yet.
-        if (auto ended = control::ReadEnded(m.o.run_dir, "trainer"); ended.ok()) {
-          FollowEvent e;
-          e.checkpoints = m.Fresh(ListCheckpointFiles(m.o.run_dir));
-          e.ended = true;
-          e.final_state = FromName(ended->state);
-          e.error = ended->error;
-          return e;
-        } else if (ended.status().code() != StatusCode::kNotFound) {
-          return ended.status();
-        }
-        if (!m.Backoff(target.status().message())) return give_up(target.status().message());
-        continue;
+  // The trainer's endpoint, and stubs on it; without one, the end record
+  // (an ended run) or a pause before the next try.
+  Turn Connect(StatusOr<FollowEvent>* out) {
+    auto target = control::ResolveRun(o.run_dir, "trainer", o.token_file);
+    if (!target.ok()) {
+      if (target.status().code() != StatusCode::kNotFound) {
+        *out = target.status();
+        return Turn::kReturn;
       }
-      auto channel = control::OpenChannel(*target);
-      if (!channel.ok()) return channel.status();
-      m.control = v1::Control::NewStub(*channel);
-      m.trainer = v1::Trainer::NewStub(*channel);
-      m.token = target->token;
+      // No endpoint: ended (its record says how), or not started yet.
+      if (auto ended = control::ReadEnded(o.run_dir, "trainer"); ended.ok()) {
+        FollowEvent e;
+        e.checkpoints = Fresh(ListCheckpointFiles(o.run_dir));
+        e.ended = true;
+        e.final_state = FromName(ended->state);
+        e.error = ended->error;
+        *out = e;
+        return Turn::kReturn;
+      } else if (ended.status().code() != StatusCode::kNotFound) {
+        *out = ended.status();
+        return Turn::kReturn;
+      }
+      if (Backoff(target.status().message())) return Turn::kAgain;
+      *out = GiveUp(target.status().message());
+      return Turn::kReturn;
     }
-    // What is there now.
+    auto channel = control::OpenChannel(*target);
+    if (!channel.ok()) {
+      *out = channel.status();
+      return Turn::kReturn;
+    }
+    control = v1::Control::NewStub(*channel);
+    trainer = v1::Trainer::NewStub(*channel);
+    token = target->token;
+    return Turn::kOn;
+  }
+
+  // The trainer's checkpoints now, and their file names.
+  Turn List(std::vector<CheckpointEntry>* all, std::set<std::string>* listed) {
     v1::ListCheckpointsReply list;
-    {
-      grpc::ClientContext ctx;
-      control::AddToken(&ctx, m.token);
-      deadline(ctx, std::chrono::seconds(10));
-      auto st = m.trainer->ListCheckpoints(&ctx, v1::ListCheckpointsRequest(), &list);
-      if (!st.ok()) {
-        if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
-            st.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
-          return Status::FailedPrecondition("the trainer refused the run's token: " + st.error_message());
-        }
-        if (!m.Backoff(st.error_message())) return give_up(st.error_message());
-        continue;
-      }
-    }
-    m.Reached();
-    std::vector<CheckpointEntry> all;
-    std::set<std::string> listed;
-    for (const auto& c : list.checkpoints()) {
-      all.push_back({c.path(), c.iteration(), c.epoch(), c.size_bytes(), c.modified_unix_ms()});
-      listed.insert(std::filesystem::path(c.path()).filename().string());
-    }
-    FollowEvent e;
-    e.checkpoints = m.Fresh(all);
-    if (!e.checkpoints.empty()) return e;
-    // Nothing new: watch until a checkpoint is written or the run ends.
-    // Statuses come at least every second, so stops are seen within one.
     grpc::ClientContext ctx;
-    control::AddToken(&ctx, m.token);
+    control::AddToken(&ctx, token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto st = trainer->ListCheckpoints(&ctx, v1::ListCheckpointsRequest(), &list);
+    if (!st.ok()) {
+      why = st.error_message();
+      if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+          st.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+        return Turn::kRefused;
+      }
+      return Backoff(why) ? Turn::kAgain : Turn::kReturn;
+    }
+    Reached();
+    for (const auto& c : list.checkpoints()) {
+      all->push_back({c.path(), c.iteration(), c.epoch(), c.size_bytes(), c.modified_unix_ms()});
+      listed->insert(std::filesystem::path(c.path()).filename().string());
+    }
+    return Turn::kOn;
+  }
+
+  // Nothing new: watches until a checkpoint is written (kAgain) or the run
+  // ends (kReturn with the event). Statuses come at least every second, so
+  // stops are seen within one.
+  Turn Watch(const std::set<std::string>& listed, StatusOr<FollowEvent>* out) {
+    grpc::ClientContext ctx;
+    control::AddToken(&ctx, token);
     // A deadline besides the channel's keepalive (kWatchDeadline).
     ctx.set_deadline(std::chrono::system_clock::now() + kWatchDeadline);
     v1::WatchStatusRequest req;
     req.set_interval_ms(1000);
-    auto reader = m.control->WatchStatus(&ctx, req);
+    auto reader = control->WatchStatus(&ctx, req);
     v1::Status s;
     bool first = true, changed = false, stopped = false;
     std::string seen_path;
     int64_t seen_ms = 0;
     while (reader->Read(&s)) {
-      m.Reached();
-      if (m.Stopping()) {
+      Reached();
+      if (Stopping()) {
         stopped = true;
         ctx.TryCancel();
         break;
@@ -201,7 +205,8 @@ StatusOr<FollowEvent> CheckpointFollower::Next() {
       if (first) {
         seen_path = path;
         seen_ms = s.trainer().last_checkpoint_unix_ms();
-        changed = !path.empty() && IsFollowedCheckpoint(path) && !listed.count(std::filesystem::path(path).filename().string());
+        changed = !path.empty() && IsFollowedCheckpoint(path) &&
+                  !listed.count(std::filesystem::path(path).filename().string());
       } else {
         changed = path != seen_path || s.trainer().last_checkpoint_unix_ms() != seen_ms;
       }
@@ -213,20 +218,55 @@ StatusOr<FollowEvent> CheckpointFollower::Next() {
       if (FromProto(s.state()) != RunState::kRunning) break;  // final: the stream ends
     }
     const grpc::Status st = reader->Finish();
-    if (stopped) return Status::Aborted("stopped while following the trainer");
-    if (changed) continue;
-    if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && !m.Stopping()) continue;  // watched again
+    if (stopped) {
+      *out = Status::Aborted("stopped while following the trainer");
+      return Turn::kReturn;
+    }
+    if (changed) return Turn::kAgain;
+    if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && !Stopping()) return Turn::kAgain;  // watched again
     if (!first && FromProto(s.state()) != RunState::kRunning) {
-      e.checkpoints = m.Fresh(ListCheckpointFiles(m.o.run_dir));
+      FollowEvent e;
+      e.checkpoints = Fresh(ListCheckpointFiles(o.run_dir));
       e.ended = true;
       e.final_state = FromProto(s.state());
       e.error = s.error();
-      return e;
+      *out = e;
+      return Turn::kReturn;
     }
     // The stream broke without a final state: the trainer died or is
     // restarting.
-    const std::string why = st.ok() ? "the status stream ended early" : st.error_message();
-    if (!m.Backoff(why)) return give_up(why);
+    why = st.ok() ? "the status stream ended early" : st.error_message();
+    if (Backoff(why)) return Turn::kAgain;
+    *out = GiveUp(why);
+    return Turn::kReturn;
+  }
+};
+
+CheckpointFollower::CheckpointFollower(FollowOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->o = std::move(options);
+}
+
+CheckpointFollower::~CheckpointFollower() = default;
+
+StatusOr<FollowEvent> CheckpointFollower::Next() {
+  Impl& m = *impl_;
+  using Turn = Impl::Turn;
+  while (true) {
+    if (m.Stopping()) return Status::Aborted("stopped while following the trainer");
+    StatusOr<FollowEvent> out = Status::Internal("no event");
+    Turn t = m.control ? Turn::kOn : m.Connect(&out);
+    if (t == Turn::kReturn) return out;
+    if (t == Turn::kAgain) continue;
+    std::vector<CheckpointEntry> all;
+    std::set<std::string> listed;
+    t = m.List(&all, &listed);
+    if (t == Turn::kReturn) return m.GiveUp(m.why);
+    if (t == Turn::kAgain) continue;
+    if (t == Turn::kRefused) return Status::FailedPrecondition("the trainer refused the run's token: " + m.why);
+    FollowEvent e;
+    e.checkpoints = m.Fresh(all);
+    if (!e.checkpoints.empty()) return e;
+    if (m.Watch(listed, &out) == Turn::kReturn) return out;
   }
 }
 
