@@ -33,20 +33,9 @@ inline bool IsFinal(RunState s) {
   return s == RunState::kCompleted || s == RunState::kFailed || s == RunState::kStopped;
 }
 
-/// A snapshot of a run (the fields of scdino.v1.Status).
-struct RunStatus {
-  RunState state = RunState::kStarting;
-  std::string error;
-  // Progress.
-  int64_t epoch = 0, epochs = 0, iteration = 0, iterations = 0;
-  int64_t items_done = 0, items_total = 0;
-  double items_per_second = 0.0, eta_seconds = 0.0;
-  /// The long stage in progress or last finished (common/progress.h).
-  std::string stage, stage_unit;
-  int64_t stage_done = 0, stage_total = 0;
-  double stage_per_second = 0.0, stage_eta_seconds = 0.0;
-  bool stage_finished = false;
-  // Trainer.
+/// What the trainer alone reports (the status' `trainer` part, which the
+/// control API sends for the trainer only).
+struct TrainerRunStatus {
   double loss = 0.0, learning_rate = 0.0, weight_decay = 0.0, teacher_temperature = 0.0, teacher_momentum = 0.0;
   std::string last_checkpoint;
   int64_t last_checkpoint_unix_ms = 0;
@@ -66,6 +55,25 @@ struct RunStatus {
   /// Rollbacks after a collapse (on_collapse: recover), the limit, and the last.
   int64_t recoveries = 0, max_recoveries = 0;
   std::string last_recovery;
+};
+
+/// A snapshot of a run (the fields of scdino.v1.Status): what every
+/// service reports (its state, progress and long stage), and the trainer's
+/// own part.
+struct RunStatus {
+  RunState state = RunState::kStarting;
+  std::string error;
+  // Progress.
+  int64_t epoch = 0, epochs = 0, iteration = 0, iterations = 0;
+  int64_t items_done = 0, items_total = 0;
+  double items_per_second = 0.0, eta_seconds = 0.0;
+  /// The long stage in progress or last finished (common/progress.h).
+  std::string stage, stage_unit;
+  int64_t stage_done = 0, stage_total = 0;
+  double stage_per_second = 0.0, stage_eta_seconds = 0.0;
+  bool stage_finished = false;
+  /// The trainer's own part; the other services leave it empty.
+  TrainerRunStatus trainer;
   /// Increases with every Update.
   int64_t revision = 0;
 };

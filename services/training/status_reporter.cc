@@ -30,43 +30,43 @@ void StatusReporter::Step(const StepReport& r, int64_t nonfinite_steps) {
     st.items_done = r.iteration * images_per_iteration_;
     st.items_per_second = rate_ * static_cast<double>(images_per_iteration_);
     st.eta_seconds = rate_ > 0 ? static_cast<double>(total - r.iteration) / rate_ : 0.0;
-    st.loss = r.loss;
-    st.learning_rate = r.lr;
-    st.weight_decay = r.weight_decay;
-    st.teacher_momentum = r.momentum;
-    st.teacher_temperature = r.teacher_temp;
-    st.nonfinite_steps = nonfinite_steps;
+    st.trainer.loss = r.loss;
+    st.trainer.learning_rate = r.lr;
+    st.trainer.weight_decay = r.weight_decay;
+    st.trainer.teacher_momentum = r.momentum;
+    st.trainer.teacher_temperature = r.teacher_temp;
+    st.trainer.nonfinite_steps = nonfinite_steps;
   });
 }
 
 void StatusReporter::Health(const HealthReport& h) {
   Update([&](RunStatus& st) {
-    st.teacher_entropy = h.health.teacher_entropy;
-    st.teacher_entropy_ratio = h.health.teacher_entropy_ratio;
-    st.student_teacher_kl = h.health.student_teacher_kl;
-    st.teacher_batch_entropy = h.health.teacher_batch_entropy;
-    st.center_norm = h.health.center_norm;
-    st.backbone_cls_std = h.health.backbone_cls_std;
-    st.collapse = h.collapse;
+    st.trainer.teacher_entropy = h.health.teacher_entropy;
+    st.trainer.teacher_entropy_ratio = h.health.teacher_entropy_ratio;
+    st.trainer.student_teacher_kl = h.health.student_teacher_kl;
+    st.trainer.teacher_batch_entropy = h.health.teacher_batch_entropy;
+    st.trainer.center_norm = h.health.center_norm;
+    st.trainer.backbone_cls_std = h.health.backbone_cls_std;
+    st.trainer.collapse = h.collapse;
   });
 }
 
 void StatusReporter::Learning(const LearningReport& r) {
   Update([&](RunStatus& st) {
-    st.learning_check_epoch = r.epoch;
-    st.knn_top1 = r.trained_top1;
-    st.knn_random_top1 = r.random_top1;
-    st.knn_pixels_top1 = r.pixels_top1;
-    st.learning_margin = r.margin;
-    st.learning_verdict = r.verdict().name;
+    st.trainer.learning_check_epoch = r.epoch;
+    st.trainer.knn_top1 = r.trained_top1;
+    st.trainer.knn_random_top1 = r.random_top1;
+    st.trainer.knn_pixels_top1 = r.pixels_top1;
+    st.trainer.learning_margin = r.margin;
+    st.trainer.learning_verdict = r.verdict().name;
   });
 }
 
 void StatusReporter::Recovery(const RecoveryReport& r) {
   Update([&](RunStatus& st) {
-    st.recoveries = r.recovery;
-    st.max_recoveries = r.max_recoveries;
-    st.last_recovery = r.verdict + " at iteration " + std::to_string(r.from_iteration) + ", back to " +
+    st.trainer.recoveries = r.recovery;
+    st.trainer.max_recoveries = r.max_recoveries;
+    st.trainer.last_recovery = r.verdict + " at iteration " + std::to_string(r.from_iteration) + ", back to " +
                        std::to_string(r.to_iteration);
   });
 }
@@ -77,8 +77,8 @@ void StatusReporter::State(RunState s) {
 
 void StatusReporter::Checkpoint(const CheckpointReport& r) {
   Update([&](RunStatus& st) {
-    st.last_checkpoint = r.path;
-    st.last_checkpoint_unix_ms = r.unix_ms;
+    st.trainer.last_checkpoint = r.path;
+    st.trainer.last_checkpoint_unix_ms = r.unix_ms;
   });
 }
 

@@ -229,13 +229,13 @@ TEST_F(ServerTest, StatusNeedsTheToken) {
     s.state = RunState::kRunning;
     s.iteration = 7;
     s.iterations = 20;
-    s.loss = 3.5;
-    s.learning_check_epoch = 4;
-    s.knn_top1 = 0.7;
-    s.knn_random_top1 = 0.6;
-    s.knn_pixels_top1 = 0.8;
-    s.learning_margin = 0.01;
-    s.learning_verdict = "did_not_learn";
+    s.trainer.loss = 3.5;
+    s.trainer.learning_check_epoch = 4;
+    s.trainer.knn_top1 = 0.7;
+    s.trainer.knn_random_top1 = 0.6;
+    s.trainer.knn_pixels_top1 = 0.8;
+    s.trainer.learning_margin = 0.01;
+    s.trainer.learning_verdict = "did_not_learn";
   });
   v1::Status st;
   {

@@ -56,8 +56,8 @@ class Trainer {
   void Checkpoint(const std::string& name, int64_t iteration, int64_t epoch) {
     WriteCheckpoint(run_dir_ + "/" + name, iteration, epoch);
     control_.Update([&](RunStatus& st) {
-      st.last_checkpoint = run_dir_ + "/" + name;
-      st.last_checkpoint_unix_ms = ++clock_;
+      st.trainer.last_checkpoint = run_dir_ + "/" + name;
+      st.trainer.last_checkpoint_unix_ms = ++clock_;
     });
   }
   void End(RunState state) {

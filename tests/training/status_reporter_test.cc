@@ -28,9 +28,9 @@ TEST(StatusReporter, PublishesProgressScheduleHealthAndTheEnd) {
   EXPECT_EQ(s.items_done, 160);
   EXPECT_DOUBLE_EQ(s.items_per_second, 64.0);  // 2 iterations/s x 32 images
   EXPECT_DOUBLE_EQ(s.eta_seconds, 3.5);        // 7 iterations left
-  EXPECT_DOUBLE_EQ(s.loss, 4.5);
-  EXPECT_DOUBLE_EQ(s.teacher_temperature, 0.04);
-  EXPECT_EQ(s.nonfinite_steps, 1);
+  EXPECT_DOUBLE_EQ(s.trainer.loss, 4.5);
+  EXPECT_DOUBLE_EQ(s.trainer.teacher_temperature, 0.04);
+  EXPECT_EQ(s.trainer.nonfinite_steps, 1);
 
   HealthReport h;
   h.health.teacher_entropy = 2.0;
@@ -42,13 +42,13 @@ TEST(StatusReporter, PublishesProgressScheduleHealthAndTheEnd) {
   h.collapse = "healthy";
   r.Health(h);
   s = control.Snapshot();
-  EXPECT_DOUBLE_EQ(s.teacher_entropy, 2.0);
-  EXPECT_DOUBLE_EQ(s.teacher_entropy_ratio, 0.5);
-  EXPECT_DOUBLE_EQ(s.student_teacher_kl, 0.7);
-  EXPECT_DOUBLE_EQ(s.teacher_batch_entropy, 3.0);
-  EXPECT_DOUBLE_EQ(s.center_norm, 1.5);
-  EXPECT_DOUBLE_EQ(s.backbone_cls_std, 0.02);
-  EXPECT_EQ(s.collapse, "healthy");
+  EXPECT_DOUBLE_EQ(s.trainer.teacher_entropy, 2.0);
+  EXPECT_DOUBLE_EQ(s.trainer.teacher_entropy_ratio, 0.5);
+  EXPECT_DOUBLE_EQ(s.trainer.student_teacher_kl, 0.7);
+  EXPECT_DOUBLE_EQ(s.trainer.teacher_batch_entropy, 3.0);
+  EXPECT_DOUBLE_EQ(s.trainer.center_norm, 1.5);
+  EXPECT_DOUBLE_EQ(s.trainer.backbone_cls_std, 0.02);
+  EXPECT_EQ(s.trainer.collapse, "healthy");
 
   LearningReport l;
   l.epoch = 4;
@@ -65,15 +65,15 @@ TEST(StatusReporter, PublishesProgressScheduleHealthAndTheEnd) {
   rec.to_iteration = 32;
   r.Recovery(rec);
   s = control.Snapshot();
-  EXPECT_EQ(s.learning_check_epoch, 4);
-  EXPECT_DOUBLE_EQ(s.knn_top1, 0.7);
-  EXPECT_DOUBLE_EQ(s.knn_random_top1, 0.6);
-  EXPECT_DOUBLE_EQ(s.knn_pixels_top1, 0.72);
-  EXPECT_DOUBLE_EQ(s.learning_margin, 0.01);
-  EXPECT_EQ(s.learning_verdict, "did_not_learn");  // below the pixels
-  EXPECT_EQ(s.recoveries, 1);
-  EXPECT_EQ(s.max_recoveries, 2);
-  EXPECT_EQ(s.last_recovery, "uniform_collapse at iteration 40, back to 32");
+  EXPECT_EQ(s.trainer.learning_check_epoch, 4);
+  EXPECT_DOUBLE_EQ(s.trainer.knn_top1, 0.7);
+  EXPECT_DOUBLE_EQ(s.trainer.knn_random_top1, 0.6);
+  EXPECT_DOUBLE_EQ(s.trainer.knn_pixels_top1, 0.72);
+  EXPECT_DOUBLE_EQ(s.trainer.learning_margin, 0.01);
+  EXPECT_EQ(s.trainer.learning_verdict, "did_not_learn");  // below the pixels
+  EXPECT_EQ(s.trainer.recoveries, 1);
+  EXPECT_EQ(s.trainer.max_recoveries, 2);
+  EXPECT_EQ(s.trainer.last_recovery, "uniform_collapse at iteration 40, back to 32");
 
   r.End(/*completed=*/false, Status::FailedPrecondition("training collapsed"));
   s = control.Snapshot();
