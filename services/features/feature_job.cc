@@ -26,7 +26,7 @@ nlohmann::json ChannelNames(const run::RunConfig& config) {
 StatusOr<FeatureRun> PrepareFeatureRun(const run::RunConfig& config, data::Dataset dataset,
                                        const std::string& config_path,
                                        const run::LaunchInfo& launch, run::Coordinator& coordinator,
-                                       const std::function<bool()>& should_stop) {
+                                       const std::function<bool()>& should_stop, int64_t resize) {
   if (config.scdino.data_source == "synthetic") {
     return Status::InvalidArgument(
         config_path + ": scdino.data_source is synthetic, whose images exist only in the trainer's memory; "
@@ -37,7 +37,7 @@ StatusOr<FeatureRun> PrepareFeatureRun(const run::RunConfig& config, data::Datas
   FeatureRun r;
   r.dataset = std::move(dataset);
   r.prep.image = config.image_prep();
-  r.prep.resize = down.resize ? down.resize_length : 0;
+  r.prep.resize = resize >= 0 ? resize : down.resize ? down.resize_length : 0;
   if (auto s = run::CheckChannels(r.dataset, r.prep.image); !s.ok()) return s;
   auto stats = run::LoadOrComputeStats(config, r.dataset, r.prep.image, coordinator, should_stop);
   if (!stats.ok()) return stats.status();

@@ -30,11 +30,14 @@ struct FeatureRun {
 
 /// Of `dataset` (run::IndexDataset, indexed once by the caller): checks the
 /// channels, loads or computes the statistics (rank 0 first; `should_stop`
-/// ends that with Aborted) and assigns the split.
+/// ends that with Aborted) and assigns the split. `resize` >= 0: the side
+/// the images are resized to (0: none) instead of the config's
+/// downstream_analyses resize (the trainer's learning check measures at the
+/// crop size it trains on).
 StatusOr<FeatureRun> PrepareFeatureRun(const run::RunConfig& config, data::Dataset dataset,
                                        const std::string& config_path,
                                        const run::LaunchInfo& launch, run::Coordinator& coordinator,
-                                       const std::function<bool()>& should_stop = {});
+                                       const std::function<bool()>& should_stop = {}, int64_t resize = -1);
 
 /// What stands for the raw-pixel baseline where a checkpoint is named.
 inline const std::string kRawPixels = "<raw pixels>";

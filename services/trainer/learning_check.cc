@@ -46,13 +46,13 @@ StatusOr<std::unique_ptr<LearningCheck>> LearningCheck::Make(const run::RunConfi
     return std::unique_ptr<LearningCheck>();
   }
   auto coordinator = run::Coordinator::Single();
-  auto run = features::PrepareFeatureRun(config, dataset, config.source_path, run::LaunchInfo{}, *coordinator);
-  if (!run.ok()) return run.status();
   // At the size the model trains on (what scdino-features uses when
   // resize_length is that size, as with recipe: auto and small-data.yaml):
   // a 224 px default on 48 px crops would cost 20 times more and measure
   // another model.
-  run->prep.resize = config.train.hyperparameters.global_crops_size;
+  auto run = features::PrepareFeatureRun(config, dataset, config.source_path, run::LaunchInfo{}, *coordinator, {},
+                                         config.train.hyperparameters.global_crops_size);
+  if (!run.ok()) return run.status();
   const auto& entries = run->dataset.entries;
   if (run->dataset.classes.size() < 2) {
     *why_not = "the data set has one class (no labels to check against)";
