@@ -22,6 +22,30 @@ CLASS = re.compile(r"(struct|class)\b[^;]*\{\s*$")
 STATEMENT = re.compile(r"\s*(if|for|while|switch|return|else|do|case|catch|try)\b")
 
 
+def definition(lines, i, end, member):
+    """The function whose head starts at lines[i], as (lines, first line,
+    name) and the index of its closing brace; None when lines[i] starts no
+    definition (a declaration, an initialiser)."""
+    j, head = i, ""
+    while j < end:  # the head runs to the first brace or semicolon
+        head += lines[j] + "\n"
+        if "{" in lines[j] or lines[j].rstrip().endswith(";"):
+            break
+        j += 1
+    before_brace = head.split("{")[0]
+    if j >= end or "{" not in lines[j] or "(" not in before_brace or before_brace.rstrip().endswith("=") or \
+            (member and ")" not in before_brace):
+        return None
+    depth, k = 0, j
+    while k < end:
+        depth += lines[k].count("{") - lines[k].count("}")
+        if depth <= 0:
+            break
+        k += 1
+    name = re.search(r"([\w:~]+)\s*\(", head)
+    return (k - i + 1, i + 1, name.group(1) if name else "?"), k
+
+
 def member_functions(lines, begin, end):
     """Members defined in the class body lines[begin:end] (indented two spaces)."""
     i = begin
@@ -29,23 +53,10 @@ def member_functions(lines, begin, end):
         line = lines[i]
         if line.startswith("  ") and not line.startswith("   ") and "(" in line and not STATEMENT.match(line) \
                 and not line.strip().startswith(("//", "#")):
-            j, head = i, ""
-            while j < end:
-                head += lines[j] + "\n"
-                if "{" in lines[j] or lines[j].rstrip().endswith(";"):
-                    break
-                j += 1
-            before_brace = head.split("{")[0]
-            if j < end and "{" in lines[j] and not before_brace.rstrip().endswith("=") and ")" in before_brace:
-                depth, k = 0, j
-                while k < end:
-                    depth += lines[k].count("{") - lines[k].count("}")
-                    if depth <= 0:
-                        break
-                    k += 1
-                name = re.search(r"([\w:~]+)\s*\(", head)
-                yield k - i + 1, i + 1, name.group(1) if name else "?"
-                i = k
+            found = definition(lines, i, end, member=True)
+            if found:
+                yield found[0]
+                i = found[1]
         i += 1
 
 
@@ -63,25 +74,10 @@ def functions(path):
                 yield n, at, (owner.group(1) + "::" if owner else "") + fn
             i = k
         elif line and not line[0].isspace() and not NOT_A_FUNCTION.match(line):
-            # The head runs to the first brace or semicolon.
-            j, head = i, ""
-            while j < len(lines):
-                head += lines[j] + "\n"
-                if "{" in lines[j] or lines[j].rstrip().endswith(";"):
-                    break
-                j += 1
-            before_brace = head.split("{")[0]
-            if j < len(lines) and "{" in lines[j] and "(" in before_brace and not before_brace.rstrip().endswith("="):
-                depth, k, opened = 0, j, False
-                while k < len(lines):
-                    depth += lines[k].count("{") - lines[k].count("}")
-                    opened = opened or "{" in lines[k]
-                    if opened and depth <= 0:
-                        break
-                    k += 1
-                name = re.search(r"([\w:~]+)\s*\(", head)
-                yield k - i + 1, i + 1, name.group(1) if name else "?"
-                i = k
+            found = definition(lines, i, len(lines), member=False)
+            if found:
+                yield found[0]
+                i = found[1]
         i += 1
 
 
