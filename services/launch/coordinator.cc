@@ -235,8 +235,13 @@ struct Meeting {
   }
   std::string MarkKey(int64_t rank) const { return marks + "/" + std::to_string(rank); }
   bool Stopped() const { return stopped && stopped(); }
+  // Unavailable (exit 1), not Aborted (75, "progress saved"): nothing was
+  // done, and a step cancelled because a peer failed must end with that
+  // peer's code (srun reports the highest), not a requeue. A job-wide
+  // signal (preemption, the time limit) still requeues it (deploy/slurm/lib.sh).
   Status StoppedStatus() const {
-    return Status::Aborted(rank_text + ": stopped by a signal during the rendezvous at " + launch.master_addr);
+    return Status::Unavailable(rank_text + ": stopped by a signal during the rendezvous at " + launch.master_addr +
+                               "; nothing was done yet");
   }
   c10d::TCPStoreOptions StoreOptions() const {
     c10d::TCPStoreOptions so = compat::TcpStoreOptions();

@@ -77,8 +77,8 @@ class Coordinator {
   /// to loopback on rank 0's node in a job over several nodes, and LibTorch
   /// 1.13, listen on every interface (rank 0 says which).
   /// `stopped` (may be null) is asked while the ranks wait for each
-  /// other: once it says so, Aborted ("stopped by a signal during the
-  /// rendezvous"), within about a probe's 2 s.
+  /// other: once it says so, Unavailable ("stopped by a signal during the
+  /// rendezvous"; exit 1, since nothing was saved), within seconds.
   static StatusOr<std::shared_ptr<Coordinator>> Connect(const LaunchInfo& launch, std::chrono::milliseconds timeout,
                                                         const std::string& secret,
                                                         const std::function<bool()>& stopped = nullptr);

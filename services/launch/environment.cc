@@ -340,9 +340,7 @@ StatusOr<std::shared_ptr<Coordinator>> Rendezvous(const RunConfig& config, const
     auto coordinator = Coordinator::Connect(launch, timeout, *secret, stopped);
     if (coordinator.ok() || coordinator.status().code() != StatusCode::kUnavailable) return coordinator;
     const std::string why = coordinator.status().message();
-    if (stopped && stopped()) {
-      return Status::Aborted(why + "; stopped by a signal meanwhile: not tried again");
-    }
+    if (stopped && stopped()) return coordinator.status();  // a stop: never tried again
     if (launch.rank == 0 && why.find("cannot listen on") != std::string::npos) {
       // Another process may listen on the port and have heard the other
       // ranks: the next attempt shares nothing with this one.

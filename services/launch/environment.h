@@ -129,8 +129,8 @@ StatusOr<std::string> RendezvousSecret(const RunConfig& config);
 /// next attempt shares nothing with this one, and ends PeerLost (the job is
 /// requeued, on other ports). A store or rank silent past `timeout` is said
 /// and tried once more, then PeerLost: a lost node is requeued, never taken
-/// for bad input. Once `stopped` (a stop signal) says so, Aborted at once,
-/// never tried again.
+/// for bad input. Once `stopped` (a stop signal) says so, that failure at
+/// once, never tried again.
 StatusOr<std::shared_ptr<Coordinator>> Rendezvous(const RunConfig& config, const LaunchInfo& launch,
                                                   std::chrono::milliseconds timeout,
                                                   const std::function<bool()>& stopped = nullptr);
