@@ -194,6 +194,11 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 wait_for 30 "scdino_features_build_info{run=\"$run_name\"}" || fail "Prometheus did not scrape scdino-features in 30 s"
+# Its throughput panels are rates over 10 s: two scrapes within that
+# window before it stops (a loaded machine's first scrapes of a new file_sd
+# target can be seconds apart; CI's run once had only one).
+wait_for 60 "rate(scdino_features_images_processed_total{run=\"$run_name\"}[10s])" ||
+  fail "the features follower's counter was not scraped twice within 10 s in 60 s"
 "$ctl" stop --run-dir "$run" --service features >/dev/null || fail "scdinoctl stop --service features failed"
 wait "$features_pid"
 features_rc=$?
