@@ -1,6 +1,5 @@
 #include "control/server.h"
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <sys/stat.h>
@@ -14,6 +13,7 @@
 #include <tuple>
 
 #include "common/files.h"
+#include "control/reflection.h"
 #include "control/token.h"
 #include "scdino/v1/control.grpc.pb.h"
 
@@ -71,7 +71,22 @@ v1::ServiceKind KindOf(const std::string& service) {
 class ControlServer::Impl {
  public:
   Impl(const ServerOptions& o, RunControl* control, std::shared_ptr<std::atomic<int64_t>> refused)
-      : o_(o), control_(control), refused_(std::move(refused)), control_service_(this), trainer_service_(this) {}
+      : o_(o),
+        control_(control),
+        refused_(std::move(refused)),
+        control_service_(this),
+        trainer_service_(this),
+        reflection_service_(ServiceNames(o.service),
+                            [this](grpc::ServerContext* ctx) { return Authorize(ctx, "ServerReflectionInfo"); }) {}
+
+  // What reflection lists: the services this server registers.
+  static std::vector<std::string> ServiceNames(const std::string& service) {
+    std::vector<std::string> names{"scdino.v1.Control"};
+    if (service == "trainer") names.push_back("scdino.v1.Trainer");
+    names.push_back("grpc.health.v1.Health");
+    names.push_back("grpc.reflection.v1alpha.ServerReflection");
+    return names;
+  }
 
   void Log(const std::string& line) {
     if (o_.log) {
@@ -367,6 +382,7 @@ class ControlServer::Impl {
   int64_t suppressed_ = 0;
   ControlService control_service_;
   TrainerService trainer_service_;
+  ReflectionService reflection_service_;
 };
 
 StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(ServerOptions options, RunControl* control) {
@@ -389,7 +405,6 @@ StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(ServerOptions opti
     creds = grpc::SslServerCredentials(ssl);
   }
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   // gRPC sets SO_REUSEPORT by default, which would let two runs share a
   // fixed port silently.
@@ -410,6 +425,7 @@ StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(ServerOptions opti
   builder.AddListeningPort(options.listen_address, creds, &server->port_);
   builder.RegisterService(&server->impl_->control_service_);
   if (options.service == "trainer") builder.RegisterService(&server->impl_->trainer_service_);
+  builder.RegisterService(&server->impl_->reflection_service_);
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || server->port_ == 0) {
     return Status::Unavailable("control server: cannot listen on " + options.listen_address +

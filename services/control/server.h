@@ -1,7 +1,9 @@
 // The control server a service's rank 0 runs: scdino.v1.Control (and, for
 // the trainer, scdino.v1.Trainer) over a RunControl, plus gRPC health
-// checking and server reflection. Every Control/Trainer call must carry the
-// run's token; refused calls are counted and logged without the token.
+// checking and server reflection (control/reflection.h). Every Control,
+// Trainer and reflection call must carry the run's token (health checking
+// needs none: it says SERVING or NOT_SERVING, nothing of the run); refused
+// calls are counted and logged without the token.
 #pragma once
 
 #include <atomic>

@@ -489,8 +489,9 @@ TEST_F(ServerTest, ListsCheckpointsOfTheRunDirectory) {
   EXPECT_GT(reply.checkpoints(1).size_bytes(), 0);
 }
 
-// grpc.health.v1 and reflection answer without a token; the requests and
-// answers are encoded by hand, since their generated code is not installed.
+// grpc.health.v1 answers without a token; the requests and answers of
+// health and reflection are encoded by hand (as a client without scdino's
+// generated code would send them).
 grpc::Status Unary(grpc::GenericStub& stub, const std::string& method, const std::string& request,
                    std::string* response) {
   grpc::ClientContext ctx;
@@ -529,31 +530,36 @@ TEST_F(ServerTest, HealthAnswersWithoutAToken) {
   }
 }
 
-TEST_F(ServerTest, ReflectionListsTheServices) {
+// One reflection stream: `questions` (hand-encoded ServerReflectionRequest
+// messages) written in turn, each answer read; the stream's status at the end.
+grpc::Status Reflect(grpc::GenericStub& stub, const std::string& token, const std::vector<std::string>& questions,
+                     std::vector<std::string>* answers) {
   grpc::ClientContext ctx;
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  grpc::GenericStub stub(channel_);
   grpc::CompletionQueue cq;
   auto call = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   void* tag;
-  bool ok;
+  bool ok = false;
   call->StartCall(reinterpret_cast<void*>(1));
-  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
-  // ServerReflectionRequest{list_services: ""}: field 7, length 0.
-  grpc::Slice req(std::string("\x3a\x00", 2));
-  grpc::ByteBuffer in(&req, 1), out;
-  call->Write(in, reinterpret_cast<void*>(2));
-  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
-  call->Read(&out, reinterpret_cast<void*>(3));
-  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
-  std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(out.Dump(&slices).ok());
-  std::string bytes;
-  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  EXPECT_NE(bytes.find("scdino.v1.Control"), std::string::npos);
-  EXPECT_NE(bytes.find("scdino.v1.Trainer"), std::string::npos);
-  EXPECT_NE(bytes.find("grpc.health.v1.Health"), std::string::npos);
-  ctx.TryCancel();
+  cq.Next(&tag, &ok);
+  for (const auto& q : questions) {
+    if (!ok) break;
+    grpc::Slice req(q);
+    grpc::ByteBuffer in(&req, 1), out;
+    call->Write(in, reinterpret_cast<void*>(2));
+    if (!cq.Next(&tag, &ok) || !ok) break;
+    call->Read(&out, reinterpret_cast<void*>(3));
+    if (!cq.Next(&tag, &ok) || !ok) break;
+    std::vector<grpc::Slice> slices;
+    std::string bytes;
+    if (out.Dump(&slices).ok()) {
+      for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    answers->push_back(bytes);
+  }
+  call->WritesDone(reinterpret_cast<void*>(5));
+  cq.Next(&tag, &ok);
   grpc::Status st;
   call->Finish(&st, reinterpret_cast<void*>(4));
   while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(4)) {
@@ -561,6 +567,42 @@ TEST_F(ServerTest, ReflectionListsTheServices) {
   cq.Shutdown();
   while (cq.Next(&tag, &ok)) {
   }
+  return st;
+}
+
+// Reflection is behind the run's token, like every call but health's: the
+// schema goes only to who may steer the run. Questions as grpcurl asks them.
+TEST_F(ServerTest, ReflectionAnswersWithTheTokenOnly) {
+  grpc::GenericStub stub(channel_);
+  // ServerReflectionRequest{list_services: ""}: field 7, length 0.
+  const std::string list("\x3a\x00", 2);
+  std::vector<std::string> answers;
+  auto refused = Reflect(stub, "", {list}, &answers);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAUTHENTICATED) << refused.error_message();
+  EXPECT_TRUE(answers.empty());
+  answers.clear();
+  EXPECT_EQ(Reflect(stub, "wrong-token-wrong-token-wrong-tok", {list}, &answers).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_GE(server_->refused_calls(), 2);
+
+  answers.clear();
+  // file_containing_symbol (field 4) "scdino.v1.Control", then an unknown one.
+  const std::string symbol = "scdino.v1.Control", unknown = "scdino.v1.NoSuchThing";
+  const std::string by_symbol = std::string("\x22", 1) + static_cast<char>(symbol.size()) + symbol;
+  const std::string by_unknown = std::string("\x22", 1) + static_cast<char>(unknown.size()) + unknown;
+  auto served = Reflect(stub, "0123456789abcdef0123456789abcdef", {list, by_symbol, by_unknown}, &answers);
+  ASSERT_TRUE(served.ok()) << served.error_message();
+  ASSERT_EQ(answers.size(), 3u);
+  for (const std::string name : {"scdino.v1.Control", "scdino.v1.Trainer", "grpc.health.v1.Health",
+                                 "grpc.reflection.v1alpha.ServerReflection"}) {
+    EXPECT_NE(answers[0].find(name), std::string::npos) << name;
+  }
+  // The file descriptor of scdino/v1/control.proto, with its methods.
+  EXPECT_NE(answers[1].find("scdino/v1/control.proto"), std::string::npos);
+  EXPECT_NE(answers[1].find("WatchStatus"), std::string::npos);
+  // error_response (field 7) with NOT_FOUND (5) naming the symbol.
+  EXPECT_NE(answers[2].find(std::string("\x3a", 1)), std::string::npos);
+  EXPECT_NE(answers[2].find("scdino.v1.NoSuchThing is not known to this server"), std::string::npos);
 }
 
 TEST(ControlServer, RefusesHalfATlsConfigurationAndABusyPort) {

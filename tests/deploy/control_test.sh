@@ -155,6 +155,48 @@ try:
 except grpc.RpcError as e:
     assert e.code() == grpc.StatusCode.UNAUTHENTICATED, e.code()
 print(f"ok: Python's grpcio over TLS pinned to {ep['tls_fingerprint'][:19]}...: GetStatus {len(reply)} bytes")
+
+# Server reflection as grpcurl asks it (grpc.reflection.v1alpha), behind
+# the same token; its answer decoded from the protobuf wire format here.
+def fields(b):
+    i = 0
+    while i < len(b):
+        key, i = varint(b, i)
+        if key & 7 == 0:
+            v, i = varint(b, i)
+        elif key & 7 == 2:
+            n, i = varint(b, i)
+            v, i = b[i:i + n], i + n
+        else:
+            raise ValueError(f"wire type {key & 7}")
+        yield key >> 3, v
+def varint(b, i):
+    v = shift = 0
+    while True:
+        v |= (b[i] & 0x7F) << shift
+        shift += 7
+        i += 1
+        if not b[i - 1] & 0x80:
+            return v, i
+reflect = channel.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                                request_serializer=lambda m: m, response_deserializer=lambda b: b)
+symbol = b"scdino.v1.Control"
+ask = bytes([0x22, len(symbol)]) + symbol  # ServerReflectionRequest{file_containing_symbol}
+try:
+    list(reflect(iter([ask]), timeout=10))
+    sys.exit("reflection answered without a token")
+except grpc.RpcError as e:
+    assert e.code() == grpc.StatusCode.UNAUTHENTICATED, e.code()
+answer = next(iter(reflect(iter([ask]), metadata=metadata, timeout=10)))
+files = [f for n, r in fields(answer) if n == 4 for m, f in fields(r) if m == 1]
+methods = {}
+for f in files:
+    for n, svc in fields(f):
+        if n == 6:  # FileDescriptorProto.service
+            name = next(v for m, v in fields(svc) if m == 1).decode()
+            methods[name] = sorted(next(x for k, x in fields(mth) if k == 1).decode() for m, mth in fields(svc) if m == 2)
+assert methods.get("Control") == ["GetStatus", "Pause", "Resume", "Stop", "WatchStatus"], methods
+print(f"ok: reflection over TLS with the token only: scdino.v1.Control's methods {methods['Control']}")
 PY
 
 # Token rotation: a new private token, the running trainer takes it, the
