@@ -10,6 +10,7 @@
 
 #include <thread>
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -121,6 +122,42 @@ TEST(CopyFileAtomic, LinksOrCopiesAndAFullDiskKeepsThePreviousCopy) {
   if (!full) GTEST_SKIP() << why;
   EXPECT_EQ(full->code(), StatusCode::kNoSpace) << full->ToString();
   EXPECT_NE(full->message().find("No space left on device"), std::string::npos) << full->message();
+}
+
+// A rename needs space too where a directory takes blocks (ext4, XFS,
+// Lustre): a new name in a full directory block on a full disk fails
+// ENOSPC, which is NoSpace (exit 8: the disk is the cure), as a full write
+// is, naming both paths; the temporary is still there.
+TEST(Env, ARenameOnAFullDiskIsNoSpace) {
+  testing::ScratchDir dir;
+  const std::string mount = dir.file("small");
+  std::filesystem::create_directories(mount);
+  std::string why;
+  std::string to;
+  auto full = testing::OnAFullDisk(mount, 512, [&]() -> Status {
+    const std::string run = mount + "/run", from = run + "/.checkpoint.tmp";
+    std::filesystem::create_directories(run);
+    std::ofstream(from) << "weights";
+    // The directory's one block nearly full: four entries of 200 characters.
+    for (int i = 0; i < 4; ++i) std::ofstream(run + "/" + std::string(200, static_cast<char>('a' + i)));
+    // Every block taken, one at a time.
+    const int fill = ::open((mount + "/fill").c_str(), O_WRONLY | O_CREAT, 0600);
+    const std::string block(1024, 'x');
+    while (::write(fill, block.data(), block.size()) > 0) {
+    }
+    ::fsync(fill);
+    ::close(fill);
+    to = run + "/" + std::string(240, 'z');
+    Status s = Env::Default()->RenameFile(from, to);
+    if (s.ok()) return Status::Internal("renamed on a full disk: the test's premise failed");
+    if (!std::filesystem::exists(from)) return Status::Internal("the temporary is gone");
+    return s;
+  }, &why, "ext4");
+  if (!full) GTEST_SKIP() << why;
+  EXPECT_EQ(full->code(), StatusCode::kNoSpace) << full->ToString();
+  EXPECT_NE(full->message().find("No space left on device"), std::string::npos) << full->message();
+  EXPECT_NE(full->message().find(".checkpoint.tmp"), std::string::npos) << full->message();
+  EXPECT_NE(full->message().find(std::string(240, 'z')), std::string::npos) << full->message();
 }
 
 TEST(WriteFileAtomic, PermissionFsyncAndRenameFailuresKeepThePreviousFile) {

@@ -25,7 +25,8 @@ PART:
             a --nodes=1-2 job, Slurm finding the node down first, resumes
             on node1 alone; a --nodes=2 job, its ranks noticing first,
             pends while node2 is down and resumes with 2 ranks on each node
-            once it is back; both with exact schedules
+            once it is back, one GPU a task on all 4 again (--gpus-per-node=2);
+            both with exact schedules
 
 Prints "ok: ..." lines; "FAIL: ..." and exit 1 on the first failure.
 """
@@ -596,7 +597,9 @@ def part_nodeloss():
     lost = config("lost", cells, epochs=12, extra=extra)
     ref = config("whole", cells, epochs=12, extra=extra)
     # The ranks notice a lost node within 8 s, before Slurm does (SlurmdTimeout 15 s).
-    fixed = config("fixed", cells, epochs=12, extra=extra.replace("distributed_timeout_s: 30", "distributed_timeout_s: 8"))
+    # It runs one (stand-in) GPU a task, on the CPU on purpose (part_gpus).
+    fixed = config("fixed", cells, epochs=12,
+                   extra=extra.replace("distributed_timeout_s: 30", "distributed_timeout_s: 8") + "  device: cpu\n")
     trainer_env = f",SCDINO_BIN={BUILD}/services/trainer,SCDINO_PREFLIGHT=0"
     train = os.path.join(SRC, "deploy/slurm/train.sbatch")
     # The uninterrupted run: 4 ranks on 2 nodes.
@@ -646,11 +649,12 @@ def part_nodeloss():
         run("bash", CLUSTER, "restore", "node2")
     lost_out = o
 
-    # --nodes=2, the ranks first: node2 lost; once Slurm finds it down the
-    # batch script fits the job, which pends for its 2 nodes until node2 is
-    # back, then resumes with 2 ranks on each.
-    job, out = submit(["--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1", train, fixed], "fixed",
-                      exports=trainer_env)
+    # --nodes=2 --gpus-per-node=2, the ranks first: node2 lost; once Slurm
+    # finds it down the batch script fits the job, which pends for its 2
+    # nodes until node2 is back, then resumes with 2 ranks on each, each on
+    # a GPU of its own (the preflight at each start says which).
+    job, out = submit(["--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1", "--gpus-per-node=2", train, fixed],
+                      "fixed", exports=trainer_env.replace("SCDINO_PREFLIGHT=0", "SCDINO_PREFLIGHT=1"))
     started("fixed", out)
     lost_at = time.time()
     run("bash", CLUSTER, "lose", "node2")
@@ -694,7 +698,11 @@ def part_nodeloss():
     ranks_after = {int(r): n for r, n in re.findall(r"rank (\d+) metrics on http://([^:]+):", after)}
     if sorted(ranks_after.values()) != ["node1", "node1", "node2", "node2"]:
         fail(f"the --nodes=2 job resumed with other than 2 ranks on each node: {ranks_after}", out)
-    print("ok: node2 back: the --nodes=2 job resumed on both nodes with 2 ranks each and completed")
+    bound = sorted(set(re.findall(r"# rank (\d) on (node\d) .*bound to GPU (\d)", after)))
+    if bound != [("0", "node1", "0"), ("1", "node1", "1"), ("2", "node2", "0"), ("3", "node2", "1")]:
+        fail(f"the --nodes=2 --gpus-per-node=2 job did not get a GPU for each of its 4 tasks again: {bound}", out)
+    print(f"ok: node2 back: the --nodes=2 --gpus-per-node=2 job resumed on both nodes with 2 ranks each, each bound "
+          f"to a GPU of its own ({bound}), and completed")
 
     # Exact: the same images at every step as the uninterrupted run (the
     # per-rank sampler logs of both), and the final weights within float

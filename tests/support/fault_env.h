@@ -63,7 +63,7 @@ class FaultInjectingEnv : public Env {
     return base_->SyncPath(path);
   }
   Status RenameFile(const std::string& from, const std::string& to) override {
-    if (auto f = Match(Op::kRename, to)) return Status::IOError("cannot rename " + from + " to " + to + ": " + Why(*f));
+    if (auto f = Match(Op::kRename, to)) return WriteError(f->err, "cannot rename " + from + " to " + to + ": " + Why(*f));
     return base_->RenameFile(from, to);
   }
   Status LinkFile(const std::string& from, const std::string& to) override {
