@@ -123,6 +123,15 @@ const std::vector<int64_t>& RunConfig::channels() const {
   return meta.selected_channel_combination_per_run.at(static_cast<size_t>(scdino.channel_combination));
 }
 
+std::vector<std::pair<int64_t, std::string>> RunConfig::named_channels() const {
+  std::vector<std::pair<int64_t, std::string>> out;
+  for (int64_t c : channels()) {
+    auto it = meta.channel_dict.find(c);
+    out.emplace_back(c, it != meta.channel_dict.end() ? it->second : std::to_string(c));
+  }
+  return out;
+}
+
 Status RunConfig::CheckChannelCount(int64_t got, const std::string& what) const {
   const auto& sel = channels();
   if (got == static_cast<int64_t>(sel.size())) return Status::Ok();
@@ -246,6 +255,13 @@ StatusOr<RunConfig> ParseRunConfig(const std::string& text, const std::string& o
   if (s.ok() && c.scdino.recipe != "auto") s = CrossCheck(c);
   if (!s.ok()) return Status::InvalidArgument(origin + ": " + s.message());
   return c;
+}
+
+StatusOr<std::vector<std::pair<int64_t, std::string>>> NamedChannelsOf(const std::string& yaml_text,
+                                                                        const std::string& origin) {
+  auto config = ParseRunConfig(yaml_text, origin);
+  if (!config.ok()) return config.status();
+  return config->named_channels();
 }
 
 StatusOr<RunConfig> LoadRunConfig(const std::string& path) {

@@ -356,6 +356,9 @@ struct RunConfig {
   std::string eval_dir(const std::string& name) const;
   /// The channels this run trains on, in order.
   const std::vector<int64_t>& channels() const;
+  /// Those channels with their names (meta.channel_dict; the index as text
+  /// where it names none).
+  std::vector<std::pair<int64_t, std::string>> named_channels() const;
   /// The one check that `what` (a data source, a checkpoint's model) has as
   /// many input channels as the config selects; the error names both counts,
   /// the config and the key that selects them.
@@ -399,5 +402,10 @@ StatusOr<RunConfig> WithValues(const RunConfig& c, const std::vector<KeyValue>& 
 /// (WithValues makes them).
 StatusOr<RunConfig> ParseRunConfig(const std::string& yaml_text, const std::string& origin);
 StatusOr<RunConfig> LoadRunConfig(const std::string& path);
+
+/// The named channels (RunConfig::named_channels) of a config's YAML text,
+/// such as a checkpoint records (features::ExportOptions::channels_of_config).
+StatusOr<std::vector<std::pair<int64_t, std::string>>> NamedChannelsOf(const std::string& yaml_text,
+                                                                        const std::string& origin);
 
 }  // namespace scdino::run

@@ -6,7 +6,7 @@
 
 namespace scdino::process {
 
-void AttachEvaluator(ServicePlane& plane, eval::EvaluatorOptions* options) {
+void AttachEvaluator(ServicePlane& plane, jobs::EvaluatorOptions* options) {
   options->control = &plane.control();
   ServicePlane* p = &plane;
   options->on_progress = [p](int64_t done, int64_t total) { p->ReportProgress(done, total); };

@@ -5,13 +5,13 @@
 // no service's results. Called once by the main thread before evaluating.
 #pragma once
 
-#include "eval/checkpoint_evaluator.h"
+#include "jobs/checkpoint_evaluator.h"
 #include "process/service_plane.h"
 
 namespace scdino::process {
 
 /// Lets the control API steer the evaluator and the metrics follow it. The
 /// plane must outlive the evaluator.
-void AttachEvaluator(ServicePlane& plane, eval::EvaluatorOptions* options);
+void AttachEvaluator(ServicePlane& plane, jobs::EvaluatorOptions* options);
 
 }  // namespace scdino::process

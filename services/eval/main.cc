@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "eval/checkpoint_evaluator.h"
 #include "eval/eval_wiring.h"
-#include "features/feature_job.h"
 #include "features/feature_set.h"
+#include "jobs/checkpoint_evaluator.h"
+#include "jobs/feature_job.h"
 #include "launch/coordinator.h"
 #include "launch/environment.h"
 #include "plan/source.h"
@@ -67,7 +67,7 @@ scdino::StatusOr<std::vector<scdino::features::FeatureSet>> FeatureSets(std::vec
 
 // The per-checkpoint table (when `table`) and the report, each said with
 // its path on stdout.
-scdino::Status WriteOutputs(scdino::eval::CheckpointEvaluator& evaluator, bool table) {
+scdino::Status WriteOutputs(scdino::jobs::CheckpointEvaluator& evaluator, bool table) {
   if (table) {
     auto path = evaluator.WriteTable();
     if (!path.ok()) return path.status();
@@ -84,28 +84,28 @@ scdino::Status WriteOutputs(scdino::eval::CheckpointEvaluator& evaluator, bool t
 // the trainer has written and writes, extracted here and evaluated, the
 // table and report written after each.
 scdino::Status FollowTheTrainer(const scdino::run::RunConfig& config, const std::string& config_path, Service& s,
-                                scdino::eval::CheckpointEvaluator& evaluator) {
+                                scdino::jobs::CheckpointEvaluator& evaluator) {
   auto stop = [&s] { return s.Stopping(); };
   auto dataset = scdino::run::IndexDataset(config);
   if (!dataset.ok()) return dataset.status();
-  auto run = scdino::features::PrepareFeatureRun(config, std::move(dataset).value(), config_path, s.launch,
-                                                 *s.coordinator, stop);
+  auto run = scdino::jobs::PrepareFeatureRun(config, std::move(dataset).value(), config_path, s.launch,
+                                             *s.coordinator, stop);
   if (!run.ok()) return run.status();
-  scdino::features::ExtractHooks hooks;
+  scdino::jobs::ExtractHooks hooks;
   hooks.control = &s.plane->control();
   hooks.stop_signal = StopSignalReceived;
   hooks.log = &std::cerr;
   hooks.program = kProgram;
   auto extract_and_evaluate = [&](const std::string& checkpoint) -> scdino::Status {
-    auto dir = scdino::features::ExtractCheckpoint(config, *run, checkpoint, config.downstream.checkpoint_key,
-                                                   s.launch, s.device.device, hooks);
+    auto dir = scdino::jobs::ExtractCheckpoint(config, *run, checkpoint, config.downstream.checkpoint_key,
+                                               s.launch, s.device.device, hooks);
     if (!dir.ok()) return dir.status();
     auto set = scdino::features::ReadFeatureSet(*dir);
     if (!set.ok()) return set.status();
     if (auto st = evaluator.Evaluate(*set); !st.ok()) return st;
     return WriteOutputs(evaluator, /*table=*/true);
   };
-  if (auto st = extract_and_evaluate(scdino::features::kRawPixels); !st.ok()) return st;
+  if (auto st = extract_and_evaluate(scdino::jobs::kRawPixels); !st.ok()) return st;
   return FollowCheckpoints(FollowOptionsFor(config, kProgram, stop),
                            [&](const scdino::CheckpointEntry& c) { return extract_and_evaluate(c.path); });
 }
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
   // One process: the evaluation does not spread over ranks.
   const ServiceSpec spec{kProgram, /*alone=*/true, nullptr, ServiceOptions{"eval", "queries", "kNN"}};
   RunService(spec, config, cl.ConfigureCpu(), [&](Service& s) -> int {
-    scdino::eval::EvaluatorOptions o;
+    scdino::jobs::EvaluatorOptions o;
     o.device = s.device.device;
     o.threads = s.threads;
     o.attention = !no_attention;
@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
     o.stop_signal = StopSignalReceived;
     o.log = &std::cerr;
     o.out = &std::cout;
-    scdino::eval::CheckpointEvaluator evaluator(config, o);
+    scdino::jobs::CheckpointEvaluator evaluator(config, o);
     for (const auto& set : *sets) {
       if (auto st = evaluator.Evaluate(set); !st.ok()) return s.Fail(st);
     }

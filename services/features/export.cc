@@ -11,7 +11,6 @@
 #include "common/files.h"
 #include "features/backbone.h"
 #include "model/vit.h"
-#include "config/config.h"
 
 namespace scdino::features {
 namespace {
@@ -65,21 +64,21 @@ std::string PythonLines(const model::VitOptions& o, const std::string& arch, con
 
 // The channels the checkpoint's run selected: indices from its run shape,
 // names from the config it was started with (when that still parses).
-void AddChannels(const Metadata& meta, const std::string& checkpoint, Metadata& out) {
+void AddChannels(const Metadata& meta, const std::string& checkpoint, const ExportOptions& o, Metadata& out) {
   if (meta.count("run")) {
     auto run = nlohmann::json::parse(meta.at("run"), nullptr, false);
     if (run.is_object() && run.contains("channels")) out["channel_indices"] = run["channels"].dump();
   }
-  if (!meta.count("config")) return;
-  auto config = run::ParseRunConfig(meta.at("config"), checkpoint + " (its config)");
-  if (!config.ok()) return;
-  nlohmann::json names = nlohmann::json::array();
-  for (int64_t c : config->channels()) {
-    auto it = config->meta.channel_dict.find(c);
-    names.push_back(it != config->meta.channel_dict.end() ? it->second : std::to_string(c));
+  if (!meta.count("config") || !o.channels_of_config) return;
+  auto channels = o.channels_of_config(meta.at("config"), checkpoint + " (its config)");
+  if (!channels.ok()) return;
+  nlohmann::json names = nlohmann::json::array(), indices = nlohmann::json::array();
+  for (const auto& [index, name] : *channels) {
+    indices.push_back(index);
+    names.push_back(name);
   }
   out["channels"] = names.dump();
-  if (!out.count("channel_indices")) out["channel_indices"] = nlohmann::json(config->channels()).dump();
+  if (!out.count("channel_indices")) out["channel_indices"] = indices.dump();
 }
 
 Status Refuse(const std::string& path, bool force) {
@@ -157,7 +156,7 @@ StatusOr<ExportResult> ExportBackbone(const std::string& checkpoint, const std::
   if (backbone->iteration >= 0) m["iteration"] = std::to_string(backbone->iteration);
   if (backbone->epoch >= 0) m["epoch"] = std::to_string(backbone->epoch);
   if (!backbone->classes.empty()) m["classes"] = nlohmann::json(backbone->classes).dump();
-  AddChannels(*header, checkpoint, m);
+  AddChannels(*header, checkpoint, options, m);
   m["load_with"] = result.python;
 
   if (*format == WeightsFormat::kSafetensors) {

@@ -10,7 +10,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/safetensors.h"
 #include "common/status.h"
@@ -28,6 +31,12 @@ struct ExportOptions {
   std::string key = "teacher";
   /// Replace existing output files; without it they are refused.
   bool force = false;
+  /// The channels (index, name) a checkpoint's recorded config selects:
+  /// the config is read at the edge (scdino-export passes one over
+  /// run::ParseRunConfig). Null, or an error: no channel names recorded.
+  std::function<StatusOr<std::vector<std::pair<int64_t, std::string>>>(const std::string& config_text,
+                                                                       const std::string& what)>
+      channels_of_config;
 };
 
 struct ExportResult {

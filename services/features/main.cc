@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "run/checkpoint_files.h"
-#include "features/feature_job.h"
+#include "jobs/feature_job.h"
 #include "launch/coordinator.h"
 #include "launch/environment.h"
 #include "plan/source.h"
@@ -71,7 +71,7 @@ scdino::StatusOr<std::vector<std::string>> CheckpointsToExtract(const Flags& f, 
     }
   }
   if (f.random_init) out.push_back("");  // a baseline, named random_init
-  if (f.raw_pixels) out.push_back(scdino::features::kRawPixels);
+  if (f.raw_pixels) out.push_back(scdino::jobs::kRawPixels);
   return out;
 }
 
@@ -106,10 +106,10 @@ int main(int argc, char** argv) {
     auto stop = [&s] { return s.Stopping(); };
     auto dataset = scdino::run::IndexDataset(config, s.launch.rank == 0 ? &std::cerr : nullptr);
     if (!dataset.ok()) return s.Fail(dataset.status());
-    auto run = scdino::features::PrepareFeatureRun(config, std::move(dataset).value(), cl.config_path(), s.launch,
-                                                   *s.coordinator, stop);
+    auto run = scdino::jobs::PrepareFeatureRun(config, std::move(dataset).value(), cl.config_path(), s.launch,
+                                               *s.coordinator, stop);
     if (!run.ok()) return s.Fail(run.status());
-    scdino::features::ExtractHooks hooks;
+    scdino::jobs::ExtractHooks hooks;
     hooks.control = s.launch.rank == 0 ? &p->control() : nullptr;
     hooks.coordinator = s.coordinator.get();
     hooks.stop_signal = StopSignalReceived;
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
     hooks.log = &std::cerr;
     hooks.program = kProgram;
     auto extract = [&](const std::string& checkpoint) {
-      return scdino::features::ExtractCheckpoint(config, *run, checkpoint, key, s.launch, s.device.device, hooks)
+      return scdino::jobs::ExtractCheckpoint(config, *run, checkpoint, key, s.launch, s.device.device, hooks)
           .status();
     };
     for (const auto& c : *checkpoints) {

@@ -416,15 +416,17 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
   if (secret.size() < 16) {
     return Status::InvalidArgument("rendezvous: the job's secret is missing or shorter than 16 characters");
   }
-  Meeting m{launch, timeout, stopped};
-  m.ports = launch.port_candidates.empty() ? std::vector<int64_t>{launch.master_port} : launch.port_candidates;
+  const Meeting m{launch,
+                  timeout,
+                  stopped,
+                  launch.port_candidates.empty() ? std::vector<int64_t>{launch.master_port} : launch.port_candidates,
+                  secret,
+                  "scdino-marks-" + HmacSha256Hex(secret, "scdino-marks\n" + launch.attempt).substr(0, 32),
+                  Sha256Hex("scdino-attempt\n" + launch.attempt).substr(0, 32),
+                  "rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world_size)};
   if (const std::string w = EphemeralPortWarning(m.ports[0]); !w.empty() && launch.local_rank == 0) {
     std::cerr << "scdino: warning: " << w << "\n";
   }
-  m.secret = secret;
-  m.marks = "scdino-marks-" + HmacSha256Hex(secret, "scdino-marks\n" + launch.attempt).substr(0, 32);
-  m.attempt_id = Sha256Hex("scdino-attempt\n" + launch.attempt).substr(0, 32);
-  m.rank_text = "rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world_size);
   auto met = launch.rank == 0 ? Serve(m) : Join(m);
   if (!met.ok()) return met.status();
   // Every key of the job under a prefix of this attempt alone: what a

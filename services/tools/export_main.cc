@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/cli.h"
+#include "config/config.h"
 #include "features/export.h"
 #include "process/exit_codes.h"
 
@@ -13,6 +14,8 @@ int main(int argc, char** argv) {
   using namespace scdino::process;
   std::string checkpoint, out;
   scdino::features::ExportOptions options;
+  // The checkpoint's recorded config is read here, at the edge.
+  options.channels_of_config = scdino::run::NamedChannelsOf;
   scdino::cli::App app("scdino-export",
                        "A checkpoint's ViT backbone as a PyTorch state dict (.pth) or .safetensors under DINO's "
                        "names (docs/eval.md).\n" +

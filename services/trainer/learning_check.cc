@@ -9,7 +9,7 @@
 #include "eval/knn.h"
 #include "features/backbone.h"
 #include "features/extractor.h"
-#include "features/feature_job.h"
+#include "jobs/feature_job.h"
 #include "launch/coordinator.h"
 
 namespace scdino::trainer {
@@ -50,8 +50,8 @@ StatusOr<std::unique_ptr<LearningCheck>> LearningCheck::Make(const run::RunConfi
   // resize_length is that size, as with recipe: auto and small-data.yaml):
   // a 224 px default on 48 px crops would cost 20 times more and measure
   // another model.
-  auto run = features::PrepareFeatureRun(config, dataset, config.source_path, run::LaunchInfo{}, *coordinator, {},
-                                         config.train.hyperparameters.global_crops_size);
+  auto run = jobs::PrepareFeatureRun(config, dataset, config.source_path, run::LaunchInfo{}, *coordinator, {},
+                                     config.train.hyperparameters.global_crops_size);
   if (!run.ok()) return run.status();
   const auto& entries = run->dataset.entries;
   if (run->dataset.classes.size() < 2) {

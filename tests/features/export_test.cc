@@ -9,6 +9,7 @@
 #include <set>
 
 #include "common/files.h"
+#include "config/config.h"
 #include "features/backbone.h"
 #include "support/test_support.h"
 #include "support/tiny_model.h"
@@ -52,14 +53,21 @@ struct Checkpoint {
   }
 };
 
-ExportOptions Key(const std::string& key) {
+// As scdino-export sets them: the checkpoint's config read at the edge.
+ExportOptions Edge() {
   ExportOptions o;
+  o.channels_of_config = run::NamedChannelsOf;
+  return o;
+}
+
+ExportOptions Key(const std::string& key) {
+  ExportOptions o = Edge();
   o.key = key;
   return o;
 }
 
 ExportOptions Forced() {
-  ExportOptions o;
+  ExportOptions o = Edge();
   o.force = true;
   return o;
 }
@@ -79,7 +87,7 @@ std::set<std::string> DinoNames(int depth) {
 TEST(ExportBackbone, SafetensorsHoldTheTeacherUnderDinoNamesAndItsShape) {
   Checkpoint c;
   const std::string out = c.scratch.file("teacher.safetensors");
-  auto r = ExportBackbone(c.path, out);
+  auto r = ExportBackbone(c.path, out, Edge());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->metadata_path.empty());
   auto file = ReadSafetensors(out);
@@ -165,7 +173,7 @@ TEST(ExportBackbone, AnExistingFileIsKeptWithoutForce) {
   for (const std::string name : {"old.pth", "old.safetensors"}) {
     const std::string out = c.scratch.file(name);
     ASSERT_TRUE(WriteFileAtomic(out, "earlier export").ok());
-    auto r = ExportBackbone(c.path, out);
+    auto r = ExportBackbone(c.path, out, Edge());
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), StatusCode::kAlreadyExists);
     EXPECT_NE(r.status().message().find(out + " exists"), std::string::npos) << r.status().ToString();
@@ -178,7 +186,7 @@ TEST(ExportBackbone, AnExistingFileIsKeptWithoutForce) {
   // The metadata beside a .pth counts as output too.
   const std::string pth = c.scratch.file("side.pth");
   ASSERT_TRUE(WriteFileAtomic(pth + ".json", "{}").ok());
-  auto r = ExportBackbone(c.path, pth);
+  auto r = ExportBackbone(c.path, pth, Edge());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find(pth + ".json exists"), std::string::npos) << r.status().ToString();
   EXPECT_FALSE(fs::exists(pth));

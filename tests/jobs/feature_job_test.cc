@@ -1,4 +1,4 @@
-#include "features/feature_job.h"
+#include "jobs/feature_job.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include "support/cell_folders.h"
 #include "support/test_support.h"
 
-namespace scdino::features {
+namespace scdino::jobs {
 namespace {
 
 // The synthetic source's images live in the trainer's memory: scdino-features
@@ -78,4 +78,4 @@ TEST(FeatureRun, ExtractCheckpointWritesTheNamedSetAndSaysWhat) {
 }
 
 }  // namespace
-}  // namespace scdino::features
+}  // namespace scdino::jobs

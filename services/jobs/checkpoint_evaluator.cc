@@ -1,4 +1,4 @@
-#include "eval/checkpoint_evaluator.h"
+#include "jobs/checkpoint_evaluator.h"
 
 #include <filesystem>
 #include <iomanip>
@@ -9,7 +9,19 @@
 #include "eval/attention_maps.h"
 #include "eval/report.h"
 
-namespace scdino::eval {
+namespace scdino::jobs {
+
+// The evaluation library this job drives.
+using eval::AttentionMapOptions;
+using eval::BackboneOf;
+using eval::CheckpointTableCsv;
+using eval::ChooseAttentionSide;
+using eval::EvalResult;
+using eval::PrepOf;
+using eval::ProbeTableCsv;
+using eval::RunEvaluation;
+using eval::WriteAttentionMaps;
+using eval::WriteRunReport;
 
 namespace {
 
@@ -160,4 +172,4 @@ StatusOr<std::string> CheckpointEvaluator::WriteReport() const {
                          config_.stats_path(), config_.meta.channel_dict});
 }
 
-}  // namespace scdino::eval
+}  // namespace scdino::jobs

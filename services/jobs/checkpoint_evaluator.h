@@ -1,5 +1,5 @@
-// scdino-eval's work for one feature set after another, as the run's config
-// says: kNN, metrics, embeddings (RunEvaluation), attention maps, the kNN
+// scdino-eval's job at the config's edge (jobs/): its work for one feature
+// set after another, as the run's config says: kNN, metrics, embeddings (RunEvaluation), attention maps, the kNN
 // table on stdout, and the per-checkpoint table
 // (eval/knn_per_checkpoint.csv) that grows with every set, and the run's
 // report (eval/report.html). The same for a
@@ -12,13 +12,16 @@
 #include <string>
 #include <vector>
 
-#include "run/run_control.h"
 #include "common/status.h"
+#include "config/config.h"
 #include "eval/evaluation.h"
 #include "features/feature_set.h"
-#include "config/config.h"
+#include "run/run_control.h"
 
-namespace scdino::eval {
+namespace scdino::jobs {
+
+using eval::CheckpointRow;
+using eval::EvalOptions;
 
 struct EvaluatorOptions {
   torch::Device device = torch::kCPU;
@@ -57,4 +60,4 @@ class CheckpointEvaluator {
   std::vector<CheckpointRow> rows_;
 };
 
-}  // namespace scdino::eval
+}  // namespace scdino::jobs

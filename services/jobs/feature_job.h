@@ -1,5 +1,7 @@
-// What every checkpoint's extraction of a run shares, set up once from the
-// run's config: the data set, its split, the preprocessing with the run's
+// The features' job at the config's edge (jobs/: what a service builds from
+// its run's config over the libraries, which never see it). What every
+// checkpoint's extraction of a run shares, set up once from the run's
+// config: the data set, its split, the preprocessing with the run's
 // channel statistics and the metadata written beside the features. Used by
 // scdino-features and by scdino-eval --follow, which extracts each new
 // checkpoint's features itself.
@@ -11,13 +13,17 @@
 #include <vector>
 
 #include "common/status.h"
+#include "config/config.h"
 #include "features/backbone.h"
 #include "features/extractor.h"
-#include "config/config.h"
 #include "launch/coordinator.h"
 #include "launch/launch.h"
 
-namespace scdino::features {
+namespace scdino::jobs {
+
+using features::Backbone;
+using features::ExtractOptions;
+using features::FeaturePrep;
 
 struct FeatureRun {
   data::Dataset dataset;
@@ -88,4 +94,4 @@ StatusOr<std::string> ExtractCheckpoint(const run::RunConfig& config, const Feat
                                         const run::LaunchInfo& launch, torch::Device device,
                                         const ExtractHooks& hooks);
 
-}  // namespace scdino::features
+}  // namespace scdino::jobs

@@ -1,4 +1,4 @@
-#include "features/feature_job.h"
+#include "jobs/feature_job.h"
 
 #include <nlohmann/json.hpp>
 
@@ -8,16 +8,21 @@
 #include "launch/environment.h"
 #include "plan/source.h"
 
-namespace scdino::features {
+namespace scdino::jobs {
+
+// The features library this job drives.
+using features::ExtractFeatures;
+using features::ExtractJob;
+using features::LoadBackbone;
+using features::PixelBackbone;
+using features::PixelsPrepared;
+using features::RandomBackbone;
 
 namespace {
 
 nlohmann::json ChannelNames(const run::RunConfig& config) {
   nlohmann::json names = nlohmann::json::array();
-  for (auto c : config.channels()) {
-    auto it = config.meta.channel_dict.find(c);
-    names.push_back(it == config.meta.channel_dict.end() ? std::to_string(c) : it->second);
-  }
+  for (const auto& [index, name] : config.named_channels()) names.push_back(name);
   return names;
 }
 
@@ -170,4 +175,4 @@ StatusOr<std::string> ExtractCheckpoint(const run::RunConfig& config, const Feat
   return eo.out_dir;
 }
 
-}  // namespace scdino::features
+}  // namespace scdino::jobs
