@@ -70,24 +70,14 @@ std::string SerializeSafetensors(const TensorMap& tensors, const Metadata& metad
   return out;
 }
 
-StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::string& origin) {
-  auto bad = [&](const std::string& what) {
-    return Status::DataLoss(origin + ": not a valid safetensors file: " + what);
-  };
-  if (bytes.size() < 8) return bad("shorter than the 8-byte header length (" + std::to_string(bytes.size()) + " bytes)");
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[i]);
-  if (n > kMaxHeader || n > bytes.size() - 8) {
-    return bad("header length " + std::to_string(n) + " exceeds the file (" + std::to_string(bytes.size()) + " bytes)");
-  }
-  json header;
-  try {
-    header = json::parse(bytes.substr(8, n));
-  } catch (const std::exception& e) {
-    return bad(std::string("header is not JSON: ") + e.what());
-  }
-  if (!header.is_object()) return bad("header is not a JSON object");
-  const std::string_view data = bytes.substr(8 + n);
+namespace {
+
+Status NotSafetensors(const std::string& origin, const std::string& what) {
+  return Status::DataLoss(origin + ": not a valid safetensors file: " + what);
+}
+
+Status CheckTiling(const json& header, std::string_view data, const std::string& origin) {
+  auto bad = [&](const std::string& what) { return NotSafetensors(origin, what); };
   // The tensors tile the data section exactly, in some order, as the format
   // requires: sorted by offset, each starting where the one before ends, the
   // last at the section's end. Overlapping ranges would let a large header
@@ -118,6 +108,76 @@ StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::st
     return bad("the tensors' data ends at byte " + std::to_string(covered) + " of a " + std::to_string(data.size()) +
                "-byte data section");
   }
+  return Status::Ok();
+}
+
+// One tensor, its size checked against its dtype and shape before anything
+// is allocated, without overflow: a hostile header must not throw.
+StatusOr<torch::Tensor> ReadTensor(const std::string& name, const json& v, std::string_view data,
+                                   const std::string& origin) {
+  auto bad = [&](const std::string& what) { return NotSafetensors(origin, what); };
+  try {
+    const std::string dname = v.at("dtype").get<std::string>();
+    std::vector<int64_t> shape = v.at("shape").get<std::vector<int64_t>>();
+    auto offs = v.at("data_offsets").get<std::vector<uint64_t>>();
+    if (offs.size() != 2 || offs[0] > offs[1] || offs[1] > data.size()) {
+      return bad("tensor '" + name + "': data_offsets outside the " + std::to_string(data.size()) + "-byte data section");
+    }
+    bool u16 = dname == "U16";
+    torch::Dtype dtype = torch::kFloat32;
+    bool known = u16;
+    for (const auto& e : kDtypes)
+      if (dname == e.name) { dtype = e.dtype; known = true; }
+    if (!known) return bad("tensor '" + name + "': unsupported dtype " + dname);
+    const uint64_t bytes_given = offs[1] - offs[0];
+    const uint64_t esize = u16 ? 2 : torch::elementSize(dtype);
+    const auto want = ArrayBytes(shape, esize);
+    if (!want || *want != bytes_given) {
+      return bad("tensor '" + name + "': " + std::to_string(bytes_given) + " bytes for shape " + ShapeText(shape) +
+                 " of " + dname + (want ? " (" + std::to_string(*want) + " bytes)" : " (more than 2^63 bytes)"));
+    }
+    const uint64_t numel = esize == 0 ? 0 : *want / esize;
+    const char* src = data.data() + offs[0];
+    torch::Tensor t;
+    if (u16) {
+      t = torch::empty(shape, torch::kInt32);
+      auto* dst = t.data_ptr<int32_t>();
+      for (uint64_t i = 0; i < numel; ++i) {
+        uint16_t x;
+        std::memcpy(&x, src + 2 * i, 2);
+        dst[i] = x;
+      }
+    } else {
+      t = torch::empty(shape, dtype);
+      if (numel > 0) std::memcpy(t.data_ptr(), src, offs[1] - offs[0]);
+    }
+    return t;
+  } catch (const json::exception& e) {
+    return bad("tensor '" + name + "': " + e.what());
+  } catch (const std::exception& e) {  // the allocation itself (memory)
+    return bad("tensor '" + name + "': " + e.what());
+  }
+}
+
+}  // namespace
+
+StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::string& origin) {
+  auto bad = [&](const std::string& what) { return NotSafetensors(origin, what); };
+  if (bytes.size() < 8) return bad("shorter than the 8-byte header length (" + std::to_string(bytes.size()) + " bytes)");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[i]);
+  if (n > kMaxHeader || n > bytes.size() - 8) {
+    return bad("header length " + std::to_string(n) + " exceeds the file (" + std::to_string(bytes.size()) + " bytes)");
+  }
+  json header;
+  try {
+    header = json::parse(bytes.substr(8, n));
+  } catch (const std::exception& e) {
+    return bad(std::string("header is not JSON: ") + e.what());
+  }
+  if (!header.is_object()) return bad("header is not a JSON object");
+  const std::string_view data = bytes.substr(8 + n);
+  if (auto st = CheckTiling(header, data, origin); !st.ok()) return st;
   SafetensorsFile file;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
@@ -130,49 +190,9 @@ StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::st
       }
       continue;
     }
-    try {
-      const std::string dname = v.at("dtype").get<std::string>();
-      std::vector<int64_t> shape = v.at("shape").get<std::vector<int64_t>>();
-      auto offs = v.at("data_offsets").get<std::vector<uint64_t>>();
-      if (offs.size() != 2 || offs[0] > offs[1] || offs[1] > data.size()) {
-        return bad("tensor '" + name + "': data_offsets outside the " + std::to_string(data.size()) + "-byte data section");
-      }
-      bool u16 = dname == "U16";
-      torch::Dtype dtype = torch::kFloat32;
-      bool known = u16;
-      for (const auto& e : kDtypes)
-        if (dname == e.name) { dtype = e.dtype; known = true; }
-      if (!known) return bad("tensor '" + name + "': unsupported dtype " + dname);
-      // Sizes are checked against the bytes present before anything is
-      // allocated, without overflow: a hostile header must not throw.
-      const uint64_t bytes_given = offs[1] - offs[0];
-      const uint64_t esize = u16 ? 2 : torch::elementSize(dtype);
-      const auto want = ArrayBytes(shape, esize);
-      if (!want || *want != bytes_given) {
-        return bad("tensor '" + name + "': " + std::to_string(bytes_given) + " bytes for shape " + ShapeText(shape) +
-                   " of " + dname + (want ? " (" + std::to_string(*want) + " bytes)" : " (more than 2^63 bytes)"));
-      }
-      const uint64_t numel = esize == 0 ? 0 : *want / esize;
-      const char* src = data.data() + offs[0];
-      torch::Tensor t;
-      if (u16) {
-        t = torch::empty(shape, torch::kInt32);
-        auto* dst = t.data_ptr<int32_t>();
-        for (uint64_t i = 0; i < numel; ++i) {
-          uint16_t x;
-          std::memcpy(&x, src + 2 * i, 2);
-          dst[i] = x;
-        }
-      } else {
-        t = torch::empty(shape, dtype);
-        if (numel > 0) std::memcpy(t.data_ptr(), src, offs[1] - offs[0]);
-      }
-      file.tensors.emplace(name, std::move(t));
-    } catch (const json::exception& e) {
-      return bad("tensor '" + name + "': " + e.what());
-    } catch (const std::exception& e) {  // the allocation itself (memory)
-      return bad("tensor '" + name + "': " + e.what());
-    }
+    auto t = ReadTensor(name, v, data, origin);
+    if (!t.ok()) return t.status();
+    file.tensors.emplace(name, std::move(t).value());
   }
   return file;
 }

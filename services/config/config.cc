@@ -8,7 +8,9 @@
 namespace scdino::run {
 namespace {
 
-Status CrossCheck(const RunConfig& c) {
+// The checks across keys, one concern at a time: the model and its
+// schedules, the service's settings, the data source.
+Status CrossCheckTraining(const RunConfig& c) {
   const auto& h = c.train.hyperparameters;
   auto bad = [](const std::string& m) { return Status::InvalidArgument(m); };
   const int64_t ncombo = static_cast<int64_t>(c.meta.selected_channel_combination_per_run.size());
@@ -37,6 +39,24 @@ Status CrossCheck(const RunConfig& c) {
                  std::to_string(h.patch_size) + "), got " + std::to_string(size));
     }
   }
+  if (h.use_bn_in_head) {
+    return bad("train_scDINO.hyperparameters.use_bn_in_head: expected false (batch norm in the head is not "
+               "supported; scDINO's default is false), got true");
+  }
+  const auto vit = c.dino_options().vit;
+  if (vit.embed_dim() % vit.num_heads() != 0) {
+    return bad("train_scDINO.hyperparameters.embed_dim: expected a multiple of num_heads (" +
+               std::to_string(vit.num_heads()) + "), got " + std::to_string(vit.embed_dim()));
+  }
+  if (c.scdino.augmentation.blur_kernel % 2 == 0) {
+    return bad("scdino.augmentation.blur_kernel: expected an odd number of taps, got " +
+               std::to_string(c.scdino.augmentation.blur_kernel));
+  }
+  return Status::Ok();
+}
+
+Status CrossCheckService(const RunConfig& c) {
+  auto bad = [](const std::string& m) { return Status::InvalidArgument(m); };
   if (c.scdino.control.tls_cert_file.empty() != c.scdino.control.tls_key_file.empty()) {
     return bad("scdino.control: tls_cert_file and tls_key_file go together (both set: your certificate; both empty: one made per start), "
                "got only " + std::string(c.scdino.control.tls_cert_file.empty() ? "tls_key_file" : "tls_cert_file"));
@@ -61,19 +81,11 @@ Status CrossCheck(const RunConfig& c) {
     return bad("downstream_analyses.umap_eval.min_dist: expected at most spread (" +
                std::to_string(c.downstream.umap_spread) + "), got " + std::to_string(c.downstream.umap_min_dist));
   }
-  if (h.use_bn_in_head) {
-    return bad("train_scDINO.hyperparameters.use_bn_in_head: expected false (batch norm in the head is not "
-               "supported; scDINO's default is false), got true");
-  }
-  const auto vit = c.dino_options().vit;
-  if (vit.embed_dim() % vit.num_heads() != 0) {
-    return bad("train_scDINO.hyperparameters.embed_dim: expected a multiple of num_heads (" +
-               std::to_string(vit.num_heads()) + "), got " + std::to_string(vit.embed_dim()));
-  }
-  if (c.scdino.augmentation.blur_kernel % 2 == 0) {
-    return bad("scdino.augmentation.blur_kernel: expected an odd number of taps, got " +
-               std::to_string(c.scdino.augmentation.blur_kernel));
-  }
+  return Status::Ok();
+}
+
+Status CrossCheckData(const RunConfig& c) {
+  auto bad = [](const std::string& m) { return Status::InvalidArgument(m); };
   if (c.scdino.data_source == "folder" && c.meta.dataset_dir.empty()) {
     return bad("meta.dataset_dir: expected the data set folder (scdino.data_source is folder), got nothing");
   }
@@ -95,6 +107,12 @@ Status CrossCheck(const RunConfig& c) {
     }
   }
   return Status::Ok();
+}
+
+Status CrossCheck(const RunConfig& c) {
+  if (auto s = CrossCheckTraining(c); !s.ok()) return s;
+  if (auto s = CrossCheckService(c); !s.ok()) return s;
+  return CrossCheckData(c);
 }
 
 }  // namespace

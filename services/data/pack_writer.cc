@@ -159,15 +159,10 @@ Status WriteIndex(const Dataset& d, const Plan& plan, const std::vector<json>& m
   return WriteFileAtomic(o.out + "/pack.json", manifest.dump(1) + "\n");
 }
 
-}  // namespace
-
-StatusOr<PackReport> PackDataset(const Dataset& d, const PackOptions& o) {
-  if (d.entries.empty()) return Status::InvalidArgument(d.root + ": no images to pack");
-  if (o.block_samples < 1 || o.shard_mb < 1) {
-    return Status::InvalidArgument("pack: block_samples (" + std::to_string(o.block_samples) + ") and shard_mb (" +
-                                   std::to_string(o.shard_mb) + ") must be >= 1");
-  }
-  // Every image below the data set's root: its path in the set is relative.
+// Every image's path below the data set's root (a packed set names them
+// so), and their sizes and times, which key the plan: a rerun after images
+// changed writes new shards.
+StatusOr<std::string> FilesKey(const Dataset& d) {
   std::string files_key;
   for (const auto& e : d.entries) {
     const std::string rel = Relative(d, e.path);
@@ -175,24 +170,30 @@ StatusOr<PackReport> PackDataset(const Dataset& d, const PackOptions& o) {
       return Status::InvalidArgument(e.path + ": lies outside the data set's folder " + d.root +
                                      "; a packed set names images by their path below it");
     }
-    // Sizes and times: a rerun after images changed writes new shards.
     std::error_code ec;
     const auto size = fs::file_size(e.path, ec);
     const auto time = fs::last_write_time(e.path, ec).time_since_epoch().count();
     files_key += std::to_string(size) + ":" + std::to_string(time) + "\n";
   }
-  if (auto st = MakeDirs(o.out); !st.ok()) return st;
-  const std::string set_fp = PackFingerprint(d);
-  if (IsPackedSet(o.out)) {
-    auto existing = ReadFile(o.out + "/pack.json");
-    auto j = existing.ok() ? json::parse(*existing, nullptr, false) : json();
-    if (!j.is_object() || j.value("fingerprint", "") != set_fp) {
-      return Status::AlreadyExists(o.out + " holds a packed set of another data set (fingerprint " +
-                                   (j.is_object() ? j.value("fingerprint", "?") : std::string("?")) + ", this one's is " +
-                                   set_fp + "); choose another --out or remove it");
-    }
+  return files_key;
+}
+
+// A packed set already in `out` must be of this data set.
+Status CheckSameSet(const std::string& out, const std::string& set_fp) {
+  if (!IsPackedSet(out)) return Status::Ok();
+  auto existing = ReadFile(out + "/pack.json");
+  auto j = existing.ok() ? json::parse(*existing, nullptr, false) : json();
+  if (!j.is_object() || j.value("fingerprint", "") != set_fp) {
+    return Status::AlreadyExists(out + " holds a packed set of another data set (fingerprint " +
+                                 (j.is_object() ? j.value("fingerprint", "?") : std::string("?")) + ", this one's is " +
+                                 set_fp + "); choose another --out or remove it");
   }
-  // The plan: the pack order and the shard size, from the first image's bytes.
+  return Status::Ok();
+}
+
+// The plan: the pack order and the shard size, from the first image's bytes.
+StatusOr<Plan> MakePlan(const Dataset& d, const PackOptions& o, const std::string& set_fp,
+                        const std::string& files_key) {
   Plan plan;
   plan.order = PackOrder(static_cast<int64_t>(d.entries.size()), o.seed);
   auto first = ReadImage(d.entries[plan.order[0]].path);
@@ -205,6 +206,55 @@ StatusOr<PackReport> PackDataset(const Dataset& d, const PackOptions& o) {
   plan.fingerprint = Fingerprint(set_fp + "|" + std::to_string(o.seed) + "|" + std::to_string(plan.shard_samples) +
                                  "|" + std::to_string(o.block_samples) + "|" + std::to_string(o.folder_depth_for_labels) +
                                  "|" + Fingerprint(files_key));
+  return plan;
+}
+
+// Whoever finds every shard complete writes the index and pack.json (the
+// last rank to finish always does); otherwise says how many are left.
+Status CompleteTheSet(const Dataset& d, const Plan& plan, const PackOptions& o, const std::string& set_fp,
+                      PackReport* report) {
+  std::vector<json> manifests;
+  for (int64_t s = 0; s < plan.shards; ++s) {
+    auto m = DoneShard(plan, s, o);
+    if (!m) {
+      report->shards_of_others = plan.shards - s;
+      return Status::Ok();
+    }
+    manifests.push_back(std::move(*m));
+  }
+  // One sample type across shards written by different ranks.
+  for (const auto& m : manifests) {
+    const auto& r0 = manifests.front()["rows"][0];
+    for (const auto& r : m["rows"]) {
+      if (r[6] != r0[6] || r[7] != r0[7]) {
+        return Status::InvalidArgument(d.entries[r[0].get<int64_t>()].path + ": has " + r[6].dump() + " channel(s) of " +
+                                       r[7].get<std::string>() + ", but " + d.entries[r0[0].get<int64_t>()].path +
+                                       " has " + r0[6].dump() + " of " + r0[7].get<std::string>() +
+                                       ": a packed set holds one channel count and sample type");
+      }
+    }
+  }
+  if (auto st = WriteIndex(d, plan, manifests, o, set_fp); !st.ok()) return st;
+  report->finished = true;
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<PackReport> PackDataset(const Dataset& d, const PackOptions& o) {
+  if (d.entries.empty()) return Status::InvalidArgument(d.root + ": no images to pack");
+  if (o.block_samples < 1 || o.shard_mb < 1) {
+    return Status::InvalidArgument("pack: block_samples (" + std::to_string(o.block_samples) + ") and shard_mb (" +
+                                   std::to_string(o.shard_mb) + ") must be >= 1");
+  }
+  auto files_key = FilesKey(d);
+  if (!files_key.ok()) return files_key.status();
+  if (auto st = MakeDirs(o.out); !st.ok()) return st;
+  const std::string set_fp = PackFingerprint(d);
+  if (auto st = CheckSameSet(o.out, set_fp); !st.ok()) return st;
+  auto made = MakePlan(d, o, set_fp, *files_key);
+  if (!made.ok()) return made.status();
+  const Plan& plan = *made;
   CleanStaleTemporaries(o.out, false);
   PackReport report;
   std::string first_kind;
@@ -243,31 +293,7 @@ StatusOr<PackReport> PackDataset(const Dataset& d, const PackOptions& o) {
                      std::to_string((*m)["samples"].get<int64_t>()) + " images, " +
                      std::to_string((*m)["bytes"].get<int64_t>() >> 20) + " MiB");
   }
-  // Whoever finds every shard complete writes the index and pack.json (the
-  // last rank to finish always does).
-  std::vector<json> manifests;
-  for (int64_t s = 0; s < plan.shards; ++s) {
-    auto m = DoneShard(plan, s, o);
-    if (!m) {
-      report.shards_of_others = plan.shards - s;
-      return report;
-    }
-    manifests.push_back(std::move(*m));
-  }
-  // One sample type across shards written by different ranks.
-  for (const auto& m : manifests) {
-    const auto& r0 = manifests.front()["rows"][0];
-    for (const auto& r : m["rows"]) {
-      if (r[6] != r0[6] || r[7] != r0[7]) {
-        return Status::InvalidArgument(d.entries[r[0].get<int64_t>()].path + ": has " + r[6].dump() + " channel(s) of " +
-                                       r[7].get<std::string>() + ", but " + d.entries[r0[0].get<int64_t>()].path +
-                                       " has " + r0[6].dump() + " of " + r0[7].get<std::string>() +
-                                       ": a packed set holds one channel count and sample type");
-      }
-    }
-  }
-  if (auto st = WriteIndex(d, plan, manifests, o, set_fp); !st.ok()) return st;
-  report.finished = true;
+  if (auto st = CompleteTheSet(d, plan, o, set_fp, &report); !st.ok()) return st;
   return report;
 }
 

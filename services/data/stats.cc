@@ -13,6 +13,52 @@
 
 namespace scdino::data {
 
+namespace {
+
+// Per-channel sums, sums of squares and intensity histograms of images
+// (channels x pixels, in [0, 1]).
+struct Acc {
+  std::vector<double> sum, sumsq;
+  std::vector<std::vector<int64_t>> bins;
+  int64_t pixels = 0, images = 0;
+
+  void Size(size_t channels) {
+    sum.assign(channels, 0.0), sumsq.assign(channels, 0.0);
+    bins.assign(channels, std::vector<int64_t>(kIntensityBins, 0));
+  }
+  // One image; an image of another channel count than the first is left out.
+  void Add(const torch::Tensor& x) {
+    auto s = x.sum(1), sq = (x * x).sum(1);
+    // Bin b holds [b, b + 1) / kIntensityBins; 1 goes to the last.
+    auto bin = (x * static_cast<double>(kIntensityBins)).to(torch::kInt64).clamp(0, kIntensityBins - 1);
+    auto offsets = torch::arange(x.size(0), torch::kInt64).unsqueeze(1) * kIntensityBins;
+    auto counts = torch::bincount((bin + offsets).reshape({-1}), {}, x.size(0) * kIntensityBins).contiguous();
+    const int64_t* count = counts.data_ptr<int64_t>();
+    if (sum.empty()) Size(static_cast<size_t>(x.size(0)));
+    if (static_cast<int64_t>(sum.size()) != x.size(0)) return;
+    for (int64_t c = 0; c < x.size(0); ++c) {
+      sum[c] += s[c].item<double>();
+      sumsq[c] += sq[c].item<double>();
+      for (int64_t b = 0; b < kIntensityBins; ++b) bins[c][b] += count[c * kIntensityBins + b];
+    }
+    pixels += x.size(1);
+    images += 1;
+  }
+  void Merge(const Acc& a) {
+    if (a.sum.empty()) return;
+    if (sum.empty()) Size(a.sum.size());
+    for (size_t c = 0; c < a.sum.size(); ++c) {
+      sum[c] += a.sum[c];
+      sumsq[c] += a.sumsq[c];
+      for (int64_t b = 0; b < kIntensityBins; ++b) bins[c][b] += a.bins[c][b];
+    }
+    pixels += a.pixels;
+    images += a.images;
+  }
+};
+
+}  // namespace
+
 StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& prep, const StatsOptions& o) {
   if (!(o.fraction > 0 && o.fraction <= 1)) {
     return Status::InvalidArgument("fraction_for_mean_std_calc: expected a number in (0, 1], got " +
@@ -30,11 +76,6 @@ StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& pr
   std::shuffle(order.begin(), order.end(), rng);
   order.resize(take);
 
-  struct Acc {
-    std::vector<double> sum, sumsq;
-    std::vector<std::vector<int64_t>> bins;
-    int64_t pixels = 0, images = 0;
-  };
   const int threads = std::max(1, o.threads);
   std::vector<Acc> acc(threads);
   std::atomic<int64_t> next{0}, done{0};
@@ -60,26 +101,7 @@ StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& pr
         next = take;
         return;
       }
-      auto x = img->to(torch::kFloat64).reshape({img->size(0), -1});
-      auto s = x.sum(1), sq = (x * x).sum(1);
-      Acc& a = acc[t];
-      // Bin b holds [b, b + 1) / kIntensityBins; 1 goes to the last.
-      auto bin = (x * static_cast<double>(kIntensityBins)).to(torch::kInt64).clamp(0, kIntensityBins - 1);
-      auto offsets = torch::arange(x.size(0), torch::kInt64).unsqueeze(1) * kIntensityBins;
-      auto counts = torch::bincount((bin + offsets).reshape({-1}), {}, x.size(0) * kIntensityBins).contiguous();
-      const int64_t* count = counts.data_ptr<int64_t>();
-      if (a.sum.empty()) {
-        a.sum.assign(x.size(0), 0.0), a.sumsq.assign(x.size(0), 0.0);
-        a.bins.assign(x.size(0), std::vector<int64_t>(kIntensityBins, 0));
-      }
-      if (static_cast<int64_t>(a.sum.size()) != x.size(0)) continue;
-      for (int64_t c = 0; c < x.size(0); ++c) {
-        a.sum[c] += s[c].item<double>();
-        a.sumsq[c] += sq[c].item<double>();
-        for (int64_t b = 0; b < kIntensityBins; ++b) a.bins[c][b] += count[c * kIntensityBins + b];
-      }
-      a.pixels += x.size(1);
-      a.images += 1;
+      acc[t].Add(img->to(torch::kFloat64).reshape({img->size(0), -1}));
     }
   };
   auto work = [&](int t) {
@@ -97,20 +119,7 @@ StatusOr<ChannelStats> ComputeChannelStats(const Dataset& d, const ImagePrep& pr
   if (!error.ok()) return error;
 
   Acc total;
-  for (const auto& a : acc) {
-    if (a.sum.empty()) continue;
-    if (total.sum.empty()) {
-      total.sum.assign(a.sum.size(), 0.0), total.sumsq.assign(a.sum.size(), 0.0);
-      total.bins.assign(a.sum.size(), std::vector<int64_t>(kIntensityBins, 0));
-    }
-    for (size_t c = 0; c < a.sum.size(); ++c) {
-      total.sum[c] += a.sum[c];
-      total.sumsq[c] += a.sumsq[c];
-      for (int64_t b = 0; b < kIntensityBins; ++b) total.bins[c][b] += a.bins[c][b];
-    }
-    total.pixels += a.pixels;
-    total.images += a.images;
-  }
+  for (const auto& a : acc) total.Merge(a);
   if (total.images == 0) return Status::InvalidArgument("no readable image among the " + std::to_string(take) + " sampled");
   ChannelStats s;
   s.channels = prep.channels;

@@ -51,6 +51,30 @@ AttentionSide ChooseAttentionSide(int64_t requested, int64_t input_side, int64_t
   return a;
 }
 
+namespace {
+
+// The first `per_class` images of class `c`, test images first (the model
+// never saw their labels either way), in the set's order.
+std::vector<const features::IndexRow*> Picks(const features::FeatureSet& set, int64_t c, int64_t per_class) {
+  std::vector<const features::IndexRow*> picks;
+  for (auto split : {data::Split::kTest, data::Split::kTrain}) {
+    for (const auto& r : set.rows) {
+      if (static_cast<int64_t>(picks.size()) < per_class && r.class_index == c && r.split == split) picks.push_back(&r);
+    }
+  }
+  return picks;
+}
+
+// A class name as a file name: letters, digits, - and _ kept, the rest _.
+std::string SafeName(std::string name) {
+  for (char& ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_') ch = '_';
+  }
+  return name;
+}
+
+}  // namespace
+
 StatusOr<std::vector<std::string>> WriteAttentionMaps(const features::FeatureSet& set, features::Backbone& backbone,
                                                       const features::FeaturePrep& prep, const std::string& out_dir,
                                                       const AttentionMapOptions& options) {
@@ -73,16 +97,7 @@ StatusOr<std::vector<std::string>> WriteAttentionMaps(const features::FeatureSet
   int64_t to_draw = 0;
   for (auto rows : per_class_rows) to_draw += std::min<int64_t>(rows, options.per_class);
   for (size_t c = 0; c < set.classes.size(); ++c) {
-    // Test images first (the model never saw their labels either way), by path.
-    std::vector<const features::IndexRow*> picks;
-    for (auto split : {data::Split::kTest, data::Split::kTrain}) {
-      for (const auto& r : set.rows) {
-        if (static_cast<int64_t>(picks.size()) < options.per_class && r.class_index == static_cast<int64_t>(c) &&
-            r.split == split) {
-          picks.push_back(&r);
-        }
-      }
-    }
+    const auto picks = Picks(set, static_cast<int64_t>(c), options.per_class);
     for (size_t i = 0; i < picks.size(); ++i) {
       if (options.should_stop && options.should_stop()) return stopped();
       auto img = data::LoadImage(picks[i]->path, prep.image);
@@ -126,11 +141,7 @@ StatusOr<std::vector<std::string>> WriteAttentionMaps(const features::FeatureSet
       f.grid_h = gh;
       f.grid_w = gw;
       f.maps = ToVector(cls);
-      std::string safe = set.classes[c];
-      for (char& ch : safe) {
-        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_') ch = '_';
-      }
-      const std::string name = "attention/" + safe + "_" + std::to_string(i) + ".png";
+      const std::string name = "attention/" + SafeName(set.classes[c]) + "_" + std::to_string(i) + ".png";
       if (auto s = PlotAttentionMaps(out_dir + "/" + name, f); !s.ok()) return s;
       written.push_back(name);
       if (options.on_progress) options.on_progress(static_cast<int64_t>(written.size()), to_draw);

@@ -157,6 +157,51 @@ Status CheckObsp(const ObspMatrix& m, uint64_t n) {
   return Status::Ok();
 }
 
+// The obs columns: each of strings or ints, n_obs of them, names unique.
+Status CheckObsColumns(const AnnData& a, uint64_t n_obs) {
+  std::vector<std::string> column_names;
+  for (const ObsColumn& c : a.obs) {
+    const std::string field = "obs column '" + c.name + "'";
+    if (Status s = CheckKey("obs column", c.name); !s.ok()) return s;
+    // anndata reserves "_index" for the index dataset of a dataframe.
+    if (c.name == "_index") return Status::InvalidArgument("obs column name '_index' is reserved by anndata");
+    if (!c.strings.empty() && !c.ints.empty()) {
+      return Status::InvalidArgument(field + ": both strings (" + Count(c.strings.size()) + ") and ints (" +
+                                     Count(c.ints.size()) + ") are filled; exactly one must be");
+    }
+    const size_t got = c.ints.empty() ? c.strings.size() : c.ints.size();
+    const char* which = c.ints.empty() ? "strings" : "ints";
+    if (got != n_obs) {
+      return Status::InvalidArgument(field + " has " + Count(got) + " " + which + ", expected n_obs = " +
+                                     std::to_string(a.n_obs));
+    }
+    if (Status s = CheckStrings(field, c.strings); !s.ok()) return s;
+    column_names.push_back(c.name);
+  }
+  return CheckUnique("obs column names", column_names);
+}
+
+// The uns entries: strings, numbers and dicts under unique keys.
+Status CheckUns(const AnnData& a) {
+  std::vector<std::string> uns_keys;
+  for (const auto& [key, value] : a.uns_strings) {
+    if (Status s = CheckKey("uns", key); !s.ok()) return s;
+    std::string why = BadStringReason(value);
+    if (!why.empty()) return Status::InvalidArgument("uns string '" + key + "' " + why);
+    uns_keys.push_back(key);
+  }
+  for (const auto& entry : a.uns_numbers) {
+    if (Status s = CheckKey("uns", entry.first); !s.ok()) return s;
+    uns_keys.push_back(entry.first);
+  }
+  for (const auto& d : a.uns_dicts) {
+    if (Status s = CheckKey("uns", d.name); !s.ok()) return s;
+    if (Status s = CheckUnsDict(d, "uns['" + d.name + "']"); !s.ok()) return s;
+    uns_keys.push_back(d.name);
+  }
+  return CheckUnique("uns keys", uns_keys);
+}
+
 }  // namespace
 
 Status ValidateAnnData(const AnnData& a) {
@@ -206,44 +251,8 @@ Status ValidateAnnData(const AnnData& a) {
   if (Status s = CheckUnique("obs_names", a.obs_names); !s.ok()) return s;
   if (Status s = CheckUnique("var_names", a.var_names); !s.ok()) return s;
 
-  std::vector<std::string> column_names;
-  for (const ObsColumn& c : a.obs) {
-    const std::string field = "obs column '" + c.name + "'";
-    if (Status s = CheckKey("obs column", c.name); !s.ok()) return s;
-    // anndata reserves "_index" for the index dataset of a dataframe.
-    if (c.name == "_index") return Status::InvalidArgument("obs column name '_index' is reserved by anndata");
-    if (!c.strings.empty() && !c.ints.empty()) {
-      return Status::InvalidArgument(field + ": both strings (" + Count(c.strings.size()) + ") and ints (" +
-                                     Count(c.ints.size()) + ") are filled; exactly one must be");
-    }
-    const size_t got = c.ints.empty() ? c.strings.size() : c.ints.size();
-    const char* which = c.ints.empty() ? "strings" : "ints";
-    if (got != n_obs) {
-      return Status::InvalidArgument(field + " has " + Count(got) + " " + which + ", expected n_obs = " +
-                                     std::to_string(a.n_obs));
-    }
-    if (Status s = CheckStrings(field, c.strings); !s.ok()) return s;
-    column_names.push_back(c.name);
-  }
-  if (Status s = CheckUnique("obs column names", column_names); !s.ok()) return s;
-
-  std::vector<std::string> uns_keys;
-  for (const auto& [key, value] : a.uns_strings) {
-    if (Status s = CheckKey("uns", key); !s.ok()) return s;
-    std::string why = BadStringReason(value);
-    if (!why.empty()) return Status::InvalidArgument("uns string '" + key + "' " + why);
-    uns_keys.push_back(key);
-  }
-  for (const auto& entry : a.uns_numbers) {
-    if (Status s = CheckKey("uns", entry.first); !s.ok()) return s;
-    uns_keys.push_back(entry.first);
-  }
-  for (const auto& d : a.uns_dicts) {
-    if (Status s = CheckKey("uns", d.name); !s.ok()) return s;
-    if (Status s = CheckUnsDict(d, "uns['" + d.name + "']"); !s.ok()) return s;
-    uns_keys.push_back(d.name);
-  }
-  return CheckUnique("uns keys", uns_keys);
+  if (Status s = CheckObsColumns(a, n_obs); !s.ok()) return s;
+  return CheckUns(a);
 }
 
 }  // namespace scdino::features

@@ -98,6 +98,47 @@ StatusOr<WeightsFormat> WeightsFormatOf(const std::string& path) {
                                  ": expected a .pth or .pt file (PyTorch state dict) or a .safetensors file");
 }
 
+namespace {
+
+// What rebuilds the model in PyTorch: DINO's vision_transformer arguments.
+Metadata ModelMetadata(const model::VitOptions& o, const std::string& arch) {
+  Metadata m;
+  m["format"] = "scdino-backbone-1";
+  m["scdino_version"] = SCDINO_VERSION;
+  m["arch"] = arch;
+  m["in_chans"] = std::to_string(o.in_chans());
+  m["patch_size"] = std::to_string(o.patch_size());
+  m["img_size"] = std::to_string(o.img_size());
+  m["embed_dim"] = std::to_string(o.embed_dim());
+  m["depth"] = std::to_string(o.depth());
+  m["num_heads"] = std::to_string(o.num_heads());
+  m["mlp_ratio"] = Number(o.mlp_ratio());
+  m["qkv_bias"] = o.qkv_bias() ? "true" : "false";
+  m["layer_norm_eps"] = Number(o.layer_norm_eps());
+  return m;
+}
+
+// A state dict is a dict of tensors: torch.load gives exactly what
+// load_state_dict(strict=True) takes. The metadata goes beside it, as JSON.
+Status WritePth(const std::string& out, const std::string& metadata_path, const TensorMap& tensors,
+                const Metadata& m) {
+  c10::Dict<std::string, at::Tensor> state;
+  for (const auto& [name, t] : tensors) state.insert(name, t);
+  const std::vector<char> bytes = torch::pickle_save(state);
+  if (auto s = WriteFileAtomic(out, std::string_view(bytes.data(), bytes.size())); !s.ok()) return s;
+  nlohmann::json side = nlohmann::json::object();
+  for (const auto& [k, v] : m) {
+    auto parsed = nlohmann::json::parse(v, nullptr, false);
+    // Lists and shapes as JSON; numbers and words as they read.
+    side[k] = (k == "classes" || k == "channels" || k == "channel_indices" || k == "model") && !parsed.is_discarded()
+                  ? parsed
+                  : nlohmann::json(v);
+  }
+  return WriteFileAtomic(metadata_path, side.dump(2) + "\n");
+}
+
+}  // namespace
+
 StatusOr<ExportResult> ExportBackbone(const std::string& checkpoint, const std::string& out,
                                       const ExportOptions& options) {
   auto format = WeightsFormatOf(out);
@@ -138,18 +179,7 @@ StatusOr<ExportResult> ExportBackbone(const std::string& checkpoint, const std::
   const std::string arch = DinoArch(o);
   result.python = PythonLines(o, arch, out, *format);
   Metadata& m = result.metadata;
-  m["format"] = "scdino-backbone-1";
-  m["scdino_version"] = SCDINO_VERSION;
-  m["arch"] = arch;
-  m["in_chans"] = std::to_string(o.in_chans());
-  m["patch_size"] = std::to_string(o.patch_size());
-  m["img_size"] = std::to_string(o.img_size());
-  m["embed_dim"] = std::to_string(o.embed_dim());
-  m["depth"] = std::to_string(o.depth());
-  m["num_heads"] = std::to_string(o.num_heads());
-  m["mlp_ratio"] = Number(o.mlp_ratio());
-  m["qkv_bias"] = o.qkv_bias() ? "true" : "false";
-  m["layer_norm_eps"] = Number(o.layer_norm_eps());
+  m = ModelMetadata(o, arch);
   m["model"] = backbone->model_json;
   m["checkpoint_key"] = options.key;
   m["source"] = fs::absolute(checkpoint).lexically_normal().string();
@@ -161,22 +191,8 @@ StatusOr<ExportResult> ExportBackbone(const std::string& checkpoint, const std::
 
   if (*format == WeightsFormat::kSafetensors) {
     if (auto s = WriteSafetensors(out, tensors, m); !s.ok()) return s;
-  } else {
-    // A state dict is a dict of tensors: torch.load gives exactly what
-    // load_state_dict(strict=True) takes. The metadata goes beside it.
-    c10::Dict<std::string, at::Tensor> state;
-    for (const auto& [name, t] : tensors) state.insert(name, t);
-    const std::vector<char> bytes = torch::pickle_save(state);
-    if (auto s = WriteFileAtomic(out, std::string_view(bytes.data(), bytes.size())); !s.ok()) return s;
-    nlohmann::json side = nlohmann::json::object();
-    for (const auto& [k, v] : m) {
-      auto parsed = nlohmann::json::parse(v, nullptr, false);
-      // Lists and shapes as JSON; numbers and words as they read.
-      side[k] = (k == "classes" || k == "channels" || k == "channel_indices" || k == "model") && !parsed.is_discarded()
-                    ? parsed
-                    : nlohmann::json(v);
-    }
-    if (auto s = WriteFileAtomic(result.metadata_path, side.dump(2) + "\n"); !s.ok()) return s;
+  } else if (auto s = WritePth(out, result.metadata_path, tensors, m); !s.ok()) {
+    return s;
   }
   result.bytes = static_cast<int64_t>(fs::file_size(out, ec));
   return result;

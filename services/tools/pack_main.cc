@@ -11,6 +11,7 @@
 #include "common/files.h"
 #include "common/progress.h"
 #include "common/prom_text.h"
+#include "config/config.h"
 #include "data/packed.h"
 #include "plan/source.h"
 #include "process/command_line.h"
@@ -30,6 +31,42 @@ int Fail(const Status& s) {
 int64_t EnvInt(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoll(v) : fallback;
+}
+
+// --stage DIR: the packed set the config names, copied to node-local DIR
+// once per node and verified (or a verified copy reused); node_exporter's
+// textfile says how long it took.
+int Stage(const run::RunConfig& config, const std::string& config_path, const std::string& stage_to) {
+  if (config.scdino.data_source != "folder" || !data::IsPackedSet(config.meta.dataset_dir)) {
+    std::cerr << "scdino-pack: " << config_path << ": the data set is not a packed set: nothing to stage\n";
+    return kExitCompleted;
+  }
+  auto set = data::PackedSet::Shared(config.meta.dataset_dir);
+  if (!set.ok()) return Fail(set.status());
+  std::cerr << "scdino-pack: staging " << config.meta.dataset_dir << " (" << ((*set)->total_bytes() >> 20)
+            << " MiB) to " << stage_to << " on " << ThisHostName() << "\n";
+  ProgressLog progress(&std::cerr, "scdino-pack: staging", "MiB");
+  auto r = data::StagePackedSet(**set, stage_to, StopSignalReceived, config.scdino.stage_keep,
+                                [&](int64_t done, int64_t total) { progress.Report(done >> 20, total >> 20); });
+  if (!r.ok()) return Fail(r.status());
+  std::cerr << "scdino-pack: " << (r->reused ? "reused the verified copy " : "staged and verified ") << r->dir
+            << ": " << (r->bytes >> 20) << " MiB in " << r->seconds << " s on " << ThisHostName() << "\n";
+  for (const auto& old : r->evicted) {
+    std::cerr << "scdino-pack: removed the older staged copy " << old << " (scdino.stage_keep: "
+              << config.scdino.stage_keep << ")\n";
+  }
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const PromLabels labels = {{"slurm_job_id", job ? job : ""}, {"node", ThisHostName()}};
+  PromText prom;
+  prom.Gauge("scdino_pack_staging_seconds", "Seconds the last staging of a packed data set to node-local storage took.");
+  prom.Sample("scdino_pack_staging_seconds", labels, r->seconds);
+  prom.Gauge("scdino_pack_staging_bytes", "Bytes of the packed data set staged on this node.");
+  prom.Sample("scdino_pack_staging_bytes", labels, static_cast<double>(r->bytes));
+  prom.Gauge("scdino_pack_staging_reused", "1 when a verified staged copy was reused.");
+  prom.Sample("scdino_pack_staging_reused", labels, r->reused ? 1 : 0);
+  WriteTextfile(TextfileDir(), "scdino-stage.prom", prom.str(), "scdino-pack");
+  std::cout << r->dir << "\n";
+  return kExitCompleted;
 }
 
 }  // namespace
@@ -58,38 +95,7 @@ int main(int argc, char** argv) {
   const auto& config = cl.config();
   cl.ConfigureCpu();
 
-  if (!stage_to.empty()) {
-    if (config.scdino.data_source != "folder" || !data::IsPackedSet(config.meta.dataset_dir)) {
-      std::cerr << "scdino-pack: " << cl.config_path() << ": the data set is not a packed set: nothing to stage\n";
-      return kExitCompleted;
-    }
-    auto set = data::PackedSet::Shared(config.meta.dataset_dir);
-    if (!set.ok()) return Fail(set.status());
-    std::cerr << "scdino-pack: staging " << config.meta.dataset_dir << " (" << ((*set)->total_bytes() >> 20)
-              << " MiB) to " << stage_to << " on " << ThisHostName() << "\n";
-    ProgressLog progress(&std::cerr, "scdino-pack: staging", "MiB");
-    auto r = data::StagePackedSet(**set, stage_to, StopSignalReceived, config.scdino.stage_keep,
-                                  [&](int64_t done, int64_t total) { progress.Report(done >> 20, total >> 20); });
-    if (!r.ok()) return Fail(r.status());
-    std::cerr << "scdino-pack: " << (r->reused ? "reused the verified copy " : "staged and verified ") << r->dir
-              << ": " << (r->bytes >> 20) << " MiB in " << r->seconds << " s on " << ThisHostName() << "\n";
-    for (const auto& old : r->evicted) {
-      std::cerr << "scdino-pack: removed the older staged copy " << old << " (scdino.stage_keep: "
-                << config.scdino.stage_keep << ")\n";
-    }
-    const char* job = std::getenv("SLURM_JOB_ID");
-    const PromLabels labels = {{"slurm_job_id", job ? job : ""}, {"node", ThisHostName()}};
-    PromText prom;
-    prom.Gauge("scdino_pack_staging_seconds", "Seconds the last staging of a packed data set to node-local storage took.");
-    prom.Sample("scdino_pack_staging_seconds", labels, r->seconds);
-    prom.Gauge("scdino_pack_staging_bytes", "Bytes of the packed data set staged on this node.");
-    prom.Sample("scdino_pack_staging_bytes", labels, static_cast<double>(r->bytes));
-    prom.Gauge("scdino_pack_staging_reused", "1 when a verified staged copy was reused.");
-    prom.Sample("scdino_pack_staging_reused", labels, r->reused ? 1 : 0);
-    WriteTextfile(TextfileDir(), "scdino-stage.prom", prom.str(), "scdino-pack");
-    std::cout << r->dir << "\n";
-    return kExitCompleted;
-  }
+  if (!stage_to.empty()) return Stage(config, cl.config_path(), stage_to);
 
   if (out.empty()) return Fail(Status::InvalidArgument("--out DIR is required (or --stage DIR)"));
   if (config.scdino.data_source == "synthetic") {
