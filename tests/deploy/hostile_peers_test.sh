@@ -115,7 +115,7 @@ print("codes", json.dumps(codes), flush=True)
 PY
 flood=$!
 pids+=($flood)
-for _ in $(seq 1 300); do grep -q "^opened" "$work/flood.out" && break; sleep 0.1; done
+for _ in $(seq 1 1200); do grep -q "^opened" "$work/flood.out" && break; sleep 0.1; done
 grep -q "^opened 3000" "$work/flood.out" || fail "the flood did not open its 3,000 streams: $(cat "$work/flood.out")"
 "$ctl" status --run-dir "$run" --json > "$work/status.json" || fail "scdinoctl status did not answer during the flood"
 grep -Eq "RUN_STATE_PAUS(ED|ING)" "$work/status.json" || fail "status during the flood: $(cat "$work/status.json")"
