@@ -25,6 +25,7 @@ FileLoader::FileLoader(Dataset dataset, LoaderOptions options, torch::Device dev
         " images: no full batch of " + std::to_string(options_.sampler.batch_size) + " per rank for " +
         std::to_string(options_.sampler.world_size) + " rank(s)"));
   }
+  if (options_.cache) images_ = std::make_unique<ImageCache>(options_.cache_max_bytes);
   // The channel count after selection, from the first readable image.
   channels_ = static_cast<int64_t>(options_.prep.channels.size());
   if (channels_ == 0) {
@@ -35,29 +36,13 @@ FileLoader::FileLoader(Dataset dataset, LoaderOptions options, torch::Device dev
     }
   }
   if (dataset_.packed && options_.sampler.block > 0) {
-    // The blocks of every window the batches being loaded or waiting reach
-    // (with many ranks a rank's batches cross windows sooner), plus one.
+    // The images of the batches being loaded or waiting, over every rank
+    // (with many ranks a rank's batches cross windows sooner).
     const auto& so = options_.sampler;
-    const int64_t window = so.window_blocks * so.block;
     const int64_t in_flight = (options_.prefetch + std::max(1, options_.threads)) * so.batch_size * so.world_size;
-    const int64_t windows = (in_flight + window - 1) / window + 2;
-    const auto& set = *dataset_.packed;
-    for (int64_t b = 0; b < set.blocks(); ++b) {
-      const auto [begin, end] = set.BlockRange(b);
-      max_block_bytes_ = std::max(max_block_bytes_, end - begin);
-    }
-    const int64_t wanted = windows * so.window_blocks;
-    const auto mib = [](int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; };
-    if (wanted * max_block_bytes_ <= options_.block_cache_max_bytes) {
-      block_capacity_ = static_cast<size_t>(wanted);
-      read_plan_ = "read in blocks of " + std::to_string(set.block_samples()) + " images, at most " +
-                   std::to_string(wanted) + " blocks (" + mib(wanted * max_block_bytes_) + ") held per rank";
-    } else {
-      read_plan_ = "read image by image: the blocks of the windows in flight at " + std::to_string(so.world_size) +
-                   " rank(s) (" + std::to_string(wanted) + " of up to " + mib(max_block_bytes_) + ", " +
-                   mib(wanted * max_block_bytes_) + ") exceed the bound of " + mib(options_.block_cache_max_bytes) +
-                   " (scdino.block_cache_mb; a smaller scdino.shuffle_buffer needs less)";
-    }
+    const size_t capacity = BlockCache::Capacity(*dataset_.packed, so.block, so.window_blocks, in_flight,
+                                                 so.world_size, options_.block_cache_max_bytes, &read_plan_);
+    if (capacity > 0) blocks_ = std::make_unique<BlockCache>(*dataset_.packed, capacity, so.window_blocks);
   } else if (dataset_.packed) {
     read_plan_ = "read image by image (shuffle: global)";
   }
@@ -99,19 +84,7 @@ void FileLoader::StartEpoch(int64_t epoch, EpochStart start) {
     }
   }
   auto indices = sampler_.EpochIndices(epoch, start);
-  if (block_capacity_ > 0) {
-    std::vector<int64_t> sequence;
-    std::unordered_map<int64_t, size_t> place;
-    const auto& entries = dataset_.packed->entries();
-    const int64_t bs = options_.sampler.batch_size;
-    for (size_t k = static_cast<size_t>(start.batch * bs); k < indices.size(); ++k) {
-      const int64_t block = entries[indices[k]].position / dataset_.packed->block_samples();
-      if (place.emplace(block, sequence.size()).second) sequence.push_back(block);
-    }
-    std::lock_guard<std::mutex> l(block_mu_);
-    block_sequence_ = std::move(sequence);
-    block_place_ = std::move(place);
-  }
+  if (blocks_) blocks_->SetOrder(indices, static_cast<size_t>(start.batch * options_.sampler.batch_size));
   std::lock_guard<std::mutex> l(mu_);
   started_ = true;
   epoch_ = epoch;
@@ -124,75 +97,23 @@ void FileLoader::StartEpoch(int64_t epoch, EpochStart start) {
 }
 
 StatusOr<torch::Tensor> FileLoader::LoadOne(int64_t index) {
-  if (options_.cache) {
-    std::lock_guard<std::mutex> l(cache_mu_);
-    auto it = cache_.find(index);
-    if (it != cache_.end()) return it->second;
+  if (images_) {
+    if (auto held = images_->Find(index); held.defined()) return held;
   }
   StatusOr<torch::Tensor> img = Status::Internal("not read");
   if (dataset_.packed) {
-    auto raw = ReadPacked(index);
+    auto raw = blocks_ ? blocks_->Read(index) : dataset_.packed->Read(index);
     img = raw.ok() ? PrepareImage(*raw, options_.prep, dataset_.entries[index].path) : raw.status();
   } else {
     img = options_.read(dataset_.entries[index].path, options_.prep);
   }
-  if (img.ok() && options_.cache) {
-    const int64_t bytes = img->numel() * img->element_size();
-    std::lock_guard<std::mutex> l(cache_mu_);
-    // Full: keep what is cached (no eviction churn); the rest is decoded again.
-    if (cache_bytes_ + bytes <= options_.cache_max_bytes && cache_.emplace(index, *img).second) cache_bytes_ += bytes;
-  }
+  if (img.ok() && images_) images_->Insert(index, *img);
   return img;
 }
 
-StatusOr<RawImage> FileLoader::ReadPacked(int64_t index) {
-  const auto& set = *dataset_.packed;
-  if (block_capacity_ == 0) return set.Read(index);
-  const int64_t block = set.entries()[index].position / set.block_samples();
-  std::shared_ptr<const std::string> bytes;
-  {
-    std::unique_lock<std::mutex> l(block_mu_);
-    block_cv_.wait(l, [&] { return loading_.count(block) == 0; });
-    auto it = blocks_.find(block);
-    if (it != blocks_.end()) {
-      bytes = it->second;
-      block_lru_.erase(std::find(block_lru_.begin(), block_lru_.end(), block));
-      block_lru_.push_back(block);
-    } else {
-      loading_.insert(block);
-      // The next blocks this rank needs, read ahead by the kernel.
-      auto at = block_place_.find(block);
-      if (at != block_place_.end()) {
-        for (size_t j = at->second + 1; j < std::min(block_sequence_.size(), at->second + 1 + static_cast<size_t>(options_.sampler.window_blocks)); ++j) {
-          if (!blocks_.count(block_sequence_[j])) set.WillNeed(block_sequence_[j]);
-        }
-      }
-    }
-  }
-  if (!bytes) {
-    StatusOr<std::shared_ptr<const std::string>> read = Status::Internal("block " + std::to_string(block) + " not read");
-    try {
-      read = set.ReadBlock(block);
-    } catch (...) {
-      // No memory for the block: the others waiting for it must not wait forever.
-      std::lock_guard<std::mutex> l(block_mu_);
-      loading_.erase(block);
-      block_cv_.notify_all();
-      throw;
-    }
-    std::lock_guard<std::mutex> l(block_mu_);
-    loading_.erase(block);
-    block_cv_.notify_all();
-    if (!read.ok()) return read.status();
-    bytes = *read;
-    blocks_[block] = bytes;
-    block_lru_.push_back(block);
-    while (block_lru_.size() > block_capacity_) {
-      blocks_.erase(block_lru_.front());
-      block_lru_.erase(block_lru_.begin());
-    }
-  }
-  return set.DecodeFromBlock(index, *bytes, block);
+void FileLoader::NoteSkipped(const Status& why, const std::string& path) {
+  std::lock_guard<std::mutex> l(bad_mu_);
+  if (logged_bad_.insert(path).second) std::cerr << "scdino: skipping bad image: " << why.message() << "\n";
 }
 
 FileLoader::RawBatch FileLoader::Load(const std::vector<int64_t>& indices) {
@@ -213,10 +134,7 @@ FileLoader::RawBatch FileLoader::Load(const std::vector<int64_t>& indices) {
         return b;
       }
       ++b.skipped;
-      std::lock_guard<std::mutex> l(cache_mu_);
-      if (logged_bad_.insert(dataset_.entries[idx].path).second) {
-        std::cerr << "scdino: skipping bad image: " << img.status().message() << "\n";
-      }
+      NoteSkipped(img.status(), dataset_.entries[idx].path);
       continue;
     }
     hmax = std::max(hmax, img->size(1));

@@ -22,6 +22,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "data/block_cache.h"
 #include "data/dataset.h"
 #include "data/multicrop.h"
 #include "data/packed.h"
@@ -64,7 +65,9 @@ struct LoaderOptions {
 };
 
 /// Thread-safe towards its own workers; Next() and StartEpoch() are called
-/// from one thread.
+/// from one thread. Its parts: the prefetch pipeline (the workers and the
+/// batches they load, here), the decoded images kept (ImageCache) and a
+/// packed set's blocks held (BlockCache).
 class FileLoader : public MultiCropSource {
  public:
   FileLoader(Dataset dataset, LoaderOptions options, torch::Device device = torch::kCPU);
@@ -94,7 +97,7 @@ class FileLoader : public MultiCropSource {
   /// or image by image and why; "" for image files.
   const std::string& read_plan() const { return read_plan_; }
   /// The most bytes the blocks held may take (0: no blocks held).
-  int64_t block_cache_bytes() const { return static_cast<int64_t>(block_capacity_) * max_block_bytes_; }
+  int64_t block_cache_bytes() const { return blocks_ ? blocks_->max_bytes() : 0; }
 
  private:
   struct RawBatch {
@@ -110,8 +113,10 @@ class FileLoader : public MultiCropSource {
   void StopWorkers();
   RawBatch Load(const std::vector<int64_t>& indices);
   StatusOr<torch::Tensor> LoadOne(int64_t index);
-  StatusOr<RawImage> ReadPacked(int64_t index);
+  /// Says a bad image skipped under kSkip, once per file.
+  void NoteSkipped(const Status& why, const std::string& path);
 
+  // Constant after construction.
   Dataset dataset_;
   LoaderOptions options_;
   EpochSampler sampler_;
@@ -119,40 +124,32 @@ class FileLoader : public MultiCropSource {
   torch::Device device_;
   std::shared_ptr<StreamProvider> streams_;
   int64_t channels_ = 0;
+  std::string read_plan_;
 
-  // Batches are keyed by epoch x batches_per_epoch + batch, so that the
-  // workers run on into the next epoch (its order from the sampler, as
-  // StartEpoch(epoch + 1) at its start would have it).
+  // The parts the workers share, each thread-safe: null when not used.
+  std::unique_ptr<ImageCache> images_;   // options_.cache
+  std::unique_ptr<BlockCache> blocks_;   // a packed set read in blocks
+
+  // The prefetch pipeline. Batches are keyed by epoch x batches_per_epoch
+  // + batch, so that the workers run on into the next epoch (its order
+  // from the sampler, as StartEpoch(epoch + 1) at its start would have it).
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<int64_t, std::vector<int64_t>> epoch_indices_;  // guarded by mu_: the current epoch's and the next's
+  std::condition_variable cv_;  // a batch is ready, taken, or the order changed
+  // Guarded by mu_: the current epoch's order and the next's; where the
+  // workers load and Next takes; the batches loaded; a generation that
+  // drops batches loaded for an old order.
+  std::map<int64_t, std::vector<int64_t>> epoch_indices_;
   int64_t epoch_ = 0, next_to_load_ = 0, next_to_take_ = 0, generation_ = 0;
   bool started_ = false;
-  std::map<int64_t, RawBatch> ready_;
   bool stopping_ = false;
+  std::map<int64_t, RawBatch> ready_;
+  // The calling thread's (StartEpoch, Next, the destructor).
   std::vector<std::thread> workers_;
-
-  std::mutex cache_mu_;
-  std::unordered_map<int64_t, torch::Tensor> cache_;
-  int64_t cache_bytes_ = 0;
-  std::set<std::string> logged_bad_;
-  std::atomic<int64_t> skipped_count_{0};
-
-  // Blocks of a packed set read whole: loaded, being loaded, least recently
-  // used first.
-  std::mutex block_mu_;
-  std::condition_variable block_cv_;
-  std::map<int64_t, std::shared_ptr<const std::string>> blocks_;
-  std::set<int64_t> loading_;
-  std::vector<int64_t> block_lru_;
-  size_t block_capacity_ = 0;
-  int64_t max_block_bytes_ = 0;
-  std::string read_plan_;
-  // This rank's blocks of the epoch in the order it first needs them, and
-  // each block's place in it: a miss reads the next blocks ahead.
-  std::vector<int64_t> block_sequence_;
-  std::unordered_map<int64_t, size_t> block_place_;
   double queue_wait_seconds_ = 0.0;
+
+  std::atomic<int64_t> skipped_count_{0};
+  std::mutex bad_mu_;
+  std::set<std::string> logged_bad_;  // guarded by bad_mu_
 };
 
 }  // namespace scdino::data

@@ -5,6 +5,10 @@
 #include <sys/resource.h>
 #include <zlib.h>
 
+#include <atomic>
+#include <numeric>
+#include <thread>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -12,6 +16,7 @@
 #include <set>
 
 #include "common/files.h"
+#include "data/block_cache.h"
 #include "data/loader.h"
 #include "data/synthetic.h"
 #include "support/other_user.h"
@@ -732,6 +737,45 @@ TEST(PackedSet, TheLoaderGivesTheFoldersBatchesInEitherShuffleAndOnResume) {
         for (size_t c = 0; c < a[i].crops.size(); ++c) EXPECT_TRUE(a[i].crops[c].equal(b[i].crops[c]));
       }
     }
+  }
+}
+
+// Threads that want the same blocks in any order, through a cache of one
+// block (every new block evicts the last) or of three: every image is the
+// one the set reads alone, and a block read by one thread is waited for,
+// never lost, by the others.
+TEST(PackedSet, TheBlockCacheGivesEveryThreadTheImageTheSetReads) {
+  scdino::testing::ScratchDir dir;
+  auto d = WriteCells(dir.path() + "/src", 3, 10);
+  ASSERT_TRUE(PackDataset(d, Small(dir.path() + "/packed")).ok());
+  auto set = Open(dir.path() + "/packed");
+  const auto n = static_cast<int64_t>(set->entries().size());
+  std::vector<torch::Tensor> alone;
+  for (int64_t i = 0; i < n; ++i) alone.push_back(*set->Read(i));
+  std::string plan;
+  EXPECT_EQ(BlockCache::Capacity(*set, set->block_samples(), 2, 8, 1, int64_t{1} << 30, &plan), 6u);
+  EXPECT_NE(plan.find("at most 6 blocks"), std::string::npos) << plan;
+  EXPECT_EQ(BlockCache::Capacity(*set, set->block_samples(), 2, 8, 1, 1, &plan), 0u);
+  EXPECT_NE(plan.find("read image by image"), std::string::npos) << plan;
+  for (size_t capacity : {size_t{1}, size_t{3}}) {
+    BlockCache cache(*set, capacity, 2);
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937(7));
+    cache.SetOrder(order, 0);
+    std::atomic<int> wrong{0};
+    std::vector<std::thread> readers;
+    for (int t = 0; t < 4; ++t) {
+      readers.emplace_back([&, t] {
+        for (int64_t k = 0; k < n; ++k) {
+          const int64_t i = order[static_cast<size_t>((k + 7 * t) % n)];
+          auto img = cache.Read(i);
+          if (!img.ok() || !img->equal(alone[static_cast<size_t>(i)])) ++wrong;
+        }
+      });
+    }
+    for (auto& r : readers) r.join();
+    EXPECT_EQ(wrong.load(), 0) << "capacity " << capacity;
   }
 }
 
