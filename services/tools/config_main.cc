@@ -22,6 +22,60 @@ namespace {
 // checks that the two agree).
 constexpr const char* kShippedFileSdDir = "/shared/scdino/runs/prometheus_targets";
 
+// exit-codes: the table, lib.sh's block, or one program's --help line.
+int PrintExitCodes(bool shell, const std::string& program) {
+  if (!program.empty() && scdino::process::ExitProgramOf(program) == 0) {
+    std::cerr << "scdino-config: exit-codes --program " << program
+              << ": not an scdino program (scdino-trainer, scdino-features, scdino-eval, scdino-preflight, "
+                 "scdino-pack, scdino-stats, scdino-export, scdino-config)\n";
+    return scdino::process::kExitBadInput;
+  }
+  std::cout << (shell               ? scdino::process::ExitCodesShell()
+                : program.empty() ? scdino::process::ExitCodesMarkdown()
+                                  : scdino::process::ExitCodesHelp(program) + "\n");
+  return 0;
+}
+
+// paths: relative paths are relative to the working directory, as the
+// services read them. A file that a service may create (the statistics
+// file) is listed by its folder.
+void PrintPaths(const scdino::run::RunConfig& c, const std::string& file) {
+  namespace fs = std::filesystem;
+  auto line = [](const char* access, const std::string& path, const std::string& key) {
+    if (!path.empty()) std::cout << access << "\t" << fs::absolute(path).lexically_normal().string() << "\t" << key << "\n";
+  };
+  const auto& k = c.scdino;
+  line("ro", fs::path(file).parent_path().empty() ? "." : fs::path(file).parent_path().string(), "the config's folder");
+  if (k.data_source == "folder") line("ro", c.meta.dataset_dir, "meta.dataset_dir");
+  if (k.data_source == "csv") line("ro", fs::path(k.index_csv).parent_path().string(), "scdino.index_csv");
+  if (!k.stats_file.empty()) line("rw", fs::path(k.stats_file).parent_path().string(), "scdino.stats_file");
+  line("ro", k.control.token_file, "scdino.control.token_file");
+  line("ro", k.control.tls_cert_file, "scdino.control.tls_cert_file");
+  line("ro", k.control.tls_key_file, "scdino.control.tls_key_file");
+  line("rw", c.meta.output_dir, "meta.output_dir");
+  line("rw", c.file_sd_dir(), "scdino.metrics.file_sd_dir");
+}
+
+// check: the warnings, the metrics targets' folder against the shipped
+// Prometheus's, and the verdict line.
+void PrintCheck(const scdino::run::RunConfig& c, const std::string& file) {
+  for (const auto& w : c.warnings) std::cerr << "scdino-config: " << file << ": " << w << "\n";
+  if (c.scdino.metrics.enabled) {
+    namespace fs = std::filesystem;
+    const std::string sd = fs::absolute(c.file_sd_dir()).lexically_normal().string();
+    if (sd != kShippedFileSdDir) {
+      std::cerr << "scdino-config: " << file << ": warning: the metrics targets go to " << sd
+                << " (scdino.metrics.file_sd_dir, else <meta.output_dir>/prometheus_targets), but the shipped "
+                << "Prometheus reads " << kShippedFileSdDir << " (monitoring/prometheus/prometheus.yml): set "
+                << "scdino.metrics.file_sd_dir: " << kShippedFileSdDir << ", or start the head node's stack with "
+                << "scripts/monitoring-up.sh --sd-dir " << sd << "\n";
+    }
+  }
+  std::cout << file << ": valid; run directory " << c.run_dir() << ", channels";
+  for (auto ch : c.channels()) std::cout << " " << ch;
+  std::cout << "\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,57 +101,16 @@ int main(int argc, char** argv) {
     std::cout << scdino::run::ConfigReference();
     return 0;
   }
-  if (app->got_subcommand("exit-codes")) {
-    if (!program.empty() && scdino::process::ExitProgramOf(program) == 0) {
-      std::cerr << "scdino-config: exit-codes --program " << program
-                << ": not an scdino program (scdino-trainer, scdino-features, scdino-eval, scdino-preflight, "
-                   "scdino-pack, scdino-stats, scdino-export, scdino-config)\n";
-      return scdino::process::kExitBadInput;
-    }
-    std::cout << (shell               ? scdino::process::ExitCodesShell()
-                  : program.empty() ? scdino::process::ExitCodesMarkdown()
-                                    : scdino::process::ExitCodesHelp(program) + "\n");
-    return 0;
-  }
+  if (app->got_subcommand("exit-codes")) return PrintExitCodes(shell, program);
   auto c = scdino::run::LoadRunConfig(file);
   if (!c.ok()) {
     std::cerr << "scdino-config: " << c.status().message() << "\n";
     return scdino::process::ExitCodeFor(c.status());
   }
   if (app->got_subcommand("paths")) {
-    // Relative paths are relative to the working directory, as the
-    // services read them. A file that a service may create (the statistics
-    // file) is listed by its folder.
-    namespace fs = std::filesystem;
-    auto line = [](const char* access, const std::string& path, const std::string& key) {
-      if (!path.empty()) std::cout << access << "\t" << fs::absolute(path).lexically_normal().string() << "\t" << key << "\n";
-    };
-    const auto& k = c->scdino;
-    line("ro", fs::path(file).parent_path().empty() ? "." : fs::path(file).parent_path().string(), "the config's folder");
-    if (k.data_source == "folder") line("ro", c->meta.dataset_dir, "meta.dataset_dir");
-    if (k.data_source == "csv") line("ro", fs::path(k.index_csv).parent_path().string(), "scdino.index_csv");
-    if (!k.stats_file.empty()) line("rw", fs::path(k.stats_file).parent_path().string(), "scdino.stats_file");
-    line("ro", k.control.token_file, "scdino.control.token_file");
-    line("ro", k.control.tls_cert_file, "scdino.control.tls_cert_file");
-    line("ro", k.control.tls_key_file, "scdino.control.tls_key_file");
-    line("rw", c->meta.output_dir, "meta.output_dir");
-    line("rw", c->file_sd_dir(), "scdino.metrics.file_sd_dir");
-    return 0;
+    PrintPaths(*c, file);
+  } else {
+    PrintCheck(*c, file);
   }
-  for (const auto& w : c->warnings) std::cerr << "scdino-config: " << file << ": " << w << "\n";
-  if (c->scdino.metrics.enabled) {
-    namespace fs = std::filesystem;
-    const std::string sd = fs::absolute(c->file_sd_dir()).lexically_normal().string();
-    if (sd != kShippedFileSdDir) {
-      std::cerr << "scdino-config: " << file << ": warning: the metrics targets go to " << sd
-                << " (scdino.metrics.file_sd_dir, else <meta.output_dir>/prometheus_targets), but the shipped "
-                << "Prometheus reads " << kShippedFileSdDir << " (monitoring/prometheus/prometheus.yml): set "
-                << "scdino.metrics.file_sd_dir: " << kShippedFileSdDir << ", or start the head node's stack with "
-                << "scripts/monitoring-up.sh --sd-dir " << sd << "\n";
-    }
-  }
-  std::cout << file << ": valid; run directory " << c->run_dir() << ", channels";
-  for (auto ch : c->channels()) std::cout << " " << ch;
-  std::cout << "\n";
   return 0;
 }
