@@ -72,6 +72,7 @@
 #include "launch/environment.h"
 #include "plan/source.h"
 #include "training/device_memory.h"
+#include "trainer/resolve_plan.h"
 #include "training/trainer.h"
 
 namespace {
@@ -256,7 +257,6 @@ int TrainerStep(const scdino::bench::Flags& a, int threads) {
         auto config = scdino::run::ParseRunConfig(yaml, "bench.yaml").value();
         scdino::training::TrainerOptions opts;
         const torch::Device device = config.scdino.device == "cuda" ? torch::kCUDA : torch::kCPU;
-        opts.device = device;
         opts.stop_after_iterations = run_steps;
         if (ranks > 1) {
           scdino::training::DistributedOptions dist;
@@ -284,7 +284,7 @@ int TrainerStep(const scdino::bench::Flags& a, int threads) {
         }
         auto dataset = scdino::run::IndexDataset(config, nullptr).value();
         auto source = scdino::run::MakeSource(config, dataset, *opts.coordinator, device).value();
-        scdino::training::Trainer trainer(std::move(config), std::move(source), opts);
+        scdino::training::Trainer trainer(scdino::trainer::TrainPlanOf(config, device), std::move(source), opts);
         auto result = trainer.Run();
         results[static_cast<size_t>(rank)] = result.ok() ? scdino::Status::Ok() : result.status();
       } catch (const std::exception& e) {

@@ -254,7 +254,7 @@ struct RuntimeConfig {
   /// What a collapse verdict does (docs/training.md): warn says so in the
   /// log, status and metrics; stop also checkpoints and fails the run;
   /// recover rolls back to the last checkpoint judged healthy and goes on
-  /// with safer settings (plan/recipe.h), at most max_recoveries times.
+  /// with safer settings (training/train_plan.h), at most max_recoveries times.
   std::string on_collapse = "warn";
   int64_t max_recoveries = 2;
   /// manual: the file's values (and defaults); auto: what the file does not

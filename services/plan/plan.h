@@ -5,8 +5,9 @@
 // them, since it alone reads the data, recipe.json and the checkpoint for
 // them, and sends them to every rank once; each rank builds the same
 // settings from its own parsed config and those values. Nothing is edited
-// afterwards: a config is replaced whole (a collapse recovery's settings,
-// run::WithSettings). Each rank's placement (its device and GPU binding,
+// afterwards: the trainer turns the settings into the loop's plan once
+// (trainer/resolve_plan.h), which a collapse recovery edits by typed
+// settings. Each rank's placement (its device and GPU binding,
 // run::PickDevice) stays beside the plan: only that rank can see it.
 #pragma once
 

@@ -293,29 +293,4 @@ std::string DescribeData(const DataShape& d) {
          " channels, from " + d.origin;
 }
 
-std::vector<RecipeValue> SaferSettings(const RunConfig& c, const std::string& verdict) {
-  const auto& h = c.train.hyperparameters;
-  std::vector<RecipeValue> r;
-  r.push_back({kHyper + "lr", RecipeNumber(h.lr * 0.5), "half the peak learning rate (was " + RecipeNumber(h.lr) + ")"});
-  r.push_back({kHyper + "momentum_teacher", RecipeNumber(1.0 - (1.0 - h.momentum_teacher) * 0.5),
-               "a teacher half as fast (was " + RecipeNumber(h.momentum_teacher) + ")"});
-  const double koleo = std::min(1.0, std::max(0.1, 2.0 * c.scdino.koleo_loss_weight));
-  r.push_back({"scdino.koleo_loss_weight", RecipeNumber(koleo),
-               "more KoLeo to spread the features (was " + RecipeNumber(c.scdino.koleo_loss_weight) + ")"});
-  if (verdict == "onehot_collapse") {
-    if (c.scdino.teacher_centering != "sinkhorn_knopp") {
-      r.push_back({"scdino.teacher_centering", "sinkhorn_knopp", "equipartition rules a one-hot teacher out"});
-    } else {
-      r.push_back({kHyper + "teacher_temp", RecipeNumber(std::min(0.07, h.teacher_temp * 2)),
-                   "a softer teacher (was " + RecipeNumber(h.teacher_temp) + ")"});
-      r.push_back({kHyper + "warmup_teacher_temp", RecipeNumber(std::min(0.07, h.warmup_teacher_temp * 2)), "the same"});
-    }
-  } else {
-    r.push_back({kHyper + "teacher_temp", RecipeNumber(std::max(0.0025, h.teacher_temp * 0.5)),
-                 "a sharper teacher: image-specific answers (was " + RecipeNumber(h.teacher_temp) + ")"});
-    r.push_back({kHyper + "warmup_teacher_temp", RecipeNumber(std::max(0.0025, h.warmup_teacher_temp * 0.5)), "the same"});
-  }
-  return r;
-}
-
 }  // namespace scdino::run

@@ -2,9 +2,10 @@
 // configs/small-data.yaml fixes for one data set (epochs, warm-ups, peak
 // learning rate, teacher temperature and momentum, crops, patch, out_dim)
 // derived from the number of images, their size and the global batch, by
-// the rules docs/training.md gives with their reasons; the safer settings a
-// run goes on with after a collapse (scdino.on_collapse: recover); and the
-// checks every run makes of its data against its batch and crops.
+// the rules docs/training.md gives with their reasons; and the checks
+// every run makes of its data against its batch and crops. (The safer
+// settings a run goes on with after a collapse are the training loop's own
+// typed edits: training/train_plan.h.)
 // Pure functions, except the recipe file's reading and writing.
 #pragma once
 
@@ -61,8 +62,8 @@ StatusOr<std::vector<RecipeValue>> DeriveRecipe(const DataShape& d, const RunCon
 /// checked across keys (run::WithValues).
 StatusOr<RunConfig> WithRecipe(const RunConfig& c, const std::vector<RecipeValue>& recipe);
 
-/// `c` with every value, whatever the file says (a recovery's settings, an
-/// elastic resume's batch), checked across keys.
+/// `c` with every value, whatever the file says (an elastic resume's
+/// batch), checked across keys.
 StatusOr<RunConfig> WithSettings(const RunConfig& c, const std::vector<RecipeValue>& settings);
 
 /// The settings a run trained with, for the services after its trainer
@@ -96,11 +97,5 @@ StatusOr<RecipeFile> ReadRecipe(const std::string& path);
 bool SameData(const DataShape& a, const DataShape& b);
 /// "1200 images of 64 x 64 px, 5 channels, from data/cells".
 std::string DescribeData(const DataShape& d);
-
-/// The changes after the `recovery`-th collapse (1-based) judged `verdict`
-/// (uniform_collapse, onehot_collapse) from the settings of `c`: a lower
-/// peak learning rate, a slower teacher, more KoLeo, and a sharper teacher
-/// for a uniform collapse, Sinkhorn-Knopp targets for a one-hot one.
-std::vector<RecipeValue> SaferSettings(const RunConfig& c, const std::string& verdict);
 
 }  // namespace scdino::run

@@ -40,16 +40,22 @@ run::Agreement Merge(const run::Agreement& a, const run::Agreement& b) {
 }
 }  // namespace
 
-Trainer::Trainer(run::RunConfig config, std::unique_ptr<data::MultiCropSource> source, TrainerOptions options)
+Trainer::Trainer(TrainPlan plan, std::unique_ptr<data::MultiCropSource> source, TrainerOptions options)
     : source_(std::move(source)),
       options_(std::move(options)),
       coordinator_(options_.coordinator ? options_.coordinator : run::Coordinator::Single()),
-      device_(options_.device ? *options_.device
-                              : torch::Device(config.scdino.device == "cuda" ? torch::kCUDA : torch::kCPU)),
-      config_(std::move(config)),
+      device_(plan.device),
+      plan_(std::move(plan)),
       out_(options_.control) {
+  if (source_->channels() != static_cast<int64_t>(plan_.channels.size())) {
+    std::string list;
+    for (size_t i = 0; i < plan_.channels.size(); ++i) list += (i ? "," : "") + std::to_string(plan_.channels[i]);
+    ThrowIfError(Status::InvalidArgument("the data source has " + std::to_string(source_->channels()) +
+                                         " input channel(s), but " + plan_.origin + " selects " +
+                                         std::to_string(plan_.channels.size()) + ": [" + list + "] (" +
+                                         plan_.channels_key + ")"));
+  }
   RebuildModel();
-  ThrowIfError(config_.CheckChannelCount(source_->channels(), "the data source"));
   if (auto c = options_.collective) {
     // An NCCL collective that never completes ends the rank from the
     // collective's watchdog: the roll call names who is gone.
@@ -73,12 +79,12 @@ Trainer::~Trainer() {
 }
 
 void Trainer::RebuildModel() {
-  torch::manual_seed(static_cast<uint64_t>(config_.meta.seed));
+  torch::manual_seed(plan_.seed);
   // In place: the checkpointer holds a reference to it.
   if (dino_) {
-    *dino_ = model::Dino(config_.dino_options(device_, options_.bf16_supported), device_);
+    *dino_ = model::Dino(plan_.dino, device_);
   } else {
-    dino_ = std::make_unique<model::Dino>(config_.dino_options(device_, options_.bf16_supported), device_);
+    dino_ = std::make_unique<model::Dino>(plan_.dino, device_);
   }
   // One rank has nothing to exchange, however it was launched.
   if (auto c = options_.collective; c && c->world_size() > 1) {
@@ -88,16 +94,22 @@ void Trainer::RebuildModel() {
   }
 }
 
-Status Trainer::ApplyRecoverySettings(const std::vector<run::RecipeValue>& settings) {
-  auto recovered = run::WithSettings(config_, settings);
-  if (!recovered.ok()) return recovered.status();
-  config_ = std::move(recovered).value();
-  loop_.recovery.settings.insert(loop_.recovery.settings.end(), settings.begin(), settings.end());
+Status Trainer::RebuildSchedules(const std::string& when) {
+  model::ScheduleOptions o = plan_.schedule;
+  o.niter_per_epoch = steps_.niter;
+  o.global_batch = plan_.batch_size_per_gpu * coordinator_->world_size();
   try {
-    steps_.schedules = model::MakeSchedules(config_.schedule_options(steps_.niter, coordinator_->world_size()));
+    steps_.schedules = model::MakeSchedules(o);
   } catch (const std::exception& e) {
-    return Status::InvalidArgument(config_.source_path + " after a recovery: " + e.what());
+    return Status::InvalidArgument(plan_.origin + when + ": " + e.what());
   }
+  return Status::Ok();
+}
+
+Status Trainer::ApplyRecoverySettings(const std::vector<SettingChange>& settings, const std::string& what) {
+  if (auto s = ApplySettings(plan_, settings, what); !s.ok()) return s;
+  loop_.recovery.settings.insert(loop_.recovery.settings.end(), settings.begin(), settings.end());
+  if (auto s = RebuildSchedules(" after a recovery"); !s.ok()) return s;
   RebuildModel();
   nlohmann::json j{{"count", loop_.recovery.count}, {"settings", nlohmann::json::array()}};
   for (const auto& v : loop_.recovery.settings) j["settings"].push_back({{"key", v.key}, {"value", v.value}});
@@ -188,13 +200,14 @@ StatusOr<int64_t> Trainer::Rollback(const std::string& verdict, int64_t it) {
   ++loop_.recovery.count;
   RecoveryReport r;
   r.recovery = loop_.recovery.count;
-  r.max_recoveries = config_.scdino.max_recoveries;
+  r.max_recoveries = plan_.max_recoveries;
   r.verdict = verdict;
   r.from_iteration = it;
   r.checkpoint = from_start ? "the initial weights" : path;
-  const auto settings = run::SaferSettings(config_, verdict);
+  const auto settings = SaferSettings(plan_, verdict);
   for (const auto& v : settings) r.changes.push_back(v.key + ": " + v.value + " (" + v.why + ")");
-  if (auto s = ApplyRecoverySettings(settings); !s.ok()) return s;  // the model is rebuilt: fresh weights
+  // The model is rebuilt: fresh weights.
+  if (auto s = ApplyRecoverySettings(settings, "the recovery from " + verdict); !s.ok()) return s;
   loop_.resumed.epoch = -1;
   if (!from_start) {
     auto to = TakeRollbackPoint(path);
@@ -271,20 +284,20 @@ Status Trainer::OutOfMemory(const std::string& what) const {
   if (const auto cut = said.find(". ", said.find("allocate")); cut != std::string::npos && said.size() > 160) {
     said = said.substr(0, cut + 1);
   }
-  const auto& h = config_.train.hyperparameters;
+  const auto& d = plan_.dino;
   return Status::InvalidArgument(
       "out of memory on " + device_.str() + " at iteration " + std::to_string(loop_.result.iteration) + " (" + said +
-      "): train_scDINO.batch_size_per_gpu " + std::to_string(config_.train.batch_size_per_gpu) +
-      " with 2 global crops of " + std::to_string(h.global_crops_size) + " px and " +
-      std::to_string(h.local_crops_number) + " local crops of " + std::to_string(h.local_crops_size) + " px (" +
-      h.arch + ", patch " + std::to_string(h.patch_size) + ", out_dim " + std::to_string(h.out_dim) + ", precision " +
-      model::PrecisionName(config_.precision(device_, options_.bf16_supported)) + ") needs more; " + peak +
+      "): train_scDINO.batch_size_per_gpu " + std::to_string(plan_.batch_size_per_gpu) + " with 2 global crops of " +
+      std::to_string(plan_.global_crops_size) + " px and " + std::to_string(d.local_crops_number) +
+      " local crops of " + std::to_string(plan_.local_crops_size) + " px (" + plan_.arch + ", patch " +
+      std::to_string(d.vit.patch_size()) + ", out_dim " + std::to_string(d.out_dim) + ", precision " +
+      model::PrecisionName(d.precision) + ") needs more; " + peak +
       ". Lower train_scDINO.batch_size_per_gpu (more GPUs keep the global batch), "
       "hyperparameters.local_crops_number or the crop sizes");
 }
 
 std::optional<LearningReport> Trainer::CheckLearning(int64_t epoch, int64_t it) {
-  const bool numbered = (epoch + 1) % config_.train.saveckp_freq == 0 || it == steps_.total;
+  const bool numbered = (epoch + 1) % plan_.checkpoints.every_epochs == 0 || it == steps_.total;
   if (!options_.learning_check || !numbered || !coordinator_->is_rank_zero()) return std::nullopt;
   const std::optional<LearningReport> checked = options_.learning_check(dino_->teacher->backbone, epoch + 1, it);
   if (!checked) return std::nullopt;
@@ -364,17 +377,17 @@ StatusOr<int64_t> Trainer::Resume() {
   // A run that recovered from a collapse goes on with the settings it
   // recovered with: the model is rebuilt with them and loaded again.
   if (!info->recoveries_json.empty()) {
-    std::vector<run::RecipeValue> settings;
+    std::vector<SettingChange> settings;
     try {
       const auto j = nlohmann::json::parse(info->recoveries_json);
       loop_.recovery.count = j.at("count").get<int64_t>();
       for (const auto& v : j.at("settings")) {
-        settings.push_back({v.at("key").get<std::string>(), v.at("value").get<std::string>(), "", false});
+        settings.push_back({v.at("key").get<std::string>(), v.at("value").get<std::string>(), ""});
       }
     } catch (const std::exception& e) {
       return Status::DataLoss(latest + ": metadata 'recoveries' is not what scdino writes: " + e.what());
     }
-    if (auto s = ApplyRecoverySettings(settings); !s.ok()) return s;
+    if (auto s = ApplyRecoverySettings(settings, latest); !s.ok()) return s;
     info = LoadCheckpoint(latest, *dino_);
     if (!info.ok()) return info.status();
     loop_.result.recoveries = loop_.recovery.count;
@@ -395,12 +408,12 @@ StatusOr<int64_t> Trainer::Resume() {
         ": the nodes do not see the same file (a shared file system's cache?); run again once every node sees it");
   }
   loop_.resumed.from = info->iteration;
-  auto parsed = run::ParseRunConfig(info->config_text, latest);
-  loop_.resumed.under_recover = loop_.recovery.count > 0 || (parsed.ok() && parsed->scdino.on_collapse == "recover");
-  const RunShape now{coordinator_->world_size(), config_.train.batch_size_per_gpu, config_.train.epochs, steps_.niter,
-                     source_->dataset_size(), config_.channels(), source_->epoch_order()};
+  loop_.resumed.under_recover =
+      loop_.recovery.count > 0 || (plan_.recorded_recover && plan_.recorded_recover(info->config_text));
+  const RunShape now{coordinator_->world_size(), plan_.batch_size_per_gpu, plan_.epochs, steps_.niter,
+                     source_->dataset_size(), plan_.channels, source_->epoch_order()};
   if (info->has_run_shape) {
-    auto notes = CheckResume(info->run, now, info->iteration, latest, config_.scdino.elastic_resume);
+    auto notes = CheckResume(info->run, now, info->iteration, latest, plan_.elastic_resume);
     if (!notes.ok()) return notes.status();
     if (coordinator_->is_rank_zero()) {
       for (const auto& n : *notes) std::cerr << "scdino-trainer: resume: " << n << "\n";
@@ -423,7 +436,7 @@ StatusOr<int64_t> Trainer::Resume() {
 StatusOr<Trainer::Place> Trainer::PlaceAt(const CheckpointInfo& info, const std::string& path) {
   // The checkpoint's position in the epoch's order, laid over this run's
   // global batch (another world size or batch per GPU: an elastic resume).
-  const int64_t global = config_.train.batch_size_per_gpu * coordinator_->world_size();
+  const int64_t global = plan_.batch_size_per_gpu * coordinator_->world_size();
   const int64_t saved_niter = info.has_run_shape ? info.run.niter_per_epoch : steps_.niter;
   const int64_t saved_global = info.has_run_shape ? info.run.global_batch() : global;
   Place p;
@@ -498,7 +511,7 @@ Status Trainer::Launch(int64_t it) {
   }
   // Stochastic depth draws from a stream seeded per iteration, so a resumed
   // run repeats exactly the draws of an uninterrupted one.
-  torch::manual_seed(data::MixSeed({static_cast<uint64_t>(config_.meta.seed), static_cast<uint64_t>(it), 0xd809}));
+  torch::manual_seed(data::MixSeed({plan_.seed, static_cast<uint64_t>(it), 0xd809}));
   report.images = b->indices.size(0);
   report.skipped_images = source_->batch_size() - report.images;  // a skipped bad image makes a batch smaller
   model::StepInput in;
@@ -528,7 +541,7 @@ Status Trainer::Launch(int64_t it) {
   report.iteration = it + 1;
   report.epoch = epoch;
   report.iterations_to_process = steps_.total;
-  report.epochs_to_process = config_.train.epochs;
+  report.epochs_to_process = plan_.epochs;
   report.lr = in.lr;
   report.weight_decay = in.weight_decay;
   report.momentum = in.momentum;
@@ -553,7 +566,7 @@ StatusOr<StepReport> Trainer::Complete() {
   loop_.agreed =
       Merge(loop_.agreed, reducer_ ? run::AgreementFromSums(values.extra) : coordinator_->Agree(LocalView()));
   const int64_t it = report.iteration - 1;
-  if (!values.finite && config_.scdino.on_nonfinite_loss == "stop") {
+  if (!values.finite && plan_.stop_on_nonfinite_loss) {
     return Status::Diverged("loss is " + std::to_string(values.loss) + " at iteration " + std::to_string(it) +
                             " (epoch " + std::to_string(report.epoch) +
                             "); stopping (scdino.on_nonfinite_loss: skip would skip such steps). The last "
@@ -577,7 +590,7 @@ bool Trainer::MustDrain(int64_t launched) const {
   // Only what every rank knows alike: where the iterations are, and the
   // agreement's sums (a rank's own view reaches the others one step later).
   const int64_t in_epoch = launched % steps_.niter;
-  return in_epoch == 0 || in_epoch % config_.scdino.log_every == 0 || launched >= steps_.total ||
+  return in_epoch == 0 || in_epoch % plan_.log_every == 0 || launched >= steps_.total ||
          (options_.stop_after_iterations >= 0 && launched >= options_.stop_after_iterations) ||
          AnyRequest(loop_.agreed);
 }
@@ -604,15 +617,15 @@ Status Trainer::EndOfInterval(int64_t it, const StepReport& last) {
       const std::string what = std::string(h.collapse) + " at iteration " + std::to_string(it) + " (epoch " +
                                std::to_string(last.epoch) + "): " + model::DescribeCollapse(verdict, h.health) +
                                " over the last " + std::to_string(h.steps) + " iterations";
-      const bool recover = config_.scdino.on_collapse == "recover";
-      if (recover && loop_.recovery.count < config_.scdino.max_recoveries) {
+      const bool recover = plan_.on_collapse == OnCollapse::kRecover;
+      if (recover && loop_.recovery.count < plan_.max_recoveries) {
         loop_.recovery.rollback = h.collapse;
       } else if (recover) {
         stop =
             Status::Diverged("training collapsed again, " + what + ", after " + std::to_string(loop_.recovery.count) +
                              " recoveries (scdino.max_recoveries); stopping. docs/training.md says what to change; "
                              "the last checkpoint is kept");
-      } else if (config_.scdino.on_collapse == "stop") {
+      } else if (plan_.on_collapse == OnCollapse::kStop) {
         stop = Status::Diverged("training collapsed, " + what +
                                           "; stopping (scdino.on_collapse: stop). docs/training.md says what to "
                                           "change; the last checkpoint is kept");
@@ -642,7 +655,7 @@ Status Trainer::EndOfInterval(int64_t it, const StepReport& last) {
                   "scdino-trainer: epoch %lld/%lld iteration %lld/%lld loss %.4f lr %.3g | teacher entropy %.3f "
                   "(%.2f of ln K), KL %.3f, batch entropy %.3f, center norm %.3g, CLS std %.3g | %s | eta %s, "
                   "time %.3f s a step, data %.3f s%s",
-                  static_cast<long long>(last.epoch + 1), static_cast<long long>(config_.train.epochs),
+                  static_cast<long long>(last.epoch + 1), static_cast<long long>(plan_.epochs),
                   static_cast<long long>(it), static_cast<long long>(steps_.total), h.loss, last.lr,
                   h.health.teacher_entropy, h.health.teacher_entropy_ratio, h.health.student_teacher_kl,
                   h.health.teacher_batch_entropy, h.health.center_norm, h.health.backbone_cls_std,
@@ -658,7 +671,7 @@ Status Trainer::EndOfEpoch(int64_t epoch, int64_t it) {
   Status s = out_.checkpointer->EndOfEpoch(epoch, it, steps_.niter, it == steps_.total);
   if (s.ok()) loop_.result.checkpoint = out_.checkpointer->latest();
   // What recover rolls back to: an epoch end judged healthy.
-  if (s.ok() && config_.scdino.on_collapse == "recover" && loop_.recovery.rollback.empty() &&
+  if (s.ok() && plan_.on_collapse == OnCollapse::kRecover && loop_.recovery.rollback.empty() &&
       loop_.recovery.collapse == "healthy") {
     s = out_.checkpointer->KeepAsHealthy();
   }
@@ -701,26 +714,20 @@ StatusOr<StopReason> Trainer::Act(run::Agreement agreed, int64_t it) {
 }
 
 StatusOr<int64_t> Trainer::Start() {
-  const std::string run_dir = config_.run_dir();
+  const std::string& run_dir = plan_.run_dir;
   if (auto s = MakeDirs(run_dir); !s.ok()) return s;
   steps_.niter = source_->batches_per_epoch();
-  const int64_t epochs = config_.train.epochs;
+  const int64_t epochs = plan_.epochs;
   steps_.total = epochs * steps_.niter;
   const int64_t world = coordinator_->world_size();
-  try {
-    steps_.schedules = model::MakeSchedules(config_.schedule_options(steps_.niter, world));
-  } catch (const std::exception& e) {
-    return Status::InvalidArgument(config_.source_path + ": " + e.what());
-  }
+  if (auto s = RebuildSchedules(""); !s.ok()) return s;
   CheckpointInfo info;
   info.world_size = world;
-  info.config_text = config_.source_text;
+  info.config_text = plan_.recorded_config;
   info.classes = source_->class_names();
-  info.run = RunShape{world, config_.train.batch_size_per_gpu, epochs, steps_.niter, source_->dataset_size(),
-                      config_.channels(), source_->epoch_order()};
-  CheckpointPolicy policy{config_.train.saveckp_freq, config_.scdino.keep_checkpoints,
-                          config_.scdino.checkpoint_every_minutes};
-  out_.checkpointer = std::make_unique<Checkpointer>(run_dir, policy, *coordinator_, *dino_, info,
+  info.run = RunShape{world, plan_.batch_size_per_gpu, epochs, steps_.niter, source_->dataset_size(),
+                      plan_.channels, source_->epoch_order()};
+  out_.checkpointer = std::make_unique<Checkpointer>(run_dir, plan_.checkpoints, *coordinator_, *dino_, info,
                                                  [this](const CheckpointReport& r) {
                                                    out_.reporter.Checkpoint(r);
                                                    if (options_.on_checkpoint) options_.on_checkpoint(r);
@@ -740,7 +747,7 @@ StatusOr<int64_t> Trainer::Start() {
     if (!dino.ok()) return dino.status();
     out_.dino_log = std::move(dino).value();
   }
-  if (config_.scdino.log_samples) {
+  if (plan_.log_samples) {
     if (auto s = MakeDirs(run_dir + "/samples"); !s.ok()) return s;
     auto f = Env::Default()->NewAppendableFile(run_dir + "/samples/rank" + std::to_string(coordinator_->rank()) +
                                                ".jsonl");
@@ -850,7 +857,7 @@ StatusOr<TrainResult> Trainer::RunLoop() {
       it = report->iteration;
       // Intervals count from the start of each epoch, which ends one.
       const Status collapsed =
-          (it % steps_.niter) % config_.scdino.log_every == 0 ? EndOfInterval(it, *report) : Status::Ok();
+          (it % steps_.niter) % plan_.log_every == 0 ? EndOfInterval(it, *report) : Status::Ok();
       if (it % steps_.niter == 0) {
         if (auto s = LogEpoch(report->epoch, it, Seconds(loop_.epoch_began, Clock::now()), *report); !s.ok()) return s;
         epoch_started = false;

@@ -24,9 +24,7 @@
 #include "data/batch_source.h"
 #include "model/dino.h"
 #include "model/schedules.h"
-#include "config/config.h"
 #include "launch/coordinator.h"
-#include "plan/recipe.h"
 #include "training/checkpointer.h"
 #include "training/distributed.h"
 #include "training/epoch_log.h"
@@ -34,6 +32,7 @@
 #include "training/readback.h"
 #include "training/reports.h"
 #include "training/status_reporter.h"
+#include "training/train_plan.h"
 
 namespace scdino::training {
 
@@ -52,10 +51,6 @@ struct TrainerOptions {
   /// for one process.
   std::shared_ptr<Collective> collective;
   int64_t bucket_bytes = 25 << 20;
-  /// The device to train on; empty: the config's scdino.device, index 0.
-  std::optional<torch::Device> device;
-  /// Whether the GPU computes in bf16 (decides precision auto).
-  bool bf16_supported = true;
   /// Rank 0's control channel: status goes out, pause/stop/checkpoint
   /// requests come in and are agreed with the other ranks at every step
   /// boundary. May be null (then only RequestStop steers the run).
@@ -103,7 +98,9 @@ class Trainer {
   using Clock = std::chrono::steady_clock;
 
  public:
-  Trainer(run::RunConfig config, std::unique_ptr<data::MultiCropSource> source, TrainerOptions options = {});
+  /// Throws std::invalid_argument when the source's channels are not the
+  /// plan's.
+  Trainer(TrainPlan plan, std::unique_ptr<data::MultiCropSource> source, TrainerOptions options = {});
   /// Joins the data source's threads (the loader's) and releases the
   /// coordinator's sum over the process group.
   ~Trainer();
@@ -171,16 +168,18 @@ class Trainer {
   /// Rank 0 at the end of an epoch with a numbered checkpoint: the learning
   /// check, reported; null when none is due.
   std::optional<LearningReport> CheckLearning(int64_t epoch, int64_t it);
-  /// The model (and gradient reducer) built anew from config_: after the
+  /// The model (and gradient reducer) built anew from plan_: after the
   /// settings changed, before a checkpoint is loaded into it.
   void RebuildModel();
-  /// Replaces config_ by a new config with `settings` (run::WithSettings)
-  /// and rebuilds what they shape; records them for the checkpoints (a
-  /// resume applies them again).
-  Status ApplyRecoverySettings(const std::vector<run::RecipeValue>& settings);
+  /// The schedules over steps_.niter iterations an epoch on this world.
+  Status RebuildSchedules(const std::string& when);
+  /// Edits plan_ by `settings` (ApplySettings; `what` names where they come
+  /// from) and rebuilds what they shape; records them for the checkpoints
+  /// (a resume applies them again).
+  Status ApplyRecoverySettings(const std::vector<SettingChange>& settings, const std::string& what);
   /// on_collapse: recover: back to the last checkpoint judged healthy, with
-  /// safer settings (run::SaferSettings) for `verdict`; returns the
-  /// iteration to go on from.
+  /// safer settings (SaferSettings) for `verdict`; returns the iteration to
+  /// go on from.
   StatusOr<int64_t> Rollback(const std::string& verdict, int64_t it);
   /// Rank 0's choice of where a rollback goes: "healthy" (the last epoch
   /// end judged healthy) or "start"; Diverged when neither may be taken.
@@ -214,9 +213,9 @@ class Trainer {
   torch::Device device_;
   std::atomic<bool> stop_{false};  ///< RequestStop's, from any thread
 
-  // The settings and what is built from them: replaced whole by a
-  // collapse recovery (run::WithSettings), never edited.
-  run::RunConfig config_;
+  // The plan and what is built from it: edited only by a collapse recovery
+  // (ApplyRecoverySettings), which rebuilds the rest.
+  TrainPlan plan_;
   std::unique_ptr<model::Dino> dino_;
   std::unique_ptr<GradientAllReducer> reducer_;
   /// Set once the loop starts: batches per epoch, iterations in all, and
@@ -249,7 +248,7 @@ class Trainer {
     std::string collapse;  ///< the last verdict ("" before the first)
     std::string rollback;  ///< a verdict the loop rolls back from after this step (recover)
     int64_t count = 0;
-    std::vector<run::RecipeValue> settings;  ///< of the recoveries so far, in order (later ones win)
+    std::vector<SettingChange> settings;  ///< of the recoveries so far, in order (later ones win)
   };
   /// The queued steps: what the host knows of each, and its values on the way.
   struct Pending {

@@ -218,23 +218,6 @@ TEST(Recipe, KeysOfTheWrongTypeAreRefusedByName) {
   ExpectInvalid(bad.status(), "recover");
 }
 
-TEST(Recipe, SaferSettingsAfterACollapse) {
-  RunConfig c = RecipeConfig(", hyperparameters: {lr: 0.01, teacher_temp: 0.02, momentum_teacher: 0.98}",
-                             ", teacher_centering: center");
-  auto uniform = Values(SaferSettings(c, "uniform_collapse"));
-  EXPECT_EQ(uniform[H + "lr"], "0.005");
-  EXPECT_EQ(uniform[H + "teacher_temp"], "0.01");  // sharper
-  EXPECT_EQ(uniform[H + "momentum_teacher"], "0.99");
-  EXPECT_EQ(uniform["scdino.koleo_loss_weight"], "0.1");
-  auto onehot = Values(SaferSettings(c, "onehot_collapse"));
-  EXPECT_EQ(onehot["scdino.teacher_centering"], "sinkhorn_knopp");
-  EXPECT_EQ(onehot.count(H + "teacher_temp"), 0u);
-  // The settings override the file's keys.
-  c = Applied(WithSettings(c, SaferSettings(c, "uniform_collapse")));
-  EXPECT_DOUBLE_EQ(c.train.hyperparameters.lr, 0.005);
-  EXPECT_DOUBLE_EQ(c.train.hyperparameters.teacher_temp, 0.01);
-}
-
 // n 20 x 20 images of 2 classes, 3 channels, in class folders under dir.
 void WriteRecipeCells(const std::string& dir, int64_t n) {
   data::SyntheticOptions so;

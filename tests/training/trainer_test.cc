@@ -1,4 +1,5 @@
 #include "training/trainer.h"
+#include "trainer/resolve_plan.h"
 
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -80,7 +81,7 @@ StatusOr<TrainResult> RunOnce(const std::string& yaml, TrainerOptions opts = {})
   auto config = Parse(yaml);
   auto source = run::MakeSource(config, *run::IndexDataset(config), *run::Coordinator::Single(), torch::kCPU);
   if (!source.ok()) return source.status();
-  Trainer trainer(std::move(config), std::move(source).value(), opts);
+  Trainer trainer(scdino::trainer::TrainPlanOf(config), std::move(source).value(), opts);
   return trainer.Run();
 }
 
@@ -342,7 +343,7 @@ TEST(Trainer, FailedCheckpointWriteStopsEveryRankAtOnce) {
         results[rank] = source.status();
         return;
       }
-      Trainer trainer(std::move(config), std::move(source).value(), opts);
+      Trainer trainer(scdino::trainer::TrainPlanOf(config), std::move(source).value(), opts);
       results[rank] = trainer.Run();
     });
   }
@@ -436,8 +437,7 @@ TEST(DeviceCheck, FourTrainerStepsOnTheDeviceMatchTheCpu) {
     auto source = run::MakeSource(config, *run::IndexDataset(config), *run::Coordinator::Single(), on);
     EXPECT_TRUE(source.ok()) << source.status().ToString();
     TrainerOptions opts;
-    opts.device = on;
-    Trainer trainer(std::move(config), std::move(source).value(), opts);
+    Trainer trainer(scdino::trainer::TrainPlanOf(config, on), std::move(source).value(), opts);
     auto r = trainer.Run();
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r.ok() ? r->iteration : -1, 4);
@@ -523,7 +523,7 @@ std::vector<StatusOr<TrainResult>> RunRanks(const std::vector<std::string>& yaml
         results[rank] = source.status();
         return;
       }
-      Trainer trainer(std::move(config), std::move(source).value(), opts);
+      Trainer trainer(scdino::trainer::TrainPlanOf(config), std::move(source).value(), opts);
       if (before) before(rank, trainer);
       results[rank] = trainer.Run();
     });
@@ -664,7 +664,8 @@ TEST(Trainer, AnExceptionInTheLoopBecomesAFailedStateWithTheReason) {
   RunControl control;
   TrainerOptions opts;
   opts.control = &control;
-  Trainer trainer(std::move(config), std::make_unique<ThrowingSource>(std::move(inner).value(), 6), opts);
+  Trainer trainer(scdino::trainer::TrainPlanOf(config), std::make_unique<ThrowingSource>(std::move(inner).value(), 6),
+                  opts);
   StatusOr<TrainResult> r = Status::Internal("not run");
   ASSERT_NO_THROW(r = trainer.Run());
   ASSERT_FALSE(r.ok());
@@ -724,7 +725,8 @@ TEST(Trainer, TimeBasedCheckpointsAndRetention) {
   opts.on_checkpoint = [&](const CheckpointReport& r) {
     if (r.path.find("checkpoint.safetensors") != std::string::npos) at.push_back(r.iteration);
   };
-  Trainer trainer(std::move(config), std::make_unique<ThrowingSource>(std::move(inner).value(), -1, 0.02), opts);
+  Trainer trainer(scdino::trainer::TrainPlanOf(config),
+                  std::make_unique<ThrowingSource>(std::move(inner).value(), -1, 0.02), opts);
   auto r = trainer.Run();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   int64_t mid_epoch = 0;
