@@ -103,11 +103,34 @@ Status CheckAllocation(const std::string& path, const std::string& format, uint6
   return Status::DataLoss(m);
 }
 
+// How a page stores its samples (SampleFormat and BitsPerSample), and the
+// dtype they are decoded to: 8- and 16-bit unsigned as uint8 and int32
+// (LibTorch has no uint16); every other integer or float type as float32,
+// which holds signed 8- and 16-bit and 16-bit float samples exactly and
+// rounds 32-bit integers and 64-bit floats to its 24 bits of mantissa (the
+// images are scaled to [0, 1] per channel afterwards).
+enum class Samples { kU8, kU16, kU32, kI8, kI16, kI32, kF16, kF32, kF64, kUnsupported };
+
+Samples SamplesOf(const Page& p) {
+  const bool uint = p.format == SAMPLEFORMAT_UINT || p.format == SAMPLEFORMAT_VOID;
+  if (uint && p.bps == 8) return Samples::kU8;
+  if (uint && p.bps == 16) return Samples::kU16;
+  if (uint && p.bps == 32) return Samples::kU32;
+  if (p.format == SAMPLEFORMAT_INT && p.bps == 8) return Samples::kI8;
+  if (p.format == SAMPLEFORMAT_INT && p.bps == 16) return Samples::kI16;
+  if (p.format == SAMPLEFORMAT_INT && p.bps == 32) return Samples::kI32;
+  if (p.format == SAMPLEFORMAT_IEEEFP && p.bps == 16) return Samples::kF16;
+  if (p.format == SAMPLEFORMAT_IEEEFP && p.bps == 32) return Samples::kF32;
+  if (p.format == SAMPLEFORMAT_IEEEFP && p.bps == 64) return Samples::kF64;
+  return Samples::kUnsupported;
+}
+
 torch::Dtype DtypeOf(const Page& p) {
-  if (p.format == SAMPLEFORMAT_IEEEFP && p.bps == 32) return torch::kFloat32;
-  if ((p.format == SAMPLEFORMAT_UINT || p.format == SAMPLEFORMAT_VOID) && p.bps == 8) return torch::kUInt8;
-  if ((p.format == SAMPLEFORMAT_UINT || p.format == SAMPLEFORMAT_VOID) && p.bps == 16) return torch::kInt32;
-  return torch::kFloat64;  // marks "unsupported"
+  switch (SamplesOf(p)) {
+    case Samples::kU8: return torch::kUInt8;
+    case Samples::kU16: return torch::kInt32;
+    default: return torch::kFloat32;
+  }
 }
 
 // Copies `rows` x `cols` pixels of `samples` samples from `src` (rows of
@@ -168,16 +191,31 @@ Status DecodePageInto(TIFF* tif, const Page& p, const std::string& path, uint64_
   const uint64_t px = bytes_per_sample * unit_samples;
   // Rows [y, y + rows) and columns [x, x + cols) of plane `plane` (all of
   // them when contiguous) from `unit`, whose rows hold `unit_w` pixels.
+  const Samples samples = SamplesOf(p);
   auto place = [&](const uint8_t* unit, int64_t unit_w, int64_t plane, int64_t y, int64_t x, int64_t rows,
                    int64_t cols) {
     auto to = dst.narrow(0, y, rows).narrow(1, x, cols);
     if (separate) to = to.narrow(2, plane, 1);
-    if (p.bps == 8) {
-      PlaceSamples(reinterpret_cast<const uint8_t*>(unit), unit_w, unit_samples, to.data_ptr<uint8_t>(), to.strides(), rows, cols);
-    } else if (p.bps == 16) {  // unsigned, widened: LibTorch has no uint16
-      PlaceSamples(reinterpret_cast<const uint16_t*>(unit), unit_w, unit_samples, to.data_ptr<int32_t>(), to.strides(), rows, cols);
-    } else {
-      PlaceSamples(reinterpret_cast<const float*>(unit), unit_w, unit_samples, to.data_ptr<float>(), to.strides(), rows, cols);
+    const auto as_float = [&](auto stored) {
+      PlaceSamples(reinterpret_cast<const decltype(stored)*>(unit), unit_w, unit_samples, to.data_ptr<float>(),
+                   to.strides(), rows, cols);
+    };
+    switch (samples) {
+      case Samples::kU8:
+        PlaceSamples(unit, unit_w, unit_samples, to.data_ptr<uint8_t>(), to.strides(), rows, cols);
+        break;
+      case Samples::kU16:  // widened: LibTorch has no uint16
+        PlaceSamples(reinterpret_cast<const uint16_t*>(unit), unit_w, unit_samples, to.data_ptr<int32_t>(), to.strides(),
+                     rows, cols);
+        break;
+      case Samples::kU32: as_float(uint32_t{}); break;
+      case Samples::kI8: as_float(int8_t{}); break;
+      case Samples::kI16: as_float(int16_t{}); break;
+      case Samples::kI32: as_float(int32_t{}); break;
+      case Samples::kF16: as_float(c10::Half{}); break;
+      case Samples::kF32: as_float(float{}); break;
+      case Samples::kF64: as_float(double{}); break;
+      case Samples::kUnsupported: break;  // ReadPage refused it
     }
   };
   if (TIFFIsTiled(tif)) {
@@ -281,9 +319,17 @@ StatusOr<Page> ReadPage(TIFF* tif, const std::string& path, size_t index) {
   TIFFGetFieldDefaulted(tif, TIFFTAG_PLANARCONFIG, &p.planar);
   TIFFGetFieldDefaulted(tif, TIFFTAG_COMPRESSION, &p.compression);
   TIFFGetField(tif, TIFFTAG_PHOTOMETRIC, &p.photometric);
-  if (DtypeOf(p) == torch::kFloat64) {
-    return Status::InvalidArgument(path + ": unsupported TIFF sample type (" + std::to_string(p.bps) + "-bit, format " +
-                                   std::to_string(p.format) + "); expected 8- or 16-bit unsigned or 32-bit float");
+  if (SamplesOf(p) == Samples::kUnsupported) {
+    static const std::map<uint16_t, std::string> kFormats = {{SAMPLEFORMAT_UINT, "unsigned"},
+                                                             {SAMPLEFORMAT_INT, "signed"},
+                                                             {SAMPLEFORMAT_IEEEFP, "float"},
+                                                             {SAMPLEFORMAT_VOID, "untyped"},
+                                                             {SAMPLEFORMAT_COMPLEXINT, "complex integer"},
+                                                             {SAMPLEFORMAT_COMPLEXIEEEFP, "complex float"}};
+    const auto name = kFormats.find(p.format);
+    return Status::InvalidArgument(path + ": unsupported TIFF sample type (" + std::to_string(p.bps) + "-bit " +
+                                   (name != kFormats.end() ? name->second : "format " + std::to_string(p.format)) +
+                                   "); expected 8-, 16- or 32-bit integers or 16-, 32- or 64-bit floats");
   }
   if (p.spp == 0) return BadTiff(path, "zero samples per pixel");
   if (p.photometric == PHOTOMETRIC_YCBCR && (p.bps != 8 || p.spp != 3)) {
@@ -335,7 +381,10 @@ StatusOr<RawImage> ReadTiffPages(const std::string& path) {
     auto p = ReadPage(tif.get(), path, pages.size());
     if (!p.ok()) return p.status();
     const Page& first = pages.empty() ? *p : pages[0];
-    if (p->width != first.width || p->height != first.height || p->spp != first.spp || p->bps != first.bps) break;
+    if (p->width != first.width || p->height != first.height || p->spp != first.spp || p->bps != first.bps ||
+        SamplesOf(*p) != SamplesOf(first)) {
+      break;
+    }
     pages.push_back(*p);
     if (pages.size() > 4096) return BadTiff(path, "more than 4096 pages");
   } while (TIFFReadDirectory(tif.get()));

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 #include <tiffio.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <opencv2/imgcodecs.hpp>
 #include <random>
+#include <vector>
 
 #include "common/files.h"
 #include "common/npy.h"
@@ -55,6 +57,42 @@ TEST_P(TiledLayout, DecodesToTheArrayTifffileWrote) {
 INSTANTIATE_TEST_SUITE_P(TifffileTiles, TiledLayout,
                          ::testing::Values("tiled_contig_u8", "tiled_contig_u16", "tiled_separate_u16",
                                            "tiled_contig_f32", "tiled_deflate_u8", "tiled_pages_u16"));
+
+// The other sample types microscopy tools write (tests/data/sample-formats/make.py):
+// signed 8-, 16- and 32-bit integers, unsigned 32-bit, 16- and 64-bit
+// floats, stored interleaved, in planes, a page per channel, tiled and
+// deflated, and big-endian; each decodes to float32, the extremes of the
+// integer types included.
+class SampleFormat : public ::testing::TestWithParam<std::string> {};
+
+std::string SampleFormats() { return std::string(SCDINO_SOURCE_DIR) + "/tests/data/sample-formats/"; }
+
+TEST_P(SampleFormat, DecodesToFloat32AsTifffileWroteIt) {
+  auto want = ReadNpy(SampleFormats() + GetParam() + ".npy");
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  auto got = ReadImage(SampleFormats() + GetParam() + ".tif");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->scalar_type(), torch::kFloat32);
+  EXPECT_EQ(got->sizes(), want->sizes());
+  EXPECT_TRUE(got->equal(*want)) << GetParam() << ": largest difference "
+                                 << (*got - *want).abs().max().item<float>();
+}
+
+INSTANTIATE_TEST_SUITE_P(TifffileSampleTypes, SampleFormat,
+                         ::testing::Values("contig_i8", "contig_i16", "separate_i16", "pages_i16", "contig_i32",
+                                           "contig_u32", "contig_f16", "contig_f64", "pages_f64",
+                                           "tiled_deflate_f64", "bigendian_i16"));
+
+TEST(ImageIo, AComplexTiffIsRefusedNamingTheFileAndItsSampleType) {
+  auto r = ReadImage(SampleFormats() + "refused_complex64.tif");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("refused_complex64.tif"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("64-bit complex float"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("expected 8-, 16- or 32-bit integers or 16-, 32- or 64-bit floats"),
+            std::string::npos)
+      << r.status().message();
+}
 
 // Headers that ask for more than their file can hold are refused before
 // anything is allocated: the 162-byte TIFF with a terabyte tile, a
@@ -296,15 +334,21 @@ TEST(ImageIo, ErrorsNameTheFile) {
   EXPECT_EQ(ReadImage(dir.file("bad.png")).status().code(), StatusCode::kDataLoss);
 }
 
-// Many truncated and byte-flipped copies of every fixture TIFF go through the
-// reader: each either decodes or returns an error; none crashes.
+// Many truncated and byte-flipped copies of every fixture TIFF (the shared
+// layouts and the sample types above) go through the reader: each either decodes or returns an error; none crashes.
 TEST(ImageIo, CorruptAndTruncatedTiffsNeverCrash) {
   scdino::testing::ScratchDir dir;
   uint32_t seed = 1234;
   int decoded = 0, rejected = 0;
-  for (const auto& e : std::filesystem::directory_iterator(Layouts())) {
-    if (e.path().extension() != ".tif") continue;
-    const std::string bytes = *ReadFile(e.path().string());
+  std::vector<std::filesystem::path> fixtures;
+  for (const std::string& folder : {Layouts(), SampleFormats()}) {
+    for (const auto& e : std::filesystem::directory_iterator(folder)) {
+      if (e.path().extension() == ".tif") fixtures.push_back(e.path());
+    }
+  }
+  std::sort(fixtures.begin(), fixtures.end());  // the same damage for the same file in every run
+  for (const auto& fixture : fixtures) {
+    const std::string bytes = *ReadFile(fixture.string());
     for (const std::string& b : scdino::testing::Damaged(bytes, 400, seed++)) {
       const std::string path = dir.file("fuzz.tif");
       std::ofstream(path, std::ios::binary) << b;

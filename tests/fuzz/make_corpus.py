@@ -78,6 +78,14 @@ tifffile.imwrite(f"{d}/tiled_deflate_f32.tif", big.astype(np.float32), photometr
                  compression="zlib")
 tifffile.imwrite(f"{d}/tiled_pages_u16.tif", np.moveaxis(big.astype(np.uint16), -1, 0), photometric="minisblack",
                  tile=(16, 16))
+# The other sample types, from the arrays above (no new draws): signed 8 and
+# 16 bits (big-endian too), 16- and 64-bit floats.
+tifffile.imwrite(f"{d}/contig_i16.tif", (u16.astype(np.int32) - 32768).astype(np.int16), photometric="minisblack",
+                 planarconfig="contig")
+tifffile.imwrite(f"{d}/bigendian_i8.tif", (u8.astype(np.int16) - 128).astype(np.int8), photometric="minisblack",
+                 byteorder=">")
+tifffile.imwrite(f"{d}/contig_f16.tif", f32.astype(np.float16), photometric="minisblack")
+tifffile.imwrite(f"{d}/pages_f64.tif", np.moveaxis(f32.astype(np.float64), -1, 0), photometric="minisblack")
 # Uncompressed YCbCr, 2 x 2 subsampling, one 64 x 64 tile (6,144 bytes) over
 # a 40 x 36 image.
 tags = [(256, 4, [40]), (257, 4, [36]), (258, 3, [8, 8, 8]), (259, 3, [1]), (262, 3, [6]), (277, 3, [3]),
