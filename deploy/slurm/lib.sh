@@ -447,7 +447,7 @@ scdino_stage() {
     return 0
   fi
   srun --ntasks-per-node=1 --ntasks="${SLURM_JOB_NUM_NODES:-1}" --cpus-per-task=1 "$@" \
-    "$pack" --config "$config" --threads 1 --stage "$SCDINO_STAGE_DIR" &
+    "$pack" --config "$config" "${scdino_settings[@]}" --threads 1 --stage "$SCDINO_STAGE_DIR" &
   scdino_wait $! && rc=0 || rc=$?
   echo "scdino: staging step took $((SECONDS - t0)) s"
   # A signal during staging (a preemption, the time limit) is the job's: it
@@ -460,6 +460,25 @@ scdino_stage() {
     echo "scdino: warning: staging the data set to $SCDINO_STAGE_DIR failed (exit $rc; see above):" \
          "the nodes without a verified copy read the shared one"
   fi
+}
+
+# scdino_settings_of ARGS...: the --set KEY=VALUE settings among a
+# service's flags (both spellings), into the array scdino_settings as
+# `--set KEY=VALUE` pairs, so that what the script runs besides the service
+# (scdino-config paths, scdino-pack --stage, scdino-preflight, the
+# evaluation after the features) reads the config as the service does; the
+# other flags into scdino_other_flags.
+scdino_settings=() scdino_other_flags=()
+scdino_settings_of() {
+  scdino_settings=() scdino_other_flags=()
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --set) [ $# -lt 2 ] || { scdino_settings+=(--set "$2"); shift; } ;;
+      --set=*) scdino_settings+=(--set "${1#--set=}") ;;
+      *) scdino_other_flags+=("$1") ;;
+    esac
+    shift
+  done
 }
 
 # scdino_config_paths CONFIG IMAGE_ARGS...: every path the config makes a
@@ -479,9 +498,9 @@ scdino_config_paths() {
     fi
   fi
   if [ -n "$tool" ]; then
-    "$tool" paths "$config"
+    "$tool" paths "$config" "${scdino_settings[@]}"
   else
-    srun --ntasks=1 --nodes=1 --kill-on-bad-exit=1 "$@" scdino-config paths "$config"
+    srun --ntasks=1 --nodes=1 --kill-on-bad-exit=1 "$@" scdino-config paths "$config" "${scdino_settings[@]}"
   fi
 }
 

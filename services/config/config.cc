@@ -256,7 +256,8 @@ data::BadImagePolicy RunConfig::bad_image_policy() const {
   return scdino.on_bad_image == "skip" ? data::BadImagePolicy::kSkip : data::BadImagePolicy::kFail;
 }
 
-StatusOr<RunConfig> ParseRunConfig(const std::string& text, const std::string& origin) {
+StatusOr<RunConfig> ParseRunConfig(const std::string& text, const std::string& origin,
+                                   const std::vector<std::string>& settings) {
   RunConfig c;
   c.source_path = origin;
   c.source_text = text;
@@ -267,11 +268,19 @@ StatusOr<RunConfig> ParseRunConfig(const std::string& text, const std::string& o
     return Status::InvalidArgument(origin + ": not valid YAML: line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }
   if (root.IsNull()) return Status::InvalidArgument(origin + ": the file is empty; expected the sections meta and train_scDINO");
+  std::string where = origin;
+  if (!settings.empty()) {
+    if (Status s = MergeSettings(settings, &root); !s.ok()) return Status::InvalidArgument(origin + ": " + s.message());
+    for (const auto& setting : settings) where += " --set " + setting;
+    YAML::Emitter merged;
+    merged << root;
+    c.source_text = "# " + where + "\n" + merged.c_str() + "\n";
+  }
   Status s = ReadConfigKeys(root, &c);
   // With recipe: auto the keys checked against each other (warm-ups and
   // epochs, crops and patch) may still be derived: WithValues checks them.
   if (s.ok() && c.scdino.recipe != "auto") s = CrossCheck(c);
-  if (!s.ok()) return Status::InvalidArgument(origin + ": " + s.message());
+  if (!s.ok()) return Status::InvalidArgument(where + ": " + s.message());
   return c;
 }
 
@@ -282,10 +291,16 @@ StatusOr<std::vector<std::pair<int64_t, std::string>>> NamedChannelsOf(const std
   return config->named_channels();
 }
 
-StatusOr<RunConfig> LoadRunConfig(const std::string& path) {
+StatusOr<RunConfig> ParseRunConfig(const std::string& text, const std::string& origin) {
+  return ParseRunConfig(text, origin, {});
+}
+
+StatusOr<RunConfig> LoadRunConfig(const std::string& path, const std::vector<std::string>& settings) {
   auto text = ReadFile(path);
   if (!text.ok()) return text.status();
-  return ParseRunConfig(*text, path);
+  return ParseRunConfig(*text, path, settings);
 }
+
+StatusOr<RunConfig> LoadRunConfig(const std::string& path) { return LoadRunConfig(path, {}); }
 
 }  // namespace scdino::run

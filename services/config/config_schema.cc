@@ -309,6 +309,14 @@ std::vector<std::string> ChildrenOf(const std::vector<Key>& keys, const std::str
   return out;
 }
 
+// "unknown key 'PATH' (known keys of SECTION: a, b, ...)": the message of a
+// key the table lacks, in the file or in a --set.
+std::string UnknownKey(const std::vector<Key>& keys, const std::string& section, const std::string& path) {
+  std::string known;
+  for (const auto& ch : ChildrenOf(keys, section)) known += (known.empty() ? "" : ", ") + ch;
+  return "unknown key '" + path + "' (known keys" + (section.empty() ? "" : " of " + section) + ": " + known + ")";
+}
+
 Status ReadMapping(const YAML::Node& node, const std::string& section, const std::vector<Key>& keys, RunConfig* c) {
   if (!node.IsMap()) return Bad(node, section.empty() ? "the file" : section, "a mapping of keys");
   const auto children = ChildrenOf(keys, section);
@@ -323,11 +331,9 @@ Status ReadMapping(const YAML::Node& node, const std::string& section, const std
     }
     const bool is_section = !leaf && std::find(children.begin(), children.end(), k) != children.end();
     if (!leaf && !is_section) {
-      std::string known;
-      for (const auto& ch : children) known += (known.empty() ? "" : ", ") + ch;
       std::ostringstream ss;
       if (it->first.Mark().line >= 0) ss << "line " << it->first.Mark().line + 1 << ": ";
-      ss << "unknown key '" << path << "' (known keys" << (section.empty() ? "" : " of " + section) << ": " << known << ")";
+      ss << UnknownKey(keys, section, path);
       return Status::InvalidArgument(ss.str());
     }
     const std::string canonical = leaf ? leaf->path : path;
@@ -355,6 +361,74 @@ Status ReadConfigKeys(const YAML::Node& root, RunConfig* c) {
     return ResolveCombinations(*combos, "meta.selected_channel_combination_per_run", c->meta.channel_dict,
                                &c->meta.selected_channel_combination_per_run);
   }
+  return Status::Ok();
+}
+
+namespace {
+
+// A copy of `n` whose nodes carry no mark: a setting's value has no line in
+// the file, so an error about it names none.
+YAML::Node Unmarked(const YAML::Node& n) {
+  if (n.IsScalar()) return YAML::Node(n.Scalar());
+  if (n.IsSequence()) {
+    YAML::Node out(YAML::NodeType::Sequence);
+    for (const auto& e : n) out.push_back(Unmarked(e));
+    return out;
+  }
+  if (n.IsMap()) {
+    YAML::Node out(YAML::NodeType::Map);
+    for (auto it = n.begin(); it != n.end(); ++it) out[it->first.Scalar()] = Unmarked(it->second);
+    return out;
+  }
+  return YAML::Node();
+}
+
+}  // namespace
+
+Status MergeSettings(const std::vector<std::string>& settings, YAML::Node* root) {
+  RunConfig scratch;
+  std::optional<YAML::Node> combos;
+  const auto keys = Table(scratch, &combos);
+  YAML::Node merged = YAML::Clone(*root);
+  for (const std::string& setting : settings) {
+    auto bad = [&](const std::string& why) { return Status::InvalidArgument("--set " + setting + ": " + why); };
+    const auto eq = setting.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return bad("expected KEY=VALUE with a key's full path (train_scDINO.epochs=50; docs/config.md lists the keys)");
+    }
+    const std::string path = setting.substr(0, eq), text = setting.substr(eq + 1);
+    const Key* key = nullptr;
+    for (const auto& k : keys) {
+      const bool alias = Parent(k.path) == Parent(path) &&
+                         std::find(k.aliases.begin(), k.aliases.end(), Last(path)) != k.aliases.end();
+      if (k.path == path || alias) key = &k;
+    }
+    if (!key) {
+      // The known keys of the deepest section the path names.
+      std::string section = Parent(path);
+      while (!section.empty() && ChildrenOf(keys, section).empty()) section = Parent(section);
+      return bad(UnknownKey(keys, section, path));
+    }
+    YAML::Node value;
+    try {
+      value = Unmarked(YAML::Load(text));
+    } catch (const YAML::Exception& e) {
+      return bad("the value is not YAML: " + e.msg);
+    }
+    if (Status s = key->field.read(value, key->path); !s.ok()) return bad(s.message());
+    // The sections down to the key, made where the document has none.
+    YAML::Node at = merged;
+    std::string rest = key->path;
+    for (auto dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
+      const std::string part = rest.substr(0, dot);
+      if (!at[part].IsMap()) at[part] = YAML::Node(YAML::NodeType::Map);
+      at.reset(at[part]);
+      rest = rest.substr(dot + 1);
+    }
+    for (const auto& alias : key->aliases) at.remove(alias);
+    at[rest] = value;
+  }
+  *root = merged;
   return Status::Ok();
 }
 

@@ -41,4 +41,22 @@ std::string ConfigReference();
 /// Ignored keys add to c->warnings.
 Status ReadConfigKeys(const YAML::Node& root, RunConfig* c);
 
+/// Merges command-line settings (`--set KEY=VALUE`) into a parsed YAML
+/// document, each as if the file gave it: KEY is a key's full path (its
+/// last part may be scDINO's spelling), VALUE is YAML; a spelling of the
+/// same key in the document gives way to it. An unknown key (naming the
+/// known keys of its section), a setting without `=` and a value of the
+/// wrong type or range are refused, InvalidArgument starting
+/// "--set KEY=VALUE: ", and `root` is then unchanged.
+Status MergeSettings(const std::vector<std::string>& settings, YAML::Node* root);
+
+/// ParseRunConfig and LoadRunConfig (config/config.h) with a service's
+/// settings (`--set KEY=VALUE`) merged in first (MergeSettings). The
+/// config's source_text is then the merged document under a first line
+/// naming the file and the settings, so that a checkpoint records what
+/// the run was given; errors start with that line's text.
+StatusOr<RunConfig> ParseRunConfig(const std::string& yaml_text, const std::string& origin,
+                                   const std::vector<std::string>& settings);
+StatusOr<RunConfig> LoadRunConfig(const std::string& path, const std::vector<std::string>& settings);
+
 }  // namespace scdino::run

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "config/config_schema.h"
 #include "launch/environment.h"
 #include "launch/launch.h"
 #include "plan/recipe.h"
@@ -21,6 +22,13 @@ CommandLine::CommandLine(const std::string& program, const std::string& descript
                                   "docs/config.md)");
   config->type_name("FILE");
   if (config_required) config->required();
+  app_->add_option("--set", settings_,
+                   "a config key's value, as if the file gave it: KEY=VALUE with the key's full path "
+                   "(--set train_scDINO.epochs=50 --set meta.name_of_run=lr-1e-4); repeatable, a later one wins; "
+                   "docs/config.md lists the keys; give every service of a run the same")
+      ->type_name("KEY=VALUE")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app_->add_option("--threads", threads_, "intra-op CPU threads; 0: all cores")
       ->check(CLI::Range(int64_t{0}, int64_t{4096}))
       ->default_str("scdino.threads")
@@ -30,10 +38,14 @@ CommandLine::CommandLine(const std::string& program, const std::string& descript
 std::optional<int> CommandLine::Parse(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   if (auto code = app_.Parse(argc, argv, out, err)) return code;
   if (config_path_.empty()) {  // not required: the defaults, named so in messages
+    if (!settings_.empty()) {
+      err << program_ << ": --set " << settings_[0] << ": --set changes a config's key; give the config (--config FILE)\n";
+      return kExitBadInput;
+    }
     config_.source_path = "the defaults (no --config)";
     return std::nullopt;
   }
-  auto config = run::LoadRunConfig(config_path_);
+  auto config = run::LoadRunConfig(config_path_, settings_);
   if (!config.ok()) {
     err << program_ << ": " << config.status().message() << "\n";
     return kExitBadInput;

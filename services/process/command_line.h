@@ -33,7 +33,8 @@ class CommandLine {
 
   const std::string& program() const { return program_; }
   const std::string& config_path() const { return config_path_; }
-  /// The config as the file gives it, never changed after Parse. What a
+  /// The config as the file gives it with the --set settings merged in
+  /// (run::ParseRunConfig), never changed after Parse. What a
   /// run derives at its start (the recipe, an elastic resume's batch) is
   /// not in it: the trainer settles its plan (plan/plan.h) and the services
   /// after it read the run's settings (run::SettingsOfRun).
@@ -53,6 +54,7 @@ class CommandLine {
 
  private:
   std::string program_, config_path_;
+  std::vector<std::string> settings_;  ///< --set KEY=VALUE, in order
   int64_t threads_ = -1;
   cli::App app_;
   run::RunConfig config_;

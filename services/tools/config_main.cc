@@ -89,6 +89,13 @@ int main(int argc, char** argv) {
                                     "list the paths a service of this config reads (ro) or writes (rw), one per "
                                     "line: ACCESS<TAB>ABSOLUTE_PATH<TAB>KEY");
   paths->add_option("FILE", file, "the YAML config")->required();
+  std::vector<std::string> settings;
+  for (auto* sub : {check, paths}) {
+    sub->add_option("--set", settings, "a key's value as the service is given it (KEY=VALUE; repeatable)")
+        ->type_name("KEY=VALUE")
+        ->expected(1)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  }
   app->add_subcommand("doc", "print the Markdown key reference of docs/config.md");
   bool shell = false;
   std::string program;
@@ -102,7 +109,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (app->got_subcommand("exit-codes")) return PrintExitCodes(shell, program);
-  auto c = scdino::run::LoadRunConfig(file);
+  auto c = scdino::run::LoadRunConfig(file, settings);
   if (!c.ok()) {
     std::cerr << "scdino-config: " << c.status().message() << "\n";
     return scdino::process::ExitCodeFor(c.status());

@@ -221,6 +221,63 @@ TEST(RunConfig, IgnoredKeysAreNamedWithWhy) {
 
 // docs/config.md's key reference is the schema's: regenerate it with
 // `build/services/tools/scdino-config doc` when a key changes.
+// `--set KEY=VALUE`: each setting as if the file gave it, scDINO's
+// spellings included; the file's own spelling of a key gives way; what the
+// run was given is its source_text, which parses back to the same config.
+TEST(RunConfig, SettingsFromTheCommandLineAreMergedAsTheFilesKeys) {
+  auto c = ParseRunConfig(kScdinoStyle, "scdino.yaml",
+                          {"train_scDINO.epochs=50", "train_scDINO.hyperparameters.teacher_temp=0.05",
+                           "meta.name_of_run=lr-sweep-1", "train_scDINO.hyperparameters.global_crops_scale=[0.3, 1.0]",
+                           "scdino.threads=3", "train_scDINO.epochs=60"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->train.epochs, 60);  // a later setting wins
+  EXPECT_DOUBLE_EQ(c->train.hyperparameters.teacher_temp, 0.05);  // over the file's techer_temp: 0.07
+  EXPECT_EQ(c->meta.name_of_run, "lr-sweep-1");
+  EXPECT_DOUBLE_EQ(c->train.hyperparameters.global_crops_scale[0], 0.3);
+  EXPECT_EQ(c->scdino.threads, 3);  // a section the file does not have
+  EXPECT_EQ(c->train.hyperparameters.warmup_epochs, 5);  // the rest as the file says
+  EXPECT_TRUE(c->given_keys.count("train_scDINO.epochs"));  // given: a recipe keeps it
+  EXPECT_TRUE(c->given_keys.count("scdino.threads"));
+  // The record names the file and the settings, and is the merged document.
+  EXPECT_EQ(c->source_text.rfind("# scdino.yaml --set train_scDINO.epochs=50 --set ", 0), 0u) << c->source_text;
+  auto again = ParseRunConfig(c->source_text, "recorded");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->train.epochs, 60);
+  EXPECT_DOUBLE_EQ(again->train.hyperparameters.teacher_temp, 0.05);
+  EXPECT_EQ(again->meta.name_of_run, "lr-sweep-1");
+  EXPECT_EQ(again->channels(), c->channels());
+  EXPECT_EQ(again->meta.channel_dict, c->meta.channel_dict);
+  // The alias itself may be given too.
+  auto alias = ParseRunConfig(kScdinoStyle, "scdino.yaml", {"train_scDINO.hyperparameters.warump_epochs=2"});
+  ASSERT_TRUE(alias.ok()) << alias.status().ToString();
+  EXPECT_EQ(alias->train.hyperparameters.warmup_epochs, 2);
+  // Without settings the text is the file's, untouched.
+  EXPECT_EQ(ParseRunConfig(kScdinoStyle, "scdino.yaml")->source_text, kScdinoStyle);
+}
+
+TEST(RunConfig, ABadSettingIsRefusedNamingItTheKeyAndWhatWasExpected) {
+  auto expect = [](const std::vector<std::string>& settings, const std::vector<std::string>& parts) {
+    auto c = ParseRunConfig(kScdinoStyle, "scdino.yaml", settings);
+    ASSERT_FALSE(c.ok()) << settings[0];
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    for (const auto& part : parts) EXPECT_NE(c.status().message().find(part), std::string::npos) << c.status().message();
+    EXPECT_EQ(c.status().message().find("line "), std::string::npos) << c.status().message();  // no line of the file
+  };
+  expect({"train_scDINO.epochz=3"},
+         {"scdino.yaml: --set train_scDINO.epochz=3: unknown key 'train_scDINO.epochz' (known keys of train_scDINO: "
+          "dino_vit_name,",
+          "epochs"});
+  expect({"trian.epochs=3"}, {"--set trian.epochs=3: unknown key 'trian.epochs' (known keys: meta, train_scDINO"});
+  expect({"train_scDINO.epochs"}, {"--set train_scDINO.epochs: expected KEY=VALUE"});
+  expect({"train_scDINO.epochs=-4"}, {"--set train_scDINO.epochs=-4: train_scDINO.epochs: expected", "got '-4'"});
+  expect({"train_scDINO.hyperparameters.lr=[1, 2"}, {"--set train_scDINO.hyperparameters.lr=[1, 2: the value is not YAML"});
+  expect({"train_scDINO.hyperparameters"}, {"expected KEY=VALUE"});
+  // Across keys: named with the settings that made it.
+  expect({"scdino.recipe=manual", "train_scDINO.hyperparameters.warmup_epochs=40"},
+         {"scdino.yaml --set scdino.recipe=manual --set train_scDINO.hyperparameters.warmup_epochs=40: "
+          "train_scDINO.hyperparameters.warmup_epochs: expected at most train_scDINO.epochs (10), got 40"});
+}
+
 TEST(RunConfig, DocumentationMatchesTheSchema) {
   auto doc = ReadFile(std::string(SCDINO_SOURCE_DIR) + "/docs/config.md");
   ASSERT_TRUE(doc.ok()) << doc.status().ToString();

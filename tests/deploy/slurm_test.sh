@@ -28,9 +28,11 @@ scdino: {threads: 1, data_source: synthetic, synthetic: {classes: 2, per_class: 
 YAML
 }
 
-submit() {  # name ntasks -> job id
-  sbatch --parsable --ntasks="$2" --cpus-per-task=1 --output="$work/$1-%j.out" \
-    --export=ALL,SCDINO_BIN="$build/services/trainer" "$src/deploy/slurm/train.sbatch" "$work/$1.yaml"
+submit() {  # name ntasks [scdino-trainer flags] -> job id
+  local name=$1 ntasks=$2
+  shift 2
+  sbatch --parsable --ntasks="$ntasks" --cpus-per-task=1 --output="$work/$name-%j.out" \
+    --export=ALL,SCDINO_BIN="$build/services/trainer" "$src/deploy/slurm/train.sbatch" "$work/$name.yaml" "$@"
 }
 
 iteration() { python3 - "$1" <<'PY'
@@ -51,14 +53,32 @@ print('identical' if not bad else 'differ: ' + ', '.join(bad[:5]))
 PY
 }
 
-# 1. Two tasks, data parallel over Gloo, rendezvous from Slurm's variables.
-config two 2
-job=$(submit two 2)
+# 1. Two tasks, data parallel over Gloo, rendezvous from Slurm's variables;
+# the file says 5 epochs, the command line sets 2 (the preflight and the
+# trainer both take it), and the checkpoint records what the run was given.
+config two 5
+job=$(submit two 2 --set train_scDINO.epochs=2 --set=train_scDINO.saveckp_freq=50)
 wait_gone "$job" 300
 grep -q "rank 1 of 2, gloo (slurm launch" "$work"/two-*.out || { echo "FAIL: no 2-rank launch"; cat "$work"/two-*.out; exit 1; }
 [ "$(iteration "$work/two/checkpoint.safetensors")" = 4 ] || { echo "FAIL: 2-task run did not finish"; cat "$work"/two-*.out; exit 1; }
 [ "$(wc -l < "$work/two/log.jsonl")" = 2 ] || { echo "FAIL: expected 2 log lines"; exit 1; }
-echo "ok: 2-task training job"
+recorded=$(python3 - "$work/two/checkpoint.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+print(json.loads(b[8:8 + n])['__metadata__']['config'].splitlines()[0])
+PY
+)
+[ "$recorded" = "# $work/two.yaml --set train_scDINO.epochs=2 --set train_scDINO.saveckp_freq=50" ] ||
+  { echo "FAIL: the checkpoint records '$recorded' as the run's config"; exit 1; }
+echo "ok: 2-task training job, its epochs set on the command line and recorded"
+# A setting of a key that does not exist: refused before anything runs.
+config typo 2
+job=$(submit typo 1 --set train_scDINO.epoch=2)
+wait_gone "$job" 120
+grep -q "unknown key 'train_scDINO.epoch' (known keys of train_scDINO: " "$work"/typo-*.out ||
+  { echo "FAIL: a --set of an unknown key was not refused naming it"; cat "$work"/typo-*.out; exit 1; }
+[ ! -e "$work/typo/checkpoint.safetensors" ] || { echo "FAIL: a run with a bad --set trained"; exit 1; }
+echo "ok: a --set of an unknown key is refused naming the known keys"
 
 # 2. Preemption: USR1 mid-way, requeue, resume, same result as uninterrupted.
 config full 40

@@ -111,6 +111,41 @@ TEST(CommandLine, BadCommandLinesNameTheFlagAndValue) {
   }
 }
 
+// --set KEY=VALUE, repeatable, on every service: the config as if the file
+// said so; a bad one, or one without a config, is refused before anything
+// starts, naming it.
+TEST(CommandLine, SetGivesAKeyAValueAsIfTheFileDid) {
+  ScratchDir s;
+  const std::string config = Config(s);
+  CommandLine cl("scdino-x", "A test service.");
+  const char* argv[] = {"scdino-x", "--config", config.c_str(), "--set", "meta.name_of_run=sweep-2",
+                        "--set=train_scDINO.epochs=17"};
+  std::ostringstream out, err;
+  ASSERT_FALSE(cl.Parse(6, argv, out, err).has_value()) << err.str();
+  EXPECT_EQ(cl.config().meta.name_of_run, "sweep-2");
+  EXPECT_EQ(cl.config().train.epochs, 17);
+  EXPECT_EQ(cl.config().scdino.threads, 1);  // the file's
+  EXPECT_NE(cl.config().source_text.find("--set meta.name_of_run=sweep-2 --set train_scDINO.epochs=17"),
+            std::string::npos);
+
+  // Without a config there is no key to set.
+  CommandLine defaults("scdino-x", "A test service.", /*config_required=*/false);
+  const char* bare[] = {"scdino-x", "--set", "scdino.threads=5"};
+  std::ostringstream bare_err;
+  EXPECT_EQ(defaults.Parse(3, bare, out, bare_err), kExitBadInput);
+  EXPECT_EQ(bare_err.str(), "scdino-x: --set scdino.threads=5: --set changes a config's key; give the config "
+                            "(--config FILE)\n");
+
+  auto bad = ParseWith({"--config", config, "--set", "train_scDINO.epoch=7"});
+  EXPECT_EQ(bad.code, kExitBadInput);
+  EXPECT_NE(bad.err.find("scdino-x: " + config + ": --set train_scDINO.epoch=7: unknown key 'train_scDINO.epoch' "
+                         "(known keys of train_scDINO: "),
+            std::string::npos)
+      << bad.err;
+  auto help = ParseWith({"--help"});
+  EXPECT_NE(help.out.find("--set KEY=VALUE"), std::string::npos) << help.out;
+}
+
 TEST(CommandLine, ABadConfigIsNamedAndIgnoredKeysAreSaid) {
   ScratchDir s;
   auto r = ParseWith({"--config", s.file("missing.yaml")});
