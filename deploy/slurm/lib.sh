@@ -487,6 +487,9 @@ scdino_settings_of() {
 # own parser, never by grep. The tool is SCDINO_CONFIG_TOOL, else
 # scdino-config on PATH or beside SCDINO_BIN's build tree, else the image's
 # own (one task, IMAGE_ARGS: the srun flags that run it in the container).
+# An index CSV's image folders outside its own are listed too: the image's
+# tool (through Pyxis) lists first without reading the CSV, then, for a
+# CSV, again with the CSV's folder mounted.
 scdino_config_paths() {
   local config=$1 tool=${SCDINO_CONFIG_TOOL:-}
   shift
@@ -499,9 +502,24 @@ scdino_config_paths() {
   fi
   if [ -n "$tool" ]; then
     "$tool" paths "$config" "${scdino_settings[@]}"
-  else
-    srun --ntasks=1 --nodes=1 --kill-on-bad-exit=1 "$@" scdino-config paths "$config" "${scdino_settings[@]}"
+    return
   fi
+  local step=(srun --ntasks=1 --nodes=1 --kill-on-bad-exit=1) listed csv_dir arg probe=()
+  case " $* " in *" --container-mounts="*) ;; *)
+    "${step[@]}" "$@" scdino-config paths "$config" "${scdino_settings[@]}"
+    return ;;
+  esac
+  listed=$("${step[@]}" "$@" scdino-config paths --shallow "$config" "${scdino_settings[@]}") || return
+  csv_dir=$(awk -F'\t' '$3 == "scdino.index_csv" {print $2}' <<<"$listed")
+  if [ -z "$csv_dir" ]; then
+    printf '%s\n' "$listed"
+    return 0
+  fi
+  for arg in "$@"; do
+    case $arg in --container-mounts=*) arg="$arg,$csv_dir:$csv_dir:ro" ;; esac
+    probe+=("$arg")
+  done
+  "${step[@]}" "${probe[@]}" scdino-config paths "$config" "${scdino_settings[@]}"
 }
 
 # scdino_check_paths LISTED: each line ACCESS<TAB>PATH<TAB>KEY; read-only
@@ -543,8 +561,9 @@ scdino_container_runtime_present() {
 # scdino_container_args CONFIG [NAME]: fills the array container_args with the srun
 # flags that run a step in SCDINO_CONTAINER, and checks what they name. The
 # paths come from scdino_config_paths: the config's folder, the data set or
-# index CSV, token and TLS files (read-only), the output directory, the
-# Prometheus file_sd directory and a statistics file's folder (read-write).
+# index CSV and its images' folders, token and TLS files (read-only), the
+# output directory, the Prometheus file_sd directory and a statistics
+# file's folder (read-write).
 #  - an OCI bundle directory (config.json + rootfs/): Slurm's own
 #    --container (oci.conf, runc); its mounts are in the bundle's
 #    config.json, and every path must lie in them. Slurm 22.05 runs one task

@@ -41,6 +41,39 @@ Status Unreadable(const std::string& path, const std::string& what, const std::e
 
 std::atomic<int64_t> index_passes{0};
 
+// Whether folder `p` holds a folder (not one starting with '.').
+StatusOr<bool> HasSubfolder(const fs::path& p) {
+  std::error_code ec;
+  fs::directory_iterator sub(p, ec);
+  if (ec) return Unreadable(p.string(), "a folder of the data set", ec);
+  for (; sub != fs::directory_iterator(); sub.increment(ec)) {
+    if (ec) return Unreadable(p.string(), "a folder of the data set", ec);
+    std::error_code sub_ec;
+    if (sub->is_directory(sub_ec) && sub->path().filename().string()[0] != '.') return true;
+  }
+  return false;
+}
+
+// A flat folder (images in `root` itself, the first `flat_example`) is one
+// class named after the folder: training needs no labels, and an
+// evaluation of one class says it judges nothing. Refused when images also
+// lie in class folders (the first `class_example`).
+Status LabelFlatFolder(const std::string& root, const std::string& flat_example, const std::string& class_example,
+                       std::map<std::string, std::string>* labels) {
+  if (!class_example.empty()) {
+    return Status::InvalidArgument(root + ": images lie both in the data set folder itself (" + flat_example +
+                                   ") and in class folders (" + class_example +
+                                   "); expected one or the other: move the first into a class folder, or keep "
+                                   "only images in the folder for an unlabelled data set");
+  }
+  const fs::path folder = fs::path(root).lexically_normal();
+  std::string name = folder.filename().string();
+  if (name.empty()) name = folder.parent_path().filename().string();  // "cells/"
+  if (name.empty()) name = "unlabelled";                              // "/"
+  for (auto& [path, label] : *labels) label = name;
+  return Status::Ok();
+}
+
 }  // namespace
 
 int64_t IndexPasses() { return index_passes.load(); }
@@ -59,6 +92,8 @@ StatusOr<Dataset> IndexFolder(const std::string& root, const IndexOptions& o) {
   std::map<std::string, std::string> labels;
   std::set<std::string> dirs_with_images;
   std::vector<std::string> leaf_dirs;
+  // The first image directly in `root` and in a class folder, if any.
+  std::string flat_example, class_example;
   fs::recursive_directory_iterator it(root, fs::directory_options::follow_directory_symlink, ec);
   if (ec) return Unreadable(root, "the data set folder", ec);
   // The folder the next increment enters, to name it when it cannot be read.
@@ -77,15 +112,9 @@ StatusOr<Dataset> IndexFolder(const std::string& root, const IndexOptions& o) {
       continue;
     }
     if (dir) {
-      bool has_subdir = false;
-      fs::directory_iterator sub(p, ec);
-      if (ec) return Unreadable(p.string(), "a folder of the data set", ec);
-      for (; sub != fs::directory_iterator(); sub.increment(ec)) {
-        if (ec) return Unreadable(p.string(), "a folder of the data set", ec);
-        std::error_code sub_ec;
-        if (sub->is_directory(sub_ec) && sub->path().filename().string()[0] != '.') has_subdir = true;
-      }
-      if (!has_subdir) leaf_dirs.push_back(p.string());
+      auto has_subfolder = HasSubfolder(p);
+      if (!has_subfolder.ok()) return has_subfolder.status();
+      if (!*has_subfolder) leaf_dirs.push_back(p.string());
       continue;
     }
     std::error_code file_ec;
@@ -102,13 +131,17 @@ StatusOr<Dataset> IndexFolder(const std::string& root, const IndexOptions& o) {
     fs::path rel = fs::relative(p, root);
     std::vector<std::string> parts;
     for (const auto& c : rel.parent_path()) parts.push_back(c.string());
-    if (static_cast<int64_t>(parts.size()) <= o.folder_depth_for_labels) {
+    // An image in the data set folder itself: a flat folder, unlabelled.
+    const bool flat = parts.empty() && o.folder_depth_for_labels == 0;
+    std::string& example = flat ? flat_example : class_example;
+    if (example.empty() || p.string() < example) example = p.string();
+    if (!flat && static_cast<int64_t>(parts.size()) <= o.folder_depth_for_labels) {
       return Status::InvalidArgument(p.string() + ": lies " + std::to_string(parts.size()) +
                                      " folder(s) below the data set root, too shallow for folder_depth_for_labels = " +
                                      std::to_string(o.folder_depth_for_labels));
     }
-    labels[p.string()] = parts[parts.size() - 1 - o.folder_depth_for_labels];
-    dirs_with_images.insert(p.parent_path().string());
+    labels[p.string()] = flat ? "" : parts[parts.size() - 1 - o.folder_depth_for_labels];
+    if (!flat) dirs_with_images.insert(p.parent_path().string());
     if (o.on_progress) o.on_progress(static_cast<int64_t>(labels.size()));
   }
   for (const auto& dir : leaf_dirs) {
@@ -118,6 +151,9 @@ StatusOr<Dataset> IndexFolder(const std::string& root, const IndexOptions& o) {
     d.skipped.push_back(why);
   }
   if (labels.empty()) return Status::InvalidArgument(root + ": no images found (.tif, .tiff, .png, .jpg, .jpeg)");
+  if (!flat_example.empty()) {
+    if (auto s = LabelFlatFolder(root, flat_example, class_example, &labels); !s.ok()) return s;
+  }
   return Finish(std::move(d), labels);
 }
 

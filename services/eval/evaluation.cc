@@ -304,6 +304,11 @@ StatusOr<EvalResult> RunEvaluation(const features::FeatureSet& set, const EvalOp
   EvalResult result;
   result.n_train = static_cast<int64_t>(rows->train.size());
   result.n_test = static_cast<int64_t>(rows->test.size());
+  if (set.classes.size() == 1 && o.log) {
+    *o.log << "scdino-eval: warning: " << set.dir << ": the features have one class ('" << set.classes[0]
+           << "'): the kNN accuracy is 1 whatever the model learned and judges nothing; label the images "
+              "(class folders, or scdino.index_csv) to evaluate them\n";
+  }
   auto knn = ScoreKnn(set, *rows, o, &result);
   if (!knn.ok()) return knn.status();
   if (!*knn) return result;  // stopped in the kNN: nothing written

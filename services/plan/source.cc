@@ -57,8 +57,9 @@ StatusOr<std::shared_ptr<const data::PackedSet>> OpenPackedDataset(const RunConf
   return set;
 }
 
-StatusOr<data::Dataset> IndexDataset(const RunConfig& c, std::ostream* progress) {
-  if (c.scdino.data_source == "synthetic") return data::Dataset{};
+namespace {
+
+StatusOr<data::Dataset> IndexSource(const RunConfig& c, std::ostream* progress) {
   if (c.scdino.data_source == "csv") return data::IndexCsv(c.scdino.index_csv);
   auto packed = OpenPackedDataset(c);
   if (!packed.ok()) return packed.status();
@@ -70,6 +71,22 @@ StatusOr<data::Dataset> IndexDataset(const RunConfig& c, std::ostream* progress)
   io.on_progress = [&log](int64_t found) { log.Report(found, 0); };
   auto d = data::IndexFolder(c.meta.dataset_dir, io);
   if (d.ok()) log.Done(static_cast<int64_t>(d->entries.size()));
+  return d;
+}
+
+}  // namespace
+
+StatusOr<data::Dataset> IndexDataset(const RunConfig& c, std::ostream* progress) {
+  if (c.scdino.data_source == "synthetic") return data::Dataset{};
+  auto d = IndexSource(c, progress);
+  // One class (a flat folder of unlabelled images, or one class folder):
+  // training needs no labels, an evaluation does, and says so up front.
+  if (d.ok() && d->classes.size() == 1 && progress) {
+    *progress << "scdino: " << (c.scdino.data_source == "csv" ? c.scdino.index_csv : c.meta.dataset_dir)
+              << ": one class ('" << d->classes[0] << "', " << d->entries.size()
+              << " images): training needs no labels; the evaluation's kNN accuracy and per-class metrics "
+                 "need two classes or more (class folders, or scdino.index_csv)\n";
+  }
   return d;
 }
 

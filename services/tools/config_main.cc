@@ -2,17 +2,21 @@
 // docs: `check FILE` validates a config as the services will (every error
 // and ignored key named), `paths FILE` lists every path the config makes a
 // service read or write (deploy/slurm/lib.sh mounts exactly these into the
-// container), `doc` prints the key reference of docs/config.md, `exit-codes`
-// the exit-code table of docs/exit-codes.md (--shell: deploy/slurm/lib.sh's
-// block; --program: one program's --help line).
+// container, an index CSV's image folders outside its own included), `doc`
+// prints the key reference of docs/config.md, `exit-codes` the exit-code
+// table of docs/exit-codes.md (--shell: deploy/slurm/lib.sh's block;
+// --program: one program's --help line).
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/cli.h"
 #include "config/config.h"
 #include "config/config_schema.h"
+#include "data/dataset.h"
 #include "process/exit_codes.h"
 
 namespace {
@@ -36,24 +40,73 @@ int PrintExitCodes(bool shell, const std::string& program) {
   return 0;
 }
 
+// More folders than this outside an index CSV's own are refused: each is a
+// container mount of its own.
+constexpr size_t kMaxCsvImageFolders = 64;
+
+// The folders of an index CSV's images that lie outside the CSV's folder,
+// none inside another; refused past kMaxCsvImageFolders naming the first
+// image outside. An unreadable CSV or bad row is refused as the services
+// refuse it.
+scdino::StatusOr<std::vector<std::string>> CsvImageFoldersOutside(const std::string& csv) {
+  namespace fs = std::filesystem;
+  auto d = scdino::data::IndexCsv(csv);
+  if (!d.ok()) return d.status();
+  const fs::path parent = fs::path(csv).parent_path();
+  std::string own = fs::absolute(parent.empty() ? fs::path(".") : parent).lexically_normal().string();
+  if (own.back() != '/') own += "/";
+  std::set<std::string> folders;
+  std::string first;
+  for (const auto& e : d->entries) {
+    const std::string path = fs::absolute(e.path).lexically_normal().string();
+    if (path.compare(0, own.size(), own) == 0) continue;
+    if (first.empty()) first = path;
+    folders.insert(fs::path(path).parent_path().string());
+  }
+  std::vector<std::string> out;
+  for (const auto& f : folders) {  // sorted: a folder comes before what lies inside it
+    const bool inside = std::any_of(out.begin(), out.end(), [&](const std::string& o) {
+      return f.size() > o.size() && f.compare(0, o.size(), o) == 0 && f[o.size()] == '/';
+    });
+    if (!inside) out.push_back(f);
+  }
+  if (out.size() > kMaxCsvImageFolders) {
+    return scdino::Status::InvalidArgument(
+        csv + " (scdino.index_csv): its images lie in " + std::to_string(out.size()) +
+        " folders outside the CSV's own, the first " + first + "; at most " + std::to_string(kMaxCsvImageFolders) +
+        " are mounted into the container: move the CSV into a folder above its images, or the images under it");
+  }
+  return out;
+}
+
 // paths: relative paths are relative to the working directory, as the
 // services read them. A file that a service may create (the statistics
-// file) is listed by its folder.
-void PrintPaths(const scdino::run::RunConfig& c, const std::string& file) {
+// file) is listed by its folder. An index CSV is listed by its folder and
+// the folders of its images outside it (unless `shallow`: what a container
+// probe lists before the CSV is mounted).
+scdino::Status PrintPaths(const scdino::run::RunConfig& c, const std::string& file, bool shallow) {
   namespace fs = std::filesystem;
   auto line = [](const char* access, const std::string& path, const std::string& key) {
     if (!path.empty()) std::cout << access << "\t" << fs::absolute(path).lexically_normal().string() << "\t" << key << "\n";
   };
   const auto& k = c.scdino;
+  std::vector<std::string> csv_folders;
+  if (k.data_source == "csv" && !shallow) {
+    auto folders = CsvImageFoldersOutside(k.index_csv);
+    if (!folders.ok()) return folders.status();
+    csv_folders = std::move(folders).value();
+  }
   line("ro", fs::path(file).parent_path().empty() ? "." : fs::path(file).parent_path().string(), "the config's folder");
   if (k.data_source == "folder") line("ro", c.meta.dataset_dir, "meta.dataset_dir");
   if (k.data_source == "csv") line("ro", fs::path(k.index_csv).parent_path().string(), "scdino.index_csv");
+  for (const auto& f : csv_folders) line("ro", f, "images of scdino.index_csv");
   if (!k.stats_file.empty()) line("rw", fs::path(k.stats_file).parent_path().string(), "scdino.stats_file");
   line("ro", k.control.token_file, "scdino.control.token_file");
   line("ro", k.control.tls_cert_file, "scdino.control.tls_cert_file");
   line("ro", k.control.tls_key_file, "scdino.control.tls_key_file");
   line("rw", c.meta.output_dir, "meta.output_dir");
   line("rw", c.file_sd_dir(), "scdino.metrics.file_sd_dir");
+  return scdino::Status::Ok();
 }
 
 // check: the warnings, the metrics targets' folder against the shipped
@@ -89,6 +142,10 @@ int main(int argc, char** argv) {
                                     "list the paths a service of this config reads (ro) or writes (rw), one per "
                                     "line: ACCESS<TAB>ABSOLUTE_PATH<TAB>KEY");
   paths->add_option("FILE", file, "the YAML config")->required();
+  bool shallow = false;
+  paths->add_flag("--shallow", shallow,
+                  "an index CSV by its folder only, without reading it for the folders of its images outside "
+                  "it (a container probe's first look, before the CSV is mounted)");
   std::vector<std::string> settings;
   for (auto* sub : {check, paths}) {
     sub->add_option("--set", settings, "a key's value as the service is given it (KEY=VALUE; repeatable)")
@@ -115,7 +172,10 @@ int main(int argc, char** argv) {
     return scdino::process::ExitCodeFor(c.status());
   }
   if (app->got_subcommand("paths")) {
-    PrintPaths(*c, file);
+    if (auto s = PrintPaths(*c, file, shallow); !s.ok()) {
+      std::cerr << "scdino-config: " << file << ": " << s.message() << "\n";
+      return scdino::process::ExitCodeFor(s);
+    }
   } else {
     PrintCheck(*c, file);
   }

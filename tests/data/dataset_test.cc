@@ -60,6 +60,38 @@ TEST(IndexFolder, DeeperTreesLabelledAtDepth) {
   EXPECT_NE(too_deep.status().message().find("folder_depth_for_labels = 3"), std::string::npos);
 }
 
+// A flat folder of unlabelled images (no class folders) is one class named
+// after the folder: it trains; a folder that mixes both is refused naming
+// an image of each.
+TEST(IndexFolder, AFlatFolderIsOneClassNamedAfterIt) {
+  scdino::testing::ScratchDir d;
+  Image(d.file("plate7/b.tif"));
+  Image(d.file("plate7/a.png"));
+  auto flat = IndexFolder(d.file("plate7"));
+  ASSERT_TRUE(flat.ok()) << flat.status().ToString();
+  EXPECT_EQ(flat->classes, (std::vector<std::string>{"plate7"}));
+  ASSERT_EQ(flat->entries.size(), 2u);
+  EXPECT_EQ(flat->entries[0].path, d.file("plate7/a.png"));
+  EXPECT_EQ(flat->entries[0].label, 0);
+  EXPECT_EQ(flat->entries[1].label, 0);
+  auto slash = IndexFolder(d.file("plate7") + "/");
+  ASSERT_TRUE(slash.ok()) << slash.status().ToString();
+  EXPECT_EQ(slash->classes, (std::vector<std::string>{"plate7"}));
+  IndexOptions deeper;
+  deeper.folder_depth_for_labels = 1;
+  auto shallow = IndexFolder(d.file("plate7"), deeper);
+  ASSERT_FALSE(shallow.ok());
+  EXPECT_NE(shallow.status().message().find("too shallow for folder_depth_for_labels = 1"), std::string::npos);
+  Image(d.file("plate7/ctrl/c.tif"));
+  auto mixed = IndexFolder(d.file("plate7"));
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_EQ(mixed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(mixed.status().message().find("in the data set folder itself (" + d.file("plate7/a.png") +
+                                          ") and in class folders (" + d.file("plate7/ctrl/c.tif") + ")"),
+            std::string::npos)
+      << mixed.status().message();
+}
+
 TEST(IndexFolder, BadInputFailsOrIsSkipped) {
   scdino::testing::ScratchDir d;
   Image(d.file("root/a/1.tif"));

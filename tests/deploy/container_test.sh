@@ -293,6 +293,48 @@ $mounts
 expected
 $want_mounts"
   [ "$(head -1 <<<"$mounts")" = "$work:$work:ro" ] || fail "the working directory must be mounted before the output directory inside it: $mounts"
+  # An index CSV whose images lie outside its folder: each of their
+  # folders is mounted read-only (one inside another needs no mount of its
+  # own); past 64 folders it is refused naming the first image outside.
+  csvs="$scratch/container-csv"
+  rm -rf "$csvs"
+  mkdir -p "$csvs/labels" "$csvs/plateA/w1/deeper" "$csvs/plateB"
+  printf 'path,label\n%s,a\n%s,a\n../plateB/2.tif,b\nin.tif,a\n' "$csvs/plateA/w1/1.tif" "$csvs/plateA/w1/deeper/3.tif" \
+    > "$csvs/labels/index.csv"
+  sed "s|^scdino: {threads: 1}|scdino: {threads: 1, data_source: csv, index_csv: \"$csvs/labels/index.csv\"}|" \
+    "$work/run.yaml" > "$work/csv.yaml"
+  flags=$(args csv.yaml "" SCDINO_CONTAINER=image.sqsh) || fail "CSV flags: $flags"
+  mounts=$(sed -n 's/^--container-mounts=//p' <<<"$flags" | tr , '\n')
+  for want in "$csvs/labels:$csvs/labels:ro" "$csvs/plateA/w1:$csvs/plateA/w1:ro" "$csvs/plateB:$csvs/plateB:ro"; do
+    grep -qxF -- "$want" <<<"$mounts" || fail "the CSV's image folders are not mounted ($want): $mounts"
+  done
+  ! grep -qF "deeper" <<<"$mounts" || fail "a folder inside a mounted one got a mount of its own: $mounts"
+  # Through the image's own tool (Pyxis is not on this machine: an srun on
+  # PATH runs the host's tool and records its flags): first without reading
+  # the CSV, then with its folder mounted.
+  mkdir -p "$work/pyxis-srun"
+  cat > "$work/pyxis-srun/srun" <<SH
+#!/bin/bash
+echo "\$*" >> "$work/pyxis-srun/calls"
+while [ \$# -gt 0 ]; do case \$1 in --*) shift ;; *) break ;; esac; done
+shift
+exec "$build/services/tools/scdino-config" "\$@"
+SH
+  chmod +x "$work/pyxis-srun/srun"
+  rm -f "$work/pyxis-srun/calls"
+  flags=$(cd "$work" && env PATH="$work/pyxis-srun:$PATH" SCDINO_CONTAINER=image.sqsh \
+            bash -c 'source "$0"; scdino_container_args "$1" && printf "%s\n" "${container_args[@]}"' \
+            "$src/deploy/slurm/lib.sh" csv.yaml 2>&1) || fail "CSV flags through the image's tool: $flags"
+  grep -qF -- "$csvs/plateB:$csvs/plateB:ro" <<<"$flags" || fail "CSV through the image's tool: $flags"
+  calls=$(cat "$work/pyxis-srun/calls")
+  [ "$(wc -l <<<"$calls")" = 2 ] && grep -q "scdino-config paths --shallow" <<<"$(head -1 <<<"$calls")" &&
+    grep -qF ",$csvs/labels:$csvs/labels:ro " <<<"$(tail -1 <<<"$calls")" &&
+    grep -qF "scdino-config paths $work/csv.yaml" <<<"$(tail -1 <<<"$calls")" ||
+    fail "the image's tool was not asked shallow, then with the CSV's folder mounted: $calls"
+  for i in $(seq 1 65); do echo "$csvs/many/$i/x.tif,a"; done > "$csvs/labels/index.csv"
+  err=$(args csv.yaml "" SCDINO_CONTAINER=image.sqsh) && fail "a CSV with images in 65 folders outside it was accepted"
+  grep -qF "its images lie in 65 folders outside the CSV's own, the first $csvs/many/1/x.tif; at most 64" <<<"$err" ||
+    fail "65 folders: $err"
   # A key of the wrong type is refused by the project's own parser before
   # any srun.
   sed "s|^scdino: {threads: 1}|scdino: {threads: one}|" "$work/run.yaml" > "$work/badkey.yaml"
@@ -326,7 +368,7 @@ $want_mounts"
   grep -q "one task per node" <<<"$err" || fail "two tasks on a bundle: $err"
   err=$(args "$work/run.yaml" "" SCDINO_CONTAINER="$bundle" SLURM_TASKS_PER_NODE="1,2(x3)") && fail "2 tasks on some nodes of a bundle job were accepted"
   grep -q "this job has 2" <<<"$err" || fail "SLURM_TASKS_PER_NODE=1,2(x3) on a bundle: $err"
-  echo "ok: Pyxis flags; missing image, missing and unreadable mounts, config outside the mounts, two tasks per node: refused naming the path"
+  echo "ok: Pyxis flags, an index CSV's image folders mounted; missing image, missing and unreadable mounts, config outside the mounts, two tasks per node, 65 CSV folders: refused naming the path"
   ;;
 *) fail "unknown phase $phase" ;;
 esac

@@ -82,8 +82,9 @@ TEST(RunEvaluation, WithoutAStopEveryPartIsDone) {
   }
 }
 
-// Features of one class: the kNN is written, the linear probe and k-means
-// are skipped with the reason (in the log and knn_results.json), no crash.
+// Features of one class (a flat folder of unlabelled images): the kNN is
+// written with a warning that it judges nothing, the linear probe and
+// k-means are skipped with the reason (in the log and knn_results.json).
 TEST(RunEvaluation, OneClassSkipsTheProbeAndClustersSayingWhy) {
   ScratchDir s;
   auto set = ThreeClasses(s.file("features/checkpoint"));
@@ -105,6 +106,9 @@ TEST(RunEvaluation, OneClassSkipsTheProbeAndClustersSayingWhy) {
   EXPECT_FALSE(r->linear.done);
   EXPECT_NE(r->linear.skipped.find("class"), std::string::npos) << r->linear.skipped;
   EXPECT_NE(log.str().find("scdino-eval: linear probe skipped: " + r->linear.skipped), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("the features have one class ('a'): the kNN accuracy is 1 whatever the model learned"),
+            std::string::npos)
+      << log.str();
   EXPECT_FALSE(r->clustering.done);
   EXPECT_EQ(r->clustering.skipped, "the test rows have 1 class: cluster scores need at least two");
   const auto j = nlohmann::json::parse(*ReadFile(o.out_dir + "/knn_results.json"));

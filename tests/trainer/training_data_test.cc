@@ -8,6 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <sstream>
+
 #include "common/files.h"
 #include "data/dataset.h"
 #include "data/packed.h"
@@ -103,6 +106,34 @@ TEST(TrainingData, APackedSetIsReadByIndexNeverFoundByItsPaths) {
   EXPECT_EQ(data::IndexPasses() - before, 1) << "pack.json and index.csv read once";
   EXPECT_EQ(data::PackedPathLookups() - lookups, 0)
       << "the statistics, the recipe's measure, the source and the check read the set's images by index";
+}
+
+// A flat folder of unlabelled images trains: one class named after the
+// folder, the log says evaluation needs labels, and the learning check
+// says why it does not run.
+TEST(TrainingData, AFlatFolderOfUnlabelledImagesTrains) {
+  scdino::testing::ScratchDir dir;
+  WriteCells(dir.path());
+  std::filesystem::create_directories(dir.path() + "/flat");
+  for (const auto& cls : {"k0", "k1"}) {
+    for (const auto& f : std::filesystem::directory_iterator(dir.path() + "/cells/" + cls)) {
+      std::filesystem::rename(f.path(), dir.path() + "/flat/" + cls + f.path().filename().string());
+    }
+  }
+  auto config = Config(dir.path(), dir.path() + "/flat");
+  auto single = run::Coordinator::Single();
+  std::ostringstream log;
+  auto data = PrepareTrainingData(config, *single, torch::kCPU, /*resuming=*/false, {}, &log);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  EXPECT_EQ(data->source->dataset_size(), 40);
+  EXPECT_EQ(data->source->class_names(), (std::vector<std::string>{"flat"}));
+  data->source->StartEpoch(0, {});
+  EXPECT_TRUE(data->source->Next().has_value());
+  EXPECT_FALSE(data->check);
+  EXPECT_EQ(data->no_check, "the data set has one class (no labels to check against)");
+  EXPECT_NE(log.str().find("/flat: one class ('flat', 40 images): training needs no labels; the evaluation's kNN"),
+            std::string::npos)
+      << log.str();
 }
 
 }  // namespace
