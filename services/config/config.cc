@@ -281,6 +281,17 @@ StatusOr<RunConfig> ParseRunConfig(const std::string& text, const std::string& o
   // epochs, crops and patch) may still be derived: WithValues checks them.
   if (s.ok() && c.scdino.recipe != "auto") s = CrossCheck(c);
   if (!s.ok()) return Status::InvalidArgument(where + ": " + s.message());
+  if (const auto combos = c.meta.selected_channel_combination_per_run.size();
+      combos > 1 && c.given_keys.count("scdino.channel_combination") == 0) {
+    // scDINO trains every combination; a run of scdino trains one: said,
+    // with how to train the others.
+    std::string channels;
+    for (const auto& [index, name] : c.named_channels()) channels += (channels.empty() ? "" : ",") + name;
+    c.warnings.push_back("meta.selected_channel_combination_per_run: " + std::to_string(combos - 1) + " of its " +
+                         std::to_string(combos) + " combinations are ignored: this run trains entry 0 (" +
+                         channels + "; scdino.channel_combination); train each other one as a run of its own: "
+                         "--set scdino.channel_combination=K --set meta.name_of_run=NAME (docs/config.md)");
+  }
   return c;
 }
 

@@ -1,5 +1,6 @@
 #include "config/config_fields.h"
 
+#include <cctype>
 #include <cmath>
 #include <set>
 #include <sstream>
@@ -206,8 +207,8 @@ Field ChannelCombinations(std::optional<YAML::Node>* raw, const std::vector<std:
 Status ResolveCombinations(const YAML::Node& n, const std::string& path, const std::map<int64_t, std::string>& names,
                            std::vector<std::vector<int64_t>>* out) {
   const std::string want =
-      "a non-empty list of channel combinations: digit strings like \"01234\", or lists of channel indices or "
-      "channel_dict names";
+      "a non-empty list of channel combinations: strings of hexadecimal channel characters like \"01234\", or "
+      "lists of channel indices or channel_dict names";
   if (!n.IsSequence() || n.size() == 0) return Bad(n, path, want);
   std::vector<std::vector<int64_t>> all;
   for (size_t i = 0; i < n.size(); ++i) {
@@ -215,11 +216,19 @@ Status ResolveCombinations(const YAML::Node& n, const std::string& path, const s
     const std::string epath = path + "[" + std::to_string(i) + "]";
     std::vector<int64_t> combo;
     if (e.IsScalar()) {
+      // One hexadecimal character per channel, as scDINO reads them ("0a":
+      // channels 0 and 10).
       for (char ch : e.Scalar()) {
-        if (ch < '0' || ch > '9') {
-          return Bad(e, epath, "a string of channel digits (use a list such as [10, 11] for channels above 9)");
+        const char lower = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        if (lower >= '0' && lower <= '9') {
+          combo.push_back(lower - '0');
+        } else if (lower >= 'a' && lower <= 'f') {
+          combo.push_back(10 + lower - 'a');
+        } else {
+          return Bad(e, epath,
+                     "a string of channel characters, 0-9 and a-f for channels 10-15 as scDINO reads them (use a "
+                     "list such as [16, 17] for channels above 15)");
         }
-        combo.push_back(ch - '0');
       }
     } else if (e.IsSequence()) {
       for (const auto& c : e) {
@@ -246,8 +255,15 @@ Status ResolveCombinations(const YAML::Node& n, const std::string& path, const s
       return Bad(e, epath, want);
     }
     if (combo.empty()) return Bad(e, epath, "at least one channel");
-    if (std::set<int64_t>(combo.begin(), combo.end()).size() != combo.size()) {
-      return Bad(e, epath, "each channel at most once");
+    const std::set<int64_t> channels(combo.begin(), combo.end());
+    if (channels.size() != combo.size()) return Bad(e, epath, "each channel at most once");
+    // Each combination is a run of its own: the same channels twice (in
+    // any order) would train one model twice.
+    for (size_t j = 0; j < all.size(); ++j) {
+      if (std::set<int64_t>(all[j].begin(), all[j].end()) == channels) {
+        return Bad(e, epath, "other channels than entry " + std::to_string(j) + " (" + Shown(n[j]) +
+                                 "; each combination is a run of its own)");
+      }
     }
     all.push_back(combo);
   }

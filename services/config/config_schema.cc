@@ -54,7 +54,8 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
       {"meta.channel_dict", ChannelDict(&m.channel_dict), "channel names, e.g. {0: DAPI, 1: BF}"},
       {"meta.selected_channel_combination_per_run",
        ChannelCombinations(combos, &m.selected_channel_combination_per_run),
-       "channel combinations: digit strings (\"024\"), or lists of indices ([10, 11]) or channel_dict names"},
+       "channel combinations: strings of one hexadecimal character per channel (\"024\", \"0a\" for 0 and 10, as "
+       "scDINO), or lists of indices ([16, 17]) or channel_dict names"},
       {"meta.center_crop", Int(&m.center_crop, 0), "center crop in pixels before everything else; 0: none"},
 
       {"train_scDINO.dino_vit_name", Str(&t.dino_vit_name), "the model's name (scDINO names its output folder by it)"},

@@ -191,13 +191,15 @@ TEST(RunConfig, ChannelsByNameAndAboveNine) {
   auto c = ParseRunConfig(R"(
 meta:
   channel_dict: {2: DAPI, 1: BF, 11: CD45}
-  selected_channel_combination_per_run: [[DAPI, BF], [11, 0]]
+  selected_channel_combination_per_run: [[DAPI, BF], [11, 0], "0A1b"]
 scdino: {data_source: synthetic, channel_combination: 1, synthetic: {channels: 12}}
 )",
                             "x.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->meta.selected_channel_combination_per_run[0], (std::vector<int64_t>{2, 1}));
   EXPECT_EQ(c->channels(), (std::vector<int64_t>{11, 0}));
+  // One hexadecimal character per channel, as scDINO reads its strings.
+  EXPECT_EQ(c->meta.selected_channel_combination_per_run[2], (std::vector<int64_t>{0, 10, 1, 11}));
 }
 
 // Keys scDINO's file has that scdino reads and does not use: each says so
@@ -213,7 +215,17 @@ TEST(RunConfig, IgnoredKeysAreNamedWithWhy) {
     EXPECT_NE(all.find(k), std::string::npos) << k << " in:\n" << all;
   }
   EXPECT_NE(all.find("Slurm tasks"), std::string::npos) << all;
-  EXPECT_EQ(c->warnings.size(), 5u) << all;
+  // scDINO trains every combination of the list; a run of scdino trains
+  // one, and says which and how to train the others.
+  EXPECT_NE(all.find("meta.selected_channel_combination_per_run: 2 of its 3 combinations are ignored: this run "
+                     "trains entry 0 (AF647,BF,DAPI,CD3,PE; scdino.channel_combination); train each other one as "
+                     "a run of its own: --set scdino.channel_combination=K --set meta.name_of_run=NAME"),
+            std::string::npos)
+      << all;
+  EXPECT_EQ(c->warnings.size(), 6u) << all;
+  auto chosen = ParseRunConfig(std::string(kScdinoStyle) + "scdino: {channel_combination: 2}\n", "pipeline.yaml");
+  ASSERT_TRUE(chosen.ok()) << chosen.status().ToString();
+  EXPECT_EQ(chosen->warnings.size(), 5u) << "a run that names its combination is not told again";
   auto quiet = ParseRunConfig("meta: {dataset_dir: /d}\n", "min.yaml");
   ASSERT_TRUE(quiet.ok());
   EXPECT_TRUE(quiet->warnings.empty());
@@ -351,11 +363,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"train_scDINO:\n  hyperparameters: {patch_size: 16, local_crops_size: 40}\n",
                 {"local_crops_size", "multiple of patch_size (16)", "got 40"}},
         BadCase{"train_scDINO:\n  hyperparameters: {use_bn_in_head: true}\n", {"use_bn_in_head", "expected false"}},
-        BadCase{"meta:\n  selected_channel_combination_per_run: [\"0a\"]\n",
-                {"selected_channel_combination_per_run[0]", "'0a'"}},
+        BadCase{"meta:\n  selected_channel_combination_per_run: [\"0g\"]\n",
+                {"selected_channel_combination_per_run[0]", "0-9 and a-f for channels 10-15", "'0g'"}},
         BadCase{"meta:\n  channel_dict: {0: DAPI}\n  selected_channel_combination_per_run: [[DAPI, GFP]]\n",
                 {"selected_channel_combination_per_run[0]", "meta.channel_dict (DAPI)", "'GFP'"}},
         BadCase{"meta:\n  selected_channel_combination_per_run: [\"00\"]\n", {"each channel at most once"}},
+        BadCase{"meta:\n  selected_channel_combination_per_run: [\"01\", \"2\", \"10\"]\n",
+                {"selected_channel_combination_per_run[2]", "other channels than entry 0 ('01'", "got '10'"}},
         BadCase{"meta:\n  selected_channel_combination_per_run: [\"7\"]\nscdino: {data_source: synthetic}\n",
                 {"channel 7", "scdino.synthetic.channels = 5"}},
         BadCase{"scdino: {channel_combination: 3}\n", {"scdino.channel_combination", "below the 1 entries"}},
