@@ -48,8 +48,7 @@ Field IntList(std::vector<int64_t>* out, int64_t min);
 Field ChannelDict(std::map<int64_t, std::string>* out);
 /// Keeps the node for ResolveCombinations, which needs channel_dict.
 Field ChannelCombinations(std::optional<YAML::Node>* raw, const std::vector<std::vector<int64_t>>* value);
-/// Channel combinations: strings of one hexadecimal character per channel
-/// (as scDINO reads them), or lists of indices or channel names.
+/// Channel combinations: strings of hex channel characters, or lists of indices or names.
 Status ResolveCombinations(const YAML::Node& n, const std::string& path, const std::map<int64_t, std::string>& names,
                            std::vector<std::vector<int64_t>>* out);
 

@@ -53,12 +53,8 @@ struct IndexOptions {
   std::function<void(int64_t)> on_progress;
 };
 
-/// Walks `root`. Files starting with '.' are ignored; other non-image files
-/// and class folders without images are bad input under the policy. A flat
-/// folder (images in `root` itself, folder_depth_for_labels 0) is one class
-/// named after the folder: unlabelled data trains, and an evaluation of one
-/// class says it judges nothing. Images both in `root` and in class folders
-/// are refused.
+/// Walks `root` ('.' files ignored; other files, empty class folders: bad input
+/// under the policy). A flat folder of images is one class named after it.
 StatusOr<Dataset> IndexFolder(const std::string& root, const IndexOptions& o = {});
 
 /// Reads a CSV of `path,label` rows (a header row `path,label` is allowed);
