@@ -322,7 +322,8 @@ exec "$build/services/tools/scdino-config" "\$@"
 SH
   chmod +x "$work/pyxis-srun/srun"
   rm -f "$work/pyxis-srun/calls"
-  flags=$(cd "$work" && env PATH="$work/pyxis-srun:$PATH" SCDINO_CONTAINER=image.sqsh \
+  flags=$(cd "$work" && env PATH="$work/pyxis-srun:$(path_without scdino-config)" SCDINO_BIN="$work/no-build" \
+            SCDINO_CONTAINER=image.sqsh \
             bash -c 'source "$0"; scdino_container_args "$1" && printf "%s\n" "${container_args[@]}"' \
             "$src/deploy/slurm/lib.sh" csv.yaml 2>&1) || fail "CSV flags through the image's tool: $flags"
   grep -qF -- "$csvs/plateB:$csvs/plateB:ro" <<<"$flags" || fail "CSV through the image's tool: $flags"
