@@ -101,9 +101,12 @@ timing_table() {
   echo "  the ten longest tests:"
   cat "$build_dir"/test-phase-*.log 2>/dev/null |
     sed -n 's/^ *[0-9]*\/[0-9]* *Test *#[0-9]*: \([^ ]*\) [. ]*\(\**[A-Za-z ]*\) *\([0-9.]*\) sec$/\3 \1 \2/p' |
-    sort -rn | head -10 | awk '{ printf "  %8.1f s  %s (%s)\n", $1, $2, $3 }'
+    sort -rn | awk 'NR <= 10 { printf "  %8.1f s  %s (%s)\n", $1, $2, $3 }'
 }
-trap timing_table EXIT
+# The run's own status, whatever the table's pipeline returns: `head`
+# closing the pipe early gave sort a SIGPIPE (141) under pipefail, and a
+# green run exited 141.
+trap 'status=$?; timing_table || true; exit $status' EXIT
 run_tests "bounded in seconds (Slurm, the test cluster, live monitoring)" \
   -L 'slurm|cluster|monitoring' -LE 'sanitizers|container'
 run_tests "the others but the sanitizer and container suites" \
