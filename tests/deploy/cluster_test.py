@@ -739,6 +739,16 @@ def main():
     if run("bash", CLUSTER, "status", check=False).returncode != 0:
         fail("the test cluster is not up (bash scripts/slurm-cluster.sh start; scripts/test.sh starts it)")
     ENV = cluster_env()
+    # The parts run one at a time (RUN_SERIAL): a job still queued was left by
+    # an earlier try that failed (ctest runs a failed test once more), and it
+    # would stand ahead of this try's jobs ("PENDING Priority").
+    left = slurm("squeue", "-h", "-o", "%i", check=False).stdout.split()
+    if left:
+        print(f"note: cancelling job(s) {' '.join(left)} left in the test cluster by an earlier try")
+        slurm("scancel", *left, check=False)
+        t0 = time.time()
+        while slurm("squeue", "-h", "-o", "%i", check=False).stdout.strip() and time.time() - t0 < 60:
+            time.sleep(0.5)
     {"box": part_box, "lines": part_lines, "scripts": part_scripts, "gpus": part_gpus,
      "nodeloss": part_nodeloss}[PART]()
 
