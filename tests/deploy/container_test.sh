@@ -28,6 +28,12 @@ image=localhost/scdino:test
 scratch="$build/test-scratch"
 bundle="$scratch/container-bundle"
 fail() { echo "FAIL: $*"; exit 1; }
+# Enroot's temporary containers (enroot.<random>) made since BEFORE (an
+# earlier list): a run of this test that was killed may have left its own,
+# which are not this run's to judge.
+new_enroot_containers() {
+  comm -13 <(sort <<<"$1") <("$engine" ps -a --format '{{.Names}}' | grep '^enroot\.' | sort) | sed '/^$/d'
+}
 run_in() {  # run_in ARGS... : a command in the image, $scratch mounted, host network
   "$engine" run --rm "${scdino_engine_flags[@]}" --network host -v "$scratch:$scratch" -w "$work" "$image" "$@"
 }
@@ -68,6 +74,7 @@ image)
   echo "ok: build-image.sh refuses --sqsh without enroot, a non-build --prebuilt, a bad --cudnn, no engine; the three Dockerfiles install the same tree"
 
   rm -rf "$bundle"
+  enroot_before=$("$engine" ps -a --format '{{.Names}}' | grep '^enroot\.')
   # --sqsh on a podman-only host: Enroot (here its stand-in, which needs
   # `docker` in its exit trap as the real one does) and no docker on PATH.
   enroot_path="$src/tests/support/fake-enroot:$(path_without docker enroot)"
@@ -80,7 +87,7 @@ image)
     fail "no checked .sqsh: $out $(tail -5 "$work/build.err")"
   grep -qF "scdino: $work/scdino.sqsh ready for srun --container-image=$work/scdino.sqsh" <<<"$out" || fail "no ready line: $out"
   unsquashfs -l "$work/scdino.sqsh" /usr/local/bin/scdino-trainer | grep -q scdino-trainer || fail "the .sqsh lacks the trainer"
-  [ -z "$("$engine" ps -a --format '{{.Names}}' | grep '^enroot\.')" ] || fail "enroot import left a container behind"
+  [ -z "$(new_enroot_containers "$enroot_before")" ] || fail "enroot import left a container behind: $(new_enroot_containers "$enroot_before")"
   # The same with a docker client that has no daemon (this machine's).
   echo '#!/bin/sh
 echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." >&2; exit 1' > "$work/docker"
@@ -94,7 +101,7 @@ echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." >&2; 
           --sqsh "$work/failed.sqsh" 2>&1) && fail "a failed enroot import exited 0"
   grep -qF "'enroot import -o $work/failed.sqsh podman://$image' failed (exit 1)" <<<"$err" || fail "failed import: $err"
   [ ! -e "$work/failed.sqsh" ] || fail "a failed import left $work/failed.sqsh"
-  [ -z "$("$engine" ps -a --format '{{.Names}}' | grep '^enroot\.')" ] || fail "a failed enroot import left a container behind"
+  [ -z "$(new_enroot_containers "$enroot_before")" ] || fail "a failed enroot import left a container behind: $(new_enroot_containers "$enroot_before")"
   echo "ok: --sqsh with podman only (Enroot's docker cleanup), with a daemonless docker client, and a failed import"
   # Labels: version, revision, source.
   labels=$("$engine" image inspect --format '{{json .Labels}}' "$image")
