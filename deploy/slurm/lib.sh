@@ -282,6 +282,30 @@ scdino_array_path() {
   fi
   printf '%s\n' "$path"
 }
+# scdino_array_combination CONFIG ARGS...: in a job array task whose CONFIG
+# has no %a or %A (one config for every task) and whose ARGS set no
+# scdino.channel_combination, the task's index picks the combination: the
+# array scdino_combination holds `--set scdino.channel_combination=INDEX`
+# (append it to the service's flags), else nothing. So `sbatch --array=0-5
+# train.sbatch pbmc.yaml` trains scDINO's six combinations, each a run of
+# its own in its own folder.
+scdino_combination=()
+scdino_array_combination() {
+  local config=$1 arg prev=""
+  shift
+  scdino_combination=()
+  [ -n "${SLURM_ARRAY_TASK_ID:-}" ] || return 0
+  case $config in *%a*|*%A*) return 0 ;; esac
+  for arg in "$@"; do
+    case "$prev $arg" in
+      "--set scdino.channel_combination="*|*" --set=scdino.channel_combination="*) return 0 ;;
+    esac
+    prev=$arg
+  done
+  scdino_combination=(--set "scdino.channel_combination=$SLURM_ARRAY_TASK_ID")
+  echo "scdino: array task $SLURM_ARRAY_TASK_ID: combination $SLURM_ARRAY_TASK_ID of $config" \
+       "(--set scdino.channel_combination=$SLURM_ARRAY_TASK_ID)"
+}
 # scdino_show_job: this job's one-line record from `scontrol show job -o`,
 # asked up to 3 times (1 s, then 2 s apart) when slurmctld does not answer
 # (a timeout, a restart): a hiccup is not taken for a job Slurm no longer

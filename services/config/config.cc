@@ -13,12 +13,6 @@ namespace {
 Status CrossCheckTraining(const RunConfig& c) {
   const auto& h = c.train.hyperparameters;
   auto bad = [](const std::string& m) { return Status::InvalidArgument(m); };
-  const int64_t ncombo = static_cast<int64_t>(c.meta.selected_channel_combination_per_run.size());
-  if (c.scdino.channel_combination >= ncombo) {
-    return bad("scdino.channel_combination: expected an index below the " + std::to_string(ncombo) +
-               " entries of meta.selected_channel_combination_per_run, got " +
-               std::to_string(c.scdino.channel_combination));
-  }
   if (h.warmup_epochs > c.train.epochs) {
     return bad("train_scDINO.hyperparameters.warmup_epochs: expected at most train_scDINO.epochs (" +
                std::to_string(c.train.epochs) + "), got " + std::to_string(h.warmup_epochs));
@@ -109,7 +103,43 @@ Status CrossCheckData(const RunConfig& c) {
   return Status::Ok();
 }
 
+// Several combinations: each trains in a folder named as scDINO names it,
+// so the names must make one folder each.
+Status CrossCheckCombinations(const RunConfig& c) {
+  const int64_t n = static_cast<int64_t>(c.meta.selected_channel_combination_per_run.size());
+  if (c.scdino.channel_combination >= n) {
+    return Status::InvalidArgument("scdino.channel_combination: expected an index below the " + std::to_string(n) +
+                                   " entries of meta.selected_channel_combination_per_run, got " +
+                                   std::to_string(c.scdino.channel_combination));
+  }
+  if (n < 2) return Status::Ok();
+  if (c.train.dino_vit_name.find('/') != std::string::npos || c.train.dino_vit_name.empty()) {
+    return Status::InvalidArgument("train_scDINO.dino_vit_name: expected a folder name without '/' (each of the " +
+                                   std::to_string(n) + " channel combinations trains in <dino_vit_name>_channel_<names>), "
+                                   "got '" + c.train.dino_vit_name + "'");
+  }
+  for (const auto& [index, name] : c.meta.channel_dict) {
+    if (name.find('/') != std::string::npos) {
+      return Status::InvalidArgument("meta.channel_dict: channel " + std::to_string(index) +
+                                     ": expected a name without '/' (it names the folder of each combination "
+                                     "that holds it), got '" + name + "'");
+    }
+  }
+  std::map<std::string, int64_t> seen;
+  for (int64_t i = 0; i < n; ++i) {
+    const std::string dir = c.combination_dir(i);
+    if (auto [it, fresh] = seen.emplace(dir, i); !fresh) {
+      return Status::InvalidArgument("meta.selected_channel_combination_per_run: entries " + std::to_string(it->second) +
+                                     " and " + std::to_string(i) + " both train in the folder " + dir +
+                                     " (their channel names joined by _ are equal); rename a channel in "
+                                     "meta.channel_dict");
+    }
+  }
+  return Status::Ok();
+}
+
 Status CrossCheck(const RunConfig& c) {
+  if (auto s = CrossCheckCombinations(c); !s.ok()) return s;  // the others may read the run's channels
   if (auto s = CrossCheckTraining(c); !s.ok()) return s;
   if (auto s = CrossCheckService(c); !s.ok()) return s;
   return CrossCheckData(c);
@@ -119,7 +149,21 @@ Status CrossCheck(const RunConfig& c) {
 
 Status CheckConfig(const RunConfig& c) { return CrossCheck(c); }
 
-std::string RunConfig::run_dir() const { return meta.output_dir + "/" + meta.name_of_run; }
+std::string RunConfig::run_dir() const { return meta.output_dir + "/" + run_name(); }
+
+std::string RunConfig::run_name() const {
+  if (meta.selected_channel_combination_per_run.size() < 2) return meta.name_of_run;
+  return meta.name_of_run + "/" + combination_dir(scdino.channel_combination);
+}
+
+std::string RunConfig::combination_dir(int64_t index) const {
+  std::string names;
+  for (int64_t ch : meta.selected_channel_combination_per_run.at(static_cast<size_t>(index))) {
+    auto it = meta.channel_dict.find(ch);
+    names += (names.empty() ? "" : "_") + (it != meta.channel_dict.end() ? it->second : std::to_string(ch));
+  }
+  return train.dino_vit_name + "_channel_" + names;
+}
 
 std::string RunConfig::stats_path() const {
   return scdino.stats_file.empty() ? run_dir() + "/channel_stats.json" : scdino.stats_file;
@@ -280,17 +324,18 @@ StatusOr<RunConfig> ParseRunConfig(const std::string& text, const std::string& o
   // With recipe: auto the keys checked against each other (warm-ups and
   // epochs, crops and patch) may still be derived: WithValues checks them.
   if (s.ok() && c.scdino.recipe != "auto") s = CrossCheck(c);
+  if (s.ok() && c.scdino.recipe == "auto") s = CrossCheckCombinations(c);  // the run's folder: known at once
   if (!s.ok()) return Status::InvalidArgument(where + ": " + s.message());
   if (const auto combos = c.meta.selected_channel_combination_per_run.size();
       combos > 1 && c.given_keys.count("scdino.channel_combination") == 0) {
-    // scDINO trains every combination; a run of scdino trains one: said,
-    // with how to train the others.
-    std::string channels;
-    for (const auto& [index, name] : c.named_channels()) channels += (channels.empty() ? "" : ",") + name;
+    // scDINO trains every combination; a run of scdino trains one (a job
+    // array task one each): said, with how to train them all.
     c.warnings.push_back("meta.selected_channel_combination_per_run: " + std::to_string(combos - 1) + " of its " +
-                         std::to_string(combos) + " combinations are ignored: this run trains entry 0 (" +
-                         channels + "; scdino.channel_combination); train each other one as a run of its own: "
-                         "--set scdino.channel_combination=K --set meta.name_of_run=NAME (docs/config.md)");
+                         std::to_string(combos) + " combinations are not trained by this run: it trains entry 0 in " +
+                         c.run_dir() + " (scdino.channel_combination); train every one, each a run of its own, with "
+                         "sbatch --array=0-" + std::to_string(combos - 1) +
+                         " deploy/slurm/train.sbatch FILE, or one with --set scdino.channel_combination=K "
+                         "(docs/config.md)");
   }
   return c;
 }

@@ -346,7 +346,15 @@ struct RunConfig {
   /// Keys the file sets (canonical paths), which scdino.recipe: auto keeps.
   std::set<std::string> given_keys;
 
+  /// output_dir/name_of_run; with several channel combinations, each one's
+  /// folder under it (combination_dir): each combination is a run of its own.
   std::string run_dir() const;
+  /// The run as metrics labels, the control API and reports name it:
+  /// name_of_run, or name_of_run/<combination_dir> with several combinations.
+  std::string run_name() const;
+  /// scDINO's folder name of combination `index`: <dino_vit_name>_channel_
+  /// and the channel names (meta.channel_dict) joined by _.
+  std::string combination_dir(int64_t index) const;
   std::string stats_path() const;
   std::string token_path() const;
   std::string file_sd_dir() const;

@@ -168,7 +168,7 @@ StatusOr<std::string> CheckpointEvaluator::WriteTable() const {
 }
 
 StatusOr<std::string> CheckpointEvaluator::WriteReport() const {
-  return WriteRunReport({config_.meta.name_of_run, config_.run_dir(), config_.scdino.learning_margin,
+  return WriteRunReport({config_.run_name(), config_.run_dir(), config_.scdino.learning_margin,
                          config_.stats_path(), config_.meta.channel_dict});
 }
 

@@ -60,7 +60,7 @@ StatusOr<FeatureRun> PrepareFeatureRun(const run::RunConfig& config, data::Datas
   r.splits = std::move(splits).value();
   const nlohmann::json extra = {
       {"config", std::filesystem::absolute(config_path).string()},
-      {"run", config.meta.name_of_run},
+      {"run", config.run_name()},
       {"channels", {{"indices", config.channels()}, {"names", ChannelNames(config)}}},
       {"preprocessing",
        {{"center_crop", config.meta.center_crop},

@@ -11,6 +11,7 @@
 
 #include "common/env.h"
 #include "common/files.h"
+#include "common/safetensors.h"
 #include "common/torch_compat.h"
 #include "model/cpu_gemm.h"
 
@@ -299,7 +300,44 @@ namespace {
 // starts is an earlier attempt's: a live writer appends to it far more often.
 constexpr auto kForeignTemporaryAge = std::chrono::minutes(5);
 
+// With several channel combinations each trains in a folder of its own
+// under output_dir/name_of_run. A run an older scdino trained in that
+// folder itself (one combination) is refused, with the commands that move
+// it where this config finds it: never trained over nor left unseen.
+Status CheckRunLayout(const RunConfig& config) {
+  const auto& combos = config.meta.selected_channel_combination_per_run;
+  const std::string top = config.meta.output_dir + "/" + config.meta.name_of_run;
+  const std::string old = top + "/checkpoint.safetensors";
+  if (combos.size() < 2 || !FileExists(old)) return Status::Ok();
+  std::string dir, channels = "channels it does not record";
+  auto meta = ReadSafetensorsMetadata(old);
+  auto named = meta.ok() && meta->count("config") ? NamedChannelsOf(meta->at("config"), old)
+                                                   : StatusOr<std::vector<std::pair<int64_t, std::string>>>(meta.status());
+  if (named.ok()) {
+    std::vector<int64_t> indices;
+    channels = "channels";
+    for (const auto& [index, name] : *named) {
+      indices.push_back(index);
+      channels += " " + name;
+    }
+    for (size_t i = 0; i < combos.size(); ++i) {
+      if (combos[i] == indices) dir = config.combination_dir(static_cast<int64_t>(i));
+    }
+  }
+  std::string m = top + " holds a run trained in it before each channel combination had a folder of its own (" +
+                  old + ", " + channels + "); this config trains each of its " + std::to_string(combos.size()) +
+                  " combinations in a folder under it. ";
+  if (dir.empty()) {
+    return Status::FailedPrecondition(m + "None of them has that run's channels: move it away (mv '" + top + "' '" +
+                                      top + ".old') or give this config another meta.name_of_run");
+  }
+  return Status::FailedPrecondition(m + "Move that run into its combination's folder, then start again:\n  mv '" + top +
+                                    "' '" + top + ".moving' && mkdir '" + top + "' && mv '" + top + ".moving' '" + top +
+                                    "/" + dir + "'");
+}
+
 Status MakeRunDir(const RunConfig& config) {
+  if (auto s = CheckRunLayout(config); !s.ok()) return s;
   const int mode = config.scdino.run_dir_mode == "0700" ? 0700 : 0750;
   return MakeOwnDir(config.run_dir(), mode, "the run directory");
 }

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -145,7 +146,9 @@ StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const ExporterOptions& o) {
 
   if (!o.file_sd_dir.empty()) {
     if (auto s = MakeDirs(o.file_sd_dir); !s.ok()) return s;
+    // A combination's run is name_of_run/<combination>: one file name.
     std::string name = o.run + "_" + o.service + "_rank" + std::to_string(o.rank);
+    std::replace(name.begin(), name.end(), '/', '_');
     if (!o.slurm_job_id.empty()) name += "_job" + o.slurm_job_id;
     e->file_sd_path_ = o.file_sd_dir + "/" + name + ".json";
     nlohmann::json target = {

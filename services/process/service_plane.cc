@@ -127,7 +127,7 @@ Status ServicePlane::StartMetrics(const run::RunConfig& config, const run::Launc
   mo.port = config.scdino.metrics.port > 0 ? static_cast<int>(config.scdino.metrics.port + launch.local_rank) : 0;
   mo.file_sd_dir = config.file_sd_dir();
   mo.service = options.service;
-  mo.run = config.meta.name_of_run;
+  mo.run = config.run_name();
   mo.slurm_job_id = job;
   mo.node = NodeName(host);
   mo.address = host;
@@ -196,7 +196,7 @@ Status ServicePlane::StartControl(const run::RunConfig& config, const run::Launc
   so.tls_cert_file = tls.cert_file;
   so.tls_key_file = tls.key_file;
   so.service = options.service;
-  so.run_id = config.meta.name_of_run;
+  so.run_id = config.run_name();
   so.run_dir = p.run_dir;
   so.slurm_job_id = job;
   so.slurm_step_id = Env("SLURM_STEP_ID");

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "common/files.h"
@@ -87,7 +88,7 @@ downstream_analyses:
 TEST(RunConfig, AcceptsScdinoPipelineFileAsItIs) {
   auto c = ParseRunConfig(kScdinoStyle, "pipeline.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->run_dir(), "/tmp/out/pbmc_run");
+  EXPECT_EQ(c->run_dir(), "/tmp/out/pbmc_run/vit_channel_AF647_BF_DAPI_CD3_PE");  // entry 0 of three
   EXPECT_DOUBLE_EQ(c->train.hyperparameters.teacher_temp, 0.07);
   EXPECT_EQ(c->train.hyperparameters.warmup_epochs, 5);
   EXPECT_EQ(c->train.hyperparameters.global_crops_scale[0], 0.14);
@@ -202,6 +203,40 @@ scdino: {data_source: synthetic, channel_combination: 1, synthetic: {channels: 1
   EXPECT_EQ(c->meta.selected_channel_combination_per_run[2], (std::vector<int64_t>{0, 10, 1, 11}));
 }
 
+// Each combination of several is a run of its own, in the folder scDINO
+// gives its ViT (<dino_vit_name>_channel_<names>) under name_of_run, and
+// named so in metrics and the control API; one combination keeps
+// output_dir/name_of_run.
+TEST(RunConfig, EachOfSeveralCombinationsHasAFolderOfItsOwn) {
+  auto c = ParseRunConfig(kScdinoStyle, "pipeline.yaml", {"scdino.channel_combination=2"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->combination_dir(0), "vit_channel_AF647_BF_DAPI_CD3_PE");
+  EXPECT_EQ(c->run_name(), "pbmc_run/" + c->combination_dir(2));
+  EXPECT_EQ(c->run_dir(), "/tmp/out/" + c->run_name());
+  EXPECT_EQ(c->stats_path(), c->run_dir() + "/channel_stats.json");
+  std::set<std::string> dirs;
+  for (int64_t i = 0; i < 3; ++i) dirs.insert(c->combination_dir(i));
+  EXPECT_EQ(dirs.size(), 3u);
+  auto one = ParseRunConfig(kScdinoStyle, "pipeline.yaml", {"meta.selected_channel_combination_per_run=[\"024\"]"});
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->run_dir(), "/tmp/out/pbmc_run");
+  EXPECT_EQ(one->run_name(), "pbmc_run");
+  // Names that cannot make one folder per combination are refused.
+  auto bad = [](const std::vector<std::string>& settings, const std::string& part) {
+    auto r = ParseRunConfig(kScdinoStyle, "pipeline.yaml", settings);
+    ASSERT_FALSE(r.ok()) << settings[0];
+    EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().message();
+  };
+  bad({"meta.channel_dict={0: a/b, 1: BF, 2: DAPI, 3: CD3, 4: PE}"},
+      "meta.channel_dict: channel 0: expected a name without '/' (it names the folder of each combination that "
+      "holds it), got 'a/b'");
+  bad({"meta.channel_dict={0: A_B, 1: C, 2: A, 3: B_C, 4: PE}", "meta.selected_channel_combination_per_run=[\"01\", \"23\"]"},
+      "meta.selected_channel_combination_per_run: entries 0 and 1 both train in the folder vit_channel_A_B_C");
+  bad({"train_scDINO.dino_vit_name=a/b"}, "train_scDINO.dino_vit_name: expected a folder name without '/'");
+  bad({"scdino.channel_combination=3", "scdino.recipe=auto"},
+      "scdino.channel_combination: expected an index below the 3 entries");
+}
+
 // Keys scDINO's file has that scdino reads and does not use: each says so
 // once, with why.
 TEST(RunConfig, IgnoredKeysAreNamedWithWhy) {
@@ -216,10 +251,11 @@ TEST(RunConfig, IgnoredKeysAreNamedWithWhy) {
   }
   EXPECT_NE(all.find("Slurm tasks"), std::string::npos) << all;
   // scDINO trains every combination of the list; a run of scdino trains
-  // one, and says which and how to train the others.
-  EXPECT_NE(all.find("meta.selected_channel_combination_per_run: 2 of its 3 combinations are ignored: this run "
-                     "trains entry 0 (AF647,BF,DAPI,CD3,PE; scdino.channel_combination); train each other one as "
-                     "a run of its own: --set scdino.channel_combination=K --set meta.name_of_run=NAME"),
+  // one, and says which, where, and how to train them all.
+  EXPECT_NE(all.find("meta.selected_channel_combination_per_run: 2 of its 3 combinations are not trained by this "
+                     "run: it trains entry 0 in /tmp/out/pbmc_run/vit_channel_AF647_BF_DAPI_CD3_PE "
+                     "(scdino.channel_combination); train every one, each a run of its own, with sbatch --array=0-2 "
+                     "deploy/slurm/train.sbatch FILE, or one with --set scdino.channel_combination=K"),
             std::string::npos)
       << all;
   EXPECT_EQ(c->warnings.size(), 6u) << all;

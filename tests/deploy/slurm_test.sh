@@ -194,6 +194,32 @@ states=$(sacct -n -X -j "$job" -o JobID%20,State 2>/dev/null | awk '{print $2}' 
 [ -z "$states" ] || [ "$states" = " 3 COMPLETED" ] || { echo "FAIL: array tasks ended $states"; cat "$work"/array-*.out; exit 1; }
 echo "ok: a 3-task job array trains three runs, each from its own config (%a)"
 
+# 2g. scDINO's channel combinations, one config for all: each array task
+# trains the combination of its index, each in the folder scDINO names its
+# ViT, and neither writes into the other's.
+config combos 1
+sed -i 's/selected_channel_combination_per_run: \["012"\]/channel_dict: {0: A, 1: B, 2: C}, selected_channel_combination_per_run: ["012", "1"]/' \
+  "$work/combos.yaml"
+job=$(sbatch --parsable --array=0-1 --ntasks=1 --cpus-per-task=1 --output="$work/combos-%A_%a.out" \
+  --export=ALL,SCDINO_BIN="$build/services/trainer" "$src/deploy/slurm/train.sbatch" "$work/combos.yaml")
+wait_gone "$job" 300
+for dir in scDINO_ViT_channel_A_B_C:0 scDINO_ViT_channel_B:1; do
+  ckpt="$work/combos/${dir%:*}/checkpoint.safetensors"
+  [ "$(iteration "$ckpt" 2>/dev/null)" = 4 ] || { echo "FAIL: no trained run in ${dir%:*}"; cat "$work"/combos-*.out; exit 1; }
+  recorded=$(python3 - "$ckpt" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+print(json.loads(b[8:8 + n])['__metadata__']['config'].splitlines()[0])
+PY
+)
+  [ "$recorded" = "# $work/combos.yaml --set scdino.channel_combination=${dir#*:}" ] ||
+    { echo "FAIL: ${dir%:*} records '$recorded'"; exit 1; }
+done
+[ "$(ls "$work/combos" | tr '\n' ' ')" = "scDINO_ViT_channel_A_B_C scDINO_ViT_channel_B " ] ||
+  { echo "FAIL: the combinations' run holds $(ls "$work/combos")"; exit 1; }
+grep -q "array task 1: combination 1 of $work/combos.yaml" "$work"/combos-*.out || { echo "FAIL: task 1 did not say its combination"; exit 1; }
+echo "ok: a 2-task job array on one config trains both channel combinations, each in its own folder"
+
 # scdinoctl against a trainer the batch script launched: status names the
 # Slurm job and both ranks; stop ends the job through the API (exit 4, no
 # requeue), with a checkpoint, and the endpoint file is removed.

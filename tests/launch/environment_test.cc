@@ -17,6 +17,7 @@
 #include <filesystem>
 
 #include "common/files.h"
+#include "common/safetensors.h"
 #include "common/torch_compat.h"
 #include "model/cpu_gemm.h"
 #include "launch/environment.h"
@@ -332,6 +333,58 @@ TEST(PrepareRunDir, CreatesItPrivateAndRefusesOneOthersCanWrite) {
   ::chmod(d.file("a/r").c_str(), 0755);  // existing and safe: kept as it is
   ASSERT_TRUE(PrepareRunDir(RunIn(d.file("a"))).ok());
   EXPECT_EQ(ModeOf(d.file("a/r")), 0755u);
+}
+
+// With several channel combinations each trains in a folder of its own
+// under output_dir/name_of_run; a run an older scdino trained in that folder
+// itself is refused with the commands that move it into its combination's
+// folder (found by the channels its checkpoint's config trained), and
+// nothing is created or moved until the user does so.
+TEST(PrepareRunDir, ARunTrainedBeforeCombinationsHadFoldersIsRefusedWithTheMove) {
+  scdino::testing::ScratchDir d;
+  const std::string top = d.file("o/r");
+  auto config = [&](const std::string& combos, int combination) {
+    auto c = ParseRunConfig("meta: {dataset_dir: /d, output_dir: \"" + d.file("o") + "\", name_of_run: r, "
+                            "channel_dict: {0: DAPI, 1: BF}, selected_channel_combination_per_run: " + combos + "}\n"
+                            "scdino: {channel_combination: " + std::to_string(combination) + "}\n",
+                            "run.yaml");
+    if (!c.ok()) throw std::runtime_error(c.status().ToString());
+    return *c;
+  };
+  // What the older scdino trained: entry 1 (BF), in output_dir/name_of_run.
+  std::filesystem::create_directories(top);
+  ASSERT_TRUE(WriteSafetensors(top + "/checkpoint.safetensors", {{"w", torch::zeros({2})}},
+                               {{"config", config("[\"01\", \"1\"]", 1).source_text}})
+                  .ok());
+  for (int combination : {0, 1}) {
+    const Status s = PrepareRunDir(config("[\"01\", \"1\"]", combination));
+    ASSERT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+    EXPECT_NE(s.message().find(top + " holds a run trained in it before each channel combination had a folder of its "
+                               "own (" + top + "/checkpoint.safetensors, channels BF)"),
+              std::string::npos)
+        << s.message();
+    EXPECT_NE(s.message().find("mv '" + top + "' '" + top + ".moving' && mkdir '" + top + "' && mv '" + top +
+                               ".moving' '" + top + "/scDINO_ViT_channel_BF'"),
+              std::string::npos)
+        << s.message();
+  }
+  EXPECT_EQ(std::filesystem::directory_iterator(top)->path().filename(), "checkpoint.safetensors");
+  EXPECT_FALSE(std::filesystem::exists(top + "/scDINO_ViT_channel_BF"));
+  // A config none of whose combinations has those channels: moved away.
+  const Status other = PrepareRunDir(config("[\"0\", \"01\"]", 0));
+  EXPECT_NE(other.message().find("None of them has that run's channels: move it away (mv '" + top + "' '" + top +
+                                 ".old')"),
+            std::string::npos)
+      << other.message();
+  // One combination keeps output_dir/name_of_run: the run resumes there.
+  EXPECT_TRUE(PrepareRunDir(config("[\"1\"]", 0)).ok());
+  // Moved as told, the combination's run is found where it went.
+  std::filesystem::rename(top, top + ".moving");
+  std::filesystem::create_directories(top);
+  std::filesystem::rename(top + ".moving", top + "/scDINO_ViT_channel_BF");
+  const RunConfig moved = config("[\"01\", \"1\"]", 1);
+  ASSERT_TRUE(PrepareRunDir(moved).ok());
+  EXPECT_TRUE(FileExists(moved.run_dir() + "/checkpoint.safetensors")) << moved.run_dir();
 }
 
 // Another user's run directory is refused: as root, one given to `nobody`;

@@ -31,7 +31,7 @@ TEST(Exporter, ServesItsMetricsAndWritesItsTargetFile) {
   ExporterOptions o;
   o.listen_address = "127.0.0.1";
   o.file_sd_dir = dir.path() + "/targets";
-  o.run = "r1";
+  o.run = "pbmc/vit_channel_DAPI";  // a combination's run: name_of_run/<combination>
   o.slurm_job_id = "42";
   o.node = "127.0.0.1";
   o.rank = 1;
@@ -40,9 +40,10 @@ TEST(Exporter, ServesItsMetricsAndWritesItsTargetFile) {
     auto e = Exporter::Start(o);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     sd_path = (*e)->file_sd_path();
-    EXPECT_EQ(sd_path, o.file_sd_dir + "/r1_trainer_rank1_job42.json");
+    EXPECT_EQ(sd_path, o.file_sd_dir + "/pbmc_vit_channel_DAPI_trainer_rank1_job42.json");
     auto sd = nlohmann::json::parse(*ReadFile(sd_path));
     EXPECT_EQ(sd[0]["targets"][0], "127.0.0.1:" + std::to_string((*e)->port()));
+    EXPECT_EQ(sd[0]["labels"]["run"], "pbmc/vit_channel_DAPI");
     EXPECT_EQ(sd[0]["labels"]["rank"], "1");
     EXPECT_EQ(sd[0]["labels"]["service"], "trainer");
     EXPECT_EQ(sd[0]["labels"]["slurm_job_id"], "42");
