@@ -158,10 +158,7 @@ std::string RunConfig::run_name() const {
 
 std::string RunConfig::combination_dir(int64_t index) const {
   std::string names;
-  for (int64_t ch : meta.selected_channel_combination_per_run.at(static_cast<size_t>(index))) {
-    auto it = meta.channel_dict.find(ch);
-    names += (names.empty() ? "" : "_") + (it != meta.channel_dict.end() ? it->second : std::to_string(ch));
-  }
+  for (const auto& [ch, name] : named_channels(index)) names += (names.empty() ? "" : "_") + name;
   return train.dino_vit_name + "_channel_" + names;
 }
 
@@ -186,8 +183,12 @@ const std::vector<int64_t>& RunConfig::channels() const {
 }
 
 std::vector<std::pair<int64_t, std::string>> RunConfig::named_channels() const {
+  return named_channels(scdino.channel_combination);
+}
+
+std::vector<std::pair<int64_t, std::string>> RunConfig::named_channels(int64_t index) const {
   std::vector<std::pair<int64_t, std::string>> out;
-  for (int64_t c : channels()) {
+  for (int64_t c : meta.selected_channel_combination_per_run.at(static_cast<size_t>(index))) {
     auto it = meta.channel_dict.find(c);
     out.emplace_back(c, it != meta.channel_dict.end() ? it->second : std::to_string(c));
   }

@@ -365,8 +365,9 @@ struct RunConfig {
   /// The channels this run trains on, in order.
   const std::vector<int64_t>& channels() const;
   /// Those channels with their names (meta.channel_dict; the index as text
-  /// where it names none).
+  /// where it names none); with `index`, those of that combination.
   std::vector<std::pair<int64_t, std::string>> named_channels() const;
+  std::vector<std::pair<int64_t, std::string>> named_channels(int64_t index) const;
   /// The one check that `what` (a data source, a checkpoint's model) has as
   /// many input channels as the config selects; the error names both counts,
   /// the config and the key that selects them.

@@ -7,6 +7,7 @@
 #include "common/progress.h"
 #include "common/files.h"
 #include "eval/attention_maps.h"
+#include "eval/combinations_report.h"
 #include "eval/report.h"
 
 namespace scdino::jobs {
@@ -15,12 +16,14 @@ namespace scdino::jobs {
 using eval::AttentionMapOptions;
 using eval::BackboneOf;
 using eval::CheckpointTableCsv;
+using eval::CombinationsReportOptions;
 using eval::ChooseAttentionSide;
 using eval::EvalResult;
 using eval::PrepOf;
 using eval::ProbeTableCsv;
 using eval::RunEvaluation;
 using eval::WriteAttentionMaps;
+using eval::WriteCombinationsReport;
 using eval::WriteRunReport;
 
 namespace {
@@ -168,8 +171,21 @@ StatusOr<std::string> CheckpointEvaluator::WriteTable() const {
 }
 
 StatusOr<std::string> CheckpointEvaluator::WriteReport() const {
-  return WriteRunReport({config_.run_name(), config_.run_dir(), config_.scdino.learning_margin,
-                         config_.stats_path(), config_.meta.channel_dict});
+  auto written = WriteRunReport({config_.run_name(), config_.run_dir(), config_.scdino.learning_margin,
+                                 config_.stats_path(), config_.meta.channel_dict});
+  const auto& combinations = config_.meta.selected_channel_combination_per_run;
+  if (!written.ok() || combinations.size() < 2) return written;
+  // One of several combinations: the page that compares them all, too.
+  CombinationsReportOptions co{config_.meta.name_of_run, config_.meta.output_dir + "/" + config_.meta.name_of_run, {}};
+  for (size_t i = 0; i < combinations.size(); ++i) {
+    std::string channels;
+    for (const auto& [ch, name] : config_.named_channels(static_cast<int64_t>(i))) {
+      channels += (channels.empty() ? "" : ", ") + name;
+    }
+    co.combinations.push_back({config_.combination_dir(static_cast<int64_t>(i)), channels});
+  }
+  if (auto s = WriteCombinationsReport(co); !s.ok()) return s.status();
+  return written;
 }
 
 }  // namespace scdino::jobs

@@ -194,32 +194,6 @@ states=$(sacct -n -X -j "$job" -o JobID%20,State 2>/dev/null | awk '{print $2}' 
 [ -z "$states" ] || [ "$states" = " 3 COMPLETED" ] || { echo "FAIL: array tasks ended $states"; cat "$work"/array-*.out; exit 1; }
 echo "ok: a 3-task job array trains three runs, each from its own config (%a)"
 
-# 2g. scDINO's channel combinations, one config for all: each array task
-# trains the combination of its index, each in the folder scDINO names its
-# ViT, and neither writes into the other's.
-config combos 1
-sed -i 's/selected_channel_combination_per_run: \["012"\]/channel_dict: {0: A, 1: B, 2: C}, selected_channel_combination_per_run: ["012", "1"]/' \
-  "$work/combos.yaml"
-job=$(sbatch --parsable --array=0-1 --ntasks=1 --cpus-per-task=1 --output="$work/combos-%A_%a.out" \
-  --export=ALL,SCDINO_BIN="$build/services/trainer" "$src/deploy/slurm/train.sbatch" "$work/combos.yaml")
-wait_gone "$job" 300
-for dir in scDINO_ViT_channel_A_B_C:0 scDINO_ViT_channel_B:1; do
-  ckpt="$work/combos/${dir%:*}/checkpoint.safetensors"
-  [ "$(iteration "$ckpt" 2>/dev/null)" = 4 ] || { echo "FAIL: no trained run in ${dir%:*}"; cat "$work"/combos-*.out; exit 1; }
-  recorded=$(python3 - "$ckpt" <<'PY'
-import json, struct, sys
-b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
-print(json.loads(b[8:8 + n])['__metadata__']['config'].splitlines()[0])
-PY
-)
-  [ "$recorded" = "# $work/combos.yaml --set scdino.channel_combination=${dir#*:}" ] ||
-    { echo "FAIL: ${dir%:*} records '$recorded'"; exit 1; }
-done
-[ "$(ls "$work/combos" | tr '\n' ' ')" = "scDINO_ViT_channel_A_B_C scDINO_ViT_channel_B " ] ||
-  { echo "FAIL: the combinations' run holds $(ls "$work/combos")"; exit 1; }
-grep -q "array task 1: combination 1 of $work/combos.yaml" "$work"/combos-*.out || { echo "FAIL: task 1 did not say its combination"; exit 1; }
-echo "ok: a 2-task job array on one config trains both channel combinations, each in its own folder"
-
 # scdinoctl against a trainer the batch script launched: status names the
 # Slurm job and both ranks; stop ends the job through the API (exit 4, no
 # requeue), with a checkpoint, and the endpoint file is removed.
@@ -294,6 +268,55 @@ rows = list(csv.DictReader(open(os.path.join(run, "eval", "knn_per_checkpoint.cs
 assert {r["features"] for r in rows} == {"checkpoint", "random_init"}, rows
 PY
 echo "ok: evaluate.sbatch: features on 2 tasks (5 shards), then kNN and plots on one"
+
+# 4b. scDINO's channel combinations from one config, as docs/config.md
+# submits them: a training array, one task per combination, each in the
+# folder scDINO names its ViT, and an evaluation array that follows each
+# task (aftercorr); the page at the top compares them, one kNN curve each
+# as headless Chromium loads it.
+sed -e 's/name_of_run: cells,/name_of_run: combos, channel_dict: {0: A, 1: B, 2: C},/' \
+    -e 's/selected_channel_combination_per_run: \["012"\]/selected_channel_combination_per_run: ["012", "1"]/' \
+    "$work/cells.yaml" > "$work/combos.yaml"
+job=$(sbatch --parsable --array=0-1 --ntasks=1 --cpus-per-task=1 --output="$work/combos-%A_%a.out" \
+  --export=ALL,SCDINO_BIN="$build/services/trainer" "$src/deploy/slurm/train.sbatch" "$work/combos.yaml")
+eval_job=$(sbatch --parsable --array=0-1 --dependency=aftercorr:"$job" --ntasks=1 --cpus-per-task=1 \
+  --output="$work/combos-eval-%A_%a.out" --export=ALL,SCDINO_BUILD="$build" "$src/deploy/slurm/evaluate.sbatch" \
+  "$work/combos.yaml" --all-checkpoints --random-init --raw-pixels)
+wait_gone "$job" 300
+wait_gone "$eval_job" 300
+for dir in scDINO_ViT_channel_A_B_C:0 scDINO_ViT_channel_B:1; do
+  ckpt="$work/combos/${dir%:*}/checkpoint.safetensors"
+  [ -s "$work/combos/${dir%:*}/eval/checkpoint0000/knn_results.json" ] ||
+    { echo "FAIL: no evaluation in ${dir%:*}"; cat "$work"/combos-*.out; exit 1; }
+  recorded=$(python3 - "$ckpt" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+print(json.loads(b[8:8 + n])['__metadata__']['config'].splitlines()[0])
+PY
+)
+  [ "$recorded" = "# $work/combos.yaml --set scdino.channel_combination=${dir#*:}" ] ||
+    { echo "FAIL: ${dir%:*} records '$recorded'"; exit 1; }
+done
+[ "$(ls "$work/combos" | tr '\n' ' ')" = "report.html scDINO_ViT_channel_A_B_C scDINO_ViT_channel_B " ] ||
+  { echo "FAIL: the combinations' run holds $(ls "$work/combos")"; exit 1; }
+grep -q "array task 1: combination 1 of $work/combos.yaml" "$work"/combos-*.out || { echo "FAIL: task 1 did not say its combination"; exit 1; }
+chromium=$(command -v chromium-headless-shell || command -v chromium || true)
+[ -n "$chromium" ] || { echo "FAIL: no headless Chromium (scripts/install-deps.sh installs it)"; exit 1; }
+"$chromium" --headless --no-sandbox --disable-gpu --virtual-time-budget=10000 --dump-dom "file://$work/combos/report.html" \
+  > "$work/combos-report.dom" 2>/dev/null
+/usr/bin/python3 - "$work/combos-report.dom" <<'PY' || { echo "FAIL: the combinations' report (above)"; exit 1; }
+import re, sys
+dom = open(sys.argv[1]).read()
+assert 'data-broken-images="0"' in dom, "the page did not load"
+assert dom.count("<polyline") == 2, f"{dom.count('<polyline')} kNN curves, expected one per combination"
+for folder, channels in (("scDINO_ViT_channel_A_B_C", "A, B, C"), ("scDINO_ViT_channel_B", "B")):
+    row = re.search(rf"<td>{folder}</td><td>{channels}</td><td>completed[^<]*</td><td>1</td>", dom)
+    assert row, f"no completed row for {folder}"
+    assert f'href="{folder}/eval/report.html"' in dom, folder
+assert "</span>random init</span>" in dom and "</span>raw pixels</span>" in dom, "no baselines"
+print("combos/report.html: 2 curves, both combinations completed, baselines drawn")
+PY
+echo "ok: a job array on one config trains and evaluates both channel combinations, each in its own folder, compared on one page"
 
 # 5. deploy/slurm/train-and-evaluate.sbatch: the trainer (one task) and
 # scdino-eval --follow (a second step on the other task) in one job. Every
