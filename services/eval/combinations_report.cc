@@ -36,7 +36,10 @@ struct Combination {
 std::string TrainingState(const fs::path& dir, bool* failed) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) return "not started";
-  auto ended = ReadFile((dir / "endpoints" / "trainer.ended.json").string());
+  // Read as the control API reads it: the run's own, regular, bounded.
+  auto ended = ReadOwnFile((dir / "endpoints" / "trainer.ended.json").string(), "the training's end record",
+                           Exposure::kNotWritableByOthers, 1 << 16);
+  if (!ended.ok() && ended.status().code() != StatusCode::kNotFound) return "unknown: " + ended.status().message();
   if (ended.ok()) {
     const auto j = nlohmann::json::parse(*ended, nullptr, false);
     const std::string state = html::Text(j, "state"), error = html::Text(j, "error");

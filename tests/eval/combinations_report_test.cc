@@ -99,6 +99,12 @@ TEST(CombinationsReport, NothingEvaluatedYetSaysSoAndIsWrittenAtTheTop) {
   EXPECT_EQ(html.find("<polyline"), std::string::npos);
   EXPECT_NE(html.find("<td>vit_channel_0</td><td>0</td><td>started, no checkpoint yet</td>"), std::string::npos);
   EXPECT_NE(html.find("no evaluation yet"), std::string::npos);
+  // An end record past its bound is named as unreadable, never read whole.
+  ASSERT_TRUE(MakeDirs(top + "/vit_channel_1/endpoints").ok());
+  ASSERT_TRUE(WriteFileAtomic(top + "/vit_channel_1/endpoints/trainer.ended.json", std::string(1 << 17, ' ')).ok());
+  const std::string hostile = CombinationsReportHtml({"run", top, {{"vit_channel_1", "1"}}});
+  EXPECT_NE(hostile.find("<td>vit_channel_1</td><td>1</td><td>unknown: "), std::string::npos) << hostile;
+  EXPECT_NE(hostile.find("the training&#39;s end record"), std::string::npos) << hostile;
 }
 
 }  // namespace
