@@ -110,6 +110,60 @@ Status CheckChannels(const data::Dataset& d, const data::ImagePrep& prep) {
   return Status::Ok();  // unreadable files are the loader's business (on_bad_image)
 }
 
+Status CheckCombinations(const RunConfig& c, const data::Dataset& d, bool only_trained) {
+  int64_t count = 0;
+  std::string image;
+  for (size_t i = 0; i < d.entries.size() && i < 16 && count == 0; ++i) {
+    auto raw = data::ReadEntry(d, i);
+    if (raw.ok()) count = raw->size(2), image = d.entries[i].path;
+  }
+  if (count == 0) return Status::Ok();
+  const auto& all = c.meta.selected_channel_combination_per_run;
+  for (size_t k = 0; k < all.size(); ++k) {
+    if (only_trained && static_cast<int64_t>(k) != c.scdino.channel_combination) continue;
+    for (const auto& [channel, name] : c.named_channels(static_cast<int64_t>(k))) {
+      if (channel < count) continue;
+      std::string entry;
+      for (int64_t ch : all[k]) entry += "0123456789abcdef"[ch & 15];
+      return Status::InvalidArgument(
+          c.source_path + ": meta.selected_channel_combination_per_run[" + std::to_string(k) + "] (\"" + entry +
+          "\") selects channel " + std::to_string(channel) + " (" + name + "), but the images have " +
+          std::to_string(count) + " channel(s) (" + image + "): a combination names channels 0 to " +
+          std::to_string(count - 1));
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<data::Dataset> FirstImageOf(const RunConfig& c) {
+  namespace fs = std::filesystem;
+  if (c.scdino.data_source == "synthetic") return data::Dataset{};
+  if (c.scdino.data_source == "csv") return data::IndexCsv(c.scdino.index_csv);
+  std::error_code ec;
+  if (!fs::is_directory(c.meta.dataset_dir, ec)) {
+    return Status::NotFound(c.meta.dataset_dir + " (meta.dataset_dir): not a folder here");
+  }
+  auto packed = OpenPackedDataset(c);
+  if (!packed.ok()) return packed.status();
+  if (*packed) return data::DatasetOf(*packed);
+  data::Dataset d;
+  d.root = c.meta.dataset_dir;
+  fs::recursive_directory_iterator it(c.meta.dataset_dir, ec);
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.empty() && name[0] == '.') {
+      if (it->is_directory(ec)) it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_regular_file(ec) && data::IsImageFile(it->path().string())) {
+      d.entries.push_back({it->path().string(), 0});
+      if (d.entries.size() == 16) break;
+    }
+  }
+  if (ec) return Status::NotFound(c.meta.dataset_dir + " (meta.dataset_dir): " + ec.message());
+  return d;
+}
+
 namespace {
 
 StatusOr<data::ChannelStats> ComputeAndWrite(const RunConfig& c, const data::Dataset& d, const data::ImagePrep& prep,

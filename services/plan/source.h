@@ -49,6 +49,20 @@ std::string DatasetFingerprint(const data::Dataset& d, const data::ImagePrep& pr
 /// and the selection.
 Status CheckChannels(const data::Dataset& d, const data::ImagePrep& prep);
 
+/// Every combination of meta.selected_channel_combination_per_run (or,
+/// with `only_trained`, the one this run trains) against the channel count
+/// of `d`'s first readable image: InvalidArgument naming the entry, the
+/// channel it selects, the image and its channel count. OK when no image
+/// reads (the loader's business under on_bad_image) or `d` is empty.
+Status CheckCombinations(const RunConfig& config, const data::Dataset& d, bool only_trained);
+
+/// The data set's first image, found without indexing it all (a folder's
+/// walk stops at the first image file; a CSV's rows; a packed set's index),
+/// as a one-entry data set for CheckCombinations before anything queues
+/// (`scdino-config check`); an empty one for the synthetic source. NotFound
+/// when the data is not where the config says.
+StatusOr<data::Dataset> FirstImageOf(const RunConfig& config);
+
 /// Channel statistics from config.stats_path() when they are for this data
 /// set and channels; else computed and written there. A stale file in the run
 /// directory is recomputed (and the log says why); one the user named

@@ -17,6 +17,7 @@
 #include "config/config.h"
 #include "config/config_schema.h"
 #include "data/dataset.h"
+#include "plan/source.h"
 #include "process/exit_codes.h"
 
 namespace {
@@ -176,8 +177,24 @@ int main(int argc, char** argv) {
       std::cerr << "scdino-config: " << file << ": " << s.message() << "\n";
       return scdino::process::ExitCodeFor(s);
     }
-  } else {
-    PrintCheck(*c, file);
+    return 0;
   }
+  // Every combination against the images' channels, before anything
+  // queues; data not visible here (a login node without the data's file
+  // system) is said, not judged.
+  auto first = scdino::run::FirstImageOf(*c);
+  if (first.ok()) {
+    if (auto s = scdino::run::CheckCombinations(*c, *first, /*only_trained=*/false); !s.ok()) {
+      std::cerr << "scdino-config: " << s.message() << "\n";
+      return scdino::process::ExitCodeFor(s);
+    }
+  } else if (first.status().code() == scdino::StatusCode::kNotFound) {
+    std::cerr << "scdino-config: " << file << ": the combinations' channels not checked against the images: "
+              << first.status().message() << "\n";
+  } else {
+    std::cerr << "scdino-config: " << file << ": " << first.status().message() << "\n";
+    return scdino::process::ExitCodeFor(first.status());
+  }
+  PrintCheck(*c, file);
   return 0;
 }

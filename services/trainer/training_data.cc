@@ -49,6 +49,7 @@ StatusOr<TrainingData> PrepareTrainingData(const run::RunConfig& config, run::Co
                                            const std::function<bool()>& should_stop) {
   auto dataset = run::IndexDataset(config, coordinator.is_rank_zero() ? log : nullptr);
   if (!dataset.ok()) return dataset.status();
+  if (auto s = run::CheckCombinations(config, *dataset, /*only_trained=*/true); !s.ok()) return s;
   // The data against the batch and crops, and the recipe derived from it
   // (scdino.recipe: auto), before anything is built from the config.
   auto plan = run::SettlePlan(config, *dataset, coordinator, resuming, resume, should_stop);

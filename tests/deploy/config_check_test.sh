@@ -33,5 +33,24 @@ grep -q "warning" <<<"$out" && fail "scdino.metrics.file_sd_dir: $shipped was wa
 printf 'meta: {output_dir: %s/runs}\nscdino: {data_source: synthetic, metrics: {enabled: false}}\n' "$work" > "$work/off.yaml"
 out=$("$config" check "$work/off.yaml" 2>&1) || fail "check failed: $out"
 grep -q "warning" <<<"$out" && fail "a config without metrics was warned about its targets: $out"
-[ "$failures" -eq 0 ] && echo "ok: scdino-config check warns exactly when the targets miss $shipped"
+
+# A combination naming a channel the images lack is refused before anything
+# queues, naming the entry, the channel and the images' count; data the
+# check cannot see is said, not judged.
+"$build/services/tools/scdino-synth" --out "$work/cells" --classes 2 --per-class 2 --channels 3 --size 16 >/dev/null 2>&1 ||
+  fail "scdino-synth failed"
+printf 'meta: {output_dir: %s/runs, dataset_dir: %s/cells, channel_dict: {0: A, 1: B, 2: C, 3: D},\n  selected_channel_combination_per_run: ["012", "3"]}\n' \
+  "$work" "$work" > "$work/combos.yaml"
+out=$("$config" check "$work/combos.yaml" 2>&1)
+rc=$?
+[ "$rc" -eq 2 ] && grep -q 'selected_channel_combination_per_run\[1\] ("3") selects channel 3 (D), but the images have 3 channel(s)' <<<"$out" ||
+  fail "a combination naming channel 3 of 3-channel images was not refused (exit $rc, want 2): $out"
+sed 's/"3"]/"2"]/' "$work/combos.yaml" > "$work/fits.yaml"
+out=$("$config" check "$work/fits.yaml" 2>&1) || fail "check of combinations the images have failed: $out"
+grep -q "not checked" <<<"$out" && fail "the images beside the config were not checked: $out"
+sed "s|$work/cells|$work/elsewhere|" "$work/combos.yaml" > "$work/away.yaml"
+out=$("$config" check "$work/away.yaml" 2>&1) || fail "check of a config whose data is not here failed: $out"
+grep -q "the combinations' channels not checked against the images: $work/elsewhere (meta.dataset_dir)" <<<"$out" ||
+  fail "data that is not here was not said: $out"
+[ "$failures" -eq 0 ] && echo "ok: scdino-config check warns exactly when the targets miss $shipped, and refuses a combination the images cannot give"
 exit $((failures > 0))

@@ -190,6 +190,32 @@ TEST(Channels, ASelectionTheImagesCannotSatisfyIsRefusedUpFront) {
   EXPECT_TRUE(CheckChannels(*d, Config(dir.path()).image_prep()).ok());
 }
 
+TEST(Channels, EveryCombinationIsCheckedAgainstTheImagesBeforeAnythingQueues) {
+  ScratchDir dir;
+  WriteCells(dir.path(), 20);
+  // Two combinations, the second naming channel 5 of images with 4.
+  const RunConfig c = Config(dir.path(), "", "01\", \"5");
+  auto first = FirstImageOf(c);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_FALSE(first->entries.empty());
+  EXPECT_LE(first->entries.size(), 16u) << "the walk stops early: a large tree is not indexed whole";
+  auto s = CheckCombinations(c, *first, /*only_trained=*/false);
+  ASSERT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  for (const char* part : {"cfg.yaml", "meta.selected_channel_combination_per_run[1] (\"5\") selects channel 5",
+                           "the images have 4 channel(s)", ".tif", "channels 0 to 3"}) {
+    EXPECT_NE(s.message().find(part), std::string::npos) << part << " in " << s.message();
+  }
+  // A run training the first one is not stopped by the other's mistake.
+  EXPECT_TRUE(CheckCombinations(c, *first, /*only_trained=*/true).ok());
+  EXPECT_TRUE(CheckCombinations(Config(dir.path(), "", "01\", \"3"), *first, false).ok());
+  // Data that is not here (a login node without the data's file system).
+  RunConfig elsewhere = c;
+  elsewhere.meta.dataset_dir = dir.file("nowhere");
+  auto missing = FirstImageOf(elsewhere);
+  ASSERT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("nowhere (meta.dataset_dir)"), std::string::npos);
+}
+
 TEST(PackedDataset, ItsStatisticsAreTheFoldersAndItsLabelDepthAndStagedCopyAreChecked) {
   ScratchDir dir;
   WriteCells(dir.path(), 3);
