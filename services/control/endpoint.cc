@@ -155,6 +155,7 @@ Status WriteEnded(const std::string& run_dir, const ServiceEnded& e) {
   nlohmann::json j = {{"service", e.service}, {"state", e.state},   {"error", e.error},
                       {"end_unix_ms", e.end_unix_ms}, {"host", e.host}, {"slurm_job_id", e.slurm_job_id},
                       {"pid", e.pid}};
+  if (e.exit_code >= 0) j["exit_code"] = e.exit_code;
   return WriteFileAtomic(EndedPath(run_dir, e.service), j.dump(2) + "\n");
 }
 
@@ -172,6 +173,7 @@ StatusOr<ServiceEnded> ReadEnded(const std::string& run_dir, const std::string& 
     e.host = j.value("host", "");
     e.slurm_job_id = j.value("slurm_job_id", "");
     e.pid = j.value("pid", int64_t{0});
+    e.exit_code = j.value("exit_code", -1);
     if (e.state != "COMPLETED" && e.state != "FAILED" && e.state != "STOPPED") {
       return Status::DataLoss(path + ": state \"" + e.state + "\" is not COMPLETED, FAILED or STOPPED");
     }

@@ -79,6 +79,7 @@ struct ServiceEnded {
   int64_t end_unix_ms = 0;
   std::string host, slurm_job_id;
   int64_t pid = 0;
+  int exit_code = -1;  ///< the process's exit code (docs/exit-codes.md); -1: not known (it ended early)
 };
 std::string EndedPath(const std::string& run_dir, const std::string& service);
 Status WriteEnded(const std::string& run_dir, const ServiceEnded& e);

@@ -175,6 +175,7 @@ std::variant<control::ClientTarget, int> TargetWhenAnswering(const Options& o, s
       auto ended = control::ReadEnded(o.run_dir, o.service);
       if (ended.ok() && ended->end_unix_ms >= began_unix_ms) {
         err << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << ended->state
+            << (ended->exit_code >= 0 ? " (exit " + std::to_string(ended->exit_code) + ")" : "")
             << (ended->error.empty() ? "" : ": " + ended->error) << "\n";
         return ended->state == "COMPLETED" ? kOk : kFailed;
       }

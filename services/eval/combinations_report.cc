@@ -44,7 +44,12 @@ std::string TrainingState(const fs::path& dir, bool* failed) {
     const auto j = nlohmann::json::parse(*ended, nullptr, false);
     const std::string state = html::Text(j, "state"), error = html::Text(j, "error");
     const std::string job = html::Text(j, "slurm_job_id");
-    const std::string where = job.empty() ? "" : " (Slurm job " + job + ")";
+    const int code = j.is_object() && j.contains("exit_code") && j["exit_code"].is_number_integer()
+                         ? j["exit_code"].get<int>()
+                         : -1;
+    std::string where = code >= 0 ? "exit " + std::to_string(code) : "";
+    if (!job.empty()) where += (where.empty() ? "" : ", ") + std::string("Slurm job ") + job;
+    if (!where.empty()) where = " (" + where + ")";
     if (state == "FAILED") {
       *failed = true;
       return "FAILED" + where + (error.empty() ? "" : ": " + error);

@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
     auto st = follow ? FollowTheTrainer(config, cl.config_path(), s, evaluator)
                      : WriteOutputs(evaluator, /*table=*/evaluator.rows().size() > 1);
     if (!st.ok()) return s.Fail(st);
-    s.plane->Finish(scdino::RunState::kCompleted);
+    s.plane->Finish(scdino::RunState::kCompleted, "", kExitCompleted);
     return kExitCompleted;
   });
 }

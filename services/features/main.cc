@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
                                   [&](const scdino::CheckpointEntry& c) { return extract(c.path); });
       if (!st.ok()) return s.Fail(st);
     }
-    p->Finish(scdino::RunState::kCompleted);
+    p->Finish(scdino::RunState::kCompleted, "", kExitCompleted);
     return kExitCompleted;
   });
 }

@@ -280,7 +280,7 @@ void ServicePlane::ReportProgress(int64_t done, int64_t total) {
 #endif
 }
 
-void ServicePlane::Finish(RunState final_state, const std::string& error) {
+void ServicePlane::Finish(RunState final_state, const std::string& error, int exit_code) {
   if (!parts_) return;
   if (!IsFinal(control_.Snapshot().state)) {
     control_.Update([&](RunStatus& s) {
@@ -305,6 +305,7 @@ void ServicePlane::Finish(RunState final_state, const std::string& error) {
     ended.host = parts_->host;
     ended.slurm_job_id = parts_->slurm_job_id;
     ended.pid = ::getpid();
+    ended.exit_code = exit_code;
     if (auto s = control::WriteEnded(parts_->run_dir, ended); !s.ok()) {
       std::cerr << "scdino-" << parts_->service << ": " << s.message() << "\n";
     }
@@ -354,10 +355,11 @@ int Fail(ServicePlane* plane, const std::string& program, const Status& s) {
   // was asked for.
   const bool asked = StopSignalReceived() || (plane && plane->control().Requests().stop);
   if (s.code() == StatusCode::kAborted && asked) {
-    if (plane) plane->Finish(RunState::kStopped);
-    return StopSignalReceived() ? kExitPreempted : kExitStoppedByApi;
+    const int code = StopSignalReceived() ? kExitPreempted : kExitStoppedByApi;
+    if (plane) plane->Finish(RunState::kStopped, "", code);
+    return code;
   }
-  if (plane) plane->Finish(RunState::kFailed, s.ToString());
+  if (plane) plane->Finish(RunState::kFailed, s.ToString(), ExitCodeFor(s));
   return ExitCodeFor(s);
 }
 

@@ -60,7 +60,7 @@ class ServicePlane {
   /// metrics up for scdino.metrics.linger_seconds so that Prometheus's
   /// last scrape sees the final values (not after a stop signal: the node
   /// is being taken back, and the shutdown is bounded).
-  void Finish(RunState final_state, const std::string& error = "");
+  void Finish(RunState final_state, const std::string& error = "", int exit_code = -1);
   /// Finishes as FAILED if no final state was set, then stops and joins the
   /// plane's threads in order: the control server, the state watcher, what
   /// Keep() holds, the exporter (its file_sd file removed).

@@ -139,8 +139,9 @@ int Train(const run::RunConfig& config, const run::DeviceChoice& device, bool bf
   // the others waited for its outcome): a later signal cannot change the
   // exit code any more.
   if (result->stopped_by == training::StopReason::kSignal) process::MarkStopSaved();
-  plane->Finish(result->completed ? RunState::kCompleted : RunState::kStopped);
-  return ExitCodeOf(*result, settings.scdino.learning_check == "require");
+  const int code = ExitCodeOf(*result, settings.scdino.learning_check == "require");
+  plane->Finish(result->completed ? RunState::kCompleted : RunState::kStopped, "", code);
+  return code;
 }
 
 }  // namespace

@@ -56,7 +56,7 @@ TEST(CombinationsReport, OneCurvePerCombinationBaselinesF1AndWhyOthersHaveNone) 
   ASSERT_TRUE(MakeDirs(top + "/vit_channel_BF/endpoints").ok());
   ASSERT_TRUE(WriteFileAtomic(top + "/vit_channel_BF/endpoints/trainer.ended.json",
                               R"({"service": "trainer", "state": "FAILED", "error": "out of <memory>",
-                                  "slurm_job_id": "41_2"})")
+                                  "slurm_job_id": "41_2", "exit_code": 1})")
                   .ok());
   const std::string html = CombinationsReportHtml(
       {"pbmc", top,
@@ -75,9 +75,9 @@ TEST(CombinationsReport, OneCurvePerCombinationBaselinesF1AndWhyOthersHaveNone) 
                       "<td><a href=\"vit_channel_DAPI_BF/eval/report.html\">"),
             std::string::npos)
       << html;
-  // A failed training says so with its error (escaped) and its job; one
+  // A failed training says so with its exit code, error (escaped) and job; one
   // not started, too.
-  EXPECT_NE(html.find("<tr class=\"failed\"><td>vit_channel_BF</td><td>BF</td><td>FAILED (Slurm job 41_2): out of "
+  EXPECT_NE(html.find("<tr class=\"failed\"><td>vit_channel_BF</td><td>BF</td><td>FAILED (exit 1, Slurm job 41_2): out of "
                       "&lt;memory&gt;</td><td>0</td><td>-</td>"),
             std::string::npos)
       << html;

@@ -12,6 +12,9 @@
 #include "common/files.h"
 #include "common/progress.h"
 #include "config/config.h"
+#include "control/endpoint.h"
+#include "launch/environment.h"
+#include "process/exit_codes.h"
 #include "support/scrape.h"
 #include "support/test_support.h"
 
@@ -68,6 +71,37 @@ TEST(ServicePlane, EveryLongStageReachesTheStatusAndTheMetrics) {
   ProgressLog later(nullptr, "scdino-eval: t-SNE", "iterations");
   later.Report(1, 10);
   later.Report(10, 10);
+}
+
+// The end record a service leaves for scdinoctl and the comparison page
+// says how the process ended: its state, error and exit code.
+TEST(ServicePlane, TheEndRecordCarriesTheExitCode) {
+  scdino::testing::ScratchDir dir;
+  auto config = run::ParseRunConfig("meta: {name_of_run: ended, output_dir: \"" + dir.path() + "\"}\n"
+                                    "scdino: {data_source: synthetic, control: {listen: \"127.0.0.1:0\"}, "
+                                    "metrics: {enabled: false}}\n",
+                                    "ended.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_TRUE(run::PrepareRunDir(*config).ok());
+  auto plane = ServicePlane::Start(*config, run::LaunchInfo{}, {"eval", "queries", "kNN"});
+  ASSERT_TRUE(plane.ok()) << plane.status().ToString();
+  const int code = Fail(plane->get(), "scdino-eval", Status::InvalidArgument("ended.yaml: no checkpoint"));
+  EXPECT_EQ(code, ExitCodeFor(Status::InvalidArgument("")));
+  auto ended = control::ReadEnded(config->run_dir(), "eval");
+  ASSERT_TRUE(ended.ok()) << ended.status().ToString();
+  EXPECT_EQ(ended->state, "FAILED");
+  EXPECT_EQ(ended->exit_code, code);
+  EXPECT_NE(ended->error.find("ended.yaml: no checkpoint"), std::string::npos) << ended->error;
+  plane->reset();
+  // One that ended early (no Finish) says so, and no exit code it cannot know.
+  plane = ServicePlane::Start(*config, run::LaunchInfo{}, {"eval", "queries", "kNN"});
+  ASSERT_TRUE(plane.ok()) << plane.status().ToString();
+  plane->reset();
+  ended = control::ReadEnded(config->run_dir(), "eval");
+  ASSERT_TRUE(ended.ok()) << ended.status().ToString();
+  EXPECT_EQ(ended->state, "FAILED");
+  EXPECT_EQ(ended->exit_code, -1);
+  EXPECT_EQ(ReadFile(control::EndedPath(config->run_dir(), "eval"))->find("exit_code"), std::string::npos);
 }
 
 }  // namespace
