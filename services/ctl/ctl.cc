@@ -3,13 +3,16 @@
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <variant>
@@ -303,7 +306,149 @@ int RotateToken(const Options& o, std::ostream& out, std::ostream& err) {
   return kOk;
 }
 
+// A channel combination's run, as `status` on the file's top folder lists
+// it: the state its service reports, or its end record, or why neither.
+struct CombinationState {
+  std::string name, run_dir, state, detail;
+  std::optional<v1::Status> status;
+};
+
+std::string ProgressText(const v1::Progress& p) {
+  if (p.iterations() <= 0) {
+    return Format("%lld/%lld items", static_cast<long long>(p.items_done()), static_cast<long long>(p.items_total()));
+  }
+  return Format("epoch %lld/%lld, iteration %lld/%lld (%.1f%%)", static_cast<long long>(p.epoch() + 1),
+                static_cast<long long>(p.epochs()), static_cast<long long>(p.iteration()),
+                static_cast<long long>(p.iterations()),
+                100.0 * static_cast<double>(p.iteration()) / static_cast<double>(p.iterations()));
+}
+
+CombinationState StateOf(const Options& o, const std::string& name) {
+  CombinationState c;
+  c.name = name;
+  c.run_dir = (std::filesystem::path(o.run_dir) / name).string();
+  auto target = control::ResolveRun(c.run_dir, o.service, o.token_file);
+  if (target.ok()) {
+    target->tls_ca_file = o.tls_ca;
+    auto channel = control::OpenChannel(*target);
+    if (!channel.ok()) {
+      c.state = "UNREACHABLE";
+      c.detail = channel.status().message();
+      return c;
+    }
+    grpc::ClientContext ctx;
+    control::AddToken(&ctx, target->token);
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(o.timeout * 1000)));
+    v1::Status s;
+    const grpc::Status st = v1::Control::NewStub(*channel)->GetStatus(&ctx, v1::GetStatusRequest(), &s);
+    if (!st.ok()) {
+      c.state = "UNREACHABLE";
+      c.detail = target->target + ": " + st.error_message();
+      return c;
+    }
+    c.state = StateName(s.state());
+    c.detail = ProgressText(s.progress());
+    if (s.has_trainer()) c.detail += Format(", loss %.5f", s.trainer().loss());
+    if (!s.error().empty()) c.detail += ": " + s.error();
+    c.status = s;
+    return c;
+  }
+  auto ended = control::ReadEnded(c.run_dir, o.service);
+  if (ended.ok()) {
+    c.state = ended->state;
+    if (ended->exit_code >= 0) c.detail = "exit " + std::to_string(ended->exit_code);
+    if (!ended->slurm_job_id.empty()) {
+      c.detail += (c.detail.empty() ? "" : ", ") + std::string("Slurm job ") + ended->slurm_job_id;
+    }
+    if (!ended->error.empty()) c.detail += (c.detail.empty() ? "" : ": ") + ended->error;
+    return c;
+  }
+  std::error_code ec;
+  const bool has_endpoint = std::filesystem::exists(control::EndpointPath(c.run_dir, o.service), ec);
+  c.state = has_endpoint ? "GONE" : "NOT RUNNING";
+  c.detail = has_endpoint || target.status().code() != StatusCode::kNotFound
+                 ? target.status().message()
+                 : "its " + o.service + " has not started (a job still queued, or none submitted)";
+  return c;
+}
+
+// `status --run-dir TOP` where TOP holds a run per channel combination.
+int ListCombinations(const Options& o, const std::vector<std::string>& names, std::ostream& out) {
+  if (!o.json) out << Format("%-40s %-12s %s\n", "COMBINATION", "STATE", "PROGRESS");
+  for (const auto& name : names) {
+    const CombinationState c = StateOf(o, name);
+    if (!o.json) {
+      out << Format("%-40s %-12s %s\n", c.name.c_str(), c.state.c_str(), c.detail.c_str());
+      continue;
+    }
+    nlohmann::json j = {{"combination", c.name}, {"run_dir", c.run_dir}, {"state", c.state}, {"detail", c.detail}};
+    j["status"] = c.status ? nlohmann::json::parse(Json(*c.status)) : nlohmann::json();
+    out << j.dump() << "\n";
+  }
+  return kOk;
+}
+
+std::string Joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// --combination NAME under --run-dir: its folder, or the channel names
+// the folder ends with. With watch --wait, a combination whose task is
+// still queued (no folder yet) is waited for.
+std::variant<std::string, int> CombinationDir(Options* o, std::ostream& err) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o->wait * 1000));
+  for (;;) {
+    const auto all = CombinationsOf(o->run_dir);
+    std::vector<std::string> matches;
+    for (const auto& c : all) {
+      const std::string tail = "_channel_" + o->combination;
+      if (c == o->combination ||
+          (c.size() > tail.size() && c.compare(c.size() - tail.size(), tail.size(), tail) == 0)) {
+        matches.push_back(c);
+      }
+    }
+    if (matches.size() == 1) return (std::filesystem::path(o->run_dir) / matches[0]).string();
+    if (matches.size() > 1) {
+      err << "scdinoctl: --combination " << o->combination << " names " << matches.size() << " runs in "
+          << o->run_dir << " (" << Joined(matches) << "): give the folder's whole name\n";
+      return kBadArguments;
+    }
+    const bool waiting = o->command == "watch" && o->wait > 0;
+    if (!waiting || std::chrono::steady_clock::now() >= deadline) {
+      err << "scdinoctl: no combination " << o->combination << " in " << o->run_dir << "; "
+          << (all.empty() ? "it holds no combination's run (none started yet, or it is not <output_dir>/<name_of_run> "
+                            "of a file with several combinations)"
+                          : "its combinations: " + Joined(all))
+          << "\n";
+      return kNotFound;
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  }
+}
+
 }  // namespace
+
+std::vector<std::string> CombinationsOf(const std::string& top) {
+  namespace fs = std::filesystem;
+  auto holds_run = [](const fs::path& d) {
+    std::error_code ec;
+    return fs::exists(d / "control.token", ec) || fs::is_directory(d / "endpoints", ec) ||
+           fs::exists(d / "checkpoint.safetensors", ec);
+  };
+  std::vector<std::string> out;
+  if (holds_run(top)) return out;
+  std::error_code ec;
+  for (fs::directory_iterator it(top, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code type_ec;
+    if (it->is_directory(type_ec) && holds_run(it->path())) out.push_back(it->path().filename().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 std::string Duration(double s) {
   if (s <= 0) return "-";
@@ -337,14 +482,7 @@ std::string StatusTable(const v1::Status& s) {
   std::string out = Row("service", service);
   out += Row("run", r.run_id() + " (" + r.run_dir() + ")");
   out += Row("state", StateName(s.state()) + (s.error().empty() ? "" : ": " + s.error()));
-  out += Row("progress",
-             p.iterations() > 0
-                 ? Format("epoch %lld/%lld, iteration %lld/%lld (%.1f%%)", static_cast<long long>(p.epoch() + 1),
-                          static_cast<long long>(p.epochs()), static_cast<long long>(p.iteration()),
-                          static_cast<long long>(p.iterations()),
-                          100.0 * static_cast<double>(p.iteration()) / static_cast<double>(p.iterations()))
-                 : Format("%lld/%lld items", static_cast<long long>(p.items_done()),
-                          static_cast<long long>(p.items_total())));
+  out += Row("progress", ProgressText(p));
   out += Row("speed", Format("%.1f items/s, ETA %s", p.items_per_second(), Duration(p.eta_seconds()).c_str()));
   if (!p.stage().empty()) out += Row("stage", Stage(p));
   if (s.has_trainer()) out += TrainerRows(s.trainer());
@@ -378,6 +516,11 @@ std::optional<int> ParseCommandLine(int argc, const char* const* argv, Options* 
   app->fallthrough();
   app->add_option("--run-dir", o->run_dir, "the run directory (endpoint file and control.token found there)")
       ->type_name("DIR");
+  app->add_option("--combination", o->combination,
+                  "with --run-dir <output_dir>/<name_of_run> of a file with several channel combinations: the "
+                  "combination's run, by its folder or the channel names it ends with (status without it lists "
+                  "them all)")
+      ->type_name("NAME");
   app->add_option("--service", o->service, "which service of the run")
       ->check(CLI::IsMember({"trainer", "features", "eval"}));
   app->add_option("--target", o->target, "a server address instead of --run-dir")->type_name("HOST:PORT");
@@ -417,11 +560,31 @@ std::optional<int> ParseCommandLine(int argc, const char* const* argv, Options* 
     err << "scdinoctl: give either --run-dir DIR or --target HOST:PORT (with --token-file)\n";
     return kBadArguments;
   }
+  if (!o->combination.empty() && o->run_dir.empty()) {
+    err << "scdinoctl: --combination needs --run-dir <output_dir>/<name_of_run>\n";
+    return kBadArguments;
+  }
   if (o->timeout < 0) o->timeout = o->command == "checkpoint" ? 600 : 10;
   return std::nullopt;
 }
 
-int Run(const Options& o, std::ostream& out, std::ostream& err) {
+int Run(const Options& given, std::ostream& out, std::ostream& err) {
+  Options o = given;
+  if (!o.combination.empty()) {
+    const auto began = std::chrono::steady_clock::now();
+    auto dir = CombinationDir(&o, err);
+    if (const int* code = std::get_if<int>(&dir)) return *code;
+    o.run_dir = std::get<std::string>(dir);
+    o.wait = std::max(0.0, o.wait - std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+  } else if (!o.run_dir.empty()) {
+    if (const auto all = CombinationsOf(o.run_dir); !all.empty()) {
+      if (o.command == "status") return ListCombinations(o, all, out);
+      err << "scdinoctl: " << o.run_dir << " holds the runs of " << all.size() << " channel combinations ("
+          << Joined(all) << "): name one with --combination NAME (scdinoctl status --run-dir " << o.run_dir
+          << " lists them)\n";
+      return kBadArguments;
+    }
+  }
   if (o.command == "rotate-token") return RotateToken(o, out, err);
   auto resolved = TargetWhenAnswering(o, err);
   if (const int* code = std::get_if<int>(&resolved)) return *code;

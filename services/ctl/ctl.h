@@ -8,6 +8,7 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "scdino/v1/control.pb.h"
 
@@ -25,6 +26,9 @@ inline constexpr int kRefused = 6;  ///< the run cannot do that now (e.g. it has
 /// The command line, parsed.
 struct Options {
   std::string command, run_dir, service = "trainer", target, token_file, tls_ca, tls_name;
+  /// With several channel combinations: which one's run under --run-dir
+  /// (its folder, or the channel names its folder ends with).
+  std::string combination;
   bool json = false, tls = false;
   double timeout = -1;  ///< seconds; -1: the command's default (10; checkpoint: 600)
   int64_t interval_ms = 0;
@@ -49,5 +53,11 @@ std::string Stage(const v1::Progress& p);
 std::string StatusTable(const v1::Status& s);
 /// `watch`'s line for `s` at `now_unix_ms`.
 std::string StatusLine(const v1::Status& s, int64_t now_unix_ms);
+
+/// The runs of a file's channel combinations under `top`
+/// (<output_dir>/<name_of_run>): its sub-folders that hold a run (a
+/// control token, endpoints or a checkpoint), sorted; empty when `top` is
+/// a run itself.
+std::vector<std::string> CombinationsOf(const std::string& top);
 
 }  // namespace scdino::ctl

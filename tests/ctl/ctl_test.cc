@@ -4,10 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <sstream>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
+#include "control/endpoint.h"
 #include "control/server.h"
 #include "control/token.h"
 #include "support/test_support.h"
@@ -177,6 +181,109 @@ TEST_F(CtlServerTest, AWrongTokenAnUnreachableServerAndAMissingTokenFileEachHave
   server_.reset();
   EXPECT_EQ(Command({"status"}), kUnreachable) << err_;
   EXPECT_NE(err_.find("scdinoctl: 127.0.0.1:"), std::string::npos) << err_;
+}
+
+// A file's channel combinations, each a run of its own under
+// <output_dir>/<name_of_run>: one training (a real control server and its
+// endpoint file), one that failed (its end record), one not started yet.
+class CtlCombinationsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    top_ = dir_.path() + "/pbmc";
+    const std::string running = top_ + "/vit_channel_A_B", failed = top_ + "/vit_channel_B";
+    for (const auto& d : {running, failed, top_ + "/vit_channel_C"}) {
+      std::filesystem::create_directories(d);
+      ASSERT_TRUE(control::LoadOrCreateToken(d + "/control.token").ok());
+    }
+    std::ofstream(top_ + "/report.html") << "<html></html>\n";
+    auto token = control::ReadToken(running + "/control.token");
+    ASSERT_TRUE(token.ok()) << token.status().ToString();
+    control::ServerOptions o;
+    o.listen_address = "127.0.0.1:0";
+    o.token = *token;
+    o.run_dir = running;
+    o.run_id = "pbmc/vit_channel_A_B";
+    auto s = control::ControlServer::Start(o, &control_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(s).value();
+    control_.Update([](RunStatus& st) {
+      st.state = RunState::kRunning;
+      st.epoch = 1, st.epochs = 4, st.iteration = 10, st.iterations = 40;
+    });
+    control::Endpoint e;
+    e.service = "trainer";
+    e.host = "127.0.0.1";
+    e.port = server_->port();
+    e.pid = ::getpid();
+    e.run_dir = std::filesystem::absolute(running).string();
+    control::RecordThisProcess(&e);
+    ASSERT_TRUE(control::WriteEndpoint(running, e, *token).ok());
+    control::ServiceEnded ended;
+    ended.service = "trainer";
+    ended.state = "FAILED";
+    ended.error = "out of memory";
+    ended.slurm_job_id = "41_1";
+    ended.exit_code = 2;
+    ASSERT_TRUE(control::WriteEnded(failed, ended).ok());
+  }
+  int Command(std::vector<const char*> args) {
+    args.insert(args.end(), {"--run-dir", top_.c_str(), "--timeout", "5"});
+    auto p = Parse(args);
+    if (p.code) return *p.code;
+    std::ostringstream out, err;
+    const int code = scdino::ctl::Run(p.o, out, err);
+    out_ = out.str();
+    err_ = err.str();
+    return code;
+  }
+  scdino::testing::ScratchDir dir_;
+  std::string top_, out_, err_;
+  RunControl control_;
+  std::unique_ptr<control::ControlServer> server_;
+};
+
+TEST_F(CtlCombinationsTest, StatusOnTheTopFolderListsEveryCombinationWithItsState) {
+  EXPECT_EQ(CombinationsOf(top_), (std::vector<std::string>{"vit_channel_A_B", "vit_channel_B", "vit_channel_C"}));
+  EXPECT_TRUE(CombinationsOf(top_ + "/vit_channel_B").empty()) << "a run's own folder is no list";
+  ASSERT_EQ(Command({"status"}), kOk) << err_;
+  for (const std::string row :
+       {"COMBINATION                              STATE        PROGRESS\n",
+        "vit_channel_A_B                          RUNNING      epoch 2/4, iteration 10/40 (25.0%)",
+        "vit_channel_B                            FAILED       exit 2, Slurm job 41_1: out of memory\n",
+        "vit_channel_C                            NOT RUNNING  its trainer has not started"}) {
+    EXPECT_NE(out_.find(row), std::string::npos) << "no row " << row << " in\n" << out_;
+  }
+  EXPECT_EQ(out_.find("report.html"), std::string::npos) << out_;
+  ASSERT_EQ(Command({"status", "--json"}), kOk) << err_;
+  EXPECT_NE(out_.find("{\"combination\":\"vit_channel_A_B\",\"detail\":\"epoch 2/4"), std::string::npos) << out_;
+  EXPECT_NE(out_.find("\"state\":\"RUN_STATE_RUNNING\""), std::string::npos) << out_;
+  EXPECT_NE(out_.find("\"state\":\"FAILED\",\"status\":null}"), std::string::npos) << out_;
+}
+
+TEST_F(CtlCombinationsTest, ACommandForOneRunNamesItsCombination) {
+  // Which run a stop is for is never guessed.
+  EXPECT_EQ(Command({"stop"}), kBadArguments);
+  EXPECT_NE(err_.find("holds the runs of 3 channel combinations (vit_channel_A_B, vit_channel_B, vit_channel_C): "
+                      "name one with --combination NAME"),
+            std::string::npos)
+      << err_;
+  EXPECT_FALSE(control_.Requests().stop);
+  // By the channel names its folder ends with, or by the folder.
+  ASSERT_EQ(Command({"stop", "--combination", "A_B"}), kOk) << err_;
+  EXPECT_TRUE(control_.Requests().stop) << "the stop did not reach the combination's run";
+  ASSERT_EQ(Command({"status", "--combination", "vit_channel_A_B"}), kOk) << err_;
+  EXPECT_NE(out_.find("run         pbmc/vit_channel_A_B ("), std::string::npos) << out_;
+  // "B" is vit_channel_B's, not the end of vit_channel_A_B: that run has ended.
+  EXPECT_EQ(Command({"status", "--combination", "B"}), kNotFound) << out_;
+  EXPECT_NE(err_.find("vit_channel_B"), std::string::npos) << err_;
+  EXPECT_EQ(Command({"status", "--combination", "D"}), kNotFound);
+  EXPECT_NE(err_.find("no combination D in " + top_ + "; its combinations: vit_channel_A_B, vit_channel_B, "
+                      "vit_channel_C"),
+            std::string::npos)
+      << err_;
+  auto p = Parse({"status", "--combination", "B", "--target", "127.0.0.1:1", "--token-file", "t"});
+  EXPECT_EQ(p.code, kBadArguments);
+  EXPECT_NE(p.err.find("--combination needs --run-dir"), std::string::npos) << p.err;
 }
 
 }  // namespace
