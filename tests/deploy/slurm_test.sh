@@ -316,6 +316,12 @@ for folder, channels in (("scDINO_ViT_channel_A_B_C", "A, B, C"), ("scDINO_ViT_c
 assert "</span>random init</span>" in dom and "</span>raw pixels</span>" in dom, "no baselines"
 print("combos/report.html: 2 curves, both combinations completed, baselines drawn")
 PY
+# scdinoctl on the top folder: both trainings, each ended COMPLETED with 0.
+listed=$("$build/services/ctl/scdinoctl" status --run-dir "$work/combos" 2>&1)
+for dir in scDINO_ViT_channel_A_B_C scDINO_ViT_channel_B; do
+  grep -Eq "^$dir +COMPLETED +exit 0, Slurm job [0-9]+$" <<<"$listed" ||
+    { echo "FAIL: scdinoctl status --run-dir $work/combos does not list $dir as COMPLETED with exit 0:"; echo "$listed"; exit 1; }
+done
 echo "ok: a job array on one config trains and evaluates both channel combinations, each in its own folder, compared on one page"
 
 # 5. deploy/slurm/train-and-evaluate.sbatch: the trainer (one task) and
