@@ -30,8 +30,12 @@ fail() {
 free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 started=$(date +%s)
 node=$(hostname -s)  # as Slurm names nodes, and the dcgm relabelling leaves them
+# A file with two channel combinations, as scDINO's users write it: the run
+# is combination 0's, labelled <name_of_run>/<folder>, which the dashboards'
+# Run and Combination variables pick.
 run_name=mon
-run="$work/runs/$run_name"
+run_label="$run_name/vit_channel_A_B_C"
+run="$work/runs/$run_label"
 # A Slurm job id for processes that are not under Slurm: it is only a label.
 job=$((700000 + RANDOM))
 
@@ -145,8 +149,10 @@ grep -q "scdino_preflight_passed{slurm_job_id=\"$job\"} 1" "$work/textfile/scdin
 config() {  # file, data source lines
   cat > "$1" <<YAML
 meta: {name_of_run: $run_name, output_dir: "$work/runs", dataset_dir: "$work/data", folder_depth_for_labels: 0,
-       train_datasetsplit_fraction: 0.75, seed: 5, selected_channel_combination_per_run: ["012"]}
+       train_datasetsplit_fraction: 0.75, seed: 5, channel_dict: {0: A, 1: B, 2: C},
+       selected_channel_combination_per_run: ["012", "12"]}
 train_scDINO:
+  dino_vit_name: vit
   epochs: 5000
   saveckp_freq: 10
   batch_size_per_gpu: 8
@@ -193,11 +199,11 @@ for _ in $(seq 1 100); do
   kill -0 "$features_pid" 2>/dev/null || fail "scdino-features --follow ended before its control API answered"
   sleep 0.1
 done
-wait_for 30 "scdino_features_build_info{run=\"$run_name\"}" || fail "Prometheus did not scrape scdino-features in 30 s"
+wait_for 30 "scdino_features_build_info{run=\"$run_label\"}" || fail "Prometheus did not scrape scdino-features in 30 s"
 # Its throughput panels are rates over 10 s: two scrapes within that
 # window before it stops (a loaded machine's first scrapes of a new file_sd
 # target can be seconds apart; CI's run once had only one).
-wait_for 60 "rate(scdino_features_images_processed_total{run=\"$run_name\"}[10s])" ||
+wait_for 60 "rate(scdino_features_images_processed_total{run=\"$run_label\"}[10s])" ||
   fail "the features follower's counter was not scraped twice within 10 s in 60 s"
 "$ctl" stop --run-dir "$run" --service features >/dev/null || fail "scdinoctl stop --service features failed"
 wait "$features_pid"
@@ -206,12 +212,12 @@ features_rc=$?
 SLURM_JOB_ID=$job "$build/services/eval/scdino-eval" --config "$work/files.yaml" --follow \
   >"$work/eval.out" 2>"$work/eval.err" &
 pids+=($!)
-wait_for 60 "scdino_eval_knn_top1_ratio{run=\"$run_name\"}" ||
+wait_for 60 "scdino_eval_knn_top1_ratio{run=\"$run_label\"}" ||
   fail "scdino-eval --follow exported no kNN accuracy within 60 s"
 # Its rate panels need two scrapes within their 10 s window; on a loaded
 # machine (CTest runs the container builds beside this) the first scrapes
 # of a new file_sd target can be seconds apart.
-wait_for 60 "rate(scdino_eval_queries_processed_total{run=\"$run_name\"}[10s])" ||
+wait_for 60 "rate(scdino_eval_queries_processed_total{run=\"$run_label\"}[10s])" ||
   fail "the follower's progress counter was not scraped twice within 10 s in 60 s"
 echo "ok: scdino-features --follow scraped, stopped through the API (exit 4); scdino-eval --follow exports kNN accuracy"
 
@@ -219,7 +225,7 @@ echo "ok: scdino-features --follow scraped, stopped through the API (exit 4); sc
 # land on the node slurm_job_node_info names.
 for what in "up{job=\"node_exporter\"} == 1" "up{job=\"dcgm_exporter\"} == 1" "up{job=\"slurm_exporter\"} == 1" \
             "jobid_node:slurm_job_node_info:max{jobid=\"$job\", node=\"$node\"}" \
-            "scdino_trainer_build_info{run=\"$run_name\", slurm_job_id=\"$job\"}"; do
+            "scdino_trainer_build_info{run=\"$run_label\", slurm_job_id=\"$job\"}"; do
   wait_for 30 "$what" || fail "no series for $what"
 done
 [ "$(query "DCGM_FI_DEV_GPU_UTIL{node=\"$node\"}")" = 2 ] ||
@@ -230,13 +236,17 @@ echo "ok: node_exporter, dcgm-exporter (Hostname and hostname), Slurm exporter a
 # stays silent: the state gauge says paused. The panels are queried
 # meanwhile.
 "$ctl" pause --run-dir "$run" >/dev/null || fail "scdinoctl pause failed"
-wait_for 20 "scdino_trainer_state{run=\"$run_name\", state=\"paused\"} == 1" ||
+wait_for 20 "scdino_trainer_state{run=\"$run_label\", state=\"paused\"} == 1" ||
   fail "Prometheus does not see the trainer paused (scdino_trainer_state)"
 paused_at=$(date +%s)
 $py "$src/tests/monitoring/query_panels.py" --prometheus "$prom" --source "$src" --start "$started" --cpu \
-  --var run="$run_name" --var job="$job" --var k=20 > "$work/panels.out"
+  --var name_of_run="$run_name" --var run="$run_label" --var job="$job" --var k=20 > "$work/panels.out"
 panels_rc=$?
 cat "$work/panels.out"
+# The Run variable is the file's name_of_run (its regex applied) and the
+# Combination variable the run under it.
+grep -q "^training.json: variables name_of_run=$run_name, run=$run_label, " "$work/panels.out" ||
+  fail "the training dashboard's Run and Combination variables are not $run_name and $run_label"
 $py - "$prom" <<'PY' || fail "rules that fail to evaluate (above)"
 import json, sys, urllib.request
 groups = json.load(urllib.request.urlopen(sys.argv[1] + "/api/v1/rules", timeout=10))["data"]["groups"]
@@ -246,11 +256,11 @@ sys.exit(1 if bad else 0)
 PY
 # Window (10 s) and for (5 s) of the scaled rule, and some margin.
 while [ $(( $(date +%s) - paused_at )) -lt 22 ]; do
-  [ "$(query "ALERTS{alertname=\"ScdinoTrainerStalled\", run=\"$run_name\"}")" = 0 ] ||
+  [ "$(query "ALERTS{alertname=\"ScdinoTrainerStalled\", run=\"$run_label\"}")" = 0 ] ||
     fail "ScdinoTrainerStalled is pending or firing for a paused trainer"
   sleep 1
 done
-[ "$(query "increase(scdino_trainer_iterations_total{run=\"$run_name\"}[10s]) == 0")" -gt 0 ] ||
+[ "$(query "increase(scdino_trainer_iterations_total{run=\"$run_label\"}[10s]) == 0")" -gt 0 ] ||
   fail "the paused trainer's iteration counter still moves: the silence proves nothing"
 echo "ok: paused $(( $(date +%s) - paused_at )) s without progress, ScdinoTrainerStalled silent"
 
@@ -259,7 +269,7 @@ echo "ok: paused $(( $(date +%s) - paused_at )) s without progress, ScdinoTraine
 kill -9 "$trainer_pid"
 found=
 for _ in $(seq 1 60); do
-  found=$($py - "$am" "$run_name" <<'PY' 2>/dev/null
+  found=$($py - "$am" "$run_label" <<'PY' 2>/dev/null
 import json, sys, urllib.parse, urllib.request
 q = urllib.parse.urlencode({"filter": ['alertname="ScdinoTargetDown"', f'run="{sys.argv[2]}"', 'service="trainer"']},
                            doseq=True)
@@ -272,7 +282,7 @@ PY
   [ -n "$found" ] && break
   sleep 1
 done
-[ "$found" = "scdino $run_name trainer 0 $job warning" ] ||
+[ "$found" = "scdino $run_label trainer 0 $job warning" ] ||
   fail "Alertmanager has no active ScdinoTargetDown for the killed trainer with its labels (got '$found')"
 echo "ok: trainer killed -> ScdinoTargetDown in Alertmanager {job run service rank slurm_job_id severity} = $found"
 # Last, so that the alert checks run whatever the panels lack.

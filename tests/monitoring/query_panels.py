@@ -68,6 +68,12 @@ for path in sorted(glob.glob(os.path.join(args.source, "monitoring", "grafana", 
         selector = substitute(m.group(1), values)
         data, error = api("series", **{"match[]": selector, "start": args.start, "end": now})
         found = sorted({s.get(m.group(2), "") for s in data or []} - {""})
+        if v.get("regex"):
+            # As Grafana applies a variable's regex: a value that matches
+            # gives its first group (or the whole match); others are left out.
+            pattern = re.compile(re.fullmatch(r"/(.*)/\w*", v["regex"]).group(1))
+            kept = [pattern.search(x) for x in found]
+            found = sorted({k.group(1) if k.groups() else k.group(0) for k in kept if k} - {""})
         if not found:
             failures.append(f"FAIL: {name} / variable {v['name']}: {selector} has no {m.group(2)} "
                             f"{'(' + error + ')' if error else ''}")
