@@ -163,7 +163,13 @@ std::string RunConfig::combination_dir(int64_t index) const {
 }
 
 std::string RunConfig::stats_path() const {
-  return scdino.stats_file.empty() ? run_dir() + "/channel_stats.json" : scdino.stats_file;
+  if (!scdino.stats_file.empty()) return scdino.stats_file;
+  // Several combinations share one file beside their folders: scDINO
+  // computes the statistics once, over every channel (run/source.h).
+  if (meta.selected_channel_combination_per_run.size() > 1) {
+    return meta.output_dir + "/" + meta.name_of_run + "/channel_stats.json";
+  }
+  return run_dir() + "/channel_stats.json";
 }
 
 std::string RunConfig::token_path() const {

@@ -355,7 +355,7 @@ struct RunConfig {
   /// scDINO's folder name of combination `index`: <dino_vit_name>_channel_
   /// and the channel names (meta.channel_dict) joined by _.
   std::string combination_dir(int64_t index) const;
-  std::string stats_path() const;
+  std::string stats_path() const;  ///< with several combinations, shared: <output_dir>/<name_of_run>/
   std::string token_path() const;
   std::string file_sd_dir() const;
   /// Where scdino-features writes the features of a checkpoint (or "random_init").

@@ -203,7 +203,7 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
       {"scdino.run_dir_mode", Str(&r.run_dir_mode, {"0750", "0700"}),
        "mode of a run directory the service creates (the group may read results, or no one else); an existing one "
        "that others can write, or that is not yours, is refused"},
-      {"scdino.stats_file", Str(&r.stats_file), "channel statistics file, read when it is for this data set; \"\": <run_dir>/channel_stats.json"},
+      {"scdino.stats_file", Str(&r.stats_file), "channel statistics file, read when it is for this data set; \"\": <run_dir>/channel_stats.json, or with several channel combinations <output_dir>/<name_of_run>/channel_stats.json, shared"},
       {A + "hflip_p", Real(&a.hflip_p, 0, kIn, 1, kIn), "horizontal flip probability of every crop"},
       {A + "vflip_p", Real(&a.vflip_p, 0, kIn, 1, kIn), "vertical flip probability of every crop"},
       {A + "brightness_p", Real(&a.brightness_p, 0, kIn, 1, kIn), "probability of a per-channel brightness factor"},

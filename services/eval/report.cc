@@ -102,6 +102,8 @@ std::string DataSection(const ReportOptions& options) {
     } else {
       for (size_t c = 0; c < stats->histogram.size(); ++c) {
         const int64_t index = c < stats->channels.size() ? stats->channels[c] : static_cast<int64_t>(c);
+        const auto& shown = options.channels;
+        if (!shown.empty() && std::find(shown.begin(), shown.end(), index) == shown.end()) continue;
         const auto name = options.channel_names.find(index);
         charts << Histogram(name == options.channel_names.end() ? "channel " + std::to_string(index) : name->second,
                             stats->histogram[c]);

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -37,6 +38,9 @@ struct ReportOptions {
   std::string stats_path;
   /// Channel index -> name (meta.channel_dict); others are "channel i".
   std::map<int64_t, std::string> channel_names;
+  /// The run's channels, whose histograms are shown (a file several
+  /// combinations share holds more); empty: every one the file has.
+  std::vector<int64_t> channels;
 };
 
 /// The page for the run's current files (pure of the clock: no timestamp).

@@ -172,7 +172,7 @@ StatusOr<std::string> CheckpointEvaluator::WriteTable() const {
 
 StatusOr<std::string> CheckpointEvaluator::WriteReport() const {
   auto written = WriteRunReport({config_.run_name(), config_.run_dir(), config_.scdino.learning_margin,
-                                 config_.stats_path(), config_.meta.channel_dict});
+                                 config_.stats_path(), config_.meta.channel_dict, config_.channels()});
   const auto& combinations = config_.meta.selected_channel_combination_per_run;
   if (!written.ok() || combinations.size() < 2) return written;
   // One of several combinations: the page that compares them all, too.

@@ -1,11 +1,19 @@
 #include "plan/source.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <set>
+#include <thread>
 
 #include "common/env.h"
 #include "common/files.h"
@@ -201,13 +209,97 @@ std::string Mismatch(const data::ChannelStats& s, const data::ImagePrep& prep, c
 
 }  // namespace
 
-StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& c, const data::Dataset& d,
-                                                const data::ImagePrep& prep, Coordinator& coordinator,
-                                                const std::function<bool()>& should_stop) {
+namespace {
+
+// With several combinations and no file of the user's, the statistics are
+// shared (RunConfig::stats_path): computed once over every channel the
+// combinations use, as scDINO computes them, each run taking its own
+// channels out of them (a channel's statistics do not depend on the
+// others: each is min-maxed on its own).
+bool SharedStats(const RunConfig& c, const data::ImagePrep& prep) {
+  return c.scdino.stats_file.empty() && c.meta.selected_channel_combination_per_run.size() > 1 &&
+         !prep.channels.empty();
+}
+
+data::ImagePrep StatsPrep(const RunConfig& c, const data::ImagePrep& prep) {
+  if (!SharedStats(c, prep)) return prep;
+  std::set<int64_t> used;
+  for (const auto& combination : c.meta.selected_channel_combination_per_run) {
+    used.insert(combination.begin(), combination.end());
+  }
+  data::ImagePrep all = prep;
+  all.channels.assign(used.begin(), used.end());
+  return all;
+}
+
+// `channels` out of statistics over more of them.
+StatusOr<data::ChannelStats> Select(const data::ChannelStats& all, const std::vector<int64_t>& channels,
+                                    const std::string& path) {
+  data::ChannelStats out = all;
+  out.channels = channels;
+  out.mean.clear(), out.std.clear(), out.histogram.clear();
+  for (int64_t ch : channels) {
+    const auto at = std::find(all.channels.begin(), all.channels.end(), ch);
+    const auto i = static_cast<size_t>(at - all.channels.begin());
+    if (at == all.channels.end() || i >= all.mean.size() || i >= all.std.size()) {
+      return Status::DataLoss(path + ": holds no statistics of channel " + std::to_string(ch));
+    }
+    out.mean.push_back(all.mean[i]);
+    out.std.push_back(all.std[i]);
+    if (i < all.histogram.size()) out.histogram.push_back(all.histogram[i]);
+  }
+  return out;
+}
+
+// The shared statistics' lock (<file>.lock, flock): the tasks of a job
+// array start together, and one computes while the others wait and then
+// read its file. Where the file system takes no locks each computes its
+// own (the same numbers). Dropped when the process ends, however it ends.
+class SharedStatsLock {
+ public:
+  SharedStatsLock() = default;
+  SharedStatsLock(const SharedStatsLock&) = delete;
+  SharedStatsLock& operator=(const SharedStatsLock&) = delete;
+  ~SharedStatsLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status Take(const std::string& path, const std::function<bool()>& should_stop) {
+    const std::string lock = path + ".lock";
+    if (auto s = MakeDirs(std::filesystem::path(lock).parent_path().string()); !s.ok()) return s;
+    fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd_ < 0) return Status::IOError("cannot open " + lock + ": " + std::strerror(errno));
+    bool said = false;
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      if (err == EINTR) continue;
+      if (err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS) return Status::Ok();
+      if (err != EWOULDBLOCK) return Status::IOError("cannot lock " + lock + ": " + std::strerror(err));
+      if (!said) {
+        std::cerr << "scdino: waiting for " << path
+                  << ": another combination's run is computing the channel statistics they share\n";
+        said = true;
+      }
+      if (should_stop && should_stop()) return Status::Aborted("stopped while waiting for " + lock);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+StatusOr<data::ChannelStats> LoadOrComputeFor(const RunConfig& c, const data::Dataset& d,
+                                              const data::ImagePrep& prep, bool shared, Coordinator& coordinator,
+                                              const std::function<bool()>& should_stop) {
   const std::string path = c.stats_path();
   const std::string fingerprint = DatasetFingerprint(d, prep);
   StatusOr<data::ChannelStats> result = Status::Internal("statistics not computed");
-  Status shared = coordinator.RankZeroFirst("channel-statistics", [&]() -> Status {
+  Status ready = coordinator.RankZeroFirst("channel-statistics", [&]() -> Status {
+    SharedStatsLock lock;
+    if (shared) {
+      if (auto s = lock.Take(path, should_stop); !s.ok()) return s;
+    }
     if (FileExists(path)) {
       if (auto own = CheckOwnPath(path, "the channel statistics file"); !own.ok()) return own;
       auto s = data::ReadStats(path);
@@ -225,13 +317,24 @@ StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& c, const data::
     result = ComputeAndWrite(c, d, prep, fingerprint, should_stop);
     return result.status();
   });
-  if (!shared.ok()) return shared;
+  if (!ready.ok()) return ready;
   if (coordinator.is_rank_zero()) return result;
   if (auto own = CheckOwnPath(path, "the channel statistics file"); !own.ok()) return own;
   auto s = data::ReadStats(path);
   if (!s.ok()) return s.status();
   if (auto why = Mismatch(*s, prep, fingerprint); !why.empty()) return Status::FailedPrecondition(path + ": " + why);
   return s;
+}
+
+}  // namespace
+
+StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& c, const data::Dataset& d,
+                                                const data::ImagePrep& prep, Coordinator& coordinator,
+                                                const std::function<bool()>& should_stop) {
+  const bool shared = SharedStats(c, prep);
+  auto stats = LoadOrComputeFor(c, d, StatsPrep(c, prep), shared, coordinator, should_stop);
+  if (!stats.ok() || !shared) return stats;
+  return Select(*stats, prep.channels, c.stats_path());
 }
 
 StatusOr<DataShape> MeasureData(const RunConfig& c, const data::Dataset& dataset, int64_t ranks) {

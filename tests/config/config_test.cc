@@ -213,7 +213,8 @@ TEST(RunConfig, EachOfSeveralCombinationsHasAFolderOfItsOwn) {
   EXPECT_EQ(c->combination_dir(0), "vit_channel_AF647_BF_DAPI_CD3_PE");
   EXPECT_EQ(c->run_name(), "pbmc_run/" + c->combination_dir(2));
   EXPECT_EQ(c->run_dir(), "/tmp/out/" + c->run_name());
-  EXPECT_EQ(c->stats_path(), c->run_dir() + "/channel_stats.json");
+  // The channel statistics are computed once for all (scDINO's), beside them.
+  EXPECT_EQ(c->stats_path(), "/tmp/out/pbmc_run/channel_stats.json");
   std::set<std::string> dirs;
   for (int64_t i = 0; i < 3; ++i) dirs.insert(c->combination_dir(i));
   EXPECT_EQ(dirs.size(), 3u);
@@ -221,6 +222,7 @@ TEST(RunConfig, EachOfSeveralCombinationsHasAFolderOfItsOwn) {
   ASSERT_TRUE(one.ok()) << one.status().ToString();
   EXPECT_EQ(one->run_dir(), "/tmp/out/pbmc_run");
   EXPECT_EQ(one->run_name(), "pbmc_run");
+  EXPECT_EQ(one->stats_path(), "/tmp/out/pbmc_run/channel_stats.json");
   // Names that cannot make one folder per combination are refused.
   auto bad = [](const std::vector<std::string>& settings, const std::string& part) {
     auto r = ParseRunConfig(kScdinoStyle, "pipeline.yaml", settings);

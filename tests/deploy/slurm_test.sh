@@ -297,8 +297,13 @@ PY
   [ "$recorded" = "# $work/combos.yaml --set scdino.channel_combination=${dir#*:}" ] ||
     { echo "FAIL: ${dir%:*} records '$recorded'"; exit 1; }
 done
-[ "$(ls "$work/combos" | tr '\n' ' ')" = "report.html scDINO_ViT_channel_A_B_C scDINO_ViT_channel_B " ] ||
+# The channel statistics once for both, over channels 0-2, beside them.
+[ "$(ls "$work/combos" | tr '\n' ' ')" = \
+  "channel_stats.json channel_stats.json.lock report.html scDINO_ViT_channel_A_B_C scDINO_ViT_channel_B " ] ||
   { echo "FAIL: the combinations' run holds $(ls "$work/combos")"; exit 1; }
+ls "$work"/combos/*/channel_stats.json 2>/dev/null && { echo "FAIL: a combination computed statistics of its own"; exit 1; }
+channels=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["channels"])' "$work/combos/channel_stats.json")
+[ "$channels" = "[0, 1, 2]" ] || { echo "FAIL: the shared statistics are over channels $channels, not [0, 1, 2]"; exit 1; }
 grep -q "array task 1: combination 1 of $work/combos.yaml" "$work"/combos-*.out || { echo "FAIL: task 1 did not say its combination"; exit 1; }
 chromium=$(command -v chromium-headless-shell || command -v chromium || true)
 [ -n "$chromium" ] || { echo "FAIL: no headless Chromium (scripts/install-deps.sh installs it)"; exit 1; }

@@ -169,6 +169,12 @@ TEST(RunReport, ChannelHistogramsAndTheCropPreview) {
   EXPECT_NE(one.find("0.969-1.000: 40 pixels (0.4%)"), std::string::npos) << one;
   EXPECT_NE(section.find("0.625-0.656: 12 pixels"), std::string::npos);
   EXPECT_NE(section.find("src=\"data:image/png;base64,YWJjZA==\""), std::string::npos) << "abcd in base64";
+  // A file several combinations share: the run's own channels only.
+  o.channels = {0};
+  const std::string own = RunReportHtml(o);
+  EXPECT_EQ(own.find("aria-label=\"\u03b3H2AX\""), std::string::npos) << "channel 2 is not this run's";
+  EXPECT_NE(own.find("aria-label=\"channel 0\""), std::string::npos);
+  o.channels.clear();
 
   // Statistics of an older version: said, not drawn; no preview: none shown.
   ASSERT_TRUE(WriteFileAtomic(run + "/channel_stats.json", R"({"channels": [0], "mean": [0.1], "std": [0.1]})").ok());

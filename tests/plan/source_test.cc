@@ -149,6 +149,43 @@ TEST(Statistics, ReusedOnlyForTheDataSetTheyWereComputedFor) {
   EXPECT_NE(DatasetFingerprint(*grown, other), recomputed->dataset_fingerprint);
 }
 
+// A file's channel combinations share one statistics file beside their
+// folders (scDINO computes them once): over every channel they use, each
+// run given its own channels, the same numbers as its channels alone.
+TEST(Statistics, SeveralCombinationsShareOneFileOverEveryChannelTheyUse) {
+  ScratchDir dir;
+  WriteCells(dir.path(), 4);
+  auto single = Coordinator::Single();
+  RunConfig first = Config(dir.path(), "", "31\", \"2");
+  RunConfig second = first;
+  second.scdino.channel_combination = 1;
+  ASSERT_EQ(first.stats_path(), dir.path() + "/r/channel_stats.json");
+  ASSERT_EQ(second.stats_path(), first.stats_path());
+  auto d = IndexDataset(first);
+  ASSERT_TRUE(d.ok());
+  auto a = LoadOrComputeStats(first, *d, first.image_prep(), *single);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->channels, (std::vector<int64_t>{3, 1}));
+  ASSERT_EQ(a->mean.size(), 2u);
+  ASSERT_EQ(a->histogram.size(), 2u);
+  auto file = data::ReadStats(first.stats_path());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(file->channels, (std::vector<int64_t>{1, 2, 3}));
+  const auto before = ReadFile(first.stats_path());
+  auto b = LoadOrComputeStats(second, *d, second.image_prep(), *single);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->channels, (std::vector<int64_t>{2}));
+  EXPECT_EQ(*ReadFile(first.stats_path()), *before) << "the second combination recomputed the shared file";
+  // Channel 2's numbers are those of a run of channel 2 alone.
+  RunConfig alone = Config(dir.path(), "scdino: {stats_file: \"" + dir.file("alone.json") + "\"}\n", "2");
+  auto own = LoadOrComputeStats(alone, *d, alone.image_prep(), *single);
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  EXPECT_NEAR(b->mean[0], own->mean[0], 1e-9);
+  EXPECT_NEAR(b->std[0], own->std[0], 1e-9);
+  EXPECT_EQ(b->histogram[0], own->histogram[0]);
+  EXPECT_EQ(b->images, own->images);
+}
+
 TEST(Statistics, AFileTheUserNamedIsRefusedForAnotherDataSet) {
   ScratchDir dir;
   WriteCells(dir.path(), 3);
