@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <sys/wait.h>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -430,6 +431,123 @@ std::variant<std::string, int> CombinationDir(Options* o, std::ostream& err) {
   }
 }
 
+// The command on one connection to the run's service.
+int Call(const Options& o, std::ostream& out, std::ostream& err) {
+  auto resolved = TargetWhenAnswering(o, err);
+  if (const int* code = std::get_if<int>(&resolved)) return *code;
+  const auto& t = std::get<control::ClientTarget>(resolved);
+  auto channel = control::OpenChannel(t);
+  if (!channel.ok()) {
+    err << "scdinoctl: " << channel.status().message() << "\n";
+    return kFailed;
+  }
+  const Connection c{o, t, *channel, out, err};
+  if (o.command == "status") return ShowStatus(c);
+  if (o.command == "watch") return Watch(c);
+  if (o.command == "pause" || o.command == "resume" || o.command == "stop") return Request(c, o.command);
+  if (o.command == "checkpoint") return SaveCheckpoint(c);
+  return ListCheckpoints(c);
+}
+
+// Whether Slurm still lists job `job` (pending, requeued or running:
+// squeue shows no finished job); an error when squeue cannot say.
+StatusOr<bool> JobQueued(const std::string& job) {
+  if (job.empty() || job.find_first_not_of("0123456789_") != std::string::npos) {
+    return Status::InvalidArgument("\"" + job + "\" is not a Slurm job id");
+  }
+  FILE* p = ::popen(("squeue -h -o %T -j " + job + " 2>&1").c_str(), "r");
+  if (!p) return Status::IOError("cannot run squeue");
+  std::string text;
+  char buf[256];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) text.append(buf, n);
+  const int status = ::pclose(p);
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == 127) return Status::NotFound("squeue is not on this node's PATH");
+  // A job Slurm has forgotten: "Invalid job id specified".
+  if (code != 0) {
+    if (text.find("Invalid job id") != std::string::npos) return false;
+    return Status::IOError("squeue: " + text);
+  }
+  return text.find_first_not_of(" \n") != std::string::npos;
+}
+
+// The service's end record once it is there (written as its stream ends),
+// if it ended after `since_unix_ms`.
+std::optional<control::ServiceEnded> EndedSince(const Options& o, int64_t since_unix_ms) {
+  for (int i = 0; i < 50; ++i) {
+    auto ended = control::ReadEnded(o.run_dir, o.service);
+    if (ended.ok() && ended->end_unix_ms >= since_unix_ms) return *ended;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return std::nullopt;
+}
+
+// After a life that did not complete, inside a Slurm job: while the job is
+// still in the queue (the batch script requeues it), its next life, which
+// has started (its endpoint file) or has already ended too (a new end
+// record: a short life between two looks). Neither when the job left the
+// queue without one, or Slurm cannot be asked (said).
+struct NextLife {
+  bool started = false;
+  std::optional<control::ServiceEnded> ended;
+};
+
+NextLife NextLifeOf(const Options& o, const control::ServiceEnded& last, std::ostream& err) {
+  bool said = false;
+  for (;;) {
+    auto e = control::ReadEndpoint(o.run_dir, o.service);
+    if (e.ok() && e->start_unix_ms > last.end_unix_ms) return {true, std::nullopt};
+    auto again = control::ReadEnded(o.run_dir, o.service);
+    if (again.ok() && again->end_unix_ms > last.end_unix_ms) return {false, *again};
+    auto queued = JobQueued(last.slurm_job_id);
+    if (!queued.ok()) {
+      err << "scdinoctl: not following Slurm job " << last.slurm_job_id << " through a requeue: "
+          << queued.status().message() << "\n";
+      return {};
+    }
+    if (!*queued) {
+      // It may have started and ended since the look above.
+      again = control::ReadEnded(o.run_dir, o.service);
+      if (again.ok() && again->end_unix_ms > last.end_unix_ms) return {false, *again};
+      if (said) err << "scdinoctl: Slurm job " << last.slurm_job_id << " left the queue without starting again\n";
+      return {};
+    }
+    if (!said) {
+      err << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << last.state
+          << (last.exit_code >= 0 ? " (exit " + std::to_string(last.exit_code) + ")" : "") << "; Slurm job "
+          << last.slurm_job_id << " is still queued: waiting for its next start\n";
+      said = true;
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+
+// watch: each life of the run until one completes, or fails or stops for
+// good (its Slurm job no longer queued); the exit code is the last life's.
+int WatchThroughRequeues(Options o, std::ostream& out, std::ostream& err) {
+  int64_t since = NowUnixMs();
+  int code = Call(o, out, err);
+  for (;;) {
+    if (o.run_dir.empty() || (code != kOk && code != kFailed)) return code;
+    const auto ended = EndedSince(o, since);
+    if (!ended || ended->state == "COMPLETED" || ended->slurm_job_id.empty()) return code;
+    const NextLife next = NextLifeOf(o, *ended, err);
+    if (next.ended) {
+      err << "scdinoctl: the " << o.service << " of " << o.run_dir << " started again and ended "
+          << next.ended->state
+          << (next.ended->exit_code >= 0 ? " (exit " + std::to_string(next.ended->exit_code) + ")" : "")
+          << (next.ended->error.empty() ? "" : ": " + next.ended->error) << "\n";
+      code = next.ended->state == "FAILED" ? kFailed : kOk;
+      since = next.ended->end_unix_ms;
+      continue;
+    }
+    if (!next.started) return code;
+    since = NowUnixMs();
+    o.wait = std::max(o.wait, 60.0);  // the new life's server, starting
+    code = Call(o, out, err);
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> CombinationsOf(const std::string& top) {
@@ -586,20 +704,8 @@ int Run(const Options& given, std::ostream& out, std::ostream& err) {
     }
   }
   if (o.command == "rotate-token") return RotateToken(o, out, err);
-  auto resolved = TargetWhenAnswering(o, err);
-  if (const int* code = std::get_if<int>(&resolved)) return *code;
-  const auto& t = std::get<control::ClientTarget>(resolved);
-  auto channel = control::OpenChannel(t);
-  if (!channel.ok()) {
-    err << "scdinoctl: " << channel.status().message() << "\n";
-    return kFailed;
-  }
-  const Connection c{o, t, *channel, out, err};
-  if (o.command == "status") return ShowStatus(c);
-  if (o.command == "watch") return Watch(c);
-  if (o.command == "pause" || o.command == "resume" || o.command == "stop") return Request(c, o.command);
-  if (o.command == "checkpoint") return SaveCheckpoint(c);
-  return ListCheckpoints(c);
+  if (o.command == "watch") return WatchThroughRequeues(o, out, err);
+  return Call(o, out, err);
 }
 
 }  // namespace scdino::ctl

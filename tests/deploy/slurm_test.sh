@@ -85,6 +85,10 @@ config full 40
 config preempted 40
 ref=$(submit full 1)
 job=$(submit preempted 1)
+# A watch started while the job is queued follows it through its requeue
+# to its real end.
+"$build/services/ctl/scdinoctl" watch --wait 300 --run-dir "$work/preempted" > "$work/watch.out" 2> "$work/watch.err" &
+watcher=$!
 for _ in $(seq 1 300); do
   [ -s "$work/preempted/log.jsonl" ] && break
   sleep 0.2
@@ -93,6 +97,13 @@ scancel --signal=USR1 "$job"
 wait_gone "$job" 600
 wait_gone "$ref" 600
 grep -q "requeueing job $job" "$work"/preempted-*.out || { echo "FAIL: job was not requeued"; cat "$work"/preempted-*.out; exit 1; }
+watch_rc=0
+timeout 60 tail --pid="$watcher" -f /dev/null || { kill "$watcher"; echo "FAIL: the watch did not end with the job"; cat "$work/watch.err"; exit 1; }
+wait "$watcher" || watch_rc=$?
+grep -q "ended STOPPED (exit 75); Slurm job $job is still queued: waiting for its next start" "$work/watch.err" &&
+  grep -q "COMPLETED" <(tail -1 "$work/watch.out") && [ "$watch_rc" -eq 0 ] ||
+  { echo "FAIL: the watch did not follow the requeue to COMPLETED with exit 0 (exit $watch_rc)"; cat "$work/watch.err";
+    tail -3 "$work/watch.out"; exit 1; }
 [ "$(iteration "$work/preempted/checkpoint.safetensors")" = 160 ] || { echo "FAIL: requeued run did not finish"; cat "$work"/preempted-*.out; exit 1; }
 result=$(same_weights "$work/preempted/checkpoint.safetensors" "$work/full/checkpoint.safetensors")
 [ "$result" = identical ] || { echo "FAIL: resumed run $result from the uninterrupted one"; exit 1; }
