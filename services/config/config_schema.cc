@@ -107,7 +107,7 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
 
       {F + "normalize", Bool(&d.normalize), "L2-normalise the features (features.npy)"},
       {F + "num_gpus", Int(&d.features_num_gpus, 1), "", {}, ranks_from_launch},
-      {F + "batch_size_per_gpu", Int(&d.features_batch_size_per_gpu, 1), "images per forward pass of scdino-features"},
+      {F + "batch_size_per_gpu", Int(&d.features_batch_size_per_gpu, 1), "images per forward pass of scdino-features; on a GPU 256 unless the file sets it"},
       {F + "num_workers", Int(&d.features_num_workers, 0), "image decoding threads of scdino-features"},
       {F + "checkpoint_key", Str(&d.checkpoint_key, {"teacher", "student"}), "which backbone gives the features"},
       {F + "resize", Bool(&d.resize), "resize images to resize_length before the forward pass"},

@@ -22,6 +22,7 @@
 #include "control/client.h"
 #include "control/endpoint.h"
 #include "control/token.h"
+#include "process/exit_codes.h"
 #include "run/learning_verdict.h"
 #include "scdino/v1/control.grpc.pb.h"
 
@@ -494,15 +495,34 @@ struct NextLife {
 
 NextLife NextLifeOf(const Options& o, const control::ServiceEnded& last, std::ostream& err) {
   bool said = false;
+  // Without squeue (a container without Slurm's client), the codes the
+  // batch scripts always requeue are waited for up to --wait seconds.
+  const bool requeued_code = last.exit_code == process::kExitPreempted || last.exit_code == process::kExitPeerLost;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.wait * 1000));
   for (;;) {
     auto e = control::ReadEndpoint(o.run_dir, o.service);
     if (e.ok() && e->start_unix_ms > last.end_unix_ms) return {true, std::nullopt};
     auto again = control::ReadEnded(o.run_dir, o.service);
     if (again.ok() && again->end_unix_ms > last.end_unix_ms) return {false, *again};
     auto queued = JobQueued(last.slurm_job_id);
+    if (!queued.ok() && requeued_code && o.wait > 0) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        err << "scdinoctl: Slurm job " << last.slurm_job_id << " did not start again within " << o.wait << " s\n";
+        return {};
+      }
+      if (!said) {
+        err << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << last.state << " (exit "
+            << last.exit_code << "), which the batch scripts requeue; " << queued.status().message()
+            << ": waiting up to " << o.wait << " s (--wait) for its next start\n";
+        said = true;
+      }
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      continue;
+    }
     if (!queued.ok()) {
       err << "scdinoctl: not following Slurm job " << last.slurm_job_id << " through a requeue: "
-          << queued.status().message() << "\n";
+          << queued.status().message() << (requeued_code ? " (watch --wait SECONDS waits for it)" : "") << "\n";
       return {};
     }
     if (!*queued) {
@@ -688,6 +708,12 @@ std::optional<int> ParseCommandLine(int argc, const char* const* argv, Options* 
 
 int Run(const Options& given, std::ostream& out, std::ostream& err) {
   Options o = given;
+  std::error_code ec;
+  if (!o.run_dir.empty() && !std::filesystem::is_directory(o.run_dir, ec) && !(o.command == "watch" && o.wait > 0)) {
+    err << "scdinoctl: --run-dir " << o.run_dir << ": no such directory (a run's <output_dir>/<name_of_run>, or a "
+        << "combination's folder under it; for a job still queued, watch --wait SECONDS waits for it)\n";
+    return kBadArguments;
+  }
   if (!o.combination.empty()) {
     const auto began = std::chrono::steady_clock::now();
     auto dir = CombinationDir(&o, err);

@@ -281,6 +281,15 @@ TEST_F(CtlCombinationsTest, ACommandForOneRunNamesItsCombination) {
                       "vit_channel_C"),
             std::string::npos)
       << err_;
+  // A run directory that is not there: named, exit 2 (with watch --wait,
+  // a job still queued, it is waited for).
+  for (const char* command : {"status", "stop"}) {
+    auto missing = Parse({command, "--run-dir", "/nonexistent/runs/x"});
+    ASSERT_FALSE(missing.code);
+    std::ostringstream out, err;
+    EXPECT_EQ(scdino::ctl::Run(missing.o, out, err), kBadArguments) << command;
+    EXPECT_NE(err.str().find("--run-dir /nonexistent/runs/x: no such directory"), std::string::npos) << err.str();
+  }
   auto p = Parse({"status", "--combination", "B", "--target", "127.0.0.1:1", "--token-file", "t"});
   EXPECT_EQ(p.code, kBadArguments);
   EXPECT_NE(p.err.find("--combination needs --run-dir"), std::string::npos) << p.err;

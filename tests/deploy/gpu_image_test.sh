@@ -50,7 +50,9 @@ echo "ok: built $image in $(( $(date +%s) - start )) s"
 held=$(run_in "$image" sh -c 'ls /usr/local/bin; find / -xdev -name "libcuda.so*" -not -path "/proc/*" 2>/dev/null;
   readlink -f /usr/lib/x86_64-linux-gnu/libcudnn.so.9;
   dpkg-query -W -f="\${Package} \${Version} \${db:Status-Abbrev}\n" nvidia-cudnn libtorch-cuda-2.6 libnccl2 libibverbs1 ibverbs-providers librdmacm1t64;
-  cat /usr/local/share/scdino/cuda-architectures.txt; for p in gcc g++ cc nvcc cmake; do command -v $p; done' 2>&1)
+  cat /usr/local/share/scdino/cuda-architectures.txt; for p in gcc g++ cc nvcc cmake; do command -v $p; done;
+  find /usr/local /opt -xdev \( -name "*.cc" -o -name CMakeCache.txt -o -name "scdino_*_tests" -o -name "scdino-bench-*" \) \
+    -not -path "/proc/*" 2>/dev/null | sed "s/^/built: /" | head -5' 2>&1)
 echo "$held"
 for b in scdino-trainer scdino-features scdino-eval scdino-preflight scdinoctl scdino-synth scdino-stats scdino-pack scdino-config scdino-export; do
   grep -qx "$b" <<<"$held" || fail "the image lacks $b"
@@ -61,6 +63,7 @@ grep -q "^nvidia-cudnn 9.0.0.312~cuda12+scdino.stub ii" <<<"$held" || fail "the 
 grep -q "^libtorch-cuda-2.6 2.6" <<<"$held" && grep -q "^libnccl2 2.22" <<<"$held" || fail "not LibTorch 2.6 CUDA with NCCL 2.22"
 grep -q "sm_90" <<<"$held" || fail "no sm_90 (H100) code in libtorch_cuda.so"
 ! grep -qE "^/usr/bin/(gcc|g\+\+|cc|nvcc|cmake)$" <<<"$held" || fail "the runtime image holds a compiler or CMake"
+! grep -q "^built: " <<<"$held" || fail "the runtime image holds sources, a build tree, test or benchmark programs: $(grep "^built: " <<<"$held")"
 for p in libibverbs1 ibverbs-providers librdmacm1t64; do
   grep -qE "^$p [^ ]+ ii" <<<"$held" || fail "the image lacks $p (NCCL's InfiniBand transport would fall back to sockets)"
 done

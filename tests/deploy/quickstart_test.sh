@@ -5,8 +5,8 @@
 #   1. the image: this machine has no Enroot, so the build line is replaced
 #      by a check that the CPU image's OCI bundle exists (made from this
 #      build by container.ImageBuiltWithPodman), SCDINO_CONTAINER names that
-#      bundle, and srun's Pyxis flags (--container-image, --container-mounts)
-#      become Slurm's own --container=BUNDLE;
+#      bundle, and srun's Pyxis flags (--container-image, --container-mounts,
+#      --container-env) become Slurm's own --container=BUNDLE;
 #   2. /shared is a directory inside the bundle's mounts, in the block and
 #      in the copied config;
 #   3. Slurm 22.05's --container runs one task per node: 4 tasks a node
@@ -43,6 +43,7 @@ commands=$(grep -c . <<<"$block")
 shared="$work/shared"
 image=/shared/images/scdino-cuda.sqsh
 lifted=$(sed -e "s|^scripts/build-image.sh .*--sqsh $image\$|test -f $bundle/config.json|" \
+             -e "s|--container-env=[^ ]* ||" \
              -e "s|--container-image=$image --container-mounts=[^ ]*|--container=$bundle|" \
              -e "s|SCDINO_CONTAINER=$image|SCDINO_CONTAINER=$bundle|g" \
              -e "s|--ntasks-per-node=4|--ntasks-per-node=1|g" \

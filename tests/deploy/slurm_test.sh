@@ -89,6 +89,11 @@ job=$(submit preempted 1)
 # to its real end.
 "$build/services/ctl/scdinoctl" watch --wait 300 --run-dir "$work/preempted" > "$work/watch.out" 2> "$work/watch.err" &
 watcher=$!
+# And one without squeue (in a container): the exit code says requeue.
+mkdir -p "$work/no-slurm-client"
+PATH="$work/no-slurm-client" "$build/services/ctl/scdinoctl" watch --wait 300 --run-dir "$work/preempted" \
+  > "$work/watch-nosqueue.out" 2> "$work/watch-nosqueue.err" &
+blind=$!
 for _ in $(seq 1 300); do
   [ -s "$work/preempted/log.jsonl" ] && break
   sleep 0.2
@@ -104,6 +109,13 @@ grep -q "ended STOPPED (exit 75); Slurm job $job is still queued: waiting for it
   grep -q "COMPLETED" <(tail -1 "$work/watch.out") && [ "$watch_rc" -eq 0 ] ||
   { echo "FAIL: the watch did not follow the requeue to COMPLETED with exit 0 (exit $watch_rc)"; cat "$work/watch.err";
     tail -3 "$work/watch.out"; exit 1; }
+watch_rc=0
+timeout 60 tail --pid="$blind" -f /dev/null || { kill "$blind"; echo "FAIL: the watch without squeue did not end"; exit 1; }
+wait "$blind" || watch_rc=$?
+grep -q "ended STOPPED (exit 75), which the batch scripts requeue; squeue is not on this node's PATH: waiting up to 300 s" \
+  "$work/watch-nosqueue.err" && grep -q "COMPLETED" <(tail -1 "$work/watch-nosqueue.out") && [ "$watch_rc" -eq 0 ] ||
+  { echo "FAIL: the watch without squeue did not follow the requeue (exit $watch_rc)"; cat "$work/watch-nosqueue.err";
+    tail -3 "$work/watch-nosqueue.out"; exit 1; }
 [ "$(iteration "$work/preempted/checkpoint.safetensors")" = 160 ] || { echo "FAIL: requeued run did not finish"; cat "$work"/preempted-*.out; exit 1; }
 result=$(same_weights "$work/preempted/checkpoint.safetensors" "$work/full/checkpoint.safetensors")
 [ "$result" = identical ] || { echo "FAIL: resumed run $result from the uninterrupted one"; exit 1; }
