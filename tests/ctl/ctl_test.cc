@@ -35,6 +35,17 @@ Parsed Parse(std::vector<const char*> args) {
   return p;
 }
 
+// Parses and runs a command line as scdinoctl's main does.
+Parsed Execute(std::vector<const char*> args) {
+  Parsed p = Parse(std::move(args));
+  if (p.code) return p;
+  std::ostringstream out, err;
+  p.code = scdino::ctl::Run(p.o, out, err);
+  p.out = out.str();
+  p.err = err.str();
+  return p;
+}
+
 TEST(CtlCommandLine, NeedsOneOfRunDirAndTargetAndSetsEachCommandsTimeout) {
   auto both = Parse({"status", "--run-dir", "runs/x", "--target", "h:1"});
   EXPECT_EQ(both.code, kBadArguments);
@@ -144,13 +155,10 @@ class CtlServerTest : public ::testing::Test {
   int Command(std::vector<const char*> args, const std::string& token_file = "") {
     const std::string tokens = token_file.empty() ? token_file_ : token_file;
     args.insert(args.end(), {"--target", target_.c_str(), "--token-file", tokens.c_str(), "--timeout", "5"});
-    auto p = Parse(args);
-    if (p.code) return *p.code;
-    std::ostringstream out, err;
-    const int code = scdino::ctl::Run(p.o, out, err);
-    out_ = out.str();
-    err_ = err.str();
-    return code;
+    const Parsed r = Execute(args);
+    out_ = r.out;
+    err_ = r.err;
+    return *r.code;
   }
   scdino::testing::ScratchDir dir_;
   std::string token_file_, target_, out_, err_;
@@ -228,13 +236,10 @@ class CtlCombinationsTest : public ::testing::Test {
   }
   int Command(std::vector<const char*> args) {
     args.insert(args.end(), {"--run-dir", top_.c_str(), "--timeout", "5"});
-    auto p = Parse(args);
-    if (p.code) return *p.code;
-    std::ostringstream out, err;
-    const int code = scdino::ctl::Run(p.o, out, err);
-    out_ = out.str();
-    err_ = err.str();
-    return code;
+    const Parsed r = Execute(args);
+    out_ = r.out;
+    err_ = r.err;
+    return *r.code;
   }
   scdino::testing::ScratchDir dir_;
   std::string top_, out_, err_;
@@ -284,11 +289,9 @@ TEST_F(CtlCombinationsTest, ACommandForOneRunNamesItsCombination) {
   // A run directory that is not there: named, exit 2 (with watch --wait,
   // a job still queued, it is waited for).
   for (const char* command : {"status", "stop"}) {
-    auto missing = Parse({command, "--run-dir", "/nonexistent/runs/x"});
-    ASSERT_FALSE(missing.code);
-    std::ostringstream out, err;
-    EXPECT_EQ(scdino::ctl::Run(missing.o, out, err), kBadArguments) << command;
-    EXPECT_NE(err.str().find("--run-dir /nonexistent/runs/x: no such directory"), std::string::npos) << err.str();
+    const Parsed missing = Execute({command, "--run-dir", "/nonexistent/runs/x"});
+    EXPECT_EQ(missing.code, kBadArguments) << command;
+    EXPECT_NE(missing.err.find("--run-dir /nonexistent/runs/x: no such directory"), std::string::npos) << missing.err;
   }
   auto p = Parse({"status", "--combination", "B", "--target", "127.0.0.1:1", "--token-file", "t"});
   EXPECT_EQ(p.code, kBadArguments);
