@@ -918,7 +918,8 @@ TEST(TrainerBinary, ExitCodesAndMessages) {
   files = With(files, "  seed: 3\n", "  seed: 3\n  dataset_dir: \"" + dir.path() + "/cells\"\n");
   std::ofstream(dir.file("files.yaml")) << files;
   EXPECT_EQ(RunTrainer("--config " + dir.file("files.yaml"), out), 2) << *ReadFile(out);
-  EXPECT_NE(ReadFile(out)->find("has 2 channel(s)"), std::string::npos) << *ReadFile(out);
+  EXPECT_NE(ReadFile(out)->find("selects channel 2 (2), but the images have 2 channel(s)"), std::string::npos)
+      << *ReadFile(out);
 }
 
 // The trainer computes on the threads it was given, with the loader's
