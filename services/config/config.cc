@@ -118,6 +118,11 @@ Status CrossCheckCombinations(const RunConfig& c) {
                                    std::to_string(n) + " channel combinations trains in <dino_vit_name>_channel_<names>), "
                                    "got '" + c.train.dino_vit_name + "'");
   }
+  if (c.meta.name_of_run.find('/') != std::string::npos) {
+    return Status::InvalidArgument("meta.name_of_run: expected a name without '/' with " + std::to_string(n) +
+                                   " channel combinations (their runs are named <name_of_run>/<folder>, and the "
+                                   "dashboards take the name up to its first '/'), got '" + c.meta.name_of_run + "'");
+  }
   for (const auto& [index, name] : c.meta.channel_dict) {
     if (name.find('/') != std::string::npos) {
       return Status::InvalidArgument("meta.channel_dict: channel " + std::to_string(index) +

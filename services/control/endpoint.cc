@@ -156,6 +156,7 @@ Status WriteEnded(const std::string& run_dir, const ServiceEnded& e) {
                       {"end_unix_ms", e.end_unix_ms}, {"host", e.host}, {"slurm_job_id", e.slurm_job_id},
                       {"pid", e.pid}};
   if (e.exit_code >= 0) j["exit_code"] = e.exit_code;
+  if (!e.requeue.empty()) j["requeue"] = e.requeue;
   return WriteFileAtomic(EndedPath(run_dir, e.service), j.dump(2) + "\n");
 }
 
@@ -174,6 +175,7 @@ StatusOr<ServiceEnded> ReadEnded(const std::string& run_dir, const std::string& 
     e.slurm_job_id = j.value("slurm_job_id", "");
     e.pid = j.value("pid", int64_t{0});
     e.exit_code = j.value("exit_code", -1);
+    e.requeue = j.value("requeue", "");
     if (e.state != "COMPLETED" && e.state != "FAILED" && e.state != "STOPPED") {
       return Status::DataLoss(path + ": state \"" + e.state + "\" is not COMPLETED, FAILED or STOPPED");
     }

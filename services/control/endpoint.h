@@ -80,6 +80,9 @@ struct ServiceEnded {
   std::string host, slurm_job_id;
   int64_t pid = 0;
   int exit_code = -1;  ///< the process's exit code (docs/exit-codes.md); -1: not known (it ended early)
+  /// What the batch scripts do with that code: "always" (requeued),
+  /// "after a job-wide signal", "never"; empty: not known.
+  std::string requeue;
 };
 std::string EndedPath(const std::string& run_dir, const std::string& service);
 Status WriteEnded(const std::string& run_dir, const ServiceEnded& e);

@@ -2,18 +2,20 @@
 
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
-#include <sys/wait.h>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <variant>
@@ -22,7 +24,6 @@
 #include "control/client.h"
 #include "control/endpoint.h"
 #include "control/token.h"
-#include "process/exit_codes.h"
 #include "run/learning_verdict.h"
 #include "scdino/v1/control.grpc.pb.h"
 
@@ -48,6 +49,12 @@ std::string Format(const char* format, ...) {
 
 // "name        value\n": the table's row.
 std::string Row(const char* name, const std::string& value) { return Format("%-12s%s\n", name, value.c_str()); }
+
+std::string Joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
 
 int ExitFor(const grpc::Status& s, const std::string& target, std::ostream& err) {
   err << "scdinoctl: " << target << ": " << s.error_message() << "\n";
@@ -167,22 +174,31 @@ std::variant<control::ClientTarget, int> ResolveTarget(const Options& o, std::os
 // The run's target once it answers: at once, or with watch --wait, once
 // its endpoint file is there and its server accepts a connection (a job
 // still in the queue, or a service still starting), up to --wait seconds.
-std::variant<control::ClientTarget, int> TargetWhenAnswering(const Options& o, std::ostream& err) {
+// `since_unix_ms`: an end record from then on is this run's (0: from now).
+std::variant<control::ClientTarget, int> TargetWhenAnswering(const Options& o, std::ostream& err,
+                                                             int64_t since_unix_ms = 0) {
   const bool waiting = o.command == "watch" && o.wait > 0;
   if (!waiting) return ResolveTarget(o, err);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.wait * 1000));
   err << "scdinoctl: waiting up to " << o.wait << " s for the run in " << (o.run_dir.empty() ? o.target : o.run_dir)
       << " to start\n";
-  const int64_t began_unix_ms = NowUnixMs();
+  const int64_t began_unix_ms = since_unix_ms > 0 ? since_unix_ms : NowUnixMs();
   for (;;) {
-    // A run that started and ended between two looks leaves its end record.
     if (!o.run_dir.empty()) {
+      // A file's combinations whose runs started while waiting on their top folder.
+      if (const auto all = o.combination.empty() ? CombinationsOf(o.run_dir) : std::vector<std::string>{};
+          !all.empty()) {
+        err << "scdinoctl: " << o.run_dir << " holds the runs of " << all.size() << " channel combinations ("
+            << Joined(all) << "): name one with --combination NAME\n";
+        return kBadArguments;
+      }
+      // A run that started and ended between two looks leaves its end record.
       auto ended = control::ReadEnded(o.run_dir, o.service);
       if (ended.ok() && ended->end_unix_ms >= began_unix_ms) {
         err << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << ended->state
             << (ended->exit_code >= 0 ? " (exit " + std::to_string(ended->exit_code) + ")" : "")
             << (ended->error.empty() ? "" : ": " + ended->error) << "\n";
-        return ended->state == "COMPLETED" ? kOk : kFailed;
+        return ended->state == "FAILED" ? kFailed : kOk;
       }
     }
     const bool last = std::chrono::steady_clock::now() >= deadline;
@@ -371,7 +387,7 @@ CombinationState StateOf(const Options& o, const std::string& name) {
   c.state = has_endpoint ? "GONE" : "NOT RUNNING";
   c.detail = has_endpoint || target.status().code() != StatusCode::kNotFound
                  ? target.status().message()
-                 : "its " + o.service + " has not started (a job still queued, or none submitted)";
+                 : "no " + o.service + " endpoint or end record: not started, or ended without its record (killed)";
   return c;
 }
 
@@ -389,12 +405,6 @@ int ListCombinations(const Options& o, const std::vector<std::string>& names, st
     out << j.dump() << "\n";
   }
   return kOk;
-}
-
-std::string Joined(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
 }
 
 // --combination NAME under --run-dir: its folder, or the channel names
@@ -433,8 +443,8 @@ std::variant<std::string, int> CombinationDir(Options* o, std::ostream& err) {
 }
 
 // The command on one connection to the run's service.
-int Call(const Options& o, std::ostream& out, std::ostream& err) {
-  auto resolved = TargetWhenAnswering(o, err);
+int Call(const Options& o, std::ostream& out, std::ostream& err, int64_t since_unix_ms = 0) {
+  auto resolved = TargetWhenAnswering(o, err, since_unix_ms);
   if (const int* code = std::get_if<int>(&resolved)) return *code;
   const auto& t = std::get<control::ClientTarget>(resolved);
   auto channel = control::OpenChannel(t);
@@ -450,8 +460,11 @@ int Call(const Options& o, std::ostream& out, std::ostream& err) {
   return ListCheckpoints(c);
 }
 
-// Whether Slurm still lists job `job` (pending, requeued or running:
-// squeue shows no finished job); an error when squeue cannot say.
+// Whether Slurm still lists job `job` in a state it runs or starts again
+// from (pending, requeued, running, completing, ...): finished jobs are
+// listed only under the user's SQUEUE_STATES, as COMPLETED, FAILED, ...,
+// and read as gone; lines that are not a state (warnings) are left out. An
+// error when squeue cannot say (NotFound: it is not on the PATH).
 StatusOr<bool> JobQueued(const std::string& job) {
   if (job.empty() || job.find_first_not_of("0123456789_") != std::string::npos) {
     return Status::InvalidArgument("\"" + job + "\" is not a Slurm job id");
@@ -464,12 +477,20 @@ StatusOr<bool> JobQueued(const std::string& job) {
   const int status = ::pclose(p);
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   if (code == 127) return Status::NotFound("squeue is not on this node's PATH");
-  // A job Slurm has forgotten: "Invalid job id specified".
-  if (code != 0) {
-    if (text.find("Invalid job id") != std::string::npos) return false;
-    return Status::IOError("squeue: " + text);
+  static const std::set<std::string> kFinished = {"COMPLETED", "FAILED",        "CANCELLED", "TIMEOUT",
+                                                  "NODE_FAIL", "PREEMPTED",     "BOOT_FAIL", "DEADLINE",
+                                                  "REVOKED",   "OUT_OF_MEMORY"};
+  bool listed = false;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    line.erase(0, line.find_first_not_of(" \t"));
+    line.erase(line.find_last_not_of(" \t\r") + 1);
+    const bool state = !line.empty() && line.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_") == std::string::npos;
+    if (state && !kFinished.count(line)) listed = true;
   }
-  return text.find_first_not_of(" \n") != std::string::npos;
+  // A job Slurm has forgotten: "Invalid job id specified".
+  if (code != 0 && text.find("Invalid job id") == std::string::npos) return Status::IOError("squeue: " + text);
+  return listed;
 }
 
 // The service's end record once it is there (written as its stream ends),
@@ -483,67 +504,82 @@ std::optional<control::ServiceEnded> EndedSince(const Options& o, int64_t since_
   return std::nullopt;
 }
 
-// After a life that did not complete, inside a Slurm job: while the job is
-// still in the queue (the batch script requeues it), its next life, which
-// has started (its endpoint file) or has already ended too (a new end
-// record: a short life between two looks). Neither when the job left the
-// queue without one, or Slurm cannot be asked (said).
+std::string ExitText(const control::ServiceEnded& e) {
+  return e.exit_code >= 0 ? " (exit " + std::to_string(e.exit_code) + ")" : "";
+}
+
+// After a life that did not complete, inside a Slurm job that may requeue
+// it (its end record's `requeue` is not "never"): while the job is still in
+// the queue, its next life, which has started (its endpoint file, from
+// start_unix_ms) or has already ended too (a new end record: a short life
+// between two looks). Neither when the job left the queue without one, or
+// Slurm cannot be asked (said).
 struct NextLife {
   bool started = false;
+  int64_t start_unix_ms = 0;
   std::optional<control::ServiceEnded> ended;
 };
 
 NextLife NextLifeOf(const Options& o, const control::ServiceEnded& last, std::ostream& err) {
-  bool said = false;
-  // Without squeue (a container without Slurm's client), the codes the
-  // batch scripts always requeue are waited for up to --wait seconds.
-  const bool requeued_code = last.exit_code == process::kExitPreempted || last.exit_code == process::kExitPeerLost;
+  if (last.requeue == "never") return {};  // the batch scripts end the job with it
+  // Without squeue (a container without Slurm's client), a code the batch
+  // scripts always requeue is waited for up to --wait seconds.
+  const bool always = last.requeue == "always";
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.wait * 1000));
+  bool said = false;
+  int failed_asks = 0;
   for (;;) {
     auto e = control::ReadEndpoint(o.run_dir, o.service);
-    if (e.ok() && e->start_unix_ms > last.end_unix_ms) return {true, std::nullopt};
+    if (e.ok() && e->start_unix_ms > last.end_unix_ms) return {true, e->start_unix_ms, std::nullopt};
     auto again = control::ReadEnded(o.run_dir, o.service);
-    if (again.ok() && again->end_unix_ms > last.end_unix_ms) return {false, *again};
+    if (again.ok() && again->end_unix_ms > last.end_unix_ms) return {false, 0, *again};
     auto queued = JobQueued(last.slurm_job_id);
-    if (!queued.ok() && requeued_code && o.wait > 0) {
+    // A busy slurmctld ("Socket timed out"): asked again a few times.
+    if (!queued.ok() && queued.status().code() != StatusCode::kNotFound && ++failed_asks < 5) {
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      continue;
+    }
+    if (queued.ok()) failed_asks = 0;
+    if (!queued.ok() && always && o.wait > 0) {
       if (std::chrono::steady_clock::now() >= deadline) {
         err << "scdinoctl: Slurm job " << last.slurm_job_id << " did not start again within " << o.wait << " s\n";
         return {};
       }
       if (!said) {
-        err << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << last.state << " (exit "
-            << last.exit_code << "), which the batch scripts requeue; " << queued.status().message()
-            << ": waiting up to " << o.wait << " s (--wait) for its next start\n";
+        err << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << last.state << ExitText(last)
+            << ", which the batch scripts requeue; " << queued.status().message() << ": waiting up to " << o.wait
+            << " s (--wait) for its next start\n";
         said = true;
       }
-      std::this_thread::sleep_for(std::chrono::seconds(1));
+      std::this_thread::sleep_for(std::chrono::seconds(2));
       continue;
     }
     if (!queued.ok()) {
       err << "scdinoctl: not following Slurm job " << last.slurm_job_id << " through a requeue: "
-          << queued.status().message() << (requeued_code ? " (watch --wait SECONDS waits for it)" : "") << "\n";
+          << queued.status().message() << (always ? " (watch --wait SECONDS waits for it)" : "") << "\n";
       return {};
     }
     if (!*queued) {
       // It may have started and ended since the look above.
       again = control::ReadEnded(o.run_dir, o.service);
-      if (again.ok() && again->end_unix_ms > last.end_unix_ms) return {false, *again};
+      if (again.ok() && again->end_unix_ms > last.end_unix_ms) return {false, 0, *again};
       if (said) err << "scdinoctl: Slurm job " << last.slurm_job_id << " left the queue without starting again\n";
       return {};
     }
     if (!said) {
-      err << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << last.state
-          << (last.exit_code >= 0 ? " (exit " + std::to_string(last.exit_code) + ")" : "") << "; Slurm job "
-          << last.slurm_job_id << " is still queued: waiting for its next start\n";
+      err << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << last.state << ExitText(last)
+          << "; Slurm job " << last.slurm_job_id << " is still queued: waiting for its next start\n";
       said = true;
     }
-    std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::this_thread::sleep_for(std::chrono::seconds(2));
   }
 }
 
 // watch: each life of the run until one completes, or fails or stops for
-// good (its Slurm job no longer queued); the exit code is the last life's.
+// good (its Slurm job no longer queued). The exit code is the last life's,
+// and 1 when a life the batch scripts requeue was never followed by another
+// (the run did not finish).
 int WatchThroughRequeues(Options o, std::ostream& out, std::ostream& err) {
   int64_t since = NowUnixMs();
   int code = Call(o, out, err);
@@ -554,17 +590,16 @@ int WatchThroughRequeues(Options o, std::ostream& out, std::ostream& err) {
     const NextLife next = NextLifeOf(o, *ended, err);
     if (next.ended) {
       err << "scdinoctl: the " << o.service << " of " << o.run_dir << " started again and ended "
-          << next.ended->state
-          << (next.ended->exit_code >= 0 ? " (exit " + std::to_string(next.ended->exit_code) + ")" : "")
+          << next.ended->state << ExitText(*next.ended)
           << (next.ended->error.empty() ? "" : ": " + next.ended->error) << "\n";
       code = next.ended->state == "FAILED" ? kFailed : kOk;
       since = next.ended->end_unix_ms;
       continue;
     }
-    if (!next.started) return code;
-    since = NowUnixMs();
+    if (!next.started) return ended->requeue == "always" ? kFailed : code;
+    since = next.start_unix_ms;
     o.wait = std::max(o.wait, 60.0);  // the new life's server, starting
-    code = Call(o, out, err);
+    code = Call(o, out, err, since);
   }
 }
 

@@ -159,11 +159,12 @@ StatusOr<data::Dataset> FirstImageOf(const RunConfig& c) {
   fs::recursive_directory_iterator it(c.meta.dataset_dir, ec);
   for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     const std::string name = it->path().filename().string();
+    std::error_code type_ec;  // a broken link is not the walk's error
     if (!name.empty() && name[0] == '.') {
-      if (it->is_directory(ec)) it.disable_recursion_pending();
+      if (it->is_directory(type_ec)) it.disable_recursion_pending();
       continue;
     }
-    if (it->is_regular_file(ec) && data::IsImageFile(it->path().string())) {
+    if (it->is_regular_file(type_ec) && data::IsImageFile(it->path().string())) {
       d.entries.push_back({it->path().string(), 0});
       if (d.entries.size() == 16) break;
     }
@@ -211,14 +212,13 @@ std::string Mismatch(const data::ChannelStats& s, const data::ImagePrep& prep, c
 
 namespace {
 
-// With several combinations and no file of the user's, the statistics are
-// shared (RunConfig::stats_path): computed once over every channel the
+// With several combinations the statistics are shared (RunConfig::
+// stats_path, or the file the user names): computed once over every channel the
 // combinations use, as scDINO computes them, each run taking its own
 // channels out of them (a channel's statistics do not depend on the
 // others: each is min-maxed on its own).
 bool SharedStats(const RunConfig& c, const data::ImagePrep& prep) {
-  return c.scdino.stats_file.empty() && c.meta.selected_channel_combination_per_run.size() > 1 &&
-         !prep.channels.empty();
+  return c.meta.selected_channel_combination_per_run.size() > 1 && !prep.channels.empty();
 }
 
 data::ImagePrep StatsPrep(const RunConfig& c, const data::ImagePrep& prep) {

@@ -68,7 +68,7 @@ StatusOr<data::Dataset> FirstImageOf(const RunConfig& config);
 /// directory is recomputed (and the log says why); one the user named
 /// (scdino.stats_file) is refused instead, naming what differs. With several
 /// ranks, rank 0 computes and the others wait and read. With several channel
-/// combinations (and no scdino.stats_file) one file serves them all: over
+/// combinations one file serves them all (scdino.stats_file too): over
 /// every channel they use, computed by the first run of the file (the others
 /// wait on its lock and read it), each run given its own channels out of it.
 /// `should_stop` is checked before each image: Aborted, nothing written.

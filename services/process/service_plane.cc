@@ -306,6 +306,12 @@ void ServicePlane::Finish(RunState final_state, const std::string& error, int ex
     ended.slurm_job_id = parts_->slurm_job_id;
     ended.pid = ::getpid();
     ended.exit_code = exit_code;
+    for (const auto& code : ExitCodeTable()) {
+      if (code.code != exit_code) continue;
+      ended.requeue = code.requeue == Requeue::kAlways           ? "always"
+                      : code.requeue == Requeue::kAfterJobSignal ? "after a job-wide signal"
+                                                                 : "never";
+    }
     if (auto s = control::WriteEnded(parts_->run_dir, ended); !s.ok()) {
       std::cerr << "scdino-" << parts_->service << ": " << s.message() << "\n";
     }

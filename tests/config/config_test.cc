@@ -235,6 +235,7 @@ TEST(RunConfig, EachOfSeveralCombinationsHasAFolderOfItsOwn) {
   bad({"meta.channel_dict={0: A_B, 1: C, 2: A, 3: B_C, 4: PE}", "meta.selected_channel_combination_per_run=[\"01\", \"23\"]"},
       "meta.selected_channel_combination_per_run: entries 0 and 1 both train in the folder vit_channel_A_B_C");
   bad({"train_scDINO.dino_vit_name=a/b"}, "train_scDINO.dino_vit_name: expected a folder name without '/'");
+  bad({"meta.name_of_run=exp1/pbmc"}, "meta.name_of_run: expected a name without '/' with 3 channel combinations");
   bad({"scdino.channel_combination=3", "scdino.recipe=auto"},
       "scdino.channel_combination: expected an index below the 3 entries");
 }

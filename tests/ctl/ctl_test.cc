@@ -255,7 +255,7 @@ TEST_F(CtlCombinationsTest, StatusOnTheTopFolderListsEveryCombinationWithItsStat
        {"COMBINATION                              STATE        PROGRESS\n",
         "vit_channel_A_B                          RUNNING      epoch 2/4, iteration 10/40 (25.0%)",
         "vit_channel_B                            FAILED       exit 2, Slurm job 41_1: out of memory\n",
-        "vit_channel_C                            NOT RUNNING  its trainer has not started"}) {
+        "vit_channel_C                            NOT RUNNING  no trainer endpoint or end record"}) {
     EXPECT_NE(out_.find(row), std::string::npos) << "no row " << row << " in\n" << out_;
   }
   EXPECT_EQ(out_.find("report.html"), std::string::npos) << out_;

@@ -184,6 +184,15 @@ TEST(Statistics, SeveralCombinationsShareOneFileOverEveryChannelTheyUse) {
   EXPECT_NEAR(b->std[0], own->std[0], 1e-9);
   EXPECT_EQ(b->histogram[0], own->histogram[0]);
   EXPECT_EQ(b->images, own->images);
+  // A file the user names (scdino.stats_file) serves them all the same way:
+  // the second combination is not refused as "for other channels".
+  RunConfig named = Config(dir.path(), "scdino: {stats_file: \"" + dir.file("mine.json") + "\"}\n", "31\", \"2");
+  RunConfig named_second = named;
+  named_second.scdino.channel_combination = 1;
+  ASSERT_TRUE(LoadOrComputeStats(named, *d, named.image_prep(), *single).ok());
+  auto theirs = LoadOrComputeStats(named_second, *d, named_second.image_prep(), *single);
+  ASSERT_TRUE(theirs.ok()) << theirs.status().ToString();
+  EXPECT_EQ(theirs->channels, (std::vector<int64_t>{2}));
 }
 
 TEST(Statistics, AFileTheUserNamedIsRefusedForAnotherDataSet) {

@@ -91,6 +91,7 @@ TEST(ServicePlane, TheEndRecordCarriesTheExitCode) {
   ASSERT_TRUE(ended.ok()) << ended.status().ToString();
   EXPECT_EQ(ended->state, "FAILED");
   EXPECT_EQ(ended->exit_code, code);
+  EXPECT_EQ(ended->requeue, "never") << "bad input is never requeued (docs/exit-codes.md)";
   EXPECT_NE(ended->error.find("ended.yaml: no checkpoint"), std::string::npos) << ended->error;
   plane->reset();
   // One that ended early (no Finish) says so, and no exit code it cannot know.
@@ -101,6 +102,7 @@ TEST(ServicePlane, TheEndRecordCarriesTheExitCode) {
   ASSERT_TRUE(ended.ok()) << ended.status().ToString();
   EXPECT_EQ(ended->state, "FAILED");
   EXPECT_EQ(ended->exit_code, -1);
+  EXPECT_EQ(ended->requeue, "");
   EXPECT_EQ(ReadFile(control::EndedPath(config->run_dir(), "eval"))->find("exit_code"), std::string::npos);
 }
 
