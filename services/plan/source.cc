@@ -120,11 +120,13 @@ Status CheckChannels(const data::Dataset& d, const data::ImagePrep& prep) {
 
 Status CheckCombinations(const RunConfig& c, const data::Dataset& d, bool only_trained) {
   int64_t count = 0;
-  std::string image;
+  std::string image, unread;
   for (size_t i = 0; i < d.entries.size() && i < 16 && count == 0; ++i) {
     auto raw = data::ReadEntry(d, i);
     if (raw.ok()) count = raw->size(2), image = d.entries[i].path;
+    else if (unread.empty()) unread = raw.status().message();
   }
+  if (count == 0 && !unread.empty()) return Status::NotFound("no image of the first ones reads here: " + unread);
   if (count == 0) return Status::Ok();
   const auto& all = c.meta.selected_channel_combination_per_run;
   for (size_t k = 0; k < all.size(); ++k) {

@@ -52,8 +52,9 @@ Status CheckChannels(const data::Dataset& d, const data::ImagePrep& prep);
 /// Every combination of meta.selected_channel_combination_per_run (or,
 /// with `only_trained`, the one this run trains) against the channel count
 /// of `d`'s first readable image: InvalidArgument naming the entry, the
-/// channel it selects, the image and its channel count. OK when no image
-/// reads (the loader's business under on_bad_image) or `d` is empty.
+/// channel it selects, the image and its channel count. NotFound when none
+/// of the first images reads (not visible here; for a service, the
+/// loader's business under on_bad_image); OK when `d` is empty.
 Status CheckCombinations(const RunConfig& config, const data::Dataset& d, bool only_trained);
 
 /// The data set's first image, found without indexing it all (a folder's

@@ -183,17 +183,14 @@ int main(int argc, char** argv) {
   // queues; data not visible here (a login node without the data's file
   // system) is said, not judged.
   auto first = scdino::run::FirstImageOf(*c);
-  if (first.ok()) {
-    if (auto s = scdino::run::CheckCombinations(*c, *first, /*only_trained=*/false); !s.ok()) {
-      std::cerr << "scdino-config: " << s.message() << "\n";
-      return scdino::process::ExitCodeFor(s);
-    }
-  } else if (first.status().code() == scdino::StatusCode::kNotFound) {
+  const scdino::Status checked =
+      first.ok() ? scdino::run::CheckCombinations(*c, *first, /*only_trained=*/false) : first.status();
+  if (checked.code() == scdino::StatusCode::kNotFound) {
     std::cerr << "scdino-config: " << file << ": the combinations' channels not checked against the images: "
-              << first.status().message() << "\n";
-  } else {
-    std::cerr << "scdino-config: " << file << ": " << first.status().message() << "\n";
-    return scdino::process::ExitCodeFor(first.status());
+              << checked.message() << "\n";
+  } else if (!checked.ok()) {  // CheckCombinations' messages start with the file
+    std::cerr << "scdino-config: " << (first.ok() ? "" : file + ": ") << checked.message() << "\n";
+    return scdino::process::ExitCodeFor(checked);
   }
   PrintCheck(*c, file);
   return 0;

@@ -52,5 +52,11 @@ sed "s|$work/cells|$work/elsewhere|" "$work/combos.yaml" > "$work/away.yaml"
 out=$("$config" check "$work/away.yaml" 2>&1) || fail "check of a config whose data is not here failed: $out"
 grep -q "the combinations' channels not checked against the images: $work/elsewhere (meta.dataset_dir)" <<<"$out" ||
   fail "data that is not here was not said: $out"
+# Images that do not read here (files the check cannot open): said, not judged.
+mkdir -p "$work/unreadable/a" && printf 'not a tiff' > "$work/unreadable/a/x.tif"
+sed "s|$work/cells|$work/unreadable|" "$work/combos.yaml" > "$work/unreadable.yaml"
+out=$("$config" check "$work/unreadable.yaml" 2>&1) || fail "check of a config whose images do not read here failed: $out"
+grep -q "the combinations' channels not checked against the images: no image of the first ones reads here" <<<"$out" ||
+  fail "images that do not read were not said: $out"
 [ "$failures" -eq 0 ] && echo "ok: scdino-config check warns exactly when the targets miss $shipped, and refuses a combination the images cannot give"
 exit $((failures > 0))
