@@ -61,9 +61,11 @@ image)
   grep -qF "install podman" <<<"$err" || fail "no engine: $err"
   # The GPU images (Debian's, built by the gpu-image test; NGC's, not built
   # here) install what the CPU image does, and insist on CUDA; they also
-  # compile every benchmark against their LibTorch (not installed).
+  # compile every benchmark against their LibTorch (not installed). Their
+  # install tree is /opt/scdino/install (the compiling stage keeps its
+  # sources and build tree beside it), the CPU image's /opt/scdino.
   targets() { grep -oE -- 'cmake --install [^ ]+ --prefix [^ ]+|COPY --from=binaries [^ ]+ [^ ]+' "$1" |
-              sed 's/--install [^ ]*/--install BUILD/' | sort; }
+              sed -e 's/--install [^ ]*/--install BUILD/' -e 's|/opt/scdino/install|/opt/scdino|g' | sort; }
   for f in Dockerfile.cuda Dockerfile.cuda-ngc; do
     [ "$(targets "$src/containers/Dockerfile")" = "$(targets "$src/containers/$f")" ] ||
       fail "containers/$f installs other targets than containers/Dockerfile"
