@@ -98,7 +98,8 @@ while IFS= read -r -u 3 line; do
   fi
   case $line in
     # The user leaves it with Ctrl-C; here it has 5 minutes.
-    *"scdinoctl watch"*) eval "timeout 300 $line" </dev/null > "$watch_out" 2>&1; code=$?
+    # (env: the line may start with a variable's assignment)
+    *"scdinoctl watch"*) eval "timeout 300 env $line" </dev/null > "$watch_out" 2>&1; code=$?
                          [ "$code" -eq 0 ] || { cat "$watch_out"; fail "command $n ended $code: $line"; } ;;
     *) eval "$line" </dev/null > "$work/command-$n.out" 2>&1; code=$?
        cat "$work/command-$n.out"
