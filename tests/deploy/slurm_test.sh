@@ -106,14 +106,16 @@ watch_rc=0
 timeout 60 tail --pid="$watcher" -f /dev/null || { kill "$watcher"; echo "FAIL: the watch did not end with the job"; cat "$work/watch.err"; exit 1; }
 wait "$watcher" || watch_rc=$?
 grep -q "ended STOPPED (exit 75); Slurm job $job is still queued: waiting for its next start" "$work/watch.err" &&
-  grep -q "COMPLETED" <(tail -1 "$work/watch.out") && [ "$watch_rc" -eq 0 ] ||
+  { grep -q "COMPLETED" <(tail -1 "$work/watch.out") || grep -q "started again and ended COMPLETED" "$work/watch.err"; } &&
+  [ "$watch_rc" -eq 0 ] ||
   { echo "FAIL: the watch did not follow the requeue to COMPLETED with exit 0 (exit $watch_rc)"; cat "$work/watch.err";
     tail -3 "$work/watch.out"; exit 1; }
 watch_rc=0
 timeout 60 tail --pid="$blind" -f /dev/null || { kill "$blind"; echo "FAIL: the watch without squeue did not end"; exit 1; }
 wait "$blind" || watch_rc=$?
 grep -q "ended STOPPED (exit 75), which the batch scripts requeue; squeue is not on this node's PATH: waiting up to 300 s" \
-  "$work/watch-nosqueue.err" && grep -q "COMPLETED" <(tail -1 "$work/watch-nosqueue.out") && [ "$watch_rc" -eq 0 ] ||
+  "$work/watch-nosqueue.err" && { grep -q "COMPLETED" <(tail -1 "$work/watch-nosqueue.out") ||
+  grep -q "started again and ended COMPLETED" "$work/watch-nosqueue.err"; } && [ "$watch_rc" -eq 0 ] ||
   { echo "FAIL: the watch without squeue did not follow the requeue (exit $watch_rc)"; cat "$work/watch-nosqueue.err";
     tail -3 "$work/watch-nosqueue.out"; exit 1; }
 [ "$(iteration "$work/preempted/checkpoint.safetensors")" = 160 ] || { echo "FAIL: requeued run did not finish"; cat "$work"/preempted-*.out; exit 1; }
