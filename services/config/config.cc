@@ -156,6 +156,8 @@ Status CheckConfig(const RunConfig& c) { return CrossCheck(c); }
 
 std::string RunConfig::run_dir() const { return meta.output_dir + "/" + run_name(); }
 
+std::string RunConfig::name_of_run_dir() const { return meta.output_dir + "/" + meta.name_of_run; }
+
 std::string RunConfig::run_name() const {
   if (meta.selected_channel_combination_per_run.size() < 2) return meta.name_of_run;
   return meta.name_of_run + "/" + combination_dir(scdino.channel_combination);
@@ -172,7 +174,7 @@ std::string RunConfig::stats_path() const {
   // Several combinations share one file beside their folders: scDINO
   // computes the statistics once, over every channel (run/source.h).
   if (meta.selected_channel_combination_per_run.size() > 1) {
-    return meta.output_dir + "/" + meta.name_of_run + "/channel_stats.json";
+    return name_of_run_dir() + "/channel_stats.json";
   }
   return run_dir() + "/channel_stats.json";
 }

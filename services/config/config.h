@@ -349,6 +349,9 @@ struct RunConfig {
   /// output_dir/name_of_run; with several channel combinations, each one's
   /// folder under it (combination_dir): each combination is a run of its own.
   std::string run_dir() const;
+  /// output_dir/name_of_run whatever the combinations: the folder that holds
+  /// every combination's run and what they share.
+  std::string name_of_run_dir() const;
   /// The run as metrics labels, the control API and reports name it:
   /// name_of_run, or name_of_run/<combination_dir> with several combinations.
   std::string run_name() const;

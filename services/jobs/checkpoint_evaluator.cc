@@ -176,7 +176,7 @@ StatusOr<std::string> CheckpointEvaluator::WriteReport() const {
   const auto& combinations = config_.meta.selected_channel_combination_per_run;
   if (!written.ok() || combinations.size() < 2) return written;
   // One of several combinations: the page that compares them all, too.
-  CombinationsReportOptions co{config_.meta.name_of_run, config_.meta.output_dir + "/" + config_.meta.name_of_run, {}};
+  CombinationsReportOptions co{config_.meta.name_of_run, config_.name_of_run_dir(), {}};
   for (size_t i = 0; i < combinations.size(); ++i) {
     std::string channels;
     for (const auto& [ch, name] : config_.named_channels(static_cast<int64_t>(i))) {

@@ -306,7 +306,7 @@ constexpr auto kForeignTemporaryAge = std::chrono::minutes(5);
 // it where this config finds it: never trained over nor left unseen.
 Status CheckRunLayout(const RunConfig& config) {
   const auto& combos = config.meta.selected_channel_combination_per_run;
-  const std::string top = config.meta.output_dir + "/" + config.meta.name_of_run;
+  const std::string top = config.name_of_run_dir();
   const std::string old = top + "/checkpoint.safetensors";
   if (combos.size() < 2 || !FileExists(old)) return Status::Ok();
   std::string dir, channels = "channels it does not record";

@@ -292,8 +292,8 @@ class SharedStatsLock {
 };
 
 StatusOr<data::ChannelStats> LoadOrComputeFor(const RunConfig& c, const data::Dataset& d,
-                                              const data::ImagePrep& prep, bool shared, Coordinator& coordinator,
-                                              const std::function<bool()>& should_stop) {
+                                              const data::ImagePrep& prep, bool shared, bool recompute,
+                                              Coordinator& coordinator, const std::function<bool()>& should_stop) {
   const std::string path = c.stats_path();
   const std::string fingerprint = DatasetFingerprint(d, prep);
   StatusOr<data::ChannelStats> result = Status::Internal("statistics not computed");
@@ -304,6 +304,8 @@ StatusOr<data::ChannelStats> LoadOrComputeFor(const RunConfig& c, const data::Da
     }
     if (FileExists(path)) {
       if (auto own = CheckOwnPath(path, "the channel statistics file"); !own.ok()) return own;
+    }
+    if (!recompute && FileExists(path)) {
       auto s = data::ReadStats(path);
       const std::string why = s.ok() ? Mismatch(*s, prep, fingerprint) : s.status().message();
       if (why.empty()) {
@@ -328,15 +330,27 @@ StatusOr<data::ChannelStats> LoadOrComputeFor(const RunConfig& c, const data::Da
   return s;
 }
 
+// The run's own channels: out of the shared file, or its file as it is.
+StatusOr<data::ChannelStats> StatsOfRun(const RunConfig& c, const data::Dataset& d, const data::ImagePrep& prep,
+                                        bool recompute, Coordinator& coordinator,
+                                        const std::function<bool()>& should_stop) {
+  const bool shared = SharedStats(c, prep);
+  auto stats = LoadOrComputeFor(c, d, StatsPrep(c, prep), shared, recompute, coordinator, should_stop);
+  if (!stats.ok() || !shared) return stats;
+  return Select(*stats, prep.channels, c.stats_path());
+}
+
 }  // namespace
 
 StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& c, const data::Dataset& d,
                                                 const data::ImagePrep& prep, Coordinator& coordinator,
                                                 const std::function<bool()>& should_stop) {
-  const bool shared = SharedStats(c, prep);
-  auto stats = LoadOrComputeFor(c, d, StatsPrep(c, prep), shared, coordinator, should_stop);
-  if (!stats.ok() || !shared) return stats;
-  return Select(*stats, prep.channels, c.stats_path());
+  return StatsOfRun(c, d, prep, /*recompute=*/false, coordinator, should_stop);
+}
+
+StatusOr<data::ChannelStats> RecomputeStats(const RunConfig& c, const data::Dataset& d, const data::ImagePrep& prep,
+                                            Coordinator& coordinator) {
+  return StatsOfRun(c, d, prep, /*recompute=*/true, coordinator, {});
 }
 
 StatusOr<DataShape> MeasureData(const RunConfig& c, const data::Dataset& dataset, int64_t ranks) {

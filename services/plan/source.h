@@ -77,6 +77,12 @@ StatusOr<data::ChannelStats> LoadOrComputeStats(const RunConfig& config, const d
                                                 const data::ImagePrep& prep, Coordinator& coordinator,
                                                 const std::function<bool()>& should_stop = {});
 
+/// The same, computed afresh whatever the file holds (scdino-stats): the old
+/// file is replaced under the shared file's lock, never removed while
+/// another combination's run may be reading or computing it.
+StatusOr<data::ChannelStats> RecomputeStats(const RunConfig& config, const data::Dataset& dataset,
+                                            const data::ImagePrep& prep, Coordinator& coordinator);
+
 /// The data's shape for the recipe and the checks of plan/recipe.h: the
 /// number of images of `dataset` (IndexDataset) and the size (after
 /// center_crop) and channels of the first readable one, with the global

@@ -2,7 +2,6 @@
 // fraction_for_mean_std_calc of them (seeded), written as JSON where the
 // services read it (scdino.stats_file, default <run_dir>/channel_stats.json),
 // with the data set's fingerprint.
-#include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -40,14 +39,15 @@ int main(int argc, char** argv) {
   }
   scdino::run::ConfigureCpu(config->scdino.threads, config->scdino.cpu_gemm);
   const std::string path = config->stats_path();
-  std::remove(path.c_str());  // computed afresh: that is what the tool is for
   auto dataset = scdino::run::IndexDataset(*config);
   if (!dataset.ok()) {
     std::cerr << "scdino-stats: " << dataset.status().message() << "\n";
     return ExitCodeFor(dataset.status());
   }
   auto single = scdino::run::Coordinator::Single();
-  auto stats = scdino::run::LoadOrComputeStats(*config, *dataset, config->image_prep(), *single);
+  // Computed afresh (that is what the tool is for), the old file replaced
+  // under the lock a job array's combinations share.
+  auto stats = scdino::run::RecomputeStats(*config, *dataset, config->image_prep(), *single);
   if (!stats.ok()) {
     std::cerr << "scdino-stats: " << stats.status().message() << "\n";
     return ExitCodeFor(stats.status());

@@ -50,5 +50,13 @@ need([r for r in figs if r.get("benchmark") == "features" and r["images_per_s"] 
 PY
 grep -q "against the faster PyTorch step" "$work/out/summary.md" || echo "FAIL: no ratio against PyTorch"
 grep -q "Multi-GPU NCCL between ranks: not measured" "$work/out/summary.md" || echo "FAIL: the summary does not say multi-GPU is not measured"
+# A shorter lease (GPU_CONTACT_BUDGET): the sections past the budget are
+# reported skipped, and the summary is still written.
+GPU_CONTACT_BUDGET=11 bash "$src/scripts/gpu-first-contact.sh" --rehearse "$work/short" --build-dir "$build" \
+  >"$work/short.out" 2>&1 || true
+grep -q "^| inventory | ok" "$work/short/summary.md" 2>/dev/null ||
+  { cat "$work/short.out"; echo "FAIL: under GPU_CONTACT_BUDGET=11 the summary lacks the inventory"; }
+grep -q "^| features | skipped: no time left |" "$work/short/summary.md" 2>/dev/null ||
+  echo "FAIL: under GPU_CONTACT_BUDGET=11 the features were not reported skipped"
 # A check that does not hold fails the command, and the summary says which.
 echo "ok: gpu-first-contact rehearsed on the CPU"

@@ -6,7 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <filesystem>
+#include <future>
+#include <nlohmann/json.hpp>
 
 #include "common/files.h"
 #include "data/image_io.h"
@@ -193,6 +200,46 @@ TEST(Statistics, SeveralCombinationsShareOneFileOverEveryChannelTheyUse) {
   auto theirs = LoadOrComputeStats(named_second, *d, named_second.image_prep(), *single);
   ASSERT_TRUE(theirs.ok()) << theirs.status().ToString();
   EXPECT_EQ(theirs->channels, (std::vector<int64_t>{2}));
+}
+
+// scdino-stats recomputes the shared file only under its lock: while
+// another combination's run holds it, the file stays as it is and the
+// recomputation waits; then it replaces what the file held.
+TEST(Statistics, RecomputingTheSharedFileWaitsForItsLockAndReplacesIt) {
+  ScratchDir dir;
+  WriteCells(dir.path(), 4);
+  auto single = Coordinator::Single();
+  RunConfig c = Config(dir.path(), "", "31\", \"2");
+  auto d = IndexDataset(c);
+  ASSERT_TRUE(d.ok());
+  auto first = LoadOrComputeStats(c, *d, c.image_prep(), *single);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  // A file that the plain load accepts (same data set and channels) but
+  // whose first mean is not what the images give.
+  auto j = nlohmann::json::parse(*ReadFile(c.stats_path()));
+  j["mean"][0] = 123.0;
+  ASSERT_TRUE(WriteFileAtomic(c.stats_path(), j.dump()).ok());
+  const std::string planted = *ReadFile(c.stats_path());
+  auto reused = LoadOrComputeStats(c, *d, c.image_prep(), *single);
+  ASSERT_TRUE(reused.ok());
+  ASSERT_EQ(reused->mean[1], 123.0) << "the plain load should take the file as it is (channel 1 of 3, 1)";
+
+  const int fd = ::open((c.stats_path() + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  auto recomputed = std::async(std::launch::async, [&] { return RecomputeStats(c, *d, c.image_prep(), *single); });
+  EXPECT_EQ(recomputed.wait_for(std::chrono::milliseconds(800)), std::future_status::timeout)
+      << "recomputed while another run held the lock";
+  EXPECT_EQ(*ReadFile(c.stats_path()), planted) << "the file changed while another run held its lock";
+  ::close(fd);  // the other run ends
+  auto r = recomputed.get();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->channels, (std::vector<int64_t>{3, 1}));
+  EXPECT_NEAR(r->mean[1], first->mean[1], 1e-12);
+  auto file = data::ReadStats(c.stats_path());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(file->channels, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_NE(file->mean[0], 123.0);
 }
 
 TEST(Statistics, AFileTheUserNamedIsRefusedForAnotherDataSet) {

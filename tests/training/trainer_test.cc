@@ -432,6 +432,10 @@ TEST(DeviceCheck, FourTrainerStepsOnTheDeviceMatchTheCpu) {
   yaml = With(yaml, "  seed: 3\n", "  seed: 3\n  dataset_dir: \"" + dir.path() + "/cells\"\n");
   yaml = With(yaml, "  epochs: 3\n", "  epochs: 2\n");           // 2 epochs of 2 steps
   yaml = With(yaml, "batch_size_per_gpu: 4", "batch_size_per_gpu: 8");
+  // No stochastic depth: its masks come from the device's generator (CUDA's
+  // Philox on a GPU, as DINO's DropPath), so a GPU drops other paths than
+  // the CPU at the same seed (on an H200: the first epoch's loss 7% apart).
+  yaml = With(yaml, "    drop_path_rate: 0.2\n", "    drop_path_rate: 0.0\n");
   auto train = [&](const std::string& name, torch::Device on) {
     auto config = Parse(With(yaml, "name_of_run: \"cpu\"", "name_of_run: \"" + name + "\""));
     auto source = run::MakeSource(config, *run::IndexDataset(config), *run::Coordinator::Single(), on);
