@@ -90,7 +90,11 @@ class TraceFile {
     namespace impl = torch::profiler::impl;
     std::set<impl::ActivityType> activities{impl::ActivityType::CPU};
     if (device.is_cuda()) activities.insert(impl::ActivityType::CUDA);
-    torch::autograd::profiler::enableProfiler(impl::ProfilerConfig(impl::ProfilerState::KINETO), activities);
+    // Kineto starts a trace only after it was prepared (torch.profiler
+    // does both; enableProfiler alone would start an unprepared one).
+    const impl::ProfilerConfig config(impl::ProfilerState::KINETO);
+    torch::autograd::profiler::prepareProfiler(config, activities);
+    torch::autograd::profiler::enableProfiler(config, activities);
 #else
     (void)device;
     legacy_ = std::make_unique<torch::autograd::profiler::RecordProfile>(path_);

@@ -12,9 +12,11 @@
 #
 # Sections, most important first, each in its time box (seconds), figures
 # written as they come, so a time-out still leaves those before it:
-#   inventory          10  nvidia-smi, driver, torch/CUDA/NCCL, nvcc, pkg-config, glibc, the pack
-#   build             240  configure against the pip LibTorch and the pack alone (SCDINO_REQUIRE_CUDA),
-#                          build exactly what the sections run, into build-gpu/ (a rerun skips it)
+#   inventory          20  nvidia-smi, driver, torch/CUDA/NCCL, nvcc, pkg-config, glibc, the pack,
+#                          libstdc++, the std::filesystem functions LibTorch exports
+#   build             180  configure against the pip LibTorch and the pack alone (SCDINO_REQUIRE_CUDA),
+#                          build exactly what the sections run, into build-gpu/ (a rerun skips it),
+#                          check that each program names libstdc++ before LibTorch
 #   parity             45  the parity fixture's two steps on the GPU in fp32 within the CPU's
 #                          tolerances, the AdamW path taken, a bf16 step's loss within 2% of fp32's
 #   trainer-steps      30  four steps of the trainer's own step (loader, side-stream crops) against
@@ -22,16 +24,19 @@
 #   nccl               15  a one-rank NCCL communicator: made, an all-reduce checked, aborted
 #   step-64, step-256  30, 35  vit_small/16, 5 channels, 2x224 + 8x96, bf16: images/s, fraction of
 #                          the bf16 peak, peak memory, ops and host syncs a step
-#   pytorch            45  PyTorch's step (eager) at our best batch, the same crops; torch.compile
-#                          after it only where the time left allows
 #   data               40  the trainer over 50 px TIFF cells, 50 steps: the data wait (CUDA events),
 #                          the allocator's reserved against peak memory
 #   features           30  CLS features of 50 px cells at 224 px, bf16: images/s
+#   profile            45  the profiler's trace of 3 steps at our best batch: the GPU's busy time,
+#                          its kernels by kind and the longest (profile.txt; trace.json.gz)
+#   pytorch            45  PyTorch's step (eager) at our best batch, the same crops; torch.compile
+#                          after it only when GPU_CONTACT_COMPILE=1 and 90 s are left
 # The boxes add up to less than 540 s (checked at start, and by the rehearsal
 # in the test suite). A section that fails (an NCCL error, a test that does
 # not hold) is reported with its own message and the next one runs.
 # OUT_DIR receives at most 8 files: summary.md, summary.json (every figure),
-# first-contact.log (every section's output) and inventory.txt.
+# first-contact.log (every section's output), inventory.txt, profile.txt and
+# trace.json.gz.
 # Options: --pack DIR (build/gpu-carry/pack), --shared DIR (build/gpu-carry/shared,
 # else ../shared), --build-dir DIR (build-gpu; --rehearse: an existing test
 # tree, built by scripts/test.sh), --python PY (python3), --build-only (the
@@ -149,8 +154,8 @@ else
 fi
 # The plan: name and box of every section, in order (compile, after it, only
 # where time is left).
-plan=(inventory:10 "build:$([ "$build_only" = 1 ] && echo 3500 || echo 240)" parity:45 trainer-steps:30 nccl:15 "step-${batches[0]}:30" "step-${batches[1]}:35"
-      pytorch:45 data:40 features:30)
+plan=(inventory:20 "build:$([ "$build_only" = 1 ] && echo 3500 || echo 180)" parity:45 trainer-steps:30 nccl:15 "step-${batches[0]}:30" "step-${batches[1]}:35"
+      data:40 features:30 profile:45 pytorch:45)
 boxes=0
 for s in "${plan[@]}"; do boxes=$(( boxes + ${s#*:} )); done
 if [ "$build_only" = 0 ] && [ -z "${GPU_CONTACT_BUDGET:-}" ] && [ "$boxes" -ge "$budget" ]; then
@@ -176,16 +181,18 @@ if torch.cuda.is_available():
     v[\"gpu\"] = torch.cuda.get_device_name(0)
     v[\"nccl\"] = \".\".join(map(str, torch.cuda.nccl.version()))
 print(json.dumps(v))" 2>&1
-  echo "== std::filesystem functions LibTorch exports (pytorch/pytorch#133437; scdino links libstdc++ first)"
-  '"$python"' -c "import os, torch; print(os.path.dirname(torch.__file__) + \"/lib\")" 2>/dev/null |
-    xargs -I{} sh -c "nm -D --defined-only {}/libtorch*.so 2>/dev/null | grep -c _ZNSt10filesystem" 2>&1
   echo "== nvcc"; (nvcc --version || ls /usr/local/cuda/bin/nvcc) 2>&1 | tail -2
   echo "== cmake, ninja, c++"; cmake --version | head -1; ninja --version; c++ --version | head -1
   echo "== pkg-config on the machine"; command -v pkg-config || echo "none (the pack brings its own)"
   echo "== glibc"; ldd --version | head -1
   echo "== cores, memory"; nproc; free -g | sed -n 2p
   echo "== the pack ('"$pack"')"; head -3 "'"$pack"'/MANIFEST.txt" 2>&1; grep -c " runtime$" "'"$pack"'/MANIFEST.txt" 2>/dev/null
-  echo "== the parity fixture ('"$shared"')"; ls "'"$shared"'/reference/dino-parity" 2>&1 | tr "\n" " "; echo'
+  echo "== the parity fixture ('"$shared"')"; ls "'"$shared"'/reference/dino-parity" 2>&1 | tr "\n" " "; echo
+  echo "== libstdc++ (c++ -print-file-name), LDFLAGS, CXXFLAGS"; c++ -print-file-name=libstdc++.so.6; c++ -print-file-name=libstdc++.so
+  c++ -print-file-name=libstdc++.a; echo "LDFLAGS=${LDFLAGS:-} CXXFLAGS=${CXXFLAGS:-}"
+  echo "== std::filesystem functions LibTorch exports (pytorch/pytorch#133437; scdino links libstdc++ first)"
+  '"$python"' -c "import os, torch; print(os.path.dirname(torch.__file__) + \"/lib\")" 2>/dev/null |
+    xargs -I{} sh -c "nm -D --defined-only {}/libtorch*.so 2>/dev/null | grep -c _ZNSt10filesystem" 2>&1 || true'
 cp "$work/inventory.out" "$out/inventory.txt"
 
 # ---- build -----------------------------------------------------------------
@@ -197,7 +204,11 @@ if [ "$rehearse" = 1 ]; then
   for b in "${bins[@]}"; do
     [ -x "$b" ] || { say "[build] the test tree $build_dir lacks $b (scripts/test.sh builds it)"; exit 1; }
   done
-  figure build '{"end": "ok", "rc": 0, "seconds": 0, "detail": "rehearsal: the test tree holds every target"}'
+  if bash "$src/tests/deploy/link_order_test.sh" "$src" "$build_dir" 4 > "$work/link.out" 2>&1; then
+    figure build '{"end": "ok", "rc": 0, "seconds": 0, "detail": "rehearsal: the test tree holds every target"}'
+  else
+    figure build "$("$python" -c 'import json,sys; print(json.dumps({"end": "failed (exit 1)", "rc": 1, "seconds": 0, "detail": sys.argv[1]}))' "$(tail -3 "$work/link.out")")"
+  fi
 else
   # A pip torch (the lent machine) brings LibTorch's CMake package, NCCL's
   # headers and cuDNN in site-packages, and nvcc in /usr/local/cuda; a
@@ -219,6 +230,10 @@ else
     # -k 0: a target that does not compile leaves the others built, and
     # their sections run.
     printf 'cmake --build %q --target' "$build_dir"; printf ' %q' "${targets[@]}"; echo ' -- -k 0'
+    # libstdc++ before LibTorch in every program (pytorch/pytorch#133437);
+    # where not, the link line says why.
+    printf 'bash %q %q %q 4 || { ninja -C %q -t commands scdino-bench-features | tail -1; exit 3; }\n' \
+      "$src/tests/deploy/link_order_test.sh" "$src" "$build_dir" "$build_dir"
   } > "$work/build.sh"
   section build bash "$work/build.sh"
   build_rc=$?
@@ -270,31 +285,47 @@ done
 best=$("$python" - "$figures" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-steps = [r for r in rows if r.get("benchmark") == "train_step" and r.get("step") == "dino"]
+steps = [r for r in rows if r.get("benchmark") == "train_step" and r.get("step") == "dino" and r["section"] != "profile"]
 print(max(steps, key=lambda r: r["images_per_s"])["batch"] if steps else "")
 PY
 )
 best=${best:-${batches[0]}}
 say "best batch of ours: $best"
-py_args=("${py_model[@]}" --device "$device" --precision "$precision" --style fast --batch "$best" --steps "$steps"
-         --warmup "$warmup")
-section pytorch "$python" "$src/bench/python_train_step.py" "${py_args[@]}" --count-ops
-# torch.compile only with the time the planned sections leave.
-reserve=$(( $(box_of data) + $(box_of features) + 10 ))
-if "$python" -c 'import torch, sys; sys.exit(0 if hasattr(torch, "compile") else 1)' 2>/dev/null &&
-   [ $(( $(left) - reserve )) -ge 90 ]; then
-  plan+=("compile:$(( $(left) - reserve ))")
-  section compile "$python" "$src/bench/python_train_step.py" "${py_args[@]}" --compile
-else
-  figure compile '{"end": "skipped: no time left in the budget (or no torch.compile)"}'
-fi
-
 # ---- the data wait and the allocator, features -----------------------------
 data_model=("${model[@]}")
 [ "$rehearse" = 1 ] || data_model=(--arch vit_small --patch 16 --global 224 --local 96 --local-crops 8 --out-dim 65536 --threads 8)
 section data "$step_bench" "${data_model[@]}" --device "$device" --trainer 1 --image-size 50 --batch "${batches[0]}" \
   --steps "$data_steps" --warmup 2 --count-steps 1 --loaders "$loaders"
 section features "$features_bench" "${features[@]}" --device "$device" --precision "$precision"
+
+# ---- where the step's time goes ------------------------------------------
+# The profiler's trace of a few steps at our best batch: the GPU's busy time
+# and its kernels by kind (bench/profile_summary.py), the trace itself
+# compressed beside it where it fits what comes back.
+profile_steps=3
+section profile "$step_bench" "${model[@]}" --device "$device" --precision "$precision" --batch "$best" \
+  --steps "$profile_steps" --warmup "$warmup" --profile "$work/trace.json"
+if [ -s "$work/trace.json" ]; then
+  "$python" "$src/bench/profile_summary.py" "$work/trace.json" --steps "$profile_steps" --top 30 > "$out/profile.txt" 2>&1
+  gzip -c "$work/trace.json" > "$work/trace.json.gz"
+  [ "$(stat -c %s "$work/trace.json.gz")" -le $(( 15 * 1024 * 1024 )) ] && cp "$work/trace.json.gz" "$out/"
+fi
+
+# ---- PyTorch's step ----------------------------------------------------------
+py_args=("${py_model[@]}" --device "$device" --precision "$precision" --style fast --batch "$best" --steps "$steps"
+         --warmup "$warmup")
+section pytorch "$python" "$src/bench/python_train_step.py" "${py_args[@]}" --count-ops
+# torch.compile only when asked (GPU_CONTACT_COMPILE=1) and with the time
+# left: PyTorch 2.11's Inductor failed on this step after 139 s on
+# 2026-12-04 (docs/performance.md).
+if [ "${GPU_CONTACT_COMPILE:-0}" = 1 ] &&
+   "$python" -c 'import torch, sys; sys.exit(0 if hasattr(torch, "compile") else 1)' 2>/dev/null &&
+   [ "$(left)" -ge 90 ]; then
+  plan+=("compile:$(left)")
+  section compile "$python" "$src/bench/python_train_step.py" "${py_args[@]}" --compile
+else
+  figure compile '{"end": "skipped: GPU_CONTACT_COMPILE=1 asks for it, with 90 s left"}'
+fi
 
 # ---- the summary -----------------------------------------------------------
 "$python" - "$figures" "$out/summary.md" "$out/summary.json" "$(( $(date +%s) - start ))" <<'PY' | tee -a "$log"
@@ -315,7 +346,7 @@ out += ["", "## The GPU against the CPU", "", "| check | verdict |", "|---|---|"
 for r in checks:
     out.append("| %s | %s |" % (r["test"], "passed" + (" (AdamW path %s)" % r["adamw_path"] if r.get("adamw_path") else "")
                                 if r["passed"] else "FAILED: " + r["failure"].replace("\n", " ")[:300]))
-steps = [r for r in rows if r.get("benchmark") == "train_step" and r.get("step") == "dino"]
+steps = [r for r in rows if r.get("benchmark") == "train_step" and r.get("step") == "dino" and r["section"] != "profile"]
 py = [r for r in rows if r.get("benchmark") == "python_train_step"]
 out += ["", "## Throughput", "",
         "| step | batch | images/s | ms a step | of the bf16 peak | peak memory GiB | attention | ops a step | host syncs a step |",

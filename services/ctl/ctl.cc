@@ -580,9 +580,12 @@ NextLife NextLifeOf(const Options& o, const control::ServiceEnded& last, std::os
 // good (its Slurm job no longer queued). The exit code is the last life's,
 // and 1 when a life the batch scripts requeue was never followed by another
 // (the run did not finish).
-int WatchThroughRequeues(Options o, std::ostream& out, std::ostream& err) {
-  int64_t since = NowUnixMs();
-  int code = Call(o, out, err);
+// `since_unix_ms`: when the watch began, before it waited for a queued
+// combination's folder (a run that started and ended in that wait is this
+// watch's too).
+int WatchThroughRequeues(Options o, std::ostream& out, std::ostream& err, int64_t since_unix_ms) {
+  int64_t since = since_unix_ms;
+  int code = Call(o, out, err, since);
   for (;;) {
     if (o.run_dir.empty() || (code != kOk && code != kFailed)) return code;
     const auto ended = EndedSince(o, since);
@@ -742,6 +745,7 @@ std::optional<int> ParseCommandLine(int argc, const char* const* argv, Options* 
 }
 
 int Run(const Options& given, std::ostream& out, std::ostream& err) {
+  const int64_t began_unix_ms = NowUnixMs();
   Options o = given;
   std::error_code ec;
   if (!o.run_dir.empty() && !std::filesystem::is_directory(o.run_dir, ec) && !(o.command == "watch" && o.wait > 0)) {
@@ -765,7 +769,7 @@ int Run(const Options& given, std::ostream& out, std::ostream& err) {
     }
   }
   if (o.command == "rotate-token") return RotateToken(o, out, err);
-  if (o.command == "watch") return WatchThroughRequeues(o, out, err);
+  if (o.command == "watch") return WatchThroughRequeues(o, out, err, began_unix_ms);
   return Call(o, out, err);
 }
 

@@ -100,16 +100,31 @@ torch::Tensor AttentionCore(const torch::Tensor& qkv, int64_t num_heads, double 
 
 bool FusedAttentionAvailable() { return compat::kHaveScaledDotProductAttention; }
 
+// q, k and v as [B, heads, N, C / heads] views of qkv [B, N, 3C]. By unbind,
+// not three selects (t[0], t[1], t[2]), though the views are the same: the
+// backward of unbind writes the three gradients into one [B, N, 3, heads,
+// C / heads] tensor, which is qkv's gradient as it stands, where each
+// select's backward fills a zero tensor of qkv's size, the three are added,
+// and the sum is copied into qkv's layout. An H200's profile of the step at
+// batch 256 put 14 ms of its 180 in those selects' backward and that copy
+// (docs/performance.md).
+static std::vector<torch::Tensor> SplitHeads(const torch::Tensor& qkv, int64_t num_heads) {
+  const int64_t B = qkv.size(0), N = qkv.size(1), C = qkv.size(2) / 3;
+  auto qkv_views = qkv.reshape({B, N, 3, num_heads, C / num_heads}).unbind(2);
+  for (auto& t : qkv_views) t = t.transpose(1, 2);
+  return qkv_views;
+}
+
 torch::Tensor FusedAttention(const torch::Tensor& qkv, int64_t num_heads, double scale) {
   const int64_t B = qkv.size(0), N = qkv.size(1), C = qkv.size(2) / 3;
-  auto t = qkv.reshape({B, N, 3, num_heads, C / num_heads}).permute({2, 0, 3, 1, 4});
+  const auto t = SplitHeads(qkv, num_heads);
   return compat::ScaledDotProductAttention(t[0], t[1], t[2], scale).transpose(1, 2).reshape({B, N, C});
 }
 
 torch::Tensor TensorAttention(const torch::Tensor& qkv, int64_t num_heads, double scale, torch::Tensor* probs) {
   const int64_t B = qkv.size(0), N = qkv.size(1), C = qkv.size(2) / 3;
-  auto t = qkv.reshape({B, N, 3, num_heads, C / num_heads}).permute({2, 0, 3, 1, 4});
-  auto q = t[0], k = t[1], v = t[2];
+  const auto t = SplitHeads(qkv, num_heads);
+  const auto &q = t[0], &k = t[1], &v = t[2];
   auto attn = (torch::matmul(q, k.transpose(-2, -1)) * scale).softmax(-1);
   if (probs != nullptr) *probs = attn;
   return torch::matmul(attn, v).transpose(1, 2).reshape({B, N, C});

@@ -5,7 +5,8 @@
 // container, an index CSV's image folders outside its own included), `doc`
 // prints the key reference of docs/config.md, `exit-codes` the exit-code
 // table of docs/exit-codes.md (--shell: deploy/slurm/lib.sh's block;
-// --program: one program's --help line).
+// --program: one program's --help line), `combinations FILE` one line per
+// channel combination (deploy/slurm/submit.sh sizes its job arrays by it).
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -147,8 +148,13 @@ int main(int argc, char** argv) {
   paths->add_flag("--shallow", shallow,
                   "an index CSV by its folder only, without reading it for the folders of its images outside "
                   "it (a container probe's first look, before the CSV is mounted)");
+  auto* combinations = app->add_subcommand(
+      "combinations",
+      "list the config's channel combinations, one run each, one per line: INDEX<TAB>RUN_DIRECTORY<TAB>CHANNELS "
+      "(the array task that trains it: sbatch --array=0-<N-1>)");
+  combinations->add_option("FILE", file, "the YAML config")->required();
   std::vector<std::string> settings;
-  for (auto* sub : {check, paths}) {
+  for (auto* sub : {check, paths, combinations}) {
     sub->add_option("--set", settings, "a key's value as the service is given it (KEY=VALUE; repeatable)")
         ->type_name("KEY=VALUE")
         ->expected(1)
@@ -171,6 +177,18 @@ int main(int argc, char** argv) {
   if (!c.ok()) {
     std::cerr << "scdino-config: " << c.status().message() << "\n";
     return scdino::process::ExitCodeFor(c.status());
+  }
+  if (app->got_subcommand("combinations")) {
+    namespace fs = std::filesystem;
+    auto each = *c;
+    const auto n = static_cast<int64_t>(c->meta.selected_channel_combination_per_run.size());
+    for (int64_t i = 0; i < n; ++i) {
+      each.scdino.channel_combination = i;
+      std::string names;
+      for (const auto& [ch, name] : each.named_channels(i)) names += (names.empty() ? "" : " ") + name;
+      std::cout << i << "\t" << fs::absolute(each.run_dir()).lexically_normal().string() << "\t" << names << "\n";
+    }
+    return 0;
   }
   if (app->got_subcommand("paths")) {
     if (auto s = PrintPaths(*c, file, shallow); !s.ok()) {

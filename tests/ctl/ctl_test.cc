@@ -4,11 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <unistd.h>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "control/endpoint.h"
@@ -263,6 +265,30 @@ TEST_F(CtlCombinationsTest, StatusOnTheTopFolderListsEveryCombinationWithItsStat
   EXPECT_NE(out_.find("{\"combination\":\"vit_channel_A_B\",\"detail\":\"epoch 2/4"), std::string::npos) << out_;
   EXPECT_NE(out_.find("\"state\":\"RUN_STATE_RUNNING\""), std::string::npos) << out_;
   EXPECT_NE(out_.find("\"state\":\"FAILED\",\"status\":null}"), std::string::npos) << out_;
+}
+
+// A combination's array task that starts and ends while watch --wait waits
+// for its folder (a tiny run, the folder looked for every 2 s) is reported
+// from its end record: the watch began before the run did.
+TEST_F(CtlCombinationsTest, WatchReportsACombinationThatStartedAndEndedWhileItsFolderWasAwaited) {
+  const std::string later = top_ + "/vit_channel_D";
+  std::thread run([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    std::filesystem::create_directories(later);
+    control::ServiceEnded ended;
+    ended.service = "trainer";
+    ended.state = "COMPLETED";
+    ended.exit_code = 0;
+    ended.end_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count();
+    ASSERT_TRUE(control::WriteEnded(later, ended).ok());
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const int code = Command({"watch", "--combination", "vit_channel_D", "--wait", "30"});
+  run.join();
+  EXPECT_EQ(code, kOk) << err_;
+  EXPECT_NE(err_.find("ended COMPLETED (exit 0)"), std::string::npos) << err_;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15)) << "the watch waited past the run's end";
 }
 
 TEST_F(CtlCombinationsTest, ACommandForOneRunNamesItsCombination) {

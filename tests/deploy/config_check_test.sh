@@ -58,5 +58,13 @@ sed "s|$work/cells|$work/unreadable|" "$work/combos.yaml" > "$work/unreadable.ya
 out=$("$config" check "$work/unreadable.yaml" 2>&1) || fail "check of a config whose images do not read here failed: $out"
 grep -q "the combinations' channels not checked against the images: no image of the first ones reads here" <<<"$out" ||
   fail "images that do not read were not said: $out"
+# combinations: one line per combination (deploy/slurm/submit.sh sizes its
+# arrays by it), each with its run folder and channel names; a --set reaches it.
+out=$("$config" combinations "$work/fits.yaml" 2>&1) || fail "combinations failed: $out"
+want=$(printf '0\t%s/runs/scdino_run/scDINO_ViT_channel_A_B_C\tA B C\n1\t%s/runs/scdino_run/scDINO_ViT_channel_C\tC' "$work" "$work")
+[ "$out" = "$want" ] || fail "combinations listed '$out', not '$want'"
+out=$("$config" combinations "$work/fits.yaml" --set meta.name_of_run=other 2>&1) || fail "combinations --set failed: $out"
+[ "$(wc -l <<<"$out")" = 2 ] && grep -q "^1	$work/runs/other/scDINO_ViT_channel_C	C$" <<<"$out" || fail "combinations ignored --set: $out"
+out=$("$config" combinations "$work/nosuch.yaml" 2>&1) && fail "combinations of a missing file succeeded: $out"
 [ "$failures" -eq 0 ] && echo "ok: scdino-config check warns exactly when the targets miss $shipped, and refuses a combination the images cannot give"
 exit $((failures > 0))

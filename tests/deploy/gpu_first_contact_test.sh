@@ -25,7 +25,8 @@ def need(cond, what):
         print("missing: " + what)
         sys.exit(1)
 ends = {k: v["end"] for k, v in d["sections"].items()}
-for s in ["inventory", "build", "parity", "trainer-steps", "nccl", "step-2", "step-4", "pytorch", "data", "features"]:
+for s in ["inventory", "build", "parity", "trainer-steps", "nccl", "step-2", "step-4", "data", "features", "profile",
+          "pytorch"]:
     need(ends.get(s) == "ok", "section %s ended %s" % (s, ends.get(s)))
 plan = [f for f in d["figures"] if f["section"] == "plan"][0]
 need(plan["boxes_seconds"] < 540 and plan["budget_seconds"] == 540,
@@ -38,7 +39,7 @@ for t in ["DinoParity.TwoTrainingStepsMatchReferenceOnTheDeviceUnderTest",
 need(checks["DinoParity.TwoTrainingStepsMatchReferenceOnTheDeviceUnderTest"].get("adamw_path") == "cpu",
      "the AdamW path named")
 figs = d["figures"]
-steps = [r for r in figs if r.get("step") == "dino"]
+steps = [r for r in figs if r.get("step") == "dino" and r["section"] != "profile"]
 need(len(steps) == 2 and all(r["images_per_s"] > 0 and r["aten_ops_per_step"] > 0 for r in steps), "our steps' figures")
 need(all(r["host_syncs_per_step"] <= 1 for r in steps), "at most one host sync a step (Dino::Step)")
 trainer = [r for r in figs if r.get("step") == "trainer"]
@@ -48,6 +49,8 @@ py = [r for r in figs if r.get("benchmark") == "python_train_step"]
 need(py and py[0]["images_per_s"] > 0 and "aten_ops_per_step" in py[0], "the PyTorch step beside ours")
 need([r for r in figs if r.get("benchmark") == "features" and r["images_per_s"] > 0], "features")
 PY
+grep -q "^operator (host) .*self ms" "$work/out/profile.txt" 2>/dev/null ||
+  echo "FAIL: the profile section's summary (profile.txt) lacks the operators' table"
 grep -q "against the faster PyTorch step" "$work/out/summary.md" || echo "FAIL: no ratio against PyTorch"
 grep -q "Multi-GPU NCCL between ranks: not measured" "$work/out/summary.md" || echo "FAIL: the summary does not say multi-GPU is not measured"
 # A shorter lease (GPU_CONTACT_BUDGET): the sections past the budget are

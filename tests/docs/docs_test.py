@@ -111,7 +111,11 @@ for name, rel_bin in programs.items():
     for sub in re.findall(r"^  ([a-z][a-z-]+)\s", text, re.M):  # subcommands
         text += subprocess.run([binary, sub, "--help"], capture_output=True, text=True).stdout
     helps[name] = set(re.findall(r"(--[a-z][a-z0-9-]*)", text))
-call = re.compile(r"`[^`]*?\b(scdino-[a-z]+|scdinoctl)\b([^`]*)`")
+# The login node's submit script, by its --help.
+helps["submit.sh"] = set(re.findall(r"(--[a-z][a-z0-9-]*)", subprocess.run(
+    ["bash", os.path.join(src, "deploy/slurm/submit.sh"), "--help"], capture_output=True, text=True).stdout))
+program = r"(scdino-[a-z]+|scdinoctl|submit\.sh)"
+call = re.compile(r"`[^`]*?\b" + program + r"\b([^`]*)`")
 def commands(path):
     """(line number, program, the rest of its command) for each program named
     in a code span of the prose or on a line of a code block (fenced or
@@ -122,7 +126,7 @@ def commands(path):
             fence = not fence
             continue
         if fence or line.startswith("    "):
-            m = re.search(r"(?<![\w/-])(scdino-[a-z]+|scdinoctl)\b(.*)", line)
+            m = re.search(r"(?<![\w-])" + program + r"(.*)", line)
             if m:
                 yield n, m.group(1), m.group(2)
         else:

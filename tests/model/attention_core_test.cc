@@ -7,6 +7,9 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "model/attention_core.h"
 #include "model/dino_head.h"
@@ -63,6 +66,35 @@ TEST(AttentionCore, FusedAttentionEqualsTheTensorOpsInValuesAndGradients) {
   if (!FusedAttentionAvailable()) GTEST_SKIP() << "this LibTorch has no scaled_dot_product_attention (before 2.1)";
   torch::manual_seed(5);
   for (auto dtype : {torch::kFloat32, torch::kFloat64}) ExpectSameAsTheTensorOps(FusedAttention, dtype);
+}
+
+// The names of the backward functions in `out`'s autograd graph.
+std::multiset<std::string> BackwardNames(const torch::Tensor& out) {
+  std::multiset<std::string> names;
+  std::set<const torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> pending{out.grad_fn().get()};
+  while (!pending.empty()) {
+    auto* node = pending.back();
+    pending.pop_back();
+    if (node == nullptr || !seen.insert(node).second) continue;
+    names.insert(node->name());
+    for (const auto& edge : node->next_edges()) pending.push_back(edge.function.get());
+  }
+  return names;
+}
+
+// q, k and v come out of qkv by one unbind, whose backward writes qkv's
+// gradient in its own layout, not by three selects (attention_core.cc's
+// SplitHeads says what those cost on a GPU).
+TEST(AttentionCore, SplitsTheHeadsByOneUnbindNotThreeSelects) {
+  auto qkv = torch::randn({2, 5, 24}, torch::kFloat64).requires_grad_(true);
+  std::vector<std::pair<std::string, torch::Tensor>> outs{{"TensorAttention", TensorAttention(qkv, 2, 0.25)}};
+  if (FusedAttentionAvailable()) outs.emplace_back("FusedAttention", FusedAttention(qkv, 2, 0.25));
+  for (const auto& [what, out] : outs) {
+    const auto names = BackwardNames(out);
+    EXPECT_EQ(names.count("UnbindBackward0"), 1u) << what;
+    for (const auto& n : names) EXPECT_EQ(n.find("SelectBackward"), std::string::npos) << what << ": " << n;
+  }
 }
 
 TEST(AttentionCore, TakesTheTensorOpsWhereTheCpuPathDoesNotApply) {

@@ -468,13 +468,24 @@ TEST(DeviceCheck, FourTrainerStepsOnTheDeviceMatchTheCpu) {
   // four updates carry it on; a stream race or a skipped step moves the
   // loss by far more than 1%.
   for (int e = 0; e < 2; ++e) EXPECT_NEAR(losses[1][e], losses[0][e], 0.01 * std::abs(losses[0][e])) << "epoch " << e;
+  // The teacher's biases start at zero, so after four updates they hold
+  // AdamW's normalised steps alone (about 1e-5 here); where a gradient
+  // element is mostly cancellation, the two devices' rounding flips its sign
+  // and the element differs by a whole step (on an H200: 7e-7 of 1.3e-5).
+  // So each tensor with values of its own (above 1e-3) agrees within 1% of
+  // its largest value, and the teacher as a whole within 1e-4 of its norm.
+  double diff2 = 0, norm2 = 0;
   for (const auto& [name, t] : cpu) {
     if (name.rfind("teacher.", 0) != 0) continue;
     ASSERT_TRUE(dev.count(name)) << name;
-    const double scale = std::max(t.abs().max().item<double>(), 1e-6);
-    EXPECT_LT((dev.at(name).to(torch::kDouble) - t.to(torch::kDouble)).abs().max().item<double>(), 1e-2 * scale)
-        << name;
+    const auto d = dev.at(name).to(torch::kDouble) - t.to(torch::kDouble);
+    diff2 += d.square().sum().item<double>();
+    norm2 += t.to(torch::kDouble).square().sum().item<double>();
+    const double scale = t.abs().max().item<double>();
+    if (scale > 1e-3) EXPECT_LT(d.abs().max().item<double>(), 1e-2 * scale) << name;
   }
+  ASSERT_GT(norm2, 0.0);
+  EXPECT_LT(std::sqrt(diff2 / norm2), 1e-4) << "the teacher's relative difference";
 }
 
 // An lr of 1e30 sends the weights to infinity after the first update, so

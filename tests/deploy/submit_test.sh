@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# deploy/slurm/submit.sh on the test Slurm (one node, no GPUs), as a user on
+# the login node runs it: a config with a typo, a GPU submission to a
+# partition without GPUs and an unknown partition are refused before
+# anything queues; two channel combinations are trained (a job array) and
+# evaluated after each (aftercorr), with the logs, reports and watch line it
+# printed there; a training that fails ends its evaluation at once instead
+# of leaving it pending.
+#   tests/deploy/submit_test.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+source "$(dirname "$0")/../support/lib.sh" submit "$1" "$2"
+sinfo -h -o '%T' 2>/dev/null | grep -qE 'idle|mixed|allocated' || { echo "FAIL: no Slurm cluster (scripts/slurm-local.sh)"; exit 1; }
+"$build/services/tools/scdino-synth" --out "$work/data" --classes 2 --per-class 12 --channels 3 --size 16 --seed 3 >/dev/null
+export SCDINO_BUILD="$build" SCDINO_BIN="$build/services/trainer" SCDINO_PREFLIGHT=0
+unset SCDINO_CONTAINER
+submit=("$src/deploy/slurm/submit.sh")
+cat > "$work/run.yaml" <<YAML
+meta: {name_of_run: combos, output_dir: "$work/runs", dataset_dir: "$work/data", seed: 2,
+       channel_dict: {0: A, 1: B, 2: C}, selected_channel_combination_per_run: ["012", "1"]}
+train_scDINO:
+  epochs: 2
+  saveckp_freq: 1
+  batch_size_per_gpu: 4
+  num_workers: 1
+  hyperparameters: $TINY_HYPERPARAMETERS
+scdino:
+  threads: 1
+  metrics: {enabled: false}
+YAML
+cd "$work"
+jobs_now() { squeue -h -o '%i' 2>/dev/null | sort | paste -sd' ' -; }
+
+# 1. Refused before anything queues: a typo (file and key named), a GPU
+# submission where no partition has GPUs, a partition that does not exist.
+before=$(jobs_now)
+sed 's/  epochs: 2/  epocs: 2/' run.yaml > typo.yaml
+err=$("${submit[@]}" typo.yaml --gpus-per-node 0 2>&1) && rc=0 || rc=$?
+[ "$rc" = 2 ] && grep -q "typo.yaml" <<<"$err" && grep -q "epocs" <<<"$err" && grep -q "nothing submitted" <<<"$err" ||
+  { echo "FAIL: a typo was not refused naming the file and key (exit $rc): $err"; exit 1; }
+err=$("${submit[@]}" run.yaml --gpus-per-node 2 2>&1) && rc=0 || rc=$?
+part=$(sinfo -h -o '%P' | sed -n 's/\*$//p' | head -1)
+[ "$rc" = 2 ] && grep -q "partition $part has no GPUs" <<<"$err" && grep -q "no partition of this cluster has GPUs" <<<"$err" ||
+  { echo "FAIL: a GPU submission to $part (no GPUs) was not refused naming it (exit $rc): $err"; exit 1; }
+err=$("${submit[@]}" run.yaml --gpus-per-node 0 --partition nosuch 2>&1) && rc=0 || rc=$?
+[ "$rc" = 2 ] && grep -q "\-\-partition nosuch: no such partition (sinfo lists: $part)" <<<"$err" ||
+  { echo "FAIL: an unknown partition was not refused (exit $rc): $err"; exit 1; }
+err=$("${submit[@]}" run.yaml --gpus-per-node 0 --image "$work/nowhere.sqsh" 2>&1) && rc=0 || rc=$?
+[ "$rc" = 2 ] && grep -q "\-\-image $work/nowhere.sqsh: no such file" <<<"$err" ||
+  { echo "FAIL: a missing image was not refused (exit $rc): $err"; exit 1; }
+mkdir -p "$work/no-slurm" && ln -sf "$(command -v dirname)" "$(command -v basename)" "$work/no-slurm/"
+err=$(PATH="$work/no-slurm" /bin/bash "${submit[@]}" run.yaml 2>&1) && rc=0 || rc=$?
+[ "$rc" = 2 ] && grep -q "no Slurm client on this node (sbatch and sinfo not found)" <<<"$err" ||
+  { echo "FAIL: a node without Slurm's client was not said (exit $rc): $err"; exit 1; }
+[ "$(jobs_now)" = "$before" ] || { echo "FAIL: a refused submission queued a job: $(jobs_now)"; exit 1; }
+echo "ok: a typo, a GPU submission to $part, an unknown partition, a missing image and a node without Slurm refused, nothing queued"
+
+# 2. Two combinations: one training array, one evaluation array after it.
+"${submit[@]}" run.yaml --gpus-per-node 0 --cpus-per-gpu 1 > submit.out 2>submit.err ||
+  { echo "FAIL: submit failed"; cat submit.out submit.err; exit 1; }
+cat submit.out
+train=$(sed -n 's/^scdino-submit: training: job \([0-9]*\) (array 0-1.*/\1/p' submit.out)
+evaluation=$(sed -n 's/^scdino-submit: evaluation: job \([0-9]*\),.*/\1/p' submit.out)
+[ -n "$train" ] && [ -n "$evaluation" ] || { echo "FAIL: submit printed no job ids"; exit 1; }
+scontrol show job "$evaluation" | grep -q "Dependency=aftercorr:${train}_\*" ||
+  { echo "FAIL: the evaluation does not follow the training: $(scontrol show job "$evaluation" | grep -o 'Dependency=[^ ]*')"; exit 1; }
+watch=$(sed -n 's/^scdino-submit: watch: //p' submit.out)
+[ "$watch" = "$build/services/ctl/scdinoctl watch --wait 3600 --run-dir $work/runs/combos --combination scDINO_ViT_channel_A_B_C" ] ||
+  { echo "FAIL: the watch line: $watch"; exit 1; }
+timeout 400 $watch > watch.out 2>&1 &
+watch_pid=$!
+wait_gone "$train" 300
+wait_gone "$evaluation" 300
+for c in 0:scDINO_ViT_channel_A_B_C 1:scDINO_ViT_channel_B; do
+  dir="$work/runs/combos/${c#*:}"
+  grep -q "^scdino-submit: combination ${c%%:*} (.*): $dir$" submit.out || { echo "FAIL: combination ${c%%:*}'s folder not printed"; exit 1; }
+  for log in "scdino-train-${train}_${c%%:*}.out" "scdino-evaluate-${evaluation}_${c%%:*}.out"; do
+    [ -s "$work/$log" ] && grep -q "$work/$log" submit.out || { echo "FAIL: the log $log (printed, and there)"; ls "$work"; exit 1; }
+  done
+  for f in eval/report.html eval/checkpoint0000/knn_results.json features/raw_pixels; do
+    [ -e "$dir/$f" ] || { echo "FAIL: no $f in ${c#*:}"; cat "$work"/scdino-*.out; exit 1; }
+  done
+  grep -q "report: $dir/eval/report.html" submit.out || { echo "FAIL: ${c#*:}'s report not printed"; exit 1; }
+done
+[ -s "$work/runs/combos/report.html" ] && grep -q "the combinations compared: $work/runs/combos/report.html" submit.out ||
+  { echo "FAIL: the comparison page (printed, and there)"; exit 1; }
+for job in "${train}_0" "${train}_1" "${evaluation}_0" "${evaluation}_1"; do
+  state=$(scontrol show job -o "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1)
+  [ "$state" = JobState=COMPLETED ] || { echo "FAIL: job $job: ${state:-unknown to Slurm}"; exit 1; }
+done
+# The watch line as printed, started while the jobs queued (control on,
+# its default): it followed the first combination's training to its end.
+wait "$watch_pid" && rc=0 || rc=$?
+[ "$rc" = 0 ] && grep -q "COMPLETED" watch.out || { echo "FAIL: the printed watch line exited $rc"; cat watch.out; exit 1; }
+echo "ok: two combinations trained and evaluated from one submission; logs, reports and the watch line printed"
+
+# 3. A training that fails (its data set is not there: not judged on the
+# login node) ends its evaluation at once: never pending.
+sed -e "s|dataset_dir: \"$work/data\"|dataset_dir: \"$work/gone\"|" -e 's/\["012", "1"\]/["012"]/' run.yaml > gone.yaml
+"${submit[@]}" gone.yaml --gpus-per-node 0 --cpus-per-gpu 1 > gone.out 2>&1 || { echo "FAIL: submit failed"; cat gone.out; exit 1; }
+grep -q "not checked against the images" gone.out || { echo "FAIL: the unseen data set was not said"; cat gone.out; exit 1; }
+train=$(sed -n 's/^scdino-submit: training: job \([0-9]*\),.*/\1/p' gone.out)
+evaluation=$(sed -n 's/^scdino-submit: evaluation: job \([0-9]*\),.*/\1/p' gone.out)
+[ -n "$train" ] && [ -n "$evaluation" ] || { echo "FAIL: submit printed no job ids"; cat gone.out; exit 1; }
+wait_gone "$train" 120
+waited=0
+while squeue -h -j "$evaluation" 2>/dev/null | grep -q .; do
+  [ "$waited" -lt 30 ] || { echo "FAIL: the evaluation still queued 30 s after its training failed: $(squeue -h -j "$evaluation" -o '%T %r')"; scancel "$evaluation"; exit 1; }
+  sleep 1
+  waited=$((waited + 1))
+done
+state=$(scontrol show job -o "$train" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1)
+[ "$state" = JobState=FAILED ] || { echo "FAIL: the training without its data ended ${state:-unknown}"; cat "scdino-train-$train.out"; exit 1; }
+echo "ok: a failed training ended its evaluation within $waited s, never pending"
