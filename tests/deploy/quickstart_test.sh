@@ -9,8 +9,12 @@
 #      --container-env) become Slurm's own --container=BUNDLE;
 #   2. /shared is a directory inside the bundle's mounts, in the block and
 #      in the copied config;
-#   3. Slurm 22.05's --container runs one task per node: 4 tasks a node
-#      become 1 (the stand-in GPUs stay: --gpus-per-task=1);
+#   3. Slurm 22.05's --container runs one task per node, and the submit
+#      gives each GPU a task: --gpus-per-node 4 becomes 1; a node's 48
+#      stand-in CPUs are this machine's cores, and the watch's step needs
+#      one beside the training (the cluster has one partition): 1 CPU a
+#      GPU (--cpus-per-gpu 1); the partition gpu is the test cluster's
+#      (cluster);
 #   4. after the config is copied, the edit the README asks of the user
 #      (the data set: a small synthetic one at the config's own path), a
 #      model and schedule small enough for two CPU cores, and the CPU chosen
@@ -19,15 +23,20 @@
 #   5. before the last command, the wait the README asks of the user: until
 #      the jobs the block submitted have ended (the watch ends with the
 #      training; the evaluation job starts after it).
+# The checkout has a host build: its scdino-config checks the config before
+# anything queues (only Slurm starts an OCI bundle here).
 # Then: every job of the block ended 0, the checkpoints and report exist,
-# scdinoctl watch saw the run from another node's container, and the
-# quick start's commands on a node without what they need say what is
-# missing.
+# scdinoctl watch saw the run from another node's container, the block's
+# submit line on a config whose data set is gone ends the evaluation at
+# once after the training fails, and the quick start's commands on a node
+# without what they need say what is missing.
 set -uo pipefail
 source "$(dirname "$0")/../support/lib.sh" quickstart "$1" "$2"
 fail() { echo "FAIL: $*"; exit 1; }
-# A job of the block left behind by a failure is cancelled.
-trap 'ls "$work/checkout"/scdino-*-*.out 2>/dev/null | sed "s/.*-\([0-9]*\)\.out$/\1/" | xargs -r scancel' EXIT
+# The job ids submit.sh printed, the training's first; a job of the test
+# left behind by a failure is cancelled.
+submitted() { sed -n 's/^scdino-submit: \(training\|evaluation\): job \([0-9]*\),.*/\2/p' "$@" 2>/dev/null; }
+trap 'submitted "$work"/command-*.out "$work/gone.out" | xargs -r scancel' EXIT
 bundle="$build/test-scratch/container-bundle"
 eval "$(bash "$src/scripts/slurm-cluster.sh" env)"
 sinfo -h >/dev/null 2>&1 || fail "the test cluster is not running (bash scripts/slurm-cluster.sh start)"
@@ -38,15 +47,16 @@ block=$(awk '/^## Quick start on a GPU cluster$/ {f = 1; next} f && /^## / {exit
              f && /^```/ {n++; if (n == 2) exit; next} f && n == 1' "$src/README.md")
 [ -n "$block" ] || fail "README.md has no code block under '## Quick start on a GPU cluster'"
 commands=$(grep -c . <<<"$block")
-[ "$commands" -le 6 ] || fail "the quick start has $commands commands, the README promises six at most"
+[ "$commands" -le 5 ] || fail "the quick start has $commands commands, the README promises five"
 
 shared="$work/shared"
 image=/shared/images/scdino-cuda.sqsh
 lifted=$(sed -e "s|^scripts/build-image.sh .*--sqsh $image\$|test -f $bundle/config.json|" \
              -e "s|--container-env=[^ ]* ||" \
              -e "s|--container-image=$image --container-mounts=[^ ]*|--container=$bundle|" \
-             -e "s|SCDINO_CONTAINER=$image|SCDINO_CONTAINER=$bundle|g" \
-             -e "s|--ntasks-per-node=4|--ntasks-per-node=1|g" \
+             -e "s|--image $image|--image $bundle|" \
+             -e "s|--gpus-per-node 4|--gpus-per-node 1 --cpus-per-gpu 1|" \
+             -e "s|--partition gpu|--partition cluster|" \
              -e "s|/shared/|$shared/|g" <<<"$block")
 grep -q "$image" <<<"$lifted" && fail "a use of the image the substitutions do not cover: $lifted"
 echo "the quick start as run here:"
@@ -79,6 +89,7 @@ PY
 # land here; every command runs in one shell, as a user types them.
 mkdir -p "$work/checkout"
 for d in configs deploy scripts; do ln -s "$src/$d" "$work/checkout/$d"; done
+ln -s "$build" "$work/checkout/build"
 cd "$work/checkout" || fail "no checkout"
 n=0
 watch_out="$work/watch.out"
@@ -90,7 +101,7 @@ while IFS= read -r -u 3 line; do
   if [ "$n" -eq "$commands" ]; then
     # Substitution 5: the block's jobs are over before its last command.
     # The training first: a failed one leaves the evaluation pending for ever.
-    for j in $job $(sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p' "$work"/command-*.out); do
+    for j in $(submitted "$work"/command-*.out); do
       wait_gone "$j" 600
       code=$(scontrol show job "$j" 2>/dev/null | sed -n 's/.* ExitCode=\([0-9]*:[0-9]*\).*/\1/p')
       [ "$code" = "0:0" ] || { cat "$work/checkout"/scdino-*-"$j".out; fail "job $j ended ${code:-unknown}"; }
@@ -108,7 +119,7 @@ while IFS= read -r -u 3 line; do
   [[ $line == *"cp configs/cluster.yaml"* ]] && shrink
 done 3<<<"$lifted"
 [ "$n" -eq "$commands" ] || fail "$n of the block's $commands commands ran"
-[ -n "${job:-}" ] || fail "the block did not set \$job to the training job"
+[ "$(submitted "$work"/command-*.out | wc -l)" = 2 ] || fail "the block's submit printed no training and evaluation job: $(cat "$work"/command-*.out)"
 
 # The block's jobs (each ended 0, above) wrote their output where it ran.
 jobs=$(ls "$work/checkout"/scdino-*-*.out 2>/dev/null | sed 's/.*-\([0-9]*\)\.out$/\1/' | sort -u)
@@ -120,9 +131,35 @@ train_out=$(cat "$work/checkout"/scdino-train-*.out)
 grep -q "node1" <<<"$train_out" && grep -q "node2" <<<"$train_out" ||
   { echo "$train_out"; fail "the training did not run on both nodes"; }
 [ -s "$run/eval/report.html" ] || fail "no report at $run/eval/report.html"
-grep -q random_init "$run/eval/knn_per_checkpoint.csv" || fail "knn_per_checkpoint.csv has no random_init row"
+for baseline in random_init raw_pixels; do
+  grep -q "$baseline" "$run/eval/knn_per_checkpoint.csv" || fail "knn_per_checkpoint.csv has no $baseline row: $(cat "$run/eval/knn_per_checkpoint.csv")"
+done
 grep -qE "RUNNING|COMPLETED" "$watch_out" || { cat "$watch_out"; fail "scdinoctl watch saw nothing of the run"; }
 echo "ok: the README's quick start ran on the test cluster: $commands commands, jobs $(echo $jobs), report $run/eval/report.html"
+
+# The block's submit line on a config whose data set is gone (not judged on
+# the login node): the training fails, and its evaluation ends at once.
+submit_line=$(grep -m1 'deploy/slurm/submit.sh' <<<"$lifted")
+gone="$shared/scdino/gone.yaml"
+$py - "$config" "$gone" "$shared/data/gone" <<'PY' || fail "could not write $gone"
+import sys, yaml
+c = yaml.safe_load(open(sys.argv[1]))
+c["meta"].update(name_of_run="gone", dataset_dir=sys.argv[3])
+yaml.safe_dump(c, open(sys.argv[2], "w"), sort_keys=False)
+PY
+eval "${submit_line/$config/$gone}" </dev/null > "$work/gone.out" 2>&1 || { cat "$work/gone.out"; fail "submit of $gone"; }
+ids=($(submitted "$work/gone.out"))
+[ "${#ids[@]}" = 2 ] || { cat "$work/gone.out"; fail "submit of $gone printed no job ids"; }
+wait_gone "${ids[0]}" 300
+waited=0
+while squeue -h -j "${ids[1]}" 2>/dev/null | grep -q .; do
+  [ "$waited" -lt 30 ] || fail "the evaluation ${ids[1]} still queued 30 s after its training failed: $(squeue -h -j "${ids[1]}" -o '%T %r')"
+  sleep 1
+  waited=$((waited + 1))
+done
+state=$(scontrol show job -o "${ids[0]}" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1)
+[ "$state" = JobState=FAILED ] || { cat "$work/checkout/scdino-train-${ids[0]}.out"; fail "the training without its data ended ${state:-unknown}"; }
+echo "ok: a training without its data failed and its evaluation ended within $waited s"
 
 # What is missing, said by the command that needs it.
 err=$(bash "$src/deploy/slurm/train.sbatch" "$config" 2>&1) && fail "train.sbatch outside a job ran"

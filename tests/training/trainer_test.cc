@@ -482,7 +482,9 @@ TEST(DeviceCheck, FourTrainerStepsOnTheDeviceMatchTheCpu) {
     diff2 += d.square().sum().item<double>();
     norm2 += t.to(torch::kDouble).square().sum().item<double>();
     const double scale = t.abs().max().item<double>();
-    if (scale > 1e-3) EXPECT_LT(d.abs().max().item<double>(), 1e-2 * scale) << name;
+    if (scale > 1e-3) {
+      EXPECT_LT(d.abs().max().item<double>(), 1e-2 * scale) << name;
+    }
   }
   ASSERT_GT(norm2, 0.0);
   EXPECT_LT(std::sqrt(diff2 / norm2), 1e-4) << "the teacher's relative difference";
