@@ -150,15 +150,8 @@ PY
 eval "${submit_line/$config/$gone}" </dev/null > "$work/gone.out" 2>&1 || { cat "$work/gone.out"; fail "submit of $gone"; }
 ids=($(submitted "$work/gone.out"))
 [ "${#ids[@]}" = 2 ] || { cat "$work/gone.out"; fail "submit of $gone printed no job ids"; }
-wait_gone "${ids[0]}" 300
-waited=0
-while squeue -h -j "${ids[1]}" 2>/dev/null | grep -q .; do
-  [ "$waited" -lt 30 ] || fail "the evaluation ${ids[1]} still queued 30 s after its training failed: $(squeue -h -j "${ids[1]}" -o '%T %r')"
-  sleep 1
-  waited=$((waited + 1))
-done
-state=$(scontrol show job -o "${ids[0]}" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1)
-[ "$state" = JobState=FAILED ] || { cat "$work/checkout/scdino-train-${ids[0]}.out"; fail "the training without its data ended ${state:-unknown}"; }
+waited=$(dependent_ended_after_failure "${ids[0]}" "${ids[1]}" "$work/checkout/scdino-train-${ids[0]}.out") ||
+  { echo "$waited"; exit 1; }
 echo "ok: a training without its data failed and its evaluation ended within $waited s"
 
 # What is missing, said by the command that needs it.

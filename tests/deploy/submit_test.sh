@@ -101,13 +101,5 @@ grep -q "not checked against the images" gone.out || { echo "FAIL: the unseen da
 train=$(sed -n 's/^scdino-submit: training: job \([0-9]*\),.*/\1/p' gone.out)
 evaluation=$(sed -n 's/^scdino-submit: evaluation: job \([0-9]*\),.*/\1/p' gone.out)
 [ -n "$train" ] && [ -n "$evaluation" ] || { echo "FAIL: submit printed no job ids"; cat gone.out; exit 1; }
-wait_gone "$train" 120
-waited=0
-while squeue -h -j "$evaluation" 2>/dev/null | grep -q .; do
-  [ "$waited" -lt 30 ] || { echo "FAIL: the evaluation still queued 30 s after its training failed: $(squeue -h -j "$evaluation" -o '%T %r')"; scancel "$evaluation"; exit 1; }
-  sleep 1
-  waited=$((waited + 1))
-done
-state=$(scontrol show job -o "$train" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1)
-[ "$state" = JobState=FAILED ] || { echo "FAIL: the training without its data ended ${state:-unknown}"; cat "scdino-train-$train.out"; exit 1; }
+waited=$(dependent_ended_after_failure "$train" "$evaluation" "scdino-train-$train.out") || { echo "$waited"; exit 1; }
 echo "ok: a failed training ended its evaluation within $waited s, never pending"

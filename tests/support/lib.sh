@@ -62,6 +62,23 @@ wait_gone() {
   echo "FAIL: job $1 still in the queue after $2 s"; squeue; exit 1
 }
 
+# dependent_ended_after_failure TRAIN EVALUATION LOG: TRAIN ends FAILED (its
+# output LOG shown if not), and EVALUATION, submitted after it with
+# --kill-on-invalid-dep=yes, leaves the queue within 30 s instead of
+# pending for ever. Prints the seconds it took.
+dependent_ended_after_failure() {
+  local waited=0 state
+  wait_gone "$1" 300
+  while squeue -h -j "$2" 2>/dev/null | grep -q .; do
+    [ "$waited" -lt 30 ] || { echo "FAIL: the evaluation $2 still queued 30 s after its training failed: $(squeue -h -j "$2" -o '%T %r')"; scancel "$2"; exit 1; }
+    sleep 1
+    waited=$((waited + 1))
+  done
+  state=$(scontrol show job -o "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1)
+  [ "$state" = JobState=FAILED ] || { cat "$3"; echo "FAIL: the training $1 ended ${state:-unknown}, not FAILED"; exit 1; }
+  echo "$waited"
+}
+
 # path_without TOOL...: a PATH with every command of this one except the
 # named tools (a directory of links to the rest), to test a machine that
 # lacks them whether or not this one has them.
