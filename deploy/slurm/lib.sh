@@ -460,11 +460,26 @@ scdino_stage_setup() {
 # task per node: `PACK --stage`), verified; a copy verified before (a
 # requeued job) is reused. The services then read the node's copy. A node
 # whose staging fails (no room, a corrupt shard) reads the shared copy: a
-# warning here and in the services' logs. SCDINO_STAGE=0: no staging.
+# warning here and in the services' logs. A folder of images or an index
+# CSV has nothing to stage: no step runs. SCDINO_STAGE=0: no staging.
 scdino_stage() {
   [ "${SCDINO_STAGE:-1}" != 0 ] || return 0
-  local config=$1 pack=$2 t0=$SECONDS rc
+  local config=$1 pack=$2 t0=$SECONDS rc listed dataset
   shift 2
+  # The data set as the config names it: listed by scdino_container_args
+  # in a container, else by the scdino-config beside PACK. Without a
+  # listing the staging step decides (and names any error).
+  listed=${scdino_listed_paths:-}
+  if [ -z "$listed" ] && [ -x "$(dirname "$pack")/scdino-config" ]; then
+    listed=$("$(dirname "$pack")/scdino-config" paths "$config" "${scdino_settings[@]}" 2>/dev/null) || listed=
+  fi
+  if [ -n "$listed" ]; then
+    dataset=$(awk -F'\t' '$3 == "meta.dataset_dir" {print $2}' <<<"$listed")
+    if [ -z "$dataset" ] || [ ! -f "$dataset/pack.json" ]; then
+      echo "scdino: no staging step: the data set (${dataset:-an index CSV}) is not a packed set (scdino-pack; docs/data.md)"
+      return 0
+    fi
+  fi
   if [ -n "${SCDINO_CONTAINER:-}" ] && [ -d "$SCDINO_CONTAINER" ]; then
     echo "scdino: not staging: an OCI bundle mounts only the paths it was made with (use Pyxis, or a bundle made" \
          "with --mounts holding SCDINO_STAGE_DIR and SCDINO_CONTAINER_MOUNTS unset)"
@@ -598,16 +613,18 @@ scdino_container_runtime_present() {
 #    the same path, parents before what lies inside them), plus
 #    SCDINO_CONTAINER_MOUNTS (SRC[:DST[:FLAGS]],...); --container-workdir,
 #    --no-container-mount-home and, given NAME, --container-name=NAME: the
-#    sequential steps of one job then share one unpacked container (not for
-#    concurrent steps: they would race to create it). Pyxis keeps named
-#    containers after the job unless its container_scope is job
-#    (docs/containers.md).
+#    sequential steps of one job (the image's listing of the paths, the
+#    staging, the preflight, the service) then share one unpacked container
+#    per node, imported by the first step to run there; each step mounts
+#    what it is given. Not for concurrent steps: they would race to create
+#    it. Pyxis keeps named containers after the job unless its
+#    container_scope is job (docs/containers.md).
 # Returns 2 with a message naming the path or key on a bad config, a missing
 # image, a path to read that is missing or unreadable, one to write that
 # cannot be created or written, or a path outside a bundle's mounts.
 scdino_container_args() {
   local config=$1 name=${2:-} image=${SCDINO_CONTAINER:?} cfg_dir m src mounts=() access path key listed
-  container_args=()
+  container_args=() scdino_listed_paths=
   [ -r "$config" ] || { echo "scdino: config $config is not readable" >&2; return 2; }
   cfg_dir=$(cd "$(dirname "$config")" && pwd)
   config="$cfg_dir/$(basename "$config")"
@@ -640,10 +657,14 @@ scdino_container_args() {
     esac
     probe=(--container-image="$image" --container-mounts="$cfg_dir:$cfg_dir:ro,$PWD:$PWD:ro"
            --container-workdir="$PWD" --no-container-mount-home)
+    # Named, the image's own listing is the step that imports the job's
+    # container on its first node.
+    [ -z "$name" ] || probe+=(--container-name="$name")
   fi
   listed=$(scdino_config_paths "$config" "${probe[@]}") || {
     echo "scdino: $config: scdino-config paths failed (see above); fix the config before submitting" >&2; return 2; }
   listed=$(printf 'ro\t%s\tthe working directory\n%s\n' "$PWD" "$listed")
+  scdino_listed_paths=$listed
   if [ -d "$image" ]; then
     # Every path must be inside a bind mount of the bundle (at the same path).
     local binds b inside

@@ -326,6 +326,7 @@ $want_mounts"
 #!/bin/bash
 echo "\$*" >> "$work/pyxis-srun/calls"
 while [ \$# -gt 0 ]; do case \$1 in --*) shift ;; *) break ;; esac; done
+[ "\$1" = scdino-config ] || exit 0
 shift
 exec "$build/services/tools/scdino-config" "\$@"
 SH
@@ -333,14 +334,40 @@ SH
   rm -f "$work/pyxis-srun/calls"
   flags=$(cd "$work" && env PATH="$work/pyxis-srun:$(path_without scdino-config)" SCDINO_BIN="$work/no-build" \
             SCDINO_CONTAINER=image.sqsh \
-            bash -c 'source "$0"; scdino_container_args "$1" && printf "%s\n" "${container_args[@]}"' \
+            bash -c 'source "$0"; scdino_container_args "$1" scdino-9 && printf "%s\n" "${container_args[@]}"' \
             "$src/deploy/slurm/lib.sh" csv.yaml 2>&1) || fail "CSV flags through the image's tool: $flags"
   grep -qF -- "$csvs/plateB:$csvs/plateB:ro" <<<"$flags" || fail "CSV through the image's tool: $flags"
   calls=$(cat "$work/pyxis-srun/calls")
+  # Named, the listing's steps import the container the job's steps share.
+  [ "$(grep -c -- "--container-name=scdino-9 " <<<"$calls")" = 2 ] && grep -qxF -- "--container-name=scdino-9" <<<"$flags" ||
+    fail "the image's listing and the job's steps should share the container scdino-9: $calls
+$flags"
   [ "$(wc -l <<<"$calls")" = 2 ] && grep -q "scdino-config paths --shallow" <<<"$(head -1 <<<"$calls")" &&
     grep -qF ",$csvs/labels:$csvs/labels:ro " <<<"$(tail -1 <<<"$calls")" &&
     grep -qF "scdino-config paths $work/csv.yaml" <<<"$(tail -1 <<<"$calls")" ||
     fail "the image's tool was not asked shallow, then with the CSV's folder mounted: $calls"
+  # Staging: a folder of images or an index CSV runs no step; a packed set
+  # runs one task a node in the job's container.
+  mkdir -p "$scratch/container-packed"
+  echo '{}' > "$scratch/container-packed/pack.json"
+  sed "s|dataset_dir: \"$work/cells\"|dataset_dir: \"$scratch/container-packed\"|" "$work/run.yaml" > "$work/packed.yaml"
+  for name in run csv packed; do
+    rm -f "$work/pyxis-srun/calls"
+    out=$(cd "$work" && env PATH="$work/pyxis-srun:$(path_without scdino-config)" SCDINO_BIN="$work/no-build" \
+            SCDINO_CONTAINER=image.sqsh SCDINO_STAGE_DIR="$scratch/container-stage" \
+            bash -c 'source "$0"; scdino_container_args "$1" scdino-9 && scdino_stage "$1" scdino-pack "${container_args[@]}"' \
+            "$src/deploy/slurm/lib.sh" "$name.yaml" 2>&1) || fail "$name: staging: $out"
+    stage=$(grep -F "scdino-pack --config" "$work/pyxis-srun/calls" || true)
+    if [ "$name" = packed ]; then
+      grep -qF -- "--ntasks-per-node=1" <<<"$stage" && grep -qF -- "--container-name=scdino-9 " <<<"$stage" &&
+        grep -q "staging step took" <<<"$out" || fail "a packed set: no staging step in the job's container: $stage
+$out"
+    else
+      [ -z "$stage" ] && grep -qF "scdino: no staging step: the data set" <<<"$out" ||
+        fail "$name: a data set that is not packed ran a staging step: $stage
+$out"
+    fi
+  done
   for i in $(seq 1 65); do echo "$csvs/many/$i/x.tif,a"; done > "$csvs/labels/index.csv"
   err=$(args csv.yaml "" SCDINO_CONTAINER=image.sqsh) && fail "a CSV with images in 65 folders outside it was accepted"
   grep -qF "its images lie in 65 folders outside the CSV's own, the first $csvs/many/1/x.tif; at most 64" <<<"$err" ||

@@ -133,7 +133,13 @@ submit_train unstaged SCDINO_PREFLIGHT=0,SCDINO_STAGE_DIR=/proc/scdino-cannot-st
   grep -q "scdino: warning: staging the data set to /proc/scdino-cannot-stage-here failed" "$out" &&
   grep -q "scdino: warning: no verified copy of $work/packed under SCDINO_STAGE_DIR=/proc/scdino-cannot-stage-here on $(hostname); reading the shared copy" "$out" ||
   { echo "FAIL: a node that cannot stage should train from the shared copy with a warning (exit $code)"; cat "$out"; exit 1; }
-echo "ok: train.sbatch staged the set once per node, the ranks read the copy, a second job reused it, a failed staging fell back"
+# A folder of images has nothing to stage: no staging step at all.
+config folders "$work/cells"
+submit_train folders SCDINO_PREFLIGHT=0,SCDINO_STAGE_DIR="$work/local"
+[ "$code" = 0 ] && grep -qF "scdino: no staging step: the data set ($work/cells) is not a packed set" "$out" &&
+  ! grep -q -e "scdino-pack:" -e "staging step took" "$out" ||
+  { echo "FAIL: a folder data set should train with no staging step (exit $code)"; cat "$out"; exit 1; }
+echo "ok: train.sbatch staged the set once per node, the ranks read the copy, a second job reused it, a failed staging fell back, a folder ran no staging step"
 
 # 4. The same CLS features from the packed set as from the folders; read
 # from the node's copy, the features still name the shared set's paths.
