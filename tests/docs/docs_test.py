@@ -2,7 +2,10 @@
 """The docs against the tree they describe: every relative link resolves
 (the file, and the heading an anchor names), every config key written as
 `scdino.KEY` is a key of the schema (docs/config.md's generated reference),
-and every `--flag` a program's name comes before is one of its --help's. Prints "FAIL: ..." per finding; exits 1 on any.
+every `--flag` a program's name comes before is one of its --help's, every
+default stated as "`KEY` (default VALUE" is the reference's, and every
+metric name is one docs/metrics.md documents. Prints "FAIL: ..." per
+finding; exits 1 on any.
 
 Usage: docs_test.py SOURCE_DIR BUILD_DIR
 """
@@ -144,9 +147,68 @@ for doc in docs:
             if flag not in helps[name]:
                 failures.append(f"{rel}:{n}: `{name} ... {flag}`: {name} --help has no {flag}")
 
+# 4. Defaults: "`KEY` (default VALUE" and its spellings, in a paragraph,
+# against the reference's default column (an empty one is a derived
+# default: not compared).
+defaults, section = {}, None
+for line in reference.splitlines():
+    m = re.match(r"^#+ +`?([A-Za-z_.]+)`?", line)
+    if m:
+        section = m.group(1)
+    m = re.match(r"^\| `([A-Za-z_.]+)` \| [^|]* \| `?(.*?)`? \| .* \|$", line)
+    if m and section:
+        defaults[f"{section}.{m.group(1)}"] = m.group(2)
+stated = re.compile(r"`((?:scdino|meta|train_scDINO|compute_cls_features)\.[A-Za-z_.]*[A-Za-z0-9_])`"
+                    r"(?: \w+){0,2}\s*[(,]\s*default(?: is|:)?\s+(`[^`]*`|[^\s,;)]+)")
+
+
+def paragraphs(path):
+    """(first line number, the paragraph's prose lines joined)."""
+    start, lines = None, []
+    for n, line in prose(path):
+        if line.strip():
+            start = start or n
+            lines.append(line.strip())
+        elif lines:
+            yield start, " ".join(lines)
+            start, lines = None, []
+    if lines:
+        yield start, " ".join(lines)
+
+
+checked["defaults"] = 0
+for doc in docs:
+    rel = os.path.relpath(doc, src)
+    for n, text in paragraphs(doc):
+        for k, value in stated.findall(text):
+            if k not in defaults or defaults[k] in ("", '""'):
+                continue
+            checked["defaults"] += 1
+            if value.strip("`") != defaults[k]:
+                failures.append(f"{rel}:{n}: `{k}` is said to default to {value}; scdino-config doc says `{defaults[k]}`")
+
+# 5. Metric names: a name in the docs that has a metric's ending (the last
+# word of a name docs/metrics.md documents, after at least two words) is
+# one docs/metrics.md documents (tests/monitoring/metric_docs.py; the live
+# stack test holds that table to a live /metrics).
+sys.path.insert(0, os.path.join(src, "tests", "monitoring"))
+import metric_docs  # noqa: E402
+metric_names, metric_histograms = metric_docs.documented(src)
+endings = {n.rsplit("_", 1)[1] for n in metric_names}
+checked["metrics"] = 0
+for doc in docs:
+    rel = os.path.relpath(doc, src)
+    for n, line in enumerate(open(doc, encoding="utf-8"), 1):
+        for name in re.findall(r"(?<![\w:$])scdino_[a-z0-9]+_[a-z0-9_]*[a-z0-9](?![\w(])", line):
+            if name.rsplit("_", 1)[1] not in endings:
+                continue
+            checked["metrics"] += 1
+            if metric_docs.base(name, metric_histograms) not in metric_names:
+                failures.append(f"{rel}:{n}: metric {name} is not documented in docs/metrics.md")
+
 for f in failures:
     print("FAIL: " + f)
 if not failures:
-    print(f"ok: {len(docs)} documents: {checked['links']} relative links, {checked['keys']} config keys and "
-          f"{checked['flags']} flags, all there")
+    print(f"ok: {len(docs)} documents: {checked['links']} relative links, {checked['keys']} config keys, "
+          f"{checked['flags']} flags, {checked['defaults']} stated defaults and {checked['metrics']} metric names, all there")
 sys.exit(1 if failures else 0)

@@ -52,43 +52,11 @@ elif m.group(1) not in read("deploy/head-node/compose.yml"):
     fail("deploy/head-node/compose.yml", f"does not mount the dashboards at the provider's path {m.group(1)}")
 
 # --- what metric names may be used -------------------------------------------
-metrics_md = read("docs/metrics.md")
-documented, histograms = set(), set()
-for row in re.finditer(r"^\|\s*`(scdino_[^`]+)`\s*\|\s*(\w*)\s*\|", metrics_md, re.M):
-    name, kind = row.groups()
-    for service in ("trainer", "features", "eval"):
-        for unit in ("images", "queries"):
-            expanded = name.replace("<service>", service).replace("<unit>", unit)
-            documented.add(expanded)
-            if kind == "histogram":
-                histograms.add(expanded)
-sources = []
-for root, _, files in os.walk(os.path.join(src, "services")):
-    sources += [os.path.join(root, f) for f in files if f.endswith((".cc", ".h"))]
-literals = set()
-for path in sources:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        text = f.read()
-    # Only where metrics are registered (prometheus-cpp) or written as text
-    # exposition (a node_exporter textfile, common/prom_text.h): a word like
-    # "epochs" is in many files.
-    if "prometheus::" in text or "# TYPE " in text or "PromText" in text:
-        literals.update(re.findall(r'"((?:[^"\\\n]|\\.)*)"', text))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import metric_docs  # noqa: E402
 
-
-def exported(name):
-    """A literal names it, or literals put it together (prefix + "iterations_total")."""
-    if name in literals:
-        return True
-    m = re.match(r"scdino_(trainer|features|eval)_(.+)$", name)
-    if not m:
-        return False
-    rest = m.group(2)
-    if rest in literals or "_" + rest in literals:
-        return True
-    parts = rest.split("_")
-    return any("_".join(parts[:i]) in literals and ("_" + "_".join(parts[i:]) in literals or "_".join(parts[i:]) in literals)
-               for i in range(1, len(parts)))
+documented, histograms = metric_docs.documented(src)
+literals = metric_docs.literals(src)
 
 
 recorded = set()
@@ -136,11 +104,10 @@ def check_name(where, name):
         if name not in recorded:
             fail(where, f"recording rule {name} is not defined in monitoring/prometheus/*.yml")
     elif name.startswith("scdino_"):
-        base = re.sub(r"_(bucket|sum|count)$", "", name)
-        base = base if base in histograms else name
+        base = metric_docs.base(name, histograms)
         if base not in documented:
             fail(where, f"{base} is not documented in docs/metrics.md")
-        if not exported(base):
+        if not metric_docs.exported(base, literals):
             fail(where, f"{base} is not exported by anything under services/")
     elif name not in monitoring_md:
         fail(where, f"{name} is not named in docs/monitoring.md")

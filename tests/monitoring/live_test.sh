@@ -254,6 +254,7 @@ bad = [f"{r['name']}: {r.get('lastError')}" for g in groups for r in g["rules"] 
 print("\n".join(f"FAIL: rule {b}" for b in bad) or f"ok: {sum(len(g['rules']) for g in groups)} rules evaluate")
 sys.exit(1 if bad else 0)
 PY
+$py "$src/tests/monitoring/metric_docs.py" --prometheus "$prom" "$src" || fail "live metrics not documented (above)"
 # Window (10 s) and for (5 s) of the scaled rule, and some margin.
 while [ $(( $(date +%s) - paused_at )) -lt 22 ]; do
   [ "$(query "ALERTS{alertname=\"ScdinoTrainerStalled\", run=\"$run_label\"}")" = 0 ] ||
