@@ -181,8 +181,12 @@ IFS=$'\t' read -r _ first_dir _ <<<"${combinations[0]}"
 top=$([ "$n" -gt 1 ] && dirname "$first_dir" || echo "$first_dir")
 pick=$([ "$n" -gt 1 ] && echo " --combination $(basename "$first_dir")" || echo "")
 [ "$n" -gt 1 ] && [ -n "$eval_job" ] && say "the combinations compared: $top/report.html"
-if [ -n "$image" ]; then
-  say "watch: NVIDIA_VISIBLE_DEVICES=void srun --ntasks=1 --container-env=NVIDIA_VISIBLE_DEVICES --container-image=$image --container-mounts=$top:$top scdinoctl watch --wait 3600 --run-dir $top$pick"
+# The watch follows the first combination's training job: a host build's
+# scdinoctl asks Slurm (squeue) and waits as long as the job is queued; the
+# image's has no Slurm client inside and waits an hour for the start.
+first_task=$([ "$n" -gt 1 ] && echo "${train_job}_0" || echo "$train_job")
+if [ -x "$build/services/ctl/scdinoctl" ]; then
+  say "watch: $build/services/ctl/scdinoctl watch --job $first_task --run-dir $top$pick"
 else
-  say "watch: $build/services/ctl/scdinoctl watch --wait 3600 --run-dir $top$pick"
+  say "watch: NVIDIA_VISIBLE_DEVICES=void srun --ntasks=1 --container-env=NVIDIA_VISIBLE_DEVICES --container-image=$image --container-mounts=$top:$top scdinoctl watch --wait 3600 --run-dir $top$pick"
 fi

@@ -171,19 +171,87 @@ std::variant<control::ClientTarget, int> ResolveTarget(const Options& o, std::os
   return t;
 }
 
-// The run's target once it answers: at once, or with watch --wait, once
-// its endpoint file is there and its server accepts a connection (a job
-// still in the queue, or a service still starting), up to --wait seconds.
+StatusOr<bool> JobQueued(const std::string& job);
+
+std::string ExitText(const control::ServiceEnded& e) {
+  return e.exit_code >= 0 ? " (exit " + std::to_string(e.exit_code) + ")" : "";
+}
+
+// How long watch waits for a run to start: with --job, as long as Slurm
+// lists that job (pending, held, or running what comes before the service:
+// the staging, the preflight); else up to --wait seconds.
+class StartWait {
+ public:
+  explicit StartWait(const Options& o)
+      : o_(o),
+        deadline_(std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.wait * 1000))) {}
+  bool waiting() const { return o_.command == "watch" && (o_.wait > 0 || !o_.job.empty()); }
+  std::string what() const {
+    return o_.job.empty() ? "up to " + Format("%g", o_.wait) + " s" : "while Slurm job " + o_.job + " is queued";
+  }
+  // Whether to look again; false once the deadline passed or the job left
+  // the queue (job_gone()). A busy slurmctld is asked again, 5 times.
+  bool More() {
+    if (o_.job.empty()) return std::chrono::steady_clock::now() < deadline_;
+    auto queued = JobQueued(o_.job);
+    if (!queued.ok()) {
+      trouble_ = queued.status().message();
+      return ++failed_asks_ < 5;
+    }
+    failed_asks_ = 0;
+    gone_ = !*queued;
+    return *queued;
+  }
+  bool job_gone() const { return gone_; }
+  // Why Slurm could not be asked, after 5 failed asks.
+  std::string trouble() const { return failed_asks_ >= 5 ? trouble_ : ""; }
+
+ private:
+  const Options& o_;
+  std::chrono::steady_clock::time_point deadline_;
+  int failed_asks_ = 0;
+  bool gone_ = false;
+  std::string trouble_;
+};
+
+// watch --job, the job no longer queued: how the service's last life
+// ended (its end record), or that it never started in the job.
+int LeftTheQueue(const Options& o, std::ostream& err) {
+  auto ended = control::ReadEnded(o.run_dir, o.service);
+  if (ended.ok()) {
+    const std::time_t at = static_cast<std::time_t>(ended->end_unix_ms / 1000);
+    char when[32];
+    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&at));
+    err << "scdinoctl: Slurm job " << o.job << " is no longer queued; the " << o.service << " of " << o.run_dir
+        << " ended " << ended->state << ExitText(*ended) << " at " << when
+        << (ended->slurm_job_id.empty() ? "" : " in Slurm job " + ended->slurm_job_id)
+        << (ended->error.empty() ? "" : ": " + ended->error) << "\n";
+    return ended->state == "FAILED" ? kFailed : kOk;
+  }
+  err << "scdinoctl: Slurm job " << o.job << " left the queue and the " << o.service << " of "
+      << (o.run_dir.empty() ? o.target : o.run_dir)
+      << " never started in it (or was killed before it wrote its end record): see the job's log\n";
+  return kFailed;
+}
+
+// The run's target once it answers: at once, or with watch --wait or
+// --job, once its endpoint file is there and its server accepts a
+// connection (a job still in the queue, or a service still starting).
 // `since_unix_ms`: an end record from then on is this run's (0: from now).
 std::variant<control::ClientTarget, int> TargetWhenAnswering(const Options& o, std::ostream& err,
                                                              int64_t since_unix_ms = 0) {
-  const bool waiting = o.command == "watch" && o.wait > 0;
-  if (!waiting) return ResolveTarget(o, err);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.wait * 1000));
-  err << "scdinoctl: waiting up to " << o.wait << " s for the run in " << (o.run_dir.empty() ? o.target : o.run_dir)
+  StartWait wait(o);
+  if (!wait.waiting()) return ResolveTarget(o, err);
+  err << "scdinoctl: waiting " << wait.what() << " for the run in " << (o.run_dir.empty() ? o.target : o.run_dir)
       << " to start\n";
   const int64_t began_unix_ms = since_unix_ms > 0 ? since_unix_ms : NowUnixMs();
-  for (;;) {
+  for (bool last = false;; last = !wait.More()) {
+    if (last && wait.job_gone()) {
+      // It may have started and ended since the look above.
+      auto ended = control::ReadEnded(o.run_dir, o.service);
+      if (!(ended.ok() && ended->end_unix_ms >= began_unix_ms)) return LeftTheQueue(o, err);
+    }
+    if (last && !wait.trouble().empty()) err << "scdinoctl: cannot ask Slurm about job " << o.job << ": " << wait.trouble() << "\n";
     if (!o.run_dir.empty()) {
       // A file's combinations whose runs started while waiting on their top folder.
       if (const auto all = o.combination.empty() ? CombinationsOf(o.run_dir) : std::vector<std::string>{};
@@ -201,7 +269,6 @@ std::variant<control::ClientTarget, int> TargetWhenAnswering(const Options& o, s
         return ended->state == "FAILED" ? kFailed : kOk;
       }
     }
-    const bool last = std::chrono::steady_clock::now() >= deadline;
     auto resolved = ResolveTarget(o, err, /*quiet=*/!last);
     if (const auto* t = std::get_if<control::ClientTarget>(&resolved)) {
       auto channel = control::OpenChannel(*t);
@@ -411,8 +478,7 @@ int ListCombinations(const Options& o, const std::vector<std::string>& names, st
 // the folder ends with. With watch --wait, a combination whose task is
 // still queued (no folder yet) is waited for.
 std::variant<std::string, int> CombinationDir(Options* o, std::ostream& err) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o->wait * 1000));
+  StartWait wait(*o);
   for (;;) {
     const auto all = CombinationsOf(o->run_dir);
     std::vector<std::string> matches;
@@ -429,8 +495,12 @@ std::variant<std::string, int> CombinationDir(Options* o, std::ostream& err) {
           << o->run_dir << " (" << Joined(matches) << "): give the folder's whole name\n";
       return kBadArguments;
     }
-    const bool waiting = o->command == "watch" && o->wait > 0;
-    if (!waiting || std::chrono::steady_clock::now() >= deadline) {
+    if (!wait.waiting() || !wait.More()) {
+      if (wait.job_gone()) {
+        err << "scdinoctl: Slurm job " << o->job << " left the queue and no run of combination " << o->combination
+            << " started in " << o->run_dir << ": see the job's log\n";
+        return kFailed;
+      }
       err << "scdinoctl: no combination " << o->combination << " in " << o->run_dir << "; "
           << (all.empty() ? "it holds no combination's run (none started yet, or it is not <output_dir>/<name_of_run> "
                             "of a file with several combinations)"
@@ -502,10 +572,6 @@ std::optional<control::ServiceEnded> EndedSince(const Options& o, int64_t since_
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return std::nullopt;
-}
-
-std::string ExitText(const control::ServiceEnded& e) {
-  return e.exit_code >= 0 ? " (exit " + std::to_string(e.exit_code) + ")" : "";
 }
 
 // After a life that did not complete, inside a Slurm job that may requeue
@@ -722,6 +788,20 @@ std::optional<int> ParseCommandLine(int argc, const char* const* argv, Options* 
                    "wait up to SECONDS for the run to start and answer (a job still in the queue); 0: not")
       ->type_name("SECONDS")
       ->check(CLI::NonNegativeNumber);
+  app->get_subcommand("watch")
+      ->add_option("--job", o->job,
+                   "the Slurm job the run is in (JOBID, or ARRAYID_TASK): wait as long as Slurm lists it; once it "
+                   "left the queue, say how the run ended (needs squeue on this node)")
+      ->type_name("JOBID")
+      ->check([](const std::string& v) {
+        const auto u = v.find('_');
+        const auto digits = [](const std::string& d) {
+          return !d.empty() && d.find_first_not_of("0123456789") == std::string::npos;
+        };
+        return digits(v.substr(0, u)) && (u == std::string::npos || digits(v.substr(u + 1)))
+                   ? std::string()
+                   : "expected a Slurm job id (123) or array task (123_4), got \"" + v + "\"";
+      });
   app->add_subcommand("pause", "pause at the next step boundary");
   app->add_subcommand("resume", "continue a paused run");
   app->add_subcommand("stop", "finish the step, write a checkpoint, exit");
@@ -736,6 +816,10 @@ std::optional<int> ParseCommandLine(int argc, const char* const* argv, Options* 
     err << "scdinoctl: give either --run-dir DIR or --target HOST:PORT (with --token-file)\n";
     return kBadArguments;
   }
+  if (!o->job.empty() && o->run_dir.empty()) {
+    err << "scdinoctl: watch --job needs --run-dir: the run's end record says how it ended\n";
+    return kBadArguments;
+  }
   if (!o->combination.empty() && o->run_dir.empty()) {
     err << "scdinoctl: --combination needs --run-dir <output_dir>/<name_of_run>\n";
     return kBadArguments;
@@ -748,7 +832,21 @@ int Run(const Options& given, std::ostream& out, std::ostream& err) {
   const int64_t began_unix_ms = NowUnixMs();
   Options o = given;
   std::error_code ec;
-  if (!o.run_dir.empty() && !std::filesystem::is_directory(o.run_dir, ec) && !(o.command == "watch" && o.wait > 0)) {
+  bool job_gone = false;
+  if (!o.job.empty()) {
+    // Slurm is asked first: a node without squeue is told so, and a job
+    // already gone is answered from the run's end record.
+    auto queued = JobQueued(o.job);
+    if (!queued.ok() && queued.status().code() == StatusCode::kNotFound) {
+      err << "scdinoctl: watch --job " << o.job << ": " << queued.status().message()
+          << " (run the watch where Slurm's client is, or use --wait SECONDS)\n";
+      return kBadArguments;
+    }
+    job_gone = queued.ok() && !*queued;
+    if (job_gone && !std::filesystem::is_directory(o.run_dir, ec)) return LeftTheQueue(o, err);
+  }
+  if (!o.run_dir.empty() && !std::filesystem::is_directory(o.run_dir, ec) &&
+      !(o.command == "watch" && (o.wait > 0 || !o.job.empty()))) {
     err << "scdinoctl: --run-dir " << o.run_dir << ": no such directory (a run's <output_dir>/<name_of_run>, or a "
         << "combination's folder under it; for a job still queued, watch --wait SECONDS waits for it)\n";
     return kBadArguments;
@@ -769,7 +867,7 @@ int Run(const Options& given, std::ostream& out, std::ostream& err) {
     }
   }
   if (o.command == "rotate-token") return RotateToken(o, out, err);
-  if (o.command == "watch") return WatchThroughRequeues(o, out, err, began_unix_ms);
+  if (o.command == "watch") return job_gone ? LeftTheQueue(o, err) : WatchThroughRequeues(o, out, err, began_unix_ms);
   return Call(o, out, err);
 }
 

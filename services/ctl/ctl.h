@@ -33,6 +33,9 @@ struct Options {
   double timeout = -1;  ///< seconds; -1: the command's default (10; checkpoint: 600)
   int64_t interval_ms = 0;
   double wait = 0;  ///< watch: seconds to wait for the run to start and answer
+  /// watch: the Slurm job (or array task, ARRAY_TASK) the run is in: waited
+  /// for as long as Slurm lists it; once it is gone, how the run ended.
+  std::string job;
 };
 
 /// Parses argv into `o`; an exit code when the program ends here (kOk after

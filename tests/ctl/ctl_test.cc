@@ -71,6 +71,20 @@ TEST(CtlCommandLine, NeedsOneOfRunDirAndTargetAndSetsEachCommandsTimeout) {
   EXPECT_NE(help.out.find("rotate-token"), std::string::npos);
 }
 
+TEST(CtlCommandLine, WatchTakesASlurmJobOrArrayTaskWithItsRunDirectory) {
+  auto task = Parse({"watch", "--run-dir", "runs/x", "--job", "4711_3"});
+  ASSERT_FALSE(task.code.has_value()) << task.err;
+  EXPECT_EQ(task.o.job, "4711_3");
+  for (const char* bad : {"47x", "_3", "4711_", "4711_3_1", ""}) {
+    auto p = Parse({"watch", "--run-dir", "runs/x", "--job", bad});
+    EXPECT_EQ(p.code, kBadArguments) << bad;
+    EXPECT_NE(p.err.find("expected a Slurm job id (123) or array task (123_4)"), std::string::npos) << p.err;
+  }
+  auto no_dir = Parse({"watch", "--target", "h:1", "--job", "4711"});
+  EXPECT_EQ(no_dir.code, kBadArguments);
+  EXPECT_NE(no_dir.err.find("watch --job needs --run-dir"), std::string::npos) << no_dir.err;
+}
+
 TEST(CtlFormat, DurationsAndStages) {
   EXPECT_EQ(Duration(0), "-");
   EXPECT_EQ(Duration(7.4), "7s");

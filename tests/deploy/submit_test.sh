@@ -64,7 +64,7 @@ evaluation=$(sed -n 's/^scdino-submit: evaluation: job \([0-9]*\),.*/\1/p' submi
 scontrol show job "$evaluation" | grep -q "Dependency=aftercorr:${train}_\*" ||
   { echo "FAIL: the evaluation does not follow the training: $(scontrol show job "$evaluation" | grep -o 'Dependency=[^ ]*')"; exit 1; }
 watch=$(sed -n 's/^scdino-submit: watch: //p' submit.out)
-[ "$watch" = "$build/services/ctl/scdinoctl watch --wait 3600 --run-dir $work/runs/combos --combination scDINO_ViT_channel_A_B_C" ] ||
+[ "$watch" = "$build/services/ctl/scdinoctl watch --job ${train}_0 --run-dir $work/runs/combos --combination scDINO_ViT_channel_A_B_C" ] ||
   { echo "FAIL: the watch line: $watch"; exit 1; }
 timeout 400 $watch > watch.out 2>&1 &
 watch_pid=$!
@@ -91,7 +91,25 @@ done
 # its default): it followed the first combination's training to its end.
 wait "$watch_pid" && rc=0 || rc=$?
 [ "$rc" = 0 ] && grep -q "COMPLETED" watch.out || { echo "FAIL: the printed watch line exited $rc"; cat watch.out; exit 1; }
-echo "ok: two combinations trained and evaluated from one submission; logs, reports and the watch line printed"
+# Started again after the run ended, it says at once how it ended.
+out=$(timeout 60 $watch 2>&1) && rc=0 || rc=$?
+[ "$rc" = 0 ] && grep -q "Slurm job ${train}_0 is no longer queued; the trainer of $work/runs/combos/scDINO_ViT_channel_A_B_C ended COMPLETED" <<<"$out" ||
+  { echo "FAIL: a watch started after the run ended (exit $rc): $out"; exit 1; }
+echo "ok: two combinations trained and evaluated from one submission; logs, reports and the watch line printed, followed, and answered after the end"
+
+# A watch waits as long as its job is queued (a held job: longer than
+# any --wait would have), and fails once the job leaves the queue without
+# the run having started.
+held=$(sbatch --parsable --hold --output=/dev/null --wrap "true") || { echo "FAIL: sbatch --hold"; exit 1; }
+"$build/services/ctl/scdinoctl" watch --job "$held" --run-dir "$work/runs/held" > held.out 2>&1 &
+held_pid=$!
+sleep 8
+kill -0 "$held_pid" 2>/dev/null || { echo "FAIL: the watch of a held job ended while it was queued"; cat held.out; exit 1; }
+scancel "$held"
+wait "$held_pid" && rc=0 || rc=$?
+[ "$rc" = 1 ] && grep -q "Slurm job $held left the queue and the trainer of $work/runs/held never started in it" held.out ||
+  { echo "FAIL: the watch of a cancelled queued job (exit $rc)"; cat held.out; exit 1; }
+echo "ok: scdinoctl watch --job waited while the job was held and failed when it was cancelled, naming it"
 
 # 3. A training that fails (its data set is not there: not judged on the
 # login node) ends its evaluation at once: never pending.
@@ -102,4 +120,7 @@ train=$(sed -n 's/^scdino-submit: training: job \([0-9]*\),.*/\1/p' gone.out)
 evaluation=$(sed -n 's/^scdino-submit: evaluation: job \([0-9]*\),.*/\1/p' gone.out)
 [ -n "$train" ] && [ -n "$evaluation" ] || { echo "FAIL: submit printed no job ids"; cat gone.out; exit 1; }
 waited=$(dependent_ended_after_failure "$train" "$evaluation" "scdino-train-$train.out") || { echo "$waited"; exit 1; }
-echo "ok: a failed training ended its evaluation within $waited s, never pending"
+watch=$(sed -n 's/^scdino-submit: watch: //p' gone.out)
+out=$(timeout 60 $watch 2>&1) && rc=0 || rc=$?
+[ "$rc" = 1 ] && grep -q "Slurm job $train " <<<"$out" || { echo "FAIL: the failed training's watch line (exit $rc): $out"; exit 1; }
+echo "ok: a failed training ended its evaluation within $waited s, never pending; its watch line says so (exit 1)"
