@@ -99,6 +99,14 @@ if [ "$command" = stop ]; then
 fi
 
 # Debian's packages; the daemons they may start as services are not used.
+# Elsewhere (Amazon Linux, RHEL) the same stack runs from containers.
+if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+  say "this head node has no apt (not Debian or Ubuntu): run the same stack, with the same rules and dashboards," \
+      "from containers: SCDINO_GRAFANA_ADMIN_PASSWORD=... SCDINO_FILE_SD_DIR=$sd" \
+      "$(command -v podman >/dev/null 2>&1 && echo podman-compose || echo docker compose)" \
+      "-f $(cd "$mon/.." && pwd)/deploy/head-node/compose.yml up -d (docs/monitoring.md#with-compose)"
+  exit 2
+fi
 missing=()
 for p in prometheus prometheus-alertmanager prometheus-node-exporter; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")

@@ -226,9 +226,9 @@ node_up() {  # NODE G
     in_node "$n" /usr/sbin/slurmd -f "$conf" -N "$n"
   fi
   if ! alive "$d/node_exporter.pid" "$addr:9100"; then
-    in_node "$n" sh -c 'setsid prometheus-node-exporter --web.listen-address="$1:9100" \
-      --collector.textfile.directory="$2/textfile" > "$2/node_exporter.log" 2>&1 < /dev/null & echo $! > "$2/node_exporter.pid"' \
-      sh "$addr" "$d"
+    # As a compute node's administrator starts it (its pid file and log in $d).
+    in_node "$n" bash "$src/scripts/compute-node-exporters.sh" --process --listen "$addr:9100" \
+      --textfile-dir "$d/textfile" --run-dir "$d" >/dev/null || die "$n: node_exporter did not start (above)"
   fi
 }
 

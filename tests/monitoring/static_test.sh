@@ -7,10 +7,7 @@
 #
 #   bash tests/monitoring/static_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
-src=$1
-build=$2
-work="$build/test-scratch/monitoring-static"
-rm -rf "$work"
+source "$(dirname "$0")/../support/lib.sh" monitoring-static "$1" "$2"
 mkdir -p "$work/bin"
 prom="$src/monitoring/prometheus"
 fail() { echo "FAIL: $*"; status=1; }
@@ -97,7 +94,39 @@ python3 -c 'import json, sys; t = json.load(open(sys.argv[1])); assert t == [{"t
   "$sd/dcgm_exporter/slurm-gpu-1.json" || fail "dcgm target of gpu-1"
 echo "ok: exporter-targets.sh"
 
+# compute-node-exporters.sh: node_exporter from Debian's package as a
+# process of its own, serving the textfile directory, and not started
+# twice; elsewhere (no apt) from its image with podman, dcgm-exporter on a
+# GPU node; refused naming what is missing without an engine.
+ne_port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mkdir -p "$work/ne-textfile"
+echo 'scdino_static_test_marker 1' > "$work/ne-textfile/marker.prom"
+ne=(bash "$src/scripts/compute-node-exporters.sh" --process --listen "127.0.0.1:$ne_port"
+    --textfile-dir "$work/ne-textfile" --run-dir "$work/ne-run")
+out=$("${ne[@]}" 2>&1) || fail "compute-node-exporters.sh: $out"
+grep -q "node_exporter answers on 127.0.0.1:$ne_port/metrics" <<<"$out" &&
+  $py -c 'import sys, urllib.request; sys.exit("scdino_static_test_marker 1" not in urllib.request.urlopen(sys.argv[1]).read().decode())' \
+    "http://127.0.0.1:$ne_port/metrics" || fail "node_exporter on :$ne_port without the textfile's metric: $out"
+again=$("${ne[@]}" 2>&1) && grep -q "node_exporter already runs on 127.0.0.1:$ne_port" <<<"$again" ||
+  fail "compute-node-exporters.sh started a second node_exporter: $again"
+kill "$(cat "$work/ne-run/node_exporter.pid")" 2>/dev/null
+if command -v podman >/dev/null; then
+  out=$(PATH=$(path_without dpkg-query apt-get docker) bash "$src/scripts/compute-node-exporters.sh" --gpu --dry-run 2>&1) ||
+    fail "compute-node-exporters.sh --gpu --dry-run without apt: $out"
+  grep -q "podman run -d --name scdino-node-exporter --restart unless-stopped --net host --pid host -v /:/host:ro,rslave .*--path.rootfs=/host --web.listen-address=:9100 --collector.textfile.directory=/var/lib/prometheus/node-exporter" <<<"$out" &&
+    grep -q "podman run -d --name scdino-dcgm-exporter .*--net host --device nvidia.com/gpu=all .*-f /etc/dcgm-exporter/dcp-metrics-included.csv" <<<"$out" ||
+    fail "compute-node-exporters.sh without apt, with podman: $out"
+fi
+out=$(PATH=$(path_without dpkg-query apt-get podman docker) bash "$src/scripts/compute-node-exporters.sh" 2>&1) && rc=0 || rc=$?
+[ "$rc" = 2 ] && grep -q "no apt (Debian, Ubuntu) and no podman or docker" <<<"$out" ||
+  fail "compute-node-exporters.sh without apt or an engine (exit $rc): $out"
+echo "ok: compute-node-exporters.sh"
+
 bash -n "$src/scripts/monitoring-up.sh" || fail "scripts/monitoring-up.sh does not parse"
+# A head node without apt is given the compose line of the same stack.
+out=$(PATH=$(path_without dpkg-query apt-get) bash "$src/scripts/monitoring-up.sh" --sd-dir "$work/sd" 2>&1) && rc=0 || rc=$?
+[ "$rc" = 2 ] && grep -q "has no apt (not Debian or Ubuntu).*SCDINO_FILE_SD_DIR=$work/sd .*-f $src/deploy/head-node/compose.yml up -d" <<<"$out" ||
+  fail "monitoring-up.sh without apt (exit $rc): $out"
 
 # Every repository path deploy/head-node/compose.yml mounts exists, but the
 # user's secrets (git-ignored: htpasswd, TLS key and certificate).
