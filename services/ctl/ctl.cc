@@ -251,7 +251,9 @@ std::variant<control::ClientTarget, int> TargetWhenAnswering(const Options& o, s
       auto ended = control::ReadEnded(o.run_dir, o.service);
       if (!(ended.ok() && ended->end_unix_ms >= began_unix_ms)) return LeftTheQueue(o, err);
     }
-    if (last && !wait.trouble().empty()) err << "scdinoctl: cannot ask Slurm about job " << o.job << ": " << wait.trouble() << "\n";
+    if (last && !wait.trouble().empty()) {
+      err << "scdinoctl: cannot ask Slurm about job " << o.job << ": " << wait.trouble() << "\n";
+    }
     if (!o.run_dir.empty()) {
       // A file's combinations whose runs started while waiting on their top folder.
       if (const auto all = o.combination.empty() ? CombinationsOf(o.run_dir) : std::vector<std::string>{};
@@ -263,8 +265,7 @@ std::variant<control::ClientTarget, int> TargetWhenAnswering(const Options& o, s
       // A run that started and ended between two looks leaves its end record.
       auto ended = control::ReadEnded(o.run_dir, o.service);
       if (ended.ok() && ended->end_unix_ms >= began_unix_ms) {
-        err << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << ended->state
-            << (ended->exit_code >= 0 ? " (exit " + std::to_string(ended->exit_code) + ")" : "")
+        err << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << ended->state << ExitText(*ended)
             << (ended->error.empty() ? "" : ": " + ended->error) << "\n";
         return ended->state == "FAILED" ? kFailed : kOk;
       }
