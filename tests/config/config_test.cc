@@ -14,78 +14,14 @@ namespace scdino::run {
 namespace {
 
 // The layout and spellings of scDINO's scDINO_full_pipeline.yaml, including
-// its `techer_temp`, `warump_epochs` and python tuples.
-const char* kScdinoStyle = R"(
-meta:
-  name_of_run: "pbmc_run"
-  output_dir: "/tmp/out"
-  dataset_dir: "/data/pbmc"
-  folder_depth_for_labels: 0
-  train_datasetsplit_fraction: 0.8
-  seed: 40
-  images_are_RGB: False
-  channel_dict: { 0: "AF647", 1: "BF", 2: "DAPI", 3: "CD3", 4: "PE" }
-  selected_channel_combination_per_run: ["01234", "0", "24"]
-  center_crop: 0
-train_scDINO:
-  dino_vit_name: "vit"
-  fraction_for_mean_std_calc: 0.2
-  epochs: 10
-  saveckp_freq: 2
-  num_gpus: 2
-  batch_size_per_gpu: 30
-  num_workers: 8
-  dist_url: "env://"
-  hyperparameters:
-    arch: "vit_small"
-    patch_size: 16
-    norm_last_layer: True
-    momentum_teacher: 0.996
-    use_bn_in_head: False
-    warmup_teacher_temp: 0.04
-    techer_temp: 0.07
-    warmup_teacher_temp_epochs: 0
-    use_fp16: True
-    weight_decay: 0.04
-    weight_decay_end: 0.4
-    clip_grad: 3
-    freeze_last_layer: 1
-    lr: 0.0005
-    warump_epochs: 5
-    min_lr: 0.000001
-    optimizer: "adamw"
-    drop_path_rate: 0.1
-    global_crops_scale: !!python/tuple [0.14, 1.0]
-    local_crops_number: 8
-    local_crops_scale: !!python/tuple [0.05, 0.14]
-downstream_analyses:
-  compute_cls_features:
-    normalize: True
-    num_gpus: 2
-    batch_size_per_gpu: 24
-    num_workers: 8
-    checkpoint_key: teacher
-    resize: True
-    resize_length: 224
-  attention_visualisation:
-    num_images_per_class: 1
-    resize_attention_image: True
-    image_size: 480
-  kNN:
-    global:
-      n_neighbors: [5, 10, 50]
-      temperature: 0.1
-  umap_eval:
-    n_neighbors: 30
-    min_dist: 0.4
-    n_components: 2
-    metric: euclidean
-    spread: 1.1
-    epochs: 100
-    topometry_plots: False
-)";
+// its `techer_temp`, `warump_epochs` and python tuples (three combinations).
+const std::string kScdinoStyle = [] {
+  auto text = ReadFile(std::string(SCDINO_SOURCE_DIR) + "/tests/config/scdino_full_pipeline.yaml");
+  return text.ok() ? *text : std::string();
+}();
 
 TEST(RunConfig, AcceptsScdinoPipelineFileAsItIs) {
+  ASSERT_FALSE(kScdinoStyle.empty()) << "cannot read tests/config/scdino_full_pipeline.yaml";
   auto c = ParseRunConfig(kScdinoStyle, "pipeline.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->run_dir(), "/tmp/out/pbmc_run/vit_channel_AF647_BF_DAPI_CD3_PE");  // entry 0 of three

@@ -2,8 +2,9 @@
 # scDINO's full-pipeline YAML, in its layout and with its keys (spellings,
 # python tuples, all six channel combinations: the five channels, then each
 # alone), submitted with deploy/slurm/submit.sh on the test cluster (2
-# nodes, 4 stand-in GPUs each): the file is as scDINO's users write it, with
-# only its paths pointing here and a small synthetic data set; the model,
+# nodes, 4 stand-in GPUs each): the file is as scDINO's users write it
+# (tests/config/scdino_full_pipeline.yaml), with its paths pointing here,
+# scDINO's default six combinations and a small synthetic data set; the model,
 # schedule and CPU come from --set on the command line (two CPU cores; the
 # stand-in GPUs cannot compute). Then:
 #   - every combination is trained, extracted and evaluated as its own run
@@ -22,75 +23,14 @@ sinfo -h >/dev/null 2>&1 || fail "the test cluster is not running (bash scripts/
 "$build/services/tools/scdino-synth" --out "$work/data" --classes 2 --per-class 12 --channels 5 --size 16 --seed 4 \
   >/dev/null || fail "scdino-synth"
 
-cat > "$work/scDINO_full_pipeline.yaml" <<YAML
-meta:
-  name_of_run: "sc_run"
-  output_dir: "$work/runs"
-  dataset_dir: "$work/data"
-  folder_depth_for_labels: 0
-  train_datasetsplit_fraction: 0.8
-  seed: 40
-  images_are_RGB: False
-  channel_dict: { 0: "AF647", 1: "BF", 2: "DAPI", 3: "CD3", 4: "PE" }
-  selected_channel_combination_per_run: ["01234", "0", "1", "2", "3", "4"]
-  center_crop: 0
-train_scDINO:
-  dino_vit_name: "vit"
-  fraction_for_mean_std_calc: 0.2
-  epochs: 100
-  saveckp_freq: 20
-  num_gpus: 2
-  batch_size_per_gpu: 30
-  num_workers: 8
-  dist_url: "env://"
-  hyperparameters:
-    arch: "vit_small"
-    patch_size: 16
-    norm_last_layer: True
-    momentum_teacher: 0.996
-    use_bn_in_head: False
-    warmup_teacher_temp: 0.04
-    techer_temp: 0.07
-    warmup_teacher_temp_epochs: 0
-    use_fp16: True
-    weight_decay: 0.04
-    weight_decay_end: 0.4
-    clip_grad: 3
-    freeze_last_layer: 1
-    lr: 0.0005
-    warump_epochs: 5
-    min_lr: 0.000001
-    optimizer: "adamw"
-    drop_path_rate: 0.1
-    global_crops_scale: !!python/tuple [0.14, 1.0]
-    local_crops_number: 8
-    local_crops_scale: !!python/tuple [0.05, 0.14]
-downstream_analyses:
-  compute_cls_features:
-    normalize: True
-    num_gpus: 2
-    batch_size_per_gpu: 24
-    num_workers: 8
-    checkpoint_key: teacher
-    resize: True
-    resize_length: 224
-  attention_visualisation:
-    num_images_per_class: 1
-    resize_attention_image: True
-    image_size: 480
-  kNN:
-    global:
-      n_neighbors: [5, 10, 50]
-      temperature: 0.1
-  umap_eval:
-    n_neighbors: 30
-    min_dist: 0.4
-    n_components: 2
-    metric: euclidean
-    spread: 1.1
-    epochs: 100
-    topometry_plots: False
-YAML
+# The file as tests/config/scdino_full_pipeline.yaml holds it, with its
+# paths here and the combinations scDINO's file asks for by default.
+sed -e "s|^  output_dir: .*|  output_dir: \"$work/runs\"|" -e "s|^  dataset_dir: .*|  dataset_dir: \"$work/data\"|" \
+    -e 's|^  selected_channel_combination_per_run: .*|  selected_channel_combination_per_run: ["01234", "0", "1", "2", "3", "4"]|' \
+    -e 's|^  name_of_run: .*|  name_of_run: "sc_run"|' \
+    "$src/tests/config/scdino_full_pipeline.yaml" > "$work/scDINO_full_pipeline.yaml"
+grep -q '"01234", "0", "1", "2", "3", "4"' "$work/scDINO_full_pipeline.yaml" && grep -q "$work/data" "$work/scDINO_full_pipeline.yaml" ||
+  fail "could not point tests/config/scdino_full_pipeline.yaml here"
 
 # A small run for two CPU cores, on the command line.
 sets=()

@@ -77,7 +77,9 @@ for doc in docs:
 # 2. Config keys: scdino.KEY against the schema's reference.
 reference = subprocess.run([os.path.join(build, "services/tools/scdino-config"), "doc"], capture_output=True,
                            text=True, check=True).stdout
-keys, section = set(), None
+# Each key of the reference, and its default where the row's cells parse
+# plainly (an empty one is derived).
+keys, defaults, section = set(), {}, None
 for line in reference.splitlines():
     m = re.match(r"^#+ +`?([A-Za-z_.]+)`?", line)
     if m:
@@ -85,6 +87,9 @@ for line in reference.splitlines():
     m = re.match(r"^\| `([A-Za-z_.]+)`", line)
     if m and section:
         keys.add(f"{section}.{m.group(1)}")
+    m = re.match(r"^\| `([A-Za-z_.]+)` \| [^|]* \| `?(.*?)`? \| .* \|$", line)
+    if m and section:
+        defaults[f"{section}.{m.group(1)}"] = m.group(2)
 scdino_keys = {k for k in keys if k.startswith("scdino.")}
 prefixes = {".".join(k.split(".")[:i]) for k in scdino_keys for i in range(2, k.count(".") + 1)}
 key_ref = re.compile(r"`(scdino\.[a-z_][a-z_0-9.]*[a-z_0-9])(?![\w.])")
@@ -150,14 +155,6 @@ for doc in docs:
 # 4. Defaults: "`KEY` (default VALUE" and its spellings, in a paragraph,
 # against the reference's default column (an empty one is a derived
 # default: not compared).
-defaults, section = {}, None
-for line in reference.splitlines():
-    m = re.match(r"^#+ +`?([A-Za-z_.]+)`?", line)
-    if m:
-        section = m.group(1)
-    m = re.match(r"^\| `([A-Za-z_.]+)` \| [^|]* \| `?(.*?)`? \| .* \|$", line)
-    if m and section:
-        defaults[f"{section}.{m.group(1)}"] = m.group(2)
 stated = re.compile(r"`((?:scdino|meta|train_scDINO|compute_cls_features)\.[A-Za-z_.]*[A-Za-z0-9_])`"
                     r"(?: \w+){0,2}\s*[(,]\s*default(?: is|:)?\s+(`[^`]*`|[^\s,;)]+)")
 
