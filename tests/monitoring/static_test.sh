@@ -123,10 +123,7 @@ out=$(PATH=$(path_without dpkg-query apt-get podman docker) bash "$src/scripts/c
 echo "ok: compute-node-exporters.sh"
 
 bash -n "$src/scripts/monitoring-up.sh" || fail "scripts/monitoring-up.sh does not parse"
-# A head node without apt is given the compose line of the same stack.
-out=$(PATH=$(path_without dpkg-query apt-get) bash "$src/scripts/monitoring-up.sh" --sd-dir "$work/sd" 2>&1) && rc=0 || rc=$?
-[ "$rc" = 2 ] && grep -q "has no apt (not Debian or Ubuntu).*SCDINO_FILE_SD_DIR=$work/sd .*-f $src/deploy/head-node/compose.yml up -d" <<<"$out" ||
-  fail "monitoring-up.sh without apt (exit $rc): $out"
+# (A head node without apt: tests/monitoring/containers_test.sh.)
 
 # Every repository path deploy/head-node/compose.yml mounts exists, but the
 # user's secrets (git-ignored: htpasswd, TLS key and certificate).
