@@ -1,6 +1,6 @@
 // The page that compares the channel combinations of one file, each trained
 // as a run of its own in <output_dir>/<name_of_run>/<combination folder>
-// (config/config.h: RunConfig::combination_dir): <output_dir>/<name_of_run>/
+// (the config library's RunConfig::combination_dir): <output_dir>/<name_of_run>/
 // report.html, rewritten after each evaluation of any combination, from the
 // files already written (each folder's eval/*/knn_results.json and
 // endpoints/trainer.ended.json). It shows
