@@ -169,7 +169,8 @@ fi
 # in_image COMMAND...: a command of the daemons' image (promtool, amtool),
 # the stack's data directory mounted.
 in_image() {
-  "$engine" run --rm "${scdino_engine_flags[@]}" --network none -v "$data:$data:ro" "$image" "$@"
+  "$engine" run --rm "${scdino_engine_flags[@]}" --network none --security-opt label=disable -v "$data:$data:ro" \
+    "$image" "$@"
 }
 
 if [ "$mode" = containers ]; then
@@ -254,7 +255,10 @@ start_one() {  # name [--with engine-args... --] command...: start; reload when 
     # its own path; its output to the same log as from the packages.
     local container=scdino-monitoring-$name-$suffix
     "$engine" rm -f "$container" >/dev/null 2>&1 || true
+    # SELinux (RHEL's default) would keep a container from the host's files
+    # it mounts; relabelling them (:z) is no option for the host's root.
     "$engine" run -d --name "$container" "${scdino_engine_flags[@]}" --network host --restart unless-stopped \
+      --security-opt label=disable \
       -v "$data:$data" "${extra[@]}" --entrypoint /bin/sh "${images[$name]:-$image}" \
       -c 'exec "$@" >>"$0" 2>&1' "$data/logs/$name.log" "$@" >/dev/null ||
       { say "$engine could not start $name from ${images[$name]:-$image}"; exit 1; }
