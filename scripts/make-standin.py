@@ -3,13 +3,17 @@
 defines exactly the symbols some other libraries import from it, so that those
 load and link, and that aborts naming the function if one is ever called.
 
-    make-standin.py --real LIB --soname SONAME --out OUT.so --why TEXT IMPORTER...
+    make-standin.py --real LIB --soname SONAME --out OUT.so --why TEXT [--returns FUNCTION]... IMPORTER...
 
 LIB is the real library (read for each symbol's kind, size and version node);
 IMPORTER... are the libraries that will load the stand-in. A symbol an
 importer leaves undefined is stood in for when LIB defines it and no
 --provided library does (those are real and must win). Data symbols become
-zeroed objects of the real size; functions abort. Prints how many of each.
+zeroed objects of the real size; functions abort, but those named with
+--returns: void functions the importers call only to register themselves
+(OpenCV's GDAL codec calls GDALAllRegister when OpenCV's codecs register,
+at the first image read or written), which return at once. Prints how many
+of each.
 Needs readelf and a C compiler (cc).
 """
 import argparse
@@ -46,6 +50,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--why", required=True)
     ap.add_argument("--provided", action="append", default=[], help="a real library whose definitions win")
+    ap.add_argument("--returns", action="append", default=[], help="a void function that returns instead of aborting")
     ap.add_argument("importers", nargs="+")
     a = ap.parse_args()
 
@@ -77,14 +82,18 @@ def main():
         "}",
     ]
     versions = set()
-    functions = objects = 0
+    functions = objects = returning = 0
     for i, (name, (version, kind, size)) in enumerate(sorted(wanted.items())):
         # A versioned symbol is defined under a local label and bound to its
         # version node; an unversioned one takes its name directly.
         label = f"s{i}" if version else name
         if kind in ("FUNC", "IFUNC", "NOTYPE"):
             lines.append(f'void f{i}(void) __asm__("{label}");')
-            lines.append(f'void f{i}(void) {{ called("{name}"); }}')
+            if name in a.returns:
+                lines.append(f"void f{i}(void) {{}}")
+                returning += 1
+            else:
+                lines.append(f'void f{i}(void) {{ called("{name}"); }}')
             functions += 1
         else:
             lines.append(f'__attribute__((aligned(16))) char d{i}[{max(size, 1)}] __asm__("{label}");')
@@ -104,7 +113,7 @@ def main():
                     f.write(f"{v} {{ }};\n")
             cmd.append(f"-Wl,--version-script={script}")
         subprocess.run(cmd, check=True)
-    print(f"{a.soname}: {functions} functions, {objects} data objects stood in for")
+    print(f"{a.soname}: {functions} functions ({returning} returning at once), {objects} data objects stood in for")
 
 
 if __name__ == "__main__":

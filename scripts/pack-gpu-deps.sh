@@ -12,13 +12,17 @@
 # resolve only there):
 #   - the headers, CMake and pkg-config files of the -dev packages in DEV
 #     (pkg-config files rewritten to find their prefix from where they lie);
-#   - the libraries of RUNTIME, and of what they load in turn;
+#   - the libraries of RUNTIME, and of what they load in turn (OpenEXR
+#     among them: OpenCV's image codecs make an OpenEXR object when they
+#     register, at the first image read or written, so a stand-in there
+#     ended the trainer);
 #   - stand-ins for the libraries in STANDIN: reached only through parts of
-#     OpenCV and HDF5 that scdino never calls (GDAL, GDCM and OpenEXR under
-#     OpenCV's image codecs, BLAS and LAPACK under its core, libcurl under
-#     HDF5's S3 driver), each exporting exactly what the kept libraries
-#     import from it and aborting with the function's name if called
-#     (scripts/make-standin.py);
+#     OpenCV and HDF5 that scdino never calls (GDAL and GDCM under OpenCV's
+#     image codecs, BLAS and LAPACK under its core, libcurl under HDF5's S3
+#     driver), each exporting exactly what the kept libraries import from it
+#     and aborting with the function's name if called, but for the functions
+#     of STANDIN_RETURNS, which return at once: OpenCV's codecs call them
+#     when they register (scripts/make-standin.py);
 #   - OpenCV's CMake package written anew for the three modules scdino links
 #     (Debian's stops unless all 55 modules' libraries are present);
 #   - bin/pkg-config, Debian 12's pkgconf running from the pack;
@@ -45,11 +49,13 @@ DEV=(nlohmann-json3-dev libyaml-cpp-dev libtiff-dev zlib1g-dev libopencv-core-de
 # The libraries linked, and those they load.
 RUNTIME=(libyaml-cpp0.7 libtiff6 zlib1g libopencv-core406 libopencv-imgproc406 libopencv-imgcodecs406
          libhdf5-103-1 libssl3 libtbb12 libjpeg62-turbo libwebp7 libpng16-16 libopenjp2-7 libdeflate0 libjbig0
-         liblerc4 libzstd1 liblzma5 libsz2 libaec0 pkgconf-bin libpkgconf3)
+         liblerc4 libzstd1 liblzma5 libsz2 libaec0 libopenexr-3-1-30 libimath-3-1-29 pkgconf-bin libpkgconf3)
 # soname:package of the libraries replaced by stand-ins.
 STANDIN=(libgdal.so.32:libgdal32 libgdcmMSFF.so.3.0:libgdcm3.0 libgdcmDSED.so.3.0:libgdcm3.0
-         libOpenEXR-3_1.so.30:libopenexr-3-1-30 libGLX.so.0:libglx0 liblapack.so.3:liblapack3
-         libblas.so.3:libblas3 libcurl.so.4:libcurl4)
+         libGLX.so.0:libglx0 liblapack.so.3:liblapack3 libblas.so.3:libblas3 libcurl.so.4:libcurl4)
+# Void functions of the stand-ins that OpenCV calls when its image codecs
+# register (its GDAL codec's constructor): they return instead of aborting.
+STANDIN_RETURNS=(GDALAllRegister)
 # What every machine that builds C++ has: never packed.
 SYSTEM="libc.so.6 libm.so.6 libdl.so.2 librt.so.1 libpthread.so.0 ld-linux-x86-64.so.2 libstdc++.so.6 libgcc_s.so.1 libgomp.so.1"
 
@@ -126,7 +132,7 @@ for s in "${STANDIN[@]}"; do
   [ -n "$real" ] || fail "${s#*:} has no $soname"
   # shellcheck disable=SC2086
   python3 "$src/scripts/make-standin.py" --real "$real" --soname "$soname" --out "$lib/$soname" \
-    --why "scripts/pack-gpu-deps.sh packs it for linking only; scdino never calls it" $importers >> "$work/standins.txt" ||
+    "${STANDIN_RETURNS[@]/#/--returns=}" --why "scripts/pack-gpu-deps.sh packs it for linking only; scdino never calls it" $importers >> "$work/standins.txt" ||
     fail "could not make the stand-in for $soname"
   standin_of[$soname]=1
 done

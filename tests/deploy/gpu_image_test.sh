@@ -10,10 +10,11 @@
 #     shows LibTorch 2.6, CUDA and NCCL compiled in, the stand-in and no
 #     GPU; a call into the stand-in aborts naming the function;
 #   - the unit tests of the layers whose code differs between LibTorch
-#     versions or between CUDA and the CPU (common, model, data, launch,
-#     training: `ctest -L unit` over the suites the image compiles) against
-#     LibTorch 2.6, run in the image's compiling stage; the benchmarks
-#     compiled;
+#     versions or between CUDA and the CPU (common, data, launch: `ctest -L
+#     unit` over the suites the image compiles; model's and training's run
+#     from the dependency pack's build, tests/deploy/gpu_pack_build_test.sh)
+#     against LibTorch 2.6, run in the image's compiling stage; the
+#     benchmarks compiled;
 #   - a short CPU training of the README's recipe in the runtime image with
 #     scdino.device auto (no GPU: the CPU, said at start), then cuda (exit 2
 #     naming the key).
