@@ -222,6 +222,7 @@ if [ -n "$build_stage" ]; then
   # The bare toolchain (a compiler, CMake, Ninja, LibTorch 2.6 CUDA, NCCL):
   # where the build from the dependency pack alone is proven.
   tag_stage toolchain-base "$build_stage-toolchain" || { echo "scdino: building the GPU image's bare toolchain failed" >&2; exit 1; }
+  echo "scdino: bare toolchain tagged: $build_stage-toolchain"
   # The whole toolchain under the compiling stage's tag until the compile
   # below moves the tag onto it.
   tag_stage toolchain "$build_stage" || { echo "scdino: building the GPU image's toolchain failed" >&2; exit 1; }

@@ -9,10 +9,12 @@
 # on Slurm and the network, and the builds that only later tests need run
 # beneath them, taking only what the tests leave idle:
 #   1. the GPU image (containers/Dockerfile.cuda: its packages first, then
-#      its compile) and, once it is built, the first contact's build from
-#      the dependency pack in its bare toolchain start at once, at the
-#      lowest CPU weight (cgroup cpu shares 2: a container build is out of
-#      reach of nice); the host build runs at full priority;
+#      its compile) starts at once and, as soon as its bare toolchain stage
+#      is tagged, the first contact's build from the dependency pack in that
+#      toolchain beside it, both at the lowest CPU weight (cgroup cpu shares
+#      2: a container build is out of reach of nice), so that the one's
+#      single-threaded package installs and links overlap the other's
+#      compile; the host build runs at full priority;
 #   2. Slurm and the test cluster start, the sanitizer trees start building
 #      (nice 19), and the Slurm, cluster and monitoring tests run, alone;
 #   3. the other tests, two at a time (the pipeline test alone), while the
@@ -46,19 +48,26 @@ fi
 phase_start=$(date +%s)
 bash scripts/install-deps.sh
 mkdir -p "$build_dir"
-image_pid=""
+image_pid="" pack_pid=""
 # Each run tags new test images; what the previous run's tags pointed at is
 # left untagged (~10 GB for the GPU image): remove it before building again.
 # shellcheck source=../containers/engine.sh
 source containers/engine.sh
 scdino_engine_init && scdino_prune_build_leftovers
 if [ "${SCDINO_SKIP_GPU_IMAGE:-0}" != 1 ]; then
-  (
-    export SCDINO_IMAGE_CPU_SHARES=2
-    bash tests/deploy/gpu_image_test.sh "$PWD" "$PWD/$build_dir" build > "$build_dir/gpu-image-build.log" 2>&1 &&
-      bash tests/deploy/gpu_pack_build_test.sh "$PWD" "$PWD/$build_dir" build > "$build_dir/gpu-pack-build.log" 2>&1
-  ) &
+  image_log=$build_dir/gpu-image-build.log
+  : > "$image_log"
+  SCDINO_IMAGE_CPU_SHARES=2 bash tests/deploy/gpu_image_test.sh "$PWD" "$PWD/$build_dir" build > "$image_log" 2>&1 &
   image_pid=$!
+  (
+    until grep -q '^scdino: bare toolchain tagged' "$image_log"; do
+      kill -0 "$image_pid" 2>/dev/null ||
+        { echo "scdino: the GPU image's build ended before its bare toolchain was tagged: no pack build beneath"; exit 1; }
+      sleep 5
+    done
+    SCDINO_IMAGE_CPU_SHARES=2 bash tests/deploy/gpu_pack_build_test.sh "$PWD" "$PWD/$build_dir" build
+  ) > "$build_dir/gpu-pack-build.log" 2>&1 &
+  pack_pid=$!
 fi
 bash scripts/setup.sh
 phases+=("packages and the host build $(( $(date +%s) - phase_start ))")
@@ -116,10 +125,11 @@ phase_start=$(date +%s)
 wait "$sanitizers_pid" && echo "scdino: sanitizer trees built ($build_dir/sanitizers-build.log)" ||
   { echo "scdino: building the sanitizer trees failed:"; tail -30 "$build_dir/sanitizers-build.log"; }
 if [ -n "$image_pid" ]; then
-  wait "$image_pid" && echo "scdino: GPU image built: $(grep '^scdino: built' "$build_dir/gpu-image-build.log")" ||
-    { echo "scdino: the GPU image or the pack's build failed ($build_dir/gpu-image-build.log," \
-           "$build_dir/gpu-pack-build.log); their tests repeat it:"
-      tail -15 "$build_dir/gpu-image-build.log" "$build_dir/gpu-pack-build.log" 2>/dev/null || true; }
+  wait "$image_pid" && echo "scdino: GPU image built: $(grep '^scdino: built' "$image_log")" ||
+    { echo "scdino: the GPU image's build failed ($image_log); its test repeats it:"; tail -15 "$image_log"; }
+  wait "$pack_pid" && echo "scdino: the dependency pack's build done ($build_dir/gpu-pack-build.log)" ||
+    { echo "scdino: the dependency pack's build failed ($build_dir/gpu-pack-build.log); its test repeats it:"
+      tail -15 "$build_dir/gpu-pack-build.log"; }
 fi
 phases+=("waiting for the builds beneath $(( $(date +%s) - phase_start ))")
 if [ -n "$image_pid" ]; then
