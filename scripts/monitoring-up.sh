@@ -253,15 +253,16 @@ start_one() {  # name [--with engine-args... --] command...: start; reload when 
   if [ "$mode" = containers ]; then
     # One container a daemon, on the host's network, the data directory at
     # its own path; its output to the same log as from the packages.
-    local container=scdino-monitoring-$name-$suffix
+    local container=scdino-monitoring-$name-$suffix from=$image
+    [ "$name" = grafana ] && from=$grafana_image
     "$engine" rm -f "$container" >/dev/null 2>&1 || true
     # SELinux (RHEL's default) would keep a container from the host's files
     # it mounts; relabelling them (:z) is no option for the host's root.
     "$engine" run -d --name "$container" "${scdino_engine_flags[@]}" --network host --restart unless-stopped \
       --security-opt label=disable \
-      -v "$data:$data" "${extra[@]}" --entrypoint /bin/sh "${images[$name]:-$image}" \
+      -v "$data:$data" "${extra[@]}" --entrypoint /bin/sh "$from" \
       -c 'exec "$@" >>"$0" 2>&1' "$data/logs/$name.log" "$@" >/dev/null ||
-      { say "$engine could not start $name from ${images[$name]:-$image}"; exit 1; }
+      { say "$engine could not start $name from $from"; exit 1; }
     echo "$container" > "$run/$name.container"
   else
     # Detached from this shell and its terminal: the stack outlives the login.
@@ -270,7 +271,6 @@ start_one() {  # name [--with engine-args... --] command...: start; reload when 
   fi
   printf '%s ' "${extra[@]}" "$@" > "$run/$name.cmd"
 }
-declare -A images=([grafana]=$grafana_image)
 
 # From a container: the file_sd directory (Prometheus), and the host's
 # root, processes and textfiles (node_exporter, which then reports the host).
