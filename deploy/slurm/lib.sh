@@ -616,9 +616,10 @@ scdino_container_runtime_present() {
 #    sequential steps of one job (the image's listing of the paths, the
 #    staging, the preflight, the service) then share one unpacked container
 #    per node, imported by the first step to run there; each step mounts
-#    what it is given. Not for concurrent steps: they would race to create
-#    it. Pyxis keeps named containers after the job unless its
-#    container_scope is job (docs/containers.md).
+#    what it is given. Concurrent steps would race to create it: they come
+#    after scdino_container_import, which imports it on every node first.
+#    Pyxis keeps named containers after the job unless its container_scope
+#    is job (docs/containers.md).
 # Returns 2 with a message naming the path or key on a bad config, a missing
 # image, a path to read that is missing or unreadable, one to write that
 # cannot be created or written, or a path outside a bundle's mounts.
@@ -719,4 +720,22 @@ scdino_container_args() {
   # The image's own NVIDIA_VISIBLE_DEVICES would win over the job's.
   [ -z "${NVIDIA_VISIBLE_DEVICES:-}" ] || container_args+=(--container-env=NVIDIA_VISIBLE_DEVICES)
   [ -z "$name" ] || container_args+=(--container-name="$name")
+}
+
+# scdino_container_import: before steps that run at the same time in a
+# named Pyxis container (container_args from scdino_container_args CONFIG
+# NAME), one task a node imports it, so that each of them finds it on its
+# node instead of racing another to create it. Nothing to do for an
+# unnamed container or an OCI bundle. A signal meanwhile requeues the job;
+# a failed import ends it with the step's code.
+scdino_container_import() {
+  local a named=0 rc t0=$SECONDS
+  for a in "${container_args[@]}"; do
+    case $a in --container-name=*) named=1 ;; esac
+  done
+  [ "$named" = 1 ] || return 0
+  srun --ntasks-per-node=1 --ntasks="${SLURM_JOB_NUM_NODES:-1}" --cpus-per-task=1 "${container_args[@]}" true &
+  scdino_wait $! && rc=0 || rc=$?
+  echo "scdino: the job's container imported on ${SLURM_JOB_NUM_NODES:-1} node(s) in $((SECONDS - t0)) s (exit $rc)"
+  scdino_requeue_or_exit "$rc"
 }

@@ -181,12 +181,16 @@ IFS=$'\t' read -r _ first_dir _ <<<"${combinations[0]}"
 top=$([ "$n" -gt 1 ] && dirname "$first_dir" || echo "$first_dir")
 pick=$([ "$n" -gt 1 ] && echo " --combination $(basename "$first_dir")" || echo "")
 [ "$n" -gt 1 ] && [ -n "$eval_job" ] && say "the combinations compared: $top/report.html"
-# The watch follows the first combination's training job: a host build's
-# scdinoctl asks Slurm (squeue) and waits as long as the job is queued; the
-# image's has no Slurm client inside and waits an hour for the start.
+# The watch follows the first combination's training job, here where the
+# user is when it can: a host build's scdinoctl asks Slurm (squeue) and
+# waits as long as the job is queued; the image's, started by enroot here
+# (no job, no GPU), has no Slurm client inside and waits an hour for the
+# start. Else the image's runs as a one-task step on a compute node.
 first_task=$([ "$n" -gt 1 ] && echo "${train_job}_0" || echo "$train_job")
 if [ -x "$build/services/ctl/scdinoctl" ]; then
   say "watch: $build/services/ctl/scdinoctl watch --job $first_task --run-dir $top$pick"
+elif [ -f "$image" ] && command -v enroot >/dev/null; then
+  say "watch: enroot start --env NVIDIA_VISIBLE_DEVICES=void --mount $top:$top $image scdinoctl watch --wait 3600 --run-dir $top$pick"
 else
   say "watch: NVIDIA_VISIBLE_DEVICES=void srun --ntasks=1 --container-env=NVIDIA_VISIBLE_DEVICES --container-image=$image --container-mounts=$top:$top scdinoctl watch --wait 3600 --run-dir $top$pick"
 fi

@@ -326,6 +326,7 @@ $want_mounts"
 #!/bin/bash
 echo "\$*" >> "$work/pyxis-srun/calls"
 while [ \$# -gt 0 ]; do case \$1 in --*) shift ;; *) break ;; esac; done
+[ "\$1" != true ] || exit "\${IMPORT_EXIT:-0}"
 [ "\$1" = scdino-config ] || exit 0
 shift
 exec "$build/services/tools/scdino-config" "\$@"
@@ -346,6 +347,29 @@ $flags"
     grep -qF ",$csvs/labels:$csvs/labels:ro " <<<"$(tail -1 <<<"$calls")" &&
     grep -qF "scdino-config paths $work/csv.yaml" <<<"$(tail -1 <<<"$calls")" ||
     fail "the image's tool was not asked shallow, then with the CSV's folder mounted: $calls"
+  # Steps at once (train-and-evaluate.sbatch): one task a node imports the
+  # named container before them; an unnamed one is not imported; a failed
+  # import ends the job with its code.
+  import_container() {  # import_container NAME ENV...: the output; the srun calls in $work/pyxis-srun/calls
+    local name=$1
+    shift
+    rm -f "$work/pyxis-srun/calls"
+    (cd "$work" && env PATH="$work/pyxis-srun:$(path_without scdino-config)" SCDINO_BIN="$work/no-build" \
+       SCDINO_CONTAINER=image.sqsh SLURM_JOB_NUM_NODES=3 "$@" \
+       bash -c 'source "$0"; scdino_container_args "$1" "$2" && scdino_container_import' \
+       "$src/deploy/slurm/lib.sh" run.yaml "$name" 2>&1)
+  }
+  out=$(import_container scdino-9) || fail "importing the named container: $out"
+  calls=$(grep -v "scdino-config paths" "$work/pyxis-srun/calls" || true)
+  [ "$(wc -l <<<"$calls")" = 1 ] && grep -qF -- "--ntasks-per-node=1 --ntasks=3 " <<<"$calls" &&
+    grep -qF -- "--container-name=scdino-9 " <<<"$calls" && grep -q " true$" <<<"$calls" &&
+    grep -qF "container imported on 3 node(s)" <<<"$out" ||
+    fail "the named container was not imported by one task a node: $calls
+$out"
+  out=$(import_container "") || fail "an unnamed container: $out"
+  ! grep -v "scdino-config paths" "$work/pyxis-srun/calls" | grep -q . || fail "an unnamed container was imported: $out"
+  rc=0; out=$(import_container scdino-9 IMPORT_EXIT=7) || rc=$?
+  [ "$rc" = 7 ] && grep -qF "(exit 7)" <<<"$out" || fail "a failed import should end with its code 7 (got $rc): $out"
   # Staging: a folder of images or an index CSV runs no step; a packed set
   # runs one task a node in the job's container.
   mkdir -p "$scratch/container-packed"

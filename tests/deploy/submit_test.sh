@@ -4,8 +4,9 @@
 # partition without GPUs and an unknown partition are refused before
 # anything queues; two channel combinations are trained (a job array) and
 # evaluated after each (aftercorr), with the logs, reports and watch line it
-# printed there; a training that fails ends its evaluation at once instead
-# of leaving it pending.
+# printed there (also from the image, with enroot on the login node); a
+# training that fails ends its evaluation at once instead of leaving it
+# pending.
 #   tests/deploy/submit_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 source "$(dirname "$0")/../support/lib.sh" submit "$1" "$2"
@@ -54,6 +55,30 @@ err=$(PATH="$work/no-slurm" /bin/bash "${submit[@]}" run.yaml 2>&1) && rc=0 || r
 [ "$(jobs_now)" = "$before" ] || { echo "FAIL: a refused submission queued a job: $(jobs_now)"; exit 1; }
 echo "ok: a typo, a GPU submission to $part, an unknown partition, a missing image and a node without Slurm refused, nothing queued"
 
+# From the image, on a login node with enroot and no host build: the
+# image's scdino-config checks the config, and the watch line starts the
+# image's scdinoctl there (no job, no GPU). Enroot is not in Debian: the
+# stand-in's `start` runs the host build's program of that name with the
+# environment given, and logs its command line. The jobs are submitted held
+# and cancelled (the test cluster has no Pyxis); the watch line, started
+# now as a user would, waits for the run that 2. starts with the same
+# config and follows it to its end.
+touch "$work/image.sqsh"
+export FAKE_ENROOT_LOG="$work/enroot.log" FAKE_ENROOT_PROGRAMS="$build/services/tools:$build/services/ctl"
+with_enroot="$src/tests/support/fake-enroot:$PATH"
+SBATCH_HOLD=1 PATH="$with_enroot" SCDINO_BUILD="$work/no-build" \
+  "${submit[@]}" run.yaml --gpus-per-node 0 --cpus-per-gpu 1 --image "$work/image.sqsh" > image.out 2>&1 ||
+  { echo "FAIL: submit with --image and enroot"; cat image.out; exit 1; }
+sed -n 's/^scdino-submit: \(training\|evaluation\): job \([0-9]*\).*/\2/p' image.out | xargs -r scancel
+grep -qxF "start --env NVIDIA_VISIBLE_DEVICES=void --mount $work:$work $work/image.sqsh scdino-config check $work/run.yaml" \
+  "$FAKE_ENROOT_LOG" || { echo "FAIL: the image's scdino-config did not check the config: $(cat "$FAKE_ENROOT_LOG")"; exit 1; }
+image_watch=$(sed -n 's/^scdino-submit: watch: //p' image.out)
+[ "$image_watch" = "enroot start --env NVIDIA_VISIBLE_DEVICES=void --mount $work/runs/combos:$work/runs/combos $work/image.sqsh scdinoctl watch --wait 3600 --run-dir $work/runs/combos --combination scDINO_ViT_channel_A_B_C" ] ||
+  { echo "FAIL: the watch line from the image with enroot: $image_watch"; exit 1; }
+PATH="$with_enroot" timeout 400 $image_watch > image-watch.out 2>&1 &
+image_watch_pid=$!
+unset FAKE_ENROOT_PROGRAMS
+
 # 2. Two combinations: one training array, one evaluation array after it.
 "${submit[@]}" run.yaml --gpus-per-node 0 --cpus-per-gpu 1 > submit.out 2>submit.err ||
   { echo "FAIL: submit failed"; cat submit.out submit.err; exit 1; }
@@ -96,6 +121,13 @@ out=$(timeout 60 $watch 2>&1) && rc=0 || rc=$?
 [ "$rc" = 0 ] && grep -q "Slurm job ${train}_0 is no longer queued; the trainer of $work/runs/combos/scDINO_ViT_channel_A_B_C ended COMPLETED" <<<"$out" ||
   { echo "FAIL: a watch started after the run ended (exit $rc): $out"; exit 1; }
 echo "ok: two combinations trained and evaluated from one submission; logs, reports and the watch line printed, followed, and answered after the end"
+# The image's watch line, started before 2. submitted: it waited for the
+# run and followed the first combination's training to its end.
+wait "$image_watch_pid" && rc=0 || rc=$?
+[ "$rc" = 0 ] && grep -q "COMPLETED" image-watch.out && grep -qF "start $(cut -d' ' -f3- <<<"$image_watch")" "$FAKE_ENROOT_LOG" ||
+  { echo "FAIL: the enroot watch line (exit $rc):"; cat image-watch.out; exit 1; }
+unset FAKE_ENROOT_LOG
+echo "ok: with enroot and no host build, the image checked the config and its watch line, run on this node, followed the run"
 
 # A watch waits as long as its job is queued (a held job: longer than
 # any --wait would have), and fails once the job leaves the queue without
