@@ -14,6 +14,12 @@ if(SCDINO_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
       "CCACHE_BASEDIR=${PROJECT_SOURCE_DIR}"
       ${SCDINO_CCACHE})
 endif()
+# The checkout's path is left out of what the compiler writes (__FILE__ in
+# TORCH_CHECK's and GoogleTest's messages, debug info's file names and
+# directory): with it, ccache missed every translation unit of a clean clone
+# at another path (CCACHE_BASEDIR alone rewrites only the command line; and
+# with -g ccache hashes the working directory unless a prefix map covers it).
+add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-ffile-prefix-map=${PROJECT_SOURCE_DIR}/=>)
 
 # Debian 13's protobuf exports NOMINMAX (a Windows macro) to every target that
 # links it; GCC refuses a PCH built without a macro the header tests, and such

@@ -45,7 +45,7 @@ INSTANTIATE_TEST_SUITE_P(ReferenceFiles, TiffLayout,
 class TiledLayout : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TiledLayout, DecodesToTheArrayTifffileWrote) {
-  const std::string base = std::string(SCDINO_SOURCE_DIR) + "/tests/data/tiled-layouts/" + GetParam();
+  const std::string base = std::string(scdino::testing::SourceDir()) + "/tests/data/tiled-layouts/" + GetParam();
   auto want = ReadNpy(base + ".npy");
   ASSERT_TRUE(want.ok()) << want.status().ToString();
   auto got = ReadImage(base + ".tif");
@@ -65,7 +65,7 @@ INSTANTIATE_TEST_SUITE_P(TifffileTiles, TiledLayout,
 // integer types included.
 class SampleFormat : public ::testing::TestWithParam<std::string> {};
 
-std::string SampleFormats() { return std::string(SCDINO_SOURCE_DIR) + "/tests/data/sample-formats/"; }
+std::string SampleFormats() { return std::string(scdino::testing::SourceDir()) + "/tests/data/sample-formats/"; }
 
 TEST_P(SampleFormat, DecodesToFloat32AsTifffileWroteIt) {
   auto want = ReadNpy(SampleFormats() + GetParam() + ".npy");

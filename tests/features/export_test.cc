@@ -40,7 +40,7 @@ struct Checkpoint {
     info.iteration = 12;
     info.epoch = 3;
     info.run.channels = {0, 1, 2, 3, 4};
-    info.config_text = *ReadFile(std::string(SCDINO_SOURCE_DIR) + "/configs/small-data.yaml");
+    info.config_text = *ReadFile(std::string(scdino::testing::SourceDir()) + "/configs/small-data.yaml");
     info.classes = {"B", "T"};
     EXPECT_TRUE(training::SaveCheckpoint(path, dino, info).ok());
   }

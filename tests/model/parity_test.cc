@@ -416,7 +416,7 @@ TEST(DinoParity, PatchEmbeddingEqualsTheConvolution) {
 std::string OtherShapeFixture(const scdino::testing::ScratchDir& dir, const std::string& dtype) {
   if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0) return "";
   const std::string out = dir.file(dtype);
-  const std::string cmd = std::string("/usr/bin/python3 ") + SCDINO_SOURCE_DIR +
+  const std::string cmd = std::string("/usr/bin/python3 ") + scdino::testing::SourceDir() +
                           "/tests/model/make_parity_fixture.py --config-preset other --dtype " + dtype + " --out " +
                           out + " > " + out + ".log 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/files.h"
+#include "support/test_paths.h"
 
 namespace scdino::process {
 namespace {
@@ -19,7 +20,7 @@ namespace {
 // The text between `begin` and `end` in the file at `path`, relative to the
 // source tree.
 std::string Block(const std::string& path, const std::string& begin, const std::string& end) {
-  auto text = ReadFile(std::string(SCDINO_SOURCE_DIR) + "/" + path);
+  auto text = ReadFile(std::string(scdino::testing::SourceDir()) + "/" + path);
   EXPECT_TRUE(text.ok()) << text.status().ToString();
   if (!text.ok()) return "";
   const auto b = text->find(begin), e = text->find(end);
@@ -42,7 +43,7 @@ TEST(ExitCodes, TheBatchScriptsRequeueByTheTable) {
             ExitCodesShell())
       << "regenerate deploy/slurm/lib.sh's block with: build/services/tools/scdino-config exit-codes --shell";
   // The rules read the generated lists, not codes of their own.
-  auto lib = ReadFile(std::string(SCDINO_SOURCE_DIR) + "/deploy/slurm/lib.sh");
+  auto lib = ReadFile(std::string(scdino::testing::SourceDir()) + "/deploy/slurm/lib.sh");
   ASSERT_TRUE(lib.ok());
   EXPECT_EQ(lib->find("case $rc in 0|"), std::string::npos) << "lib.sh lists never-requeued codes of its own";
   EXPECT_NE(lib->find("scdino_code_in \"$rc\" $scdino_requeue_codes"), std::string::npos);
@@ -89,7 +90,7 @@ TEST(ExitCodes, EachProgramsHelpListsItsOwnCodes) {
 // are in docs/control.md): a second table would drift.
 TEST(ExitCodes, NoOtherDocTabulatesThem) {
   const std::regex row(R"(^\| *(75|[3-9]) *\| )");
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(SCDINO_SOURCE_DIR) + "/docs")) {
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(scdino::testing::SourceDir()) + "/docs")) {
     const auto name = entry.path().filename().string();
     if (entry.path().extension() != ".md" || name == "exit-codes.md" || name == "control.md") continue;
     auto text = ReadFile(entry.path().string());

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "support/test_paths.h"
 
 namespace scdino::testing {
 
@@ -25,7 +26,7 @@ inline constexpr bool kSanitizedAllocator = false;
 /// ../shared beside the repository (CI has it there), or $SCDINO_SHARED_DIR.
 inline std::string SharedDir() {
   if (const char* d = std::getenv("SCDINO_SHARED_DIR")) return d;
-  return std::string(SCDINO_SOURCE_DIR) + "/../shared";
+  return std::string(SourceDir()) + "/../shared";
 }
 
 /// The device the device checks run on: $SCDINO_TEST_DEVICE, "cpu" unless
@@ -47,7 +48,7 @@ class ScratchDir {
   ScratchDir() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "scratch";
-    path_ = std::filesystem::path(SCDINO_BINARY_DIR) / "test-scratch" / name;
+    path_ = std::filesystem::path(BinaryDir()) / "test-scratch" / name;
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }

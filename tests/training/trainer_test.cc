@@ -34,6 +34,13 @@
 namespace scdino::training {
 namespace {
 
+// scdino-trainer as a user runs it, from the build tree (tests/training/CMakeLists.txt
+// builds it before this suite).
+const std::string& TrainerBin() {
+  static const std::string bin = std::string(scdino::testing::BinaryDir()) + "/services/trainer/scdino-trainer";
+  return bin;
+}
+
 using scdino::testing::ScratchDir;
 
 // A model and data set small enough for many runs per second: 3 epochs of 4
@@ -872,7 +879,7 @@ pid_t SpawnTrainer(const std::vector<std::string>& args, const std::vector<std::
     for (const auto& v : env) replaced = replaced || v.rfind(name, 0) == 0;
     if (!replaced) vars.push_back(var);
   }
-  std::vector<std::string> argv_s{SCDINO_TRAINER_BIN};
+  std::vector<std::string> argv_s{TrainerBin()};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv, envp;
   for (auto& a : argv_s) argv.push_back(a.data());
@@ -884,9 +891,9 @@ pid_t SpawnTrainer(const std::vector<std::string>& args, const std::vector<std::
   posix_spawn_file_actions_addopen(&files, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&files, STDOUT_FILENO, STDERR_FILENO);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, SCDINO_TRAINER_BIN, &files, nullptr, argv.data(), envp.data());
+  const int rc = posix_spawn(&pid, TrainerBin().c_str(), &files, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&files);
-  EXPECT_EQ(rc, 0) << "posix_spawn " << SCDINO_TRAINER_BIN << ": " << std::strerror(rc);
+  EXPECT_EQ(rc, 0) << "posix_spawn " << TrainerBin() << ": " << std::strerror(rc);
   return rc == 0 ? pid : -1;
 }
 
@@ -895,7 +902,7 @@ pid_t Spawn(const std::vector<std::string>& env, const std::string& config, cons
 }
 
 int RunTrainer(const std::string& args, const std::string& out_file) {
-  const std::string cmd = std::string(SCDINO_TRAINER_BIN) + " " + args + " > " + out_file + " 2>&1";
+  const std::string cmd = TrainerBin() + " " + args + " > " + out_file + " 2>&1";
   int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
@@ -980,7 +987,7 @@ TEST(TrainerBinary, OutOfMemoryExitsTwoNamingTheBatchTheCropsAndThePeak) {
   const std::string out = dir.file("oom.txt");
   // 10 GB of address space: room for LibTorch (a CUDA build's libraries
   // too), not for the attention over 16,385 tokens (13 GB).
-  const std::string cmd = "ulimit -v 10000000; exec " + std::string(SCDINO_TRAINER_BIN) + " --config " +
+  const std::string cmd = "ulimit -v 10000000; exec " + TrainerBin() + " --config " +
                           dir.file("oom.yaml") + " > " + out + " 2>&1";
   const int rc = std::system(("bash -c '" + cmd + "'").c_str());
   ASSERT_TRUE(WIFEXITED(rc)) << *ReadFile(out);
