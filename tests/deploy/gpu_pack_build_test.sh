@@ -76,10 +76,16 @@ held=$("$engine" run --rm "${scdino_engine_flags[@]}" --network none "$toolchain
   sh -c "dpkg-query -W -f='\${Package} \${db:Status-Abbrev}\n' $devs 2>/dev/null | awk '\$2 == \"ii\" {print \$1}'")
 [ -z "$held" ] || fail "the bare toolchain holds -dev packages the pack stands for: $held"
 
+# ${SCDINO_IMAGE_CPU_SHARES}: scripts/test.sh runs the background build
+# beneath the tests (a container's cgroup is out of nice's reach), in a
+# cgroup of its own at that weight (containers/engine.sh).
+background=()
+if [ -n "${SCDINO_IMAGE_CPU_SHARES:-}" ]; then
+  background=(--cpu-shares "$SCDINO_IMAGE_CPU_SHARES" $(scdino_background_parent "gpu-pack-build-$$"))
+  trap 'scdino_background_parent_remove "gpu-pack-build-$$"' EXIT
+fi
 run_in_toolchain() {
-  # ${SCDINO_IMAGE_CPU_SHARES}: scripts/test.sh runs the background build
-  # beneath the tests (a container's cgroup is out of nice's reach).
-  "$engine" run --rm "${scdino_engine_flags[@]}" --network none ${SCDINO_IMAGE_CPU_SHARES:+--cpu-shares "$SCDINO_IMAGE_CPU_SHARES"} \
+  "$engine" run --rm "${scdino_engine_flags[@]}" --network none "${background[@]}" \
     -v "$src:/src:ro" -v "$pack:/pack:ro" -v "$shared:/shared:ro" -v "$cache:/cache" -v "$work:/work" \
     -e CCACHE_DIR=/cache/ccache -e SCDINO_SHARED_DIR=/shared -e OMP_NUM_THREADS=1 "$toolchain" "$@"
 }
