@@ -857,7 +857,8 @@ int Run(const Options& given, std::ostream& out, std::ostream& err) {
     auto dir = CombinationDir(&o, err);
     if (const int* code = std::get_if<int>(&dir)) return *code;
     o.run_dir = std::get<std::string>(dir);
-    o.wait = std::max(0.0, o.wait - std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+    // What is left of --wait, in whole seconds as the user gave it (they are printed).
+    o.wait = std::max(0.0, std::ceil(o.wait - std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count()));
   } else if (!o.run_dir.empty()) {
     if (const auto all = CombinationsOf(o.run_dir); !all.empty()) {
       if (o.command == "status") return ListCombinations(o, all, out);

@@ -303,6 +303,11 @@ TEST_F(CtlCombinationsTest, WatchReportsACombinationThatStartedAndEndedWhileItsF
   EXPECT_EQ(code, kOk) << err_;
   EXPECT_NE(err_.find("ended COMPLETED (exit 0)"), std::string::npos) << err_;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15)) << "the watch waited past the run's end";
+  // What is left of --wait is said in whole seconds, as the user gave it.
+  const auto said = err_.find("waiting up to ");
+  ASSERT_NE(said, std::string::npos) << err_;
+  const std::string left = err_.substr(said + 14, err_.find(" s for the run", said) - said - 14);
+  EXPECT_EQ(left.find_first_not_of("0123456789"), std::string::npos) << "not whole seconds: " << left;
 }
 
 TEST_F(CtlCombinationsTest, ACommandForOneRunNamesItsCombination) {
