@@ -106,8 +106,14 @@ revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 [ "$revision" = unknown ] || git diff --quiet HEAD 2>/dev/null || revision="$revision-dirty"
 source_url=$(git remote get-url origin 2>/dev/null || echo "https://github.com/scdino/scdino")
 
+# The labels also from the command line: buildah (podman 4) reuses a cached
+# LABEL step whose ARG values changed, so an image built after an earlier
+# commit's would carry that commit's revision; --label is applied to the
+# image as built. The Dockerfile's own LABEL serves a plain `podman build`.
 args=(build "${scdino_engine_flags[@]}" -f "$dockerfile" -t "$tag"
-      --build-arg "VERSION=$version" --build-arg "REVISION=$revision" --build-arg "SOURCE=$source_url")
+      --build-arg "VERSION=$version" --build-arg "REVISION=$revision" --build-arg "SOURCE=$source_url"
+      --label "org.opencontainers.image.version=$version" --label "org.opencontainers.image.revision=$revision"
+      --label "org.opencontainers.image.source=$source_url")
 [ "$scdino_engine" = podman ] && args+=(--network host)
 # SCDINO_IMAGE_CPU_SHARES: the build's CPU weight (cgroup cpu shares; 1024 is
 # everyone's). A build in the background of other work (scripts/test.sh sets
@@ -123,7 +129,8 @@ if [ "$image" = cuda ]; then
   # context `cudnn` holds the archive, or nothing.
   stage=$(mktemp -d /tmp/scdino-image.XXXXXX)
   mkdir -p "$stage/empty"
-  args+=(--build-arg "CUDNN=${cudnn%%=*}" --build-context "cudnn=${cudnn_dir:-$stage/empty}")
+  args+=(--build-arg "CUDNN=${cudnn%%=*}" --label "org.scdino.cudnn=${cudnn%%=*}"
+         --build-context "cudnn=${cudnn_dir:-$stage/empty}")
   [ -z "$cudnn_dir" ] || args+=(--build-arg "CUDNN_ARCHIVE=$cudnn_file")
 fi
 if [ -n "$prebuilt" ]; then

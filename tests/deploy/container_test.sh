@@ -111,6 +111,12 @@ echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." >&2; 
     $py -c "import json,sys; v=json.loads(sys.argv[1])['org.opencontainers.image.$l']; assert v and v!='unknown', v" "$labels" ||
       fail "label org.opencontainers.image.$l missing: $labels"
   done
+  # This checkout's commit, even where every layer came from an earlier
+  # commit's build (buildah reuses a cached LABEL step whose ARG changed).
+  if want=$(git -C "$src" rev-parse HEAD 2>/dev/null); then
+    $py -c "import json,sys; v=json.loads(sys.argv[1])['org.opencontainers.image.revision']; assert v.split('-')[0]==sys.argv[2], v" \
+      "$labels" "$want" || fail "label org.opencontainers.image.revision is not this checkout's $want: $labels"
+  fi
   # What the runtime image holds, and what it must not.
   listing=$(run_in sh -c 'ls /usr/local/bin /usr/local/share/scdino/configs;
     for p in gcc g++ c++ cc cmake ninja ld; do command -v $p; done;
