@@ -183,14 +183,15 @@ pick=$([ "$n" -gt 1 ] && echo " --combination $(basename "$first_dir")" || echo 
 [ "$n" -gt 1 ] && [ -n "$eval_job" ] && say "the combinations compared: $top/report.html"
 # The watch follows the first combination's training job, here where the
 # user is when it can: a host build's scdinoctl asks Slurm (squeue) and
-# waits as long as the job is queued; the image's, started by enroot here
-# (no job, no GPU), has no Slurm client inside and waits an hour for the
-# start. Else the image's runs as a one-task step on a compute node.
+# waits as long as the job is queued; so does the image's, started by
+# enroot here (no job, no GPU) through scdinoctl.sh, which answers its
+# squeue with this node's. Else the image's runs as a one-task step on a
+# compute node, and waits an hour for the start.
 first_task=$([ "$n" -gt 1 ] && echo "${train_job}_0" || echo "$train_job")
 if [ -x "$build/services/ctl/scdinoctl" ]; then
   say "watch: $build/services/ctl/scdinoctl watch --job $first_task --run-dir $top$pick"
 elif [ -f "$image" ] && command -v enroot >/dev/null; then
-  say "watch: enroot start --env NVIDIA_VISIBLE_DEVICES=void --mount $top:$top $image scdinoctl watch --wait 3600 --run-dir $top$pick"
+  say "watch: $here/scdinoctl.sh --image $image --mount $top watch --job $first_task --run-dir $top$pick"
 else
   say "watch: NVIDIA_VISIBLE_DEVICES=void srun --ntasks=1 --container-env=NVIDIA_VISIBLE_DEVICES --container-image=$image --container-mounts=$top:$top scdinoctl watch --wait 3600 --run-dir $top$pick"
 fi

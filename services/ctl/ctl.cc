@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -536,18 +537,34 @@ int Call(const Options& o, std::ostream& out, std::ostream& err, int64_t since_u
 // listed only under the user's SQUEUE_STATES, as COMPLETED, FAILED, ...,
 // and read as gone; lines that are not a state (warnings) are left out. An
 // error when squeue cannot say (NotFound: it is not on the PATH).
+// SCDINO_SQUEUE names the program to ask instead of squeue: in the image
+// on a login node, the relay to the node's own Slurm client that
+// deploy/slurm/scdinoctl.sh sets up (the image has none).
 StatusOr<bool> JobQueued(const std::string& job) {
   if (job.empty() || job.find_first_not_of("0123456789_") != std::string::npos) {
     return Status::InvalidArgument("\"" + job + "\" is not a Slurm job id");
   }
-  FILE* p = ::popen(("squeue -h -o %T -j " + job + " 2>&1").c_str(), "r");
+  const char* relay = std::getenv("SCDINO_SQUEUE");
+  std::string program = "squeue";
+  if (relay && *relay) {
+    program = relay;
+    if (program.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/._+-") !=
+        std::string::npos) {
+      return Status::InvalidArgument("SCDINO_SQUEUE: expected a program's path (letters, digits, / . _ + -), got \"" +
+                                     program + "\"");
+    }
+  }
+  FILE* p = ::popen((program + " -h -o %T -j " + job + " 2>&1").c_str(), "r");
   if (!p) return Status::IOError("cannot run squeue");
   std::string text;
   char buf[256];
   while (size_t n = std::fread(buf, 1, sizeof buf, p)) text.append(buf, n);
   const int status = ::pclose(p);
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (code == 127) return Status::NotFound("squeue is not on this node's PATH");
+  if (code == 127) {
+    return Status::NotFound(relay && *relay ? "SCDINO_SQUEUE=" + program + ": no such program"
+                                            : "squeue is not on this node's PATH");
+  }
   static const std::set<std::string> kFinished = {"COMPLETED", "FAILED",        "CANCELLED", "TIMEOUT",
                                                   "NODE_FAIL", "PREEMPTED",     "BOOT_FAIL", "DEADLINE",
                                                   "REVOKED",   "OUT_OF_MEMORY"};
@@ -838,7 +855,8 @@ int Run(const Options& given, std::ostream& out, std::ostream& err) {
     // Slurm is asked first: a node without squeue is told so, and a job
     // already gone is answered from the run's end record.
     auto queued = JobQueued(o.job);
-    if (!queued.ok() && queued.status().code() == StatusCode::kNotFound) {
+    if (!queued.ok() && (queued.status().code() == StatusCode::kNotFound ||
+                         queued.status().code() == StatusCode::kInvalidArgument)) {
       err << "scdinoctl: watch --job " << o.job << ": " << queued.status().message()
           << " (run the watch where Slurm's client is, or use --wait SECONDS)\n";
       return kBadArguments;

@@ -85,6 +85,40 @@ TEST(CtlCommandLine, WatchTakesASlurmJobOrArrayTaskWithItsRunDirectory) {
   EXPECT_NE(no_dir.err.find("watch --job needs --run-dir"), std::string::npos) << no_dir.err;
 }
 
+// Where Slurm's client is not beside scdinoctl (the image on a login node),
+// SCDINO_SQUEUE names what answers for it (deploy/slurm/scdinoctl.sh's
+// relay): it is asked as squeue would be, and a name it cannot run is
+// refused before the watch waits.
+TEST(CtlWatchJob, AsksTheProgramScdinoSqueueNamesAndRefusesOneItCannotRun) {
+  scdino::testing::ScratchDir dir;
+  const std::string relay = dir.file("relay"), asked = dir.file("asked"), run_dir = dir.file("never-started");
+  {
+    std::ofstream f(relay);
+    f << "#!/bin/sh\necho \"$@\" > " << asked << "\n";  // lists nothing: the job left the queue
+  }
+  std::filesystem::permissions(relay, std::filesystem::perms::owner_all);
+  ::setenv("SCDINO_SQUEUE", relay.c_str(), 1);
+  auto gone = Execute({"watch", "--job", "4711_2", "--run-dir", run_dir.c_str()});
+  EXPECT_EQ(gone.code, kFailed) << gone.err;
+  EXPECT_NE(gone.err.find("Slurm job 4711_2 left the queue and the trainer of " + run_dir + " never started"),
+            std::string::npos)
+      << gone.err;
+  std::ifstream args(asked);
+  std::string line;
+  std::getline(args, line);
+  EXPECT_EQ(line, "-h -o %T -j 4711_2");
+  ::setenv("SCDINO_SQUEUE", (relay + ";true").c_str(), 1);
+  auto odd = Execute({"watch", "--job", "4711", "--run-dir", run_dir.c_str()});
+  EXPECT_EQ(odd.code, kBadArguments);
+  EXPECT_NE(odd.err.find("SCDINO_SQUEUE: expected a program's path"), std::string::npos) << odd.err;
+  ::setenv("SCDINO_SQUEUE", dir.file("nowhere").c_str(), 1);
+  auto missing = Execute({"watch", "--job", "4711", "--run-dir", run_dir.c_str()});
+  EXPECT_EQ(missing.code, kBadArguments);
+  EXPECT_NE(missing.err.find("SCDINO_SQUEUE=" + dir.file("nowhere") + ": no such program"), std::string::npos)
+      << missing.err;
+  ::unsetenv("SCDINO_SQUEUE");
+}
+
 TEST(CtlFormat, DurationsAndStages) {
   EXPECT_EQ(Duration(0), "-");
   EXPECT_EQ(Duration(7.4), "7s");

@@ -60,24 +60,36 @@ echo "ok: a typo, a GPU submission to $part, an unknown partition, a missing ima
 # image's scdinoctl there (no job, no GPU). Enroot is not in Debian: the
 # stand-in's `start` runs the host build's program of that name with the
 # environment given, and logs its command line. The jobs are submitted held
-# and cancelled (the test cluster has no Pyxis); the watch line, started
-# now as a user would, waits for the run that 2. starts with the same
-# config and follows it to its end.
+# and cancelled (the test cluster has no Pyxis). The watch line's
+# deploy/slurm/scdinoctl.sh answers the image's squeue with this node's
+# (its relay, not the stand-in, is what the image's scdinoctl asks): on the
+# cancelled job it says at once that the run never started; with the job
+# id of the run that 2. starts with the same config, started while that
+# job queues, it follows the run to its end.
 touch "$work/image.sqsh"
+# The image has no Slurm client: inside the stand-in, squeue is missing.
+mkdir -p "$work/image-bin"
+printf '#!/bin/sh\necho "squeue: not in the image" >&2\nexit 127\n' > "$work/image-bin/squeue"
+chmod +x "$work/image-bin/squeue"
 export FAKE_ENROOT_LOG="$work/enroot.log" FAKE_ENROOT_PROGRAMS="$build/services/tools:$build/services/ctl"
 with_enroot="$src/tests/support/fake-enroot:$PATH"
 SBATCH_HOLD=1 PATH="$with_enroot" SCDINO_BUILD="$work/no-build" \
   "${submit[@]}" run.yaml --gpus-per-node 0 --cpus-per-gpu 1 --image "$work/image.sqsh" > image.out 2>&1 ||
   { echo "FAIL: submit with --image and enroot"; cat image.out; exit 1; }
 sed -n 's/^scdino-submit: \(training\|evaluation\): job \([0-9]*\).*/\2/p' image.out | xargs -r scancel
+image_train=$(sed -n 's/^scdino-submit: training: job \([0-9]*\).*/\1/p' image.out)
 grep -qxF "start --env NVIDIA_VISIBLE_DEVICES=void --mount $work:$work $work/image.sqsh scdino-config check $work/run.yaml" \
   "$FAKE_ENROOT_LOG" || { echo "FAIL: the image's scdino-config did not check the config: $(cat "$FAKE_ENROOT_LOG")"; exit 1; }
 image_watch=$(sed -n 's/^scdino-submit: watch: //p' image.out)
-[ "$image_watch" = "enroot start --env NVIDIA_VISIBLE_DEVICES=void --mount $work/runs/combos:$work/runs/combos $work/image.sqsh scdinoctl watch --wait 3600 --run-dir $work/runs/combos --combination scDINO_ViT_channel_A_B_C" ] ||
+[ -n "$image_train" ] && [ "$image_watch" = "$src/deploy/slurm/scdinoctl.sh --image $work/image.sqsh --mount $work/runs/combos watch --job ${image_train}_0 --run-dir $work/runs/combos --combination scDINO_ViT_channel_A_B_C" ] ||
   { echo "FAIL: the watch line from the image with enroot: $image_watch"; exit 1; }
-PATH="$with_enroot" timeout 400 $image_watch > image-watch.out 2>&1 &
-image_watch_pid=$!
-unset FAKE_ENROOT_PROGRAMS
+wait_gone "$image_train" 60
+mkdir -p "$work/relay-tmp"
+out=$(TMPDIR="$work/relay-tmp" PATH="$with_enroot" FAKE_ENROOT_PATH="$work/image-bin:$PATH" timeout 60 $image_watch 2>&1) &&
+  rc=0 || rc=$?
+[ "$rc" = 1 ] && grep -q "Slurm job ${image_train}_0 left the queue and the trainer of $work/runs/combos" <<<"$out" ||
+  { echo "FAIL: the enroot watch line of a cancelled job (exit $rc): $out"; exit 1; }
+[ -z "$(ls -A "$work/relay-tmp")" ] || { echo "FAIL: scdinoctl.sh left its relay folder: $(ls "$work/relay-tmp")"; exit 1; }
 
 # 2. Two combinations: one training array, one evaluation array after it.
 "${submit[@]}" run.yaml --gpus-per-node 0 --cpus-per-gpu 1 > submit.out 2>submit.err ||
@@ -93,6 +105,9 @@ watch=$(sed -n 's/^scdino-submit: watch: //p' submit.out)
   { echo "FAIL: the watch line: $watch"; exit 1; }
 timeout 400 $watch > watch.out 2>&1 &
 watch_pid=$!
+PATH="$with_enroot" FAKE_ENROOT_PATH="$work/image-bin:$PATH" timeout 400 ${image_watch/--job ${image_train}_0/--job ${train}_0} > image-watch.out 2>&1 &
+image_watch_pid=$!
+unset FAKE_ENROOT_PROGRAMS
 wait_gone "$train" 300
 wait_gone "$evaluation" 300
 for c in 0:scDINO_ViT_channel_A_B_C 1:scDINO_ViT_channel_B; do
@@ -121,11 +136,12 @@ out=$(timeout 60 $watch 2>&1) && rc=0 || rc=$?
 [ "$rc" = 0 ] && grep -q "Slurm job ${train}_0 is no longer queued; the trainer of $work/runs/combos/scDINO_ViT_channel_A_B_C ended COMPLETED" <<<"$out" ||
   { echo "FAIL: a watch started after the run ended (exit $rc): $out"; exit 1; }
 echo "ok: two combinations trained and evaluated from one submission; logs, reports and the watch line printed, followed, and answered after the end"
-# The image's watch line, started before 2. submitted: it waited for the
-# run and followed the first combination's training to its end.
+# The image's watch line, with 2.'s job: it waited for the run and
+# followed the first combination's training to its end.
 wait "$image_watch_pid" && rc=0 || rc=$?
-[ "$rc" = 0 ] && grep -q "COMPLETED" image-watch.out && grep -qF "start $(cut -d' ' -f3- <<<"$image_watch")" "$FAKE_ENROOT_LOG" ||
-  { echo "FAIL: the enroot watch line (exit $rc):"; cat image-watch.out; exit 1; }
+[ "$rc" = 0 ] && grep -q "COMPLETED" image-watch.out &&
+  grep -q "^start --env NVIDIA_VISIBLE_DEVICES=void --env SCDINO_SQUEUE=.*/squeue .* $work/image.sqsh scdinoctl watch --job ${train}_0 " "$FAKE_ENROOT_LOG" ||
+  { echo "FAIL: the enroot watch line (exit $rc):"; cat image-watch.out; cat "$FAKE_ENROOT_LOG"; exit 1; }
 unset FAKE_ENROOT_LOG
 echo "ok: with enroot and no host build, the image checked the config and its watch line, run on this node, followed the run"
 

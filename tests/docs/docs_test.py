@@ -122,7 +122,11 @@ for name, rel_bin in programs.items():
 # The login node's submit script, by its --help.
 helps["submit.sh"] = set(re.findall(r"(--[a-z][a-z0-9-]*)", subprocess.run(
     ["bash", os.path.join(src, "deploy/slurm/submit.sh"), "--help"], capture_output=True, text=True).stdout))
-program = r"(scdino-[a-z]+|scdinoctl|submit\.sh)"
+# The login node's way into the image's scdinoctl: its own flags, then
+# scdinoctl's.
+helps["scdinoctl.sh"] = helps.get("scdinoctl", set()) | set(re.findall(r"(--[a-z][a-z0-9-]*)", subprocess.run(
+    ["bash", os.path.join(src, "deploy/slurm/scdinoctl.sh"), "--help"], capture_output=True, text=True).stdout))
+program = r"(scdino-[a-z]+|scdinoctl\.sh|scdinoctl|submit\.sh)"
 call = re.compile(r"`[^`]*?\b" + program + r"\b([^`]*)`")
 def commands(path):
     """(line number, program, the rest of its command) for each program named
