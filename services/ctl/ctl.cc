@@ -22,6 +22,7 @@
 #include <variant>
 
 #include "common/cli.h"
+#include "common/env.h"
 #include "control/client.h"
 #include "control/endpoint.h"
 #include "control/token.h"
@@ -660,6 +661,25 @@ NextLife NextLifeOf(const Options& o, const control::ServiceEnded& last, std::os
   }
 }
 
+// A life whose server went away without writing its end record (SIGKILL,
+// out of memory, a lost node; an NCCL peer lost: _Exit): told as an end,
+// KILLED, at the life's start (a later start or end record is a next
+// life's), in the Slurm job its endpoint file names, else --job's.
+// Nothing when there is no endpoint file or no job to follow.
+std::optional<control::ServiceEnded> KilledLife(const Options& o) {
+  auto e = control::ReadEndpoint(o.run_dir, o.service);
+  if (!e.ok()) return std::nullopt;
+  control::ServiceEnded killed;
+  killed.service = o.service;
+  killed.state = "KILLED";
+  killed.end_unix_ms = e->start_unix_ms;
+  killed.host = e->host;
+  killed.pid = e->pid;
+  killed.slurm_job_id = e->slurm_job_id.empty() ? o.job : e->slurm_job_id;
+  if (killed.slurm_job_id.empty()) return std::nullopt;
+  return killed;
+}
+
 // watch: each life of the run until one completes, or fails or stops for
 // good (its Slurm job no longer queued). The exit code is the last life's,
 // and 1 when a life the batch scripts requeue was never followed by another
@@ -671,8 +691,36 @@ int WatchThroughRequeues(Options o, std::ostream& out, std::ostream& err, int64_
   int64_t since = since_unix_ms;
   int code = Call(o, out, err, since);
   for (;;) {
-    if (o.run_dir.empty() || (code != kOk && code != kFailed)) return code;
-    const auto ended = EndedSince(o, since);
+    if (o.run_dir.empty() || (code != kOk && code != kFailed && code != kUnreachable)) return code;
+    std::optional<control::ServiceEnded> ended;
+    bool killed = false;
+    if (code == kUnreachable) {
+      // The stream broke. As its life ended: its end record says how (a
+      // process seen gone writes none any more: not waited for). Else
+      // killed before it wrote one.
+      auto e = control::ReadEndpoint(o.run_dir, o.service);
+      const bool gone =
+          e.ok() && control::EndpointProcessState(*e, ThisHostName()) == control::ProcessState::kGone;
+      auto record = control::ReadEnded(o.run_dir, o.service);
+      if (record.ok() && record->end_unix_ms >= since) {
+        ended = *record;
+      } else if (!gone) {
+        ended = EndedSince(o, since);
+      }
+      if (ended) {
+        err << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << ended->state << ExitText(*ended)
+            << (ended->error.empty() ? "" : ": " + ended->error) << "\n";
+        code = ended->state == "FAILED" ? kFailed : kOk;
+      } else {
+        killed = true;
+        ended = KilledLife(o);
+        if (!ended) return code;
+        err << "scdinoctl: the " << o.service << " of " << o.run_dir
+            << " went away without its end record (killed: SIGKILL, out of memory, a lost node or peer)\n";
+      }
+    } else {
+      ended = EndedSince(o, since);
+    }
     if (!ended || ended->state == "COMPLETED" || ended->slurm_job_id.empty()) return code;
     const NextLife next = NextLifeOf(o, *ended, err);
     if (next.ended) {
@@ -682,6 +730,14 @@ int WatchThroughRequeues(Options o, std::ostream& out, std::ostream& err, int64_
       code = next.ended->state == "FAILED" ? kFailed : kOk;
       since = next.ended->end_unix_ms;
       continue;
+    }
+    if (!next.started && killed) {
+      // Gone from the queue: the run did not finish. Slurm not asked: unknown.
+      auto queued = JobQueued(ended->slurm_job_id);
+      if (!queued.ok() || *queued) return code;
+      err << "scdinoctl: Slurm job " << ended->slurm_job_id << " left the queue without starting the " << o.service
+          << " again: see the job's log\n";
+      return kFailed;
     }
     if (!next.started) return ended->requeue == "always" ? kFailed : code;
     since = next.start_unix_ms;

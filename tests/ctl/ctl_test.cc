@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <string>
 #include <thread>
@@ -117,6 +119,90 @@ TEST(CtlWatchJob, AsksTheProgramScdinoSqueueNamesAndRefusesOneItCannotRun) {
   EXPECT_NE(missing.err.find("SCDINO_SQUEUE=" + dir.file("nowhere") + ": no such program"), std::string::npos)
       << missing.err;
   ::unsetenv("SCDINO_SQUEUE");
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A life killed before it wrote its end record (SIGKILL: a child process
+// serving the run, killed), in a Slurm job that stays queued: the watch
+// says so and follows the job to its next life, which completes.
+TEST(CtlWatchJob, FollowsTheJobPastALifeKilledBeforeItsEndRecord) {
+  scdino::testing::ScratchDir dir;
+  const std::string run_dir = dir.file("run"), relay = dir.file("squeue");
+  std::filesystem::create_directories(run_dir);
+  auto token = control::LoadOrCreateToken(run_dir + "/control.token");
+  ASSERT_TRUE(token.ok()) << token.status().ToString();
+  {
+    std::ofstream f(relay);
+    f << "#!/bin/sh\necho RUNNING\n";  // Slurm's answer while the job runs and requeues
+  }
+  std::filesystem::permissions(relay, std::filesystem::perms::owner_all);
+  ::setenv("SCDINO_SQUEUE", relay.c_str(), 1);
+  // One life: its server and endpoint file, as a service writes them.
+  auto serve = [&](RunControl& control, RunState state, int64_t start_ms) {
+    control::ServerOptions o;
+    o.listen_address = "127.0.0.1:0";
+    o.token = *token;
+    o.run_dir = run_dir;
+    o.run_id = "killed";
+    auto server = control::ControlServer::Start(o, &control);
+    if (!server.ok()) return std::unique_ptr<control::ControlServer>();
+    control.Update([&](RunStatus& st) { st.state = state; });
+    control::Endpoint e;
+    e.service = "trainer";
+    e.host = "127.0.0.1";
+    e.port = (*server)->port();
+    e.run_dir = run_dir;
+    control::RecordThisProcess(&e);
+    e.pid = ::getpid();
+    e.slurm_job_id = "88";
+    e.start_unix_ms = start_ms;
+    if (!control::WriteEndpoint(run_dir, e, *token).ok()) return std::unique_ptr<control::ControlServer>();
+    return std::move(server).value();
+  };
+  const int64_t first_start = NowMs();
+  const pid_t first = ::fork();
+  ASSERT_GE(first, 0);
+  if (first == 0) {
+    RunControl control;
+    auto server = serve(control, RunState::kRunning, first_start);
+    if (!server) ::_exit(1);
+    for (;;) ::pause();
+  }
+  for (int i = 0; i < 100; ++i) {
+    auto e = control::ReadEndpoint(run_dir, "trainer");
+    if (e.ok() && e->pid == first) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  Parsed watched;
+  std::thread watch([&] { watched = Execute({"watch", "--run-dir", run_dir.c_str(), "--timeout", "5"}); });
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  ::kill(first, SIGKILL);
+  ::waitpid(first, nullptr, 0);
+  // The job's next life, started after the watch saw the kill (at once: the
+  // process is gone from this host): it completes.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  RunControl second;
+  auto server = serve(second, RunState::kCompleted, NowMs());
+  ASSERT_NE(server, nullptr);
+  control::ServiceEnded ended;
+  ended.service = "trainer";
+  ended.state = "COMPLETED";
+  ended.exit_code = 0;
+  ended.slurm_job_id = "88";
+  ended.end_unix_ms = NowMs() + 1;
+  ASSERT_TRUE(control::WriteEnded(run_dir, ended).ok());
+  watch.join();
+  ::unsetenv("SCDINO_SQUEUE");
+  EXPECT_EQ(watched.code, kOk) << watched.out << watched.err;
+  EXPECT_NE(watched.err.find("the trainer of " + run_dir + " went away without its end record"), std::string::npos)
+      << watched.err;
+  EXPECT_NE(watched.err.find("Slurm job 88 is still queued: waiting for its next start"), std::string::npos)
+      << watched.err;
+  EXPECT_NE((watched.out + watched.err).find("COMPLETED"), std::string::npos) << watched.out << watched.err;
 }
 
 TEST(CtlFormat, DurationsAndStages) {
