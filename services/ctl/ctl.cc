@@ -317,6 +317,11 @@ int ShowStatus(const Connection& c) {
   return kOk;
 }
 
+// What Watch returns when a stream that had answered broke (its server
+// went away): WatchThroughRequeues tells the life's end from it, and the
+// user is told kUnreachable when it cannot.
+constexpr int kStreamLost = -3;
+
 int Watch(const Connection& c) {
   // The first message has to come within the timeout; then no deadline.
   grpc::ClientContext ctx;
@@ -329,9 +334,16 @@ int Watch(const Connection& c) {
   req.set_interval_ms(c.o.interval_ms);
   auto reader = c.control->WatchStatus(&ctx, req);
   v1::Status s;
-  while (reader->Read(&s)) c.out << (c.o.json ? Json(s) + "\n" : StatusLine(s, NowUnixMs())) << std::flush;
+  bool streamed = false;
+  while (reader->Read(&s)) {
+    streamed = true;
+    c.out << (c.o.json ? Json(s) + "\n" : StatusLine(s, NowUnixMs())) << std::flush;
+  }
   auto st = reader->Finish();
-  if (!st.ok()) return c.Fail(st);
+  if (!st.ok()) {
+    const int code = c.Fail(st);
+    return streamed && code == kUnreachable ? kStreamLost : code;
+  }
   return s.state() == v1::RUN_STATE_FAILED ? kFailed : kOk;
 }
 
@@ -691,10 +703,12 @@ int WatchThroughRequeues(Options o, std::ostream& out, std::ostream& err, int64_
   int64_t since = since_unix_ms;
   int code = Call(o, out, err, since);
   for (;;) {
-    if (o.run_dir.empty() || (code != kOk && code != kFailed && code != kUnreachable)) return code;
+    const bool lost = code == kStreamLost;
+    if (lost) code = kUnreachable;
+    if (o.run_dir.empty() || (code != kOk && code != kFailed && !lost)) return code;
     std::optional<control::ServiceEnded> ended;
     bool killed = false;
-    if (code == kUnreachable) {
+    if (lost) {
       // The stream broke. As its life ended: its end record says how (a
       // process seen gone writes none any more: not waited for). Else
       // killed before it wrote one.
