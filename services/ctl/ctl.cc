@@ -677,17 +677,13 @@ NextLife NextLifeOf(const Options& o, const control::ServiceEnded& last, std::os
 // out of memory, a lost node; an NCCL peer lost: _Exit): told as an end,
 // KILLED, at the life's start (a later start or end record is a next
 // life's), in the Slurm job its endpoint file names, else --job's.
-// Nothing when there is no endpoint file or no job to follow.
-std::optional<control::ServiceEnded> KilledLife(const Options& o) {
-  auto e = control::ReadEndpoint(o.run_dir, o.service);
-  if (!e.ok()) return std::nullopt;
+// Nothing when there is no job to follow.
+std::optional<control::ServiceEnded> KilledLife(const Options& o, const control::Endpoint& life) {
   control::ServiceEnded killed;
   killed.service = o.service;
   killed.state = "KILLED";
-  killed.end_unix_ms = e->start_unix_ms;
-  killed.host = e->host;
-  killed.pid = e->pid;
-  killed.slurm_job_id = e->slurm_job_id.empty() ? o.job : e->slurm_job_id;
+  killed.end_unix_ms = life.start_unix_ms;
+  killed.slurm_job_id = life.slurm_job_id.empty() ? o.job : life.slurm_job_id;
   if (killed.slurm_job_id.empty()) return std::nullopt;
   return killed;
 }
@@ -727,7 +723,7 @@ int WatchThroughRequeues(Options o, std::ostream& out, std::ostream& err, int64_
         code = ended->state == "FAILED" ? kFailed : kOk;
       } else {
         killed = true;
-        ended = KilledLife(o);
+        if (e.ok()) ended = KilledLife(o, *e);
         if (!ended) return code;
         err << "scdinoctl: the " << o.service << " of " << o.run_dir
             << " went away without its end record (killed: SIGKILL, out of memory, a lost node or peer)\n";

@@ -50,6 +50,38 @@ Parsed Execute(std::vector<const char*> args) {
   return p;
 }
 
+// An executable shell script at `path`: a stand-in for Slurm's squeue.
+void WriteScript(const std::string& path, const std::string& body) {
+  std::ofstream(path) << "#!/bin/sh\n" << body;
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+}
+
+// A service's control plane for `run_dir`: a server over `control` and its
+// endpoint file (in Slurm job `job`, started at `start_unix_ms`, when
+// given), as a service writes them. Null when either fails.
+std::unique_ptr<control::ControlServer> ServeRun(const std::string& run_dir, const std::string& token,
+                                                 const std::string& run_id, RunControl& control,
+                                                 const std::string& job = "", int64_t start_unix_ms = 0) {
+  control::ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.token = token;
+  o.run_dir = run_dir;
+  o.run_id = run_id;
+  auto server = control::ControlServer::Start(o, &control);
+  if (!server.ok()) return nullptr;
+  control::Endpoint e;
+  e.service = "trainer";
+  e.host = "127.0.0.1";
+  e.port = (*server)->port();
+  e.pid = ::getpid();
+  e.run_dir = std::filesystem::absolute(run_dir).string();
+  e.slurm_job_id = job;
+  e.start_unix_ms = start_unix_ms;
+  control::RecordThisProcess(&e);
+  if (!control::WriteEndpoint(run_dir, e, token).ok()) return nullptr;
+  return std::move(server).value();
+}
+
 TEST(CtlCommandLine, NeedsOneOfRunDirAndTargetAndSetsEachCommandsTimeout) {
   auto both = Parse({"status", "--run-dir", "runs/x", "--target", "h:1"});
   EXPECT_EQ(both.code, kBadArguments);
@@ -94,11 +126,7 @@ TEST(CtlCommandLine, WatchTakesASlurmJobOrArrayTaskWithItsRunDirectory) {
 TEST(CtlWatchJob, AsksTheProgramScdinoSqueueNamesAndRefusesOneItCannotRun) {
   scdino::testing::ScratchDir dir;
   const std::string relay = dir.file("relay"), asked = dir.file("asked"), run_dir = dir.file("never-started");
-  {
-    std::ofstream f(relay);
-    f << "#!/bin/sh\necho \"$@\" > " << asked << "\n";  // lists nothing: the job left the queue
-  }
-  std::filesystem::permissions(relay, std::filesystem::perms::owner_all);
+  WriteScript(relay, "echo \"$@\" > " + asked + "\n");  // lists nothing: the job left the queue
   ::setenv("SCDINO_SQUEUE", relay.c_str(), 1);
   auto gone = Execute({"watch", "--job", "4711_2", "--run-dir", run_dir.c_str()});
   EXPECT_EQ(gone.code, kFailed) << gone.err;
@@ -135,33 +163,12 @@ TEST(CtlWatchJob, FollowsTheJobPastALifeKilledBeforeItsEndRecord) {
   std::filesystem::create_directories(run_dir);
   auto token = control::LoadOrCreateToken(run_dir + "/control.token");
   ASSERT_TRUE(token.ok()) << token.status().ToString();
-  {
-    std::ofstream f(relay);
-    f << "#!/bin/sh\necho RUNNING\n";  // Slurm's answer while the job runs and requeues
-  }
-  std::filesystem::permissions(relay, std::filesystem::perms::owner_all);
+  WriteScript(relay, "echo RUNNING\n");  // Slurm's answer while the job runs and requeues
   ::setenv("SCDINO_SQUEUE", relay.c_str(), 1);
-  // One life: its server and endpoint file, as a service writes them.
+  // One life: its state, then its server and endpoint file.
   auto serve = [&](RunControl& control, RunState state, int64_t start_ms) {
-    control::ServerOptions o;
-    o.listen_address = "127.0.0.1:0";
-    o.token = *token;
-    o.run_dir = run_dir;
-    o.run_id = "killed";
-    auto server = control::ControlServer::Start(o, &control);
-    if (!server.ok()) return std::unique_ptr<control::ControlServer>();
     control.Update([&](RunStatus& st) { st.state = state; });
-    control::Endpoint e;
-    e.service = "trainer";
-    e.host = "127.0.0.1";
-    e.port = (*server)->port();
-    e.run_dir = run_dir;
-    control::RecordThisProcess(&e);
-    e.pid = ::getpid();
-    e.slurm_job_id = "88";
-    e.start_unix_ms = start_ms;
-    if (!control::WriteEndpoint(run_dir, e, *token).ok()) return std::unique_ptr<control::ControlServer>();
-    return std::move(server).value();
+    return ServeRun(run_dir, *token, "killed", control, "88", start_ms);
   };
   const int64_t first_start = NowMs();
   const pid_t first = ::fork();
@@ -342,26 +349,12 @@ class CtlCombinationsTest : public ::testing::Test {
     std::ofstream(top_ + "/report.html") << "<html></html>\n";
     auto token = control::ReadToken(running + "/control.token");
     ASSERT_TRUE(token.ok()) << token.status().ToString();
-    control::ServerOptions o;
-    o.listen_address = "127.0.0.1:0";
-    o.token = *token;
-    o.run_dir = running;
-    o.run_id = "pbmc/vit_channel_A_B";
-    auto s = control::ControlServer::Start(o, &control_);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    server_ = std::move(s).value();
     control_.Update([](RunStatus& st) {
       st.state = RunState::kRunning;
       st.epoch = 1, st.epochs = 4, st.iteration = 10, st.iterations = 40;
     });
-    control::Endpoint e;
-    e.service = "trainer";
-    e.host = "127.0.0.1";
-    e.port = server_->port();
-    e.pid = ::getpid();
-    e.run_dir = std::filesystem::absolute(running).string();
-    control::RecordThisProcess(&e);
-    ASSERT_TRUE(control::WriteEndpoint(running, e, *token).ok());
+    server_ = ServeRun(running, *token, "pbmc/vit_channel_A_B", control_);
+    ASSERT_NE(server_, nullptr);
     control::ServiceEnded ended;
     ended.service = "trainer";
     ended.state = "FAILED";
