@@ -6,6 +6,7 @@
 #
 #   deploy/slurm/submit.sh CONFIG.yaml [--nodes N] [--gpus-per-node G] [--partition P] [--time T]
 #       [--cpus-per-gpu C] [--image IMAGE] [--set KEY=VALUE]... [--throttle K] [--no-eval] [--dry-run]
+#       [--watch]
 #
 # The geometry is the one a user thinks in: N nodes of G GPUs (default 1
 # node, 1 GPU; G 0: a CPU run, one task a node). Each GPU gets a task and
@@ -20,7 +21,11 @@
 # training succeeded (`aftercorr` for an array, else `afterok`), and Slurm
 # ends it at once if that training fails (--kill-on-invalid-dep=yes), never
 # leaving it pending. --no-eval: the training alone; --dry-run: check and
-# print the sbatch lines, submit nothing.
+# print the sbatch lines, submit nothing. It prints the job ids, the logs,
+# the reports and a watch line; --watch then runs that watch here: it
+# waits while the training is queued, follows it through its requeues and
+# ends with it (Ctrl-C leaves it; the jobs go on), its exit code the
+# watch's (docs/control.md: 0 once the training completed).
 #
 # The services run from --image (default $SCDINO_CONTAINER: an Enroot .sqsh,
 # an image reference or an OCI bundle; docs/containers.md), else from the
@@ -37,7 +42,7 @@ say() { echo "scdino-submit: $*"; }
 refuse() { echo "scdino-submit: $*" >&2; exit 2; }
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 
-config="" nodes=1 gpus=1 partition="" time="" cpus="" image=${SCDINO_CONTAINER:-} throttle="" evaluate=1 dry=0
+config="" nodes=1 gpus=1 partition="" time="" cpus="" image=${SCDINO_CONTAINER:-} throttle="" evaluate=1 dry=0 watch=0
 sets=()
 need() { [ $# -ge 2 ] && [ -n "$2" ] || refuse "$1 needs a value (--help)"; }
 while [ $# -gt 0 ]; do
@@ -53,6 +58,7 @@ while [ $# -gt 0 ]; do
     --throttle) need "$@"; throttle=$2; shift ;;
     --no-eval) evaluate=0 ;;
     --dry-run) dry=1 ;;
+    --watch) watch=1 ;;
     -*) refuse "unknown option '$1' (--help says what it takes)" ;;
     *) [ -z "$config" ] || refuse "one config file, not '$config' and '$1'"; config=$1 ;;
   esac
@@ -179,19 +185,30 @@ for line in "${combinations[@]}"; do
 done
 IFS=$'\t' read -r _ first_dir _ <<<"${combinations[0]}"
 top=$([ "$n" -gt 1 ] && dirname "$first_dir" || echo "$first_dir")
-pick=$([ "$n" -gt 1 ] && echo " --combination $(basename "$first_dir")" || echo "")
+pick=()
+[ "$n" -le 1 ] || pick=(--combination "$(basename "$first_dir")")
 [ "$n" -gt 1 ] && [ -n "$eval_job" ] && say "the combinations compared: $top/report.html"
-# The watch follows the first combination's training job, here where the
-# user is when it can: a host build's scdinoctl asks Slurm (squeue) and
-# waits as long as the job is queued; so does the image's, started by
-# enroot here (no job, no GPU) through scdinoctl.sh, which answers its
-# squeue with this node's. Else the image's runs as a one-task step on a
-# compute node, and waits an hour for the start.
+# The watch follows the first combination's training job where the user is:
+# a host build's scdinoctl (or one on PATH) asks Slurm (squeue) and waits as long as the job
+# is queued; so does the image's, started by enroot through scdinoctl.sh,
+# which answers its squeue with the node's own: here when this node has
+# enroot, else as a one-task step on a compute node (Pyxis nodes have
+# enroot and Slurm's client).
 first_task=$([ "$n" -gt 1 ] && echo "${train_job}_0" || echo "$train_job")
+follow=(watch --job "$first_task" --run-dir "$top" "${pick[@]}")
 if [ -x "$build/services/ctl/scdinoctl" ]; then
-  say "watch: $build/services/ctl/scdinoctl watch --job $first_task --run-dir $top$pick"
+  watch_cmd=("$build/services/ctl/scdinoctl" "${follow[@]}")
+elif command -v scdinoctl >/dev/null; then
+  watch_cmd=(scdinoctl "${follow[@]}")
 elif [ -f "$image" ] && command -v enroot >/dev/null; then
-  say "watch: $here/scdinoctl.sh --image $image --mount $top watch --job $first_task --run-dir $top$pick"
+  watch_cmd=("$here/scdinoctl.sh" --image "$image" --mount "$top" "${follow[@]}")
+elif [ -f "$image" ]; then
+  watch_cmd=(srun --ntasks=1 --cpus-per-task=1 --job-name=scdino-watch "$here/scdinoctl.sh" --image "$image" --mount "$top" "${follow[@]}")
 else
-  say "watch: NVIDIA_VISIBLE_DEVICES=void srun --ntasks=1 --container-env=NVIDIA_VISIBLE_DEVICES --container-image=$image --container-mounts=$top:$top scdinoctl watch --wait 3600 --run-dir $top$pick"
+  # An image reference or an OCI bundle: the image's scdinoctl has no
+  # Slurm client, so it waits an hour for the start.
+  watch_cmd=(env NVIDIA_VISIBLE_DEVICES=void srun --ntasks=1 --container-env=NVIDIA_VISIBLE_DEVICES --container-image="$image"
+             --container-mounts="$top:$top" scdinoctl watch --wait 3600 --run-dir "$top" "${pick[@]}")
 fi
+say "watch: ${watch_cmd[*]}"
+[ "$watch" = 0 ] || exec "${watch_cmd[@]}"

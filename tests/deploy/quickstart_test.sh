@@ -4,29 +4,28 @@
 # nodes, 4 stand-in GPUs each), with these substitutions and no others:
 #   1. the image: this machine has no Enroot, so the build line is replaced
 #      by a check that the CPU image's OCI bundle exists (made from this
-#      build by container.ImageBuiltWithPodman), SCDINO_CONTAINER names that
-#      bundle, and srun's Pyxis flags (--container-image, --container-mounts,
-#      --container-env) become Slurm's own --container=BUNDLE;
+#      build by container.ImageBuiltWithPodman), and the submit's --image
+#      names that bundle (the batch scripts start it with Slurm's own
+#      --container=BUNDLE instead of Pyxis's --container-image);
 #   2. /shared is a directory inside the bundle's mounts, in the block and
 #      in the copied config;
 #   3. Slurm 22.05's --container runs one task per node, and the submit
 #      gives each GPU a task: --gpus-per-node 4 becomes 1; a node's 48
-#      stand-in CPUs are this machine's cores, and the watch's step needs
-#      one beside the training (the cluster has one partition): 1 CPU a
-#      GPU (--cpus-per-gpu 1); the partition gpu is the test cluster's
-#      (cluster);
+#      stand-in CPUs are this machine's cores: 1 CPU a GPU (--cpus-per-gpu
+#      1); the partition gpu is the test cluster's (cluster);
 #   4. after the config is copied, the edit the README asks of the user
 #      (the data set: a small synthetic one at the config's own path), a
 #      model and schedule small enough for two CPU cores, and the CPU chosen
 #      on purpose (scdino.device cpu: the stand-in GPUs cannot compute, and
 #      auto refuses a bound GPU it cannot use);
 #   5. before the last command, the wait the README asks of the user: until
-#      the jobs the block submitted have ended (the watch ends with the
-#      training; the evaluation job starts after it).
+#      the jobs the block submitted have ended (the submit's watch ends with
+#      the training; the evaluation job starts after it).
 # The checkout has a host build: its scdino-config checks the config before
-# anything queues (only Slurm starts an OCI bundle here).
+# anything queues (only Slurm starts an OCI bundle here), and its scdinoctl
+# watches (the image's, from enroot or as a job step: submit_test.sh).
 # Then: every job of the block ended 0, the checkpoints and report exist,
-# scdinoctl watch saw the run from another node's container, the block's
+# the submit's watch followed the run to COMPLETED (exit 0), the block's
 # submit line on a config whose data set is gone ends the evaluation at
 # once after the training fails, and the quick start's commands on a node
 # without what they need say what is missing.
@@ -47,13 +46,11 @@ block=$(awk '/^## Quick start on a GPU cluster$/ {f = 1; next} f && /^## / {exit
              f && /^```/ {n++; if (n == 2) exit; next} f && n == 1' "$src/README.md")
 [ -n "$block" ] || fail "README.md has no code block under '## Quick start on a GPU cluster'"
 commands=$(grep -c . <<<"$block")
-[ "$commands" -le 5 ] || fail "the quick start has $commands commands, the README promises five"
+[ "$commands" -le 4 ] || fail "the quick start has $commands commands, the README promises four"
 
 shared="$work/shared"
 image=/shared/images/scdino-cuda.sqsh
 lifted=$(sed -e "s|^scripts/build-image.sh .*--sqsh $image\$|test -f $bundle/config.json|" \
-             -e "s|--container-env=[^ ]* ||" \
-             -e "s|--container-image=$image --container-mounts=[^ ]*|--container=$bundle|" \
              -e "s|--image $image|--image $bundle|" \
              -e "s|--gpus-per-node 4|--gpus-per-node 1 --cpus-per-gpu 1|" \
              -e "s|--partition gpu|--partition cluster|" \
@@ -92,7 +89,6 @@ for d in configs deploy scripts; do ln -s "$src/$d" "$work/checkout/$d"; done
 ln -s "$build" "$work/checkout/build"
 cd "$work/checkout" || fail "no checkout"
 n=0
-watch_out="$work/watch.out"
 # The block's lines come on descriptor 3: srun passes its standard input on
 # to its task, which would take the lines still to come.
 while IFS= read -r -u 3 line; do
@@ -107,15 +103,11 @@ while IFS= read -r -u 3 line; do
       [ "$code" = "0:0" ] || { cat "$work/checkout"/scdino-*-"$j".out; fail "job $j ended ${code:-unknown}"; }
     done
   fi
-  case $line in
-    # The user leaves it with Ctrl-C; here it has 5 minutes.
-    # (env: the line may start with a variable's assignment)
-    *"scdinoctl watch"*) eval "timeout 300 env $line" </dev/null > "$watch_out" 2>&1; code=$?
-                         [ "$code" -eq 0 ] || { cat "$watch_out"; fail "command $n ended $code: $line"; } ;;
-    *) eval "$line" </dev/null > "$work/command-$n.out" 2>&1; code=$?
-       cat "$work/command-$n.out"
-       [ "$code" -eq 0 ] || fail "command $n ended $code: $line" ;;
-  esac
+  # A watch the user would leave with Ctrl-C has 10 minutes here.
+  limit=$([[ $line == *" --watch"* ]] && echo "timeout 600" || echo "")
+  eval "$limit $line" </dev/null > "$work/command-$n.out" 2>&1; code=$?
+  cat "$work/command-$n.out"
+  [ "$code" -eq 0 ] || fail "command $n ended $code: $line"
   [[ $line == *"cp configs/cluster.yaml"* ]] && shrink
 done 3<<<"$lifted"
 [ "$n" -eq "$commands" ] || fail "$n of the block's $commands commands ran"
@@ -134,12 +126,13 @@ grep -q "node1" <<<"$train_out" && grep -q "node2" <<<"$train_out" ||
 for baseline in random_init raw_pixels; do
   grep -q "$baseline" "$run/eval/knn_per_checkpoint.csv" || fail "knn_per_checkpoint.csv has no $baseline row: $(cat "$run/eval/knn_per_checkpoint.csv")"
 done
-grep -qE "RUNNING|COMPLETED" "$watch_out" || { cat "$watch_out"; fail "scdinoctl watch saw nothing of the run"; }
+grep -q "^scdino-submit: watch: " "$work"/command-*.out && grep -q "COMPLETED" "$work"/command-*.out ||
+  fail "the submit's watch did not follow the run to COMPLETED: $(cat "$work"/command-*.out)"
 echo "ok: the README's quick start ran on the test cluster: $commands commands, jobs $(echo $jobs), report $run/eval/report.html"
 
 # The block's submit line on a config whose data set is gone (not judged on
 # the login node): the training fails, and its evaluation ends at once.
-submit_line=$(grep -m1 'deploy/slurm/submit.sh' <<<"$lifted")
+submit_line=$(grep -m1 'deploy/slurm/submit.sh' <<<"$lifted" | sed 's/ --watch//')
 gone="$shared/scdino/gone.yaml"
 $py - "$config" "$gone" "$shared/data/gone" <<'PY' || fail "could not write $gone"
 import sys, yaml

@@ -90,6 +90,23 @@ out=$(TMPDIR="$work/relay-tmp" PATH="$with_enroot" FAKE_ENROOT_PATH="$work/image
 [ "$rc" = 1 ] && grep -q "Slurm job ${image_train}_0 left the queue and the trainer of $work/runs/combos" <<<"$out" ||
   { echo "FAIL: the enroot watch line of a cancelled job (exit $rc): $out"; exit 1; }
 [ -z "$(ls -A "$work/relay-tmp")" ] || { echo "FAIL: scdinoctl.sh left its relay folder: $(ls "$work/relay-tmp")"; exit 1; }
+# On a login node without enroot (a host scdino-config checks), the watch
+# line runs scdinoctl.sh as a one-task step on a compute node, where Pyxis
+# has put enroot (the stand-in, on the PATH the step inherits): on the
+# cancelled job it says the run never started, with the step's exit code.
+SBATCH_HOLD=1 PATH="$build/services/tools:$PATH" SCDINO_BUILD="$work/no-build" \
+  "${submit[@]}" run.yaml --gpus-per-node 0 --cpus-per-gpu 1 --image "$work/image.sqsh" > step.out 2>&1 ||
+  { echo "FAIL: submit with --image and no enroot"; cat step.out; exit 1; }
+sed -n 's/^scdino-submit: \(training\|evaluation\): job \([0-9]*\).*/\2/p' step.out | xargs -r scancel
+step_train=$(sed -n 's/^scdino-submit: training: job \([0-9]*\).*/\1/p' step.out)
+step_watch=$(sed -n 's/^scdino-submit: watch: //p' step.out)
+[ -n "$step_train" ] && [ "$step_watch" = "srun --ntasks=1 --cpus-per-task=1 --job-name=scdino-watch ${image_watch/--job ${image_train}_0/--job ${step_train}_0}" ] ||
+  { echo "FAIL: the watch line from the image without enroot: $step_watch"; exit 1; }
+wait_gone "$step_train" 60
+out=$(PATH="$with_enroot" FAKE_ENROOT_PATH="$work/image-bin:$PATH" timeout 120 $step_watch 2>&1) && rc=0 || rc=$?
+[ "$rc" = 1 ] && grep -q "Slurm job ${step_train}_0 left the queue and the trainer of $work/runs/combos" <<<"$out" ||
+  { echo "FAIL: the watch line as a job step, of a cancelled job (exit $rc): $out"; exit 1; }
+echo "ok: the image's watch line, with enroot here and as a job step without, said that a cancelled job never started the run"
 
 # 2. Two combinations: one training array, one evaluation array after it.
 "${submit[@]}" run.yaml --gpus-per-node 0 --cpus-per-gpu 1 > submit.out 2>submit.err ||
