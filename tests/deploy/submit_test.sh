@@ -4,9 +4,9 @@
 # partition without GPUs and an unknown partition are refused before
 # anything queues; two channel combinations are trained (a job array) and
 # evaluated after each (aftercorr), with the logs, reports and watch line it
-# printed there (also from the image, with enroot on the login node); a
-# training that fails ends its evaluation at once instead of leaving it
-# pending.
+# printed there (also from the image: with enroot on the login node, and as
+# a job step without); a training that fails ends its evaluation at once
+# instead of leaving it pending.
 #   tests/deploy/submit_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 source "$(dirname "$0")/../support/lib.sh" submit "$1" "$2"
