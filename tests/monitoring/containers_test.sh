@@ -8,7 +8,9 @@
 #     the head node's exporter, with the rules of monitoring/ loaded;
 #   - node_exporter reports the host (its textfiles, its host name);
 #   - run again, Prometheus rereads its configuration in the same
-#     containers; a second stack with its own data directory runs beside;
+#     containers; a second stack with its own data directory runs beside,
+#     with Grafana from its image (a stand-in of Grafana's: its dashboards
+#     provisioned, its data source answering from its container);
 #   - stop removes its containers and the head node's target;
 #   - bad input: an image archive that does not exist; a head node with
 #     neither apt nor an engine (the compose line instead).
@@ -29,9 +31,11 @@ fail() {
 # comes from the image.
 nohost=$(path_without dpkg-query apt-get promtool amtool prometheus prometheus-alertmanager prometheus-node-exporter)
 up() { PATH=$nohost bash "$src/scripts/monitoring-up.sh" "$@"; }
+standin=localhost/scdino-test-grafana-standin:latest  # Grafana's image, a stand-in (below)
 cleanup() {
   up stop --data-dir "$work/stack" >/dev/null 2>&1
   up stop --data-dir "$work/stack2" >/dev/null 2>&1
+  "$engine" rmi "$standin" >/dev/null 2>&1
 }
 trap cleanup EXIT
 free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -91,14 +95,32 @@ for _ in $(seq 1 20); do [ "$(loads)" -gt "$before" ] && break; sleep 0.5; done
 [ "$(containers_of "$suffix")" = "$first" ] || fail "the second start replaced containers: $(containers_of "$suffix")"
 echo "ok: run again, Prometheus reread its configuration in the same three containers"
 
-# A second stack beside it, from its own data directory.
-p2=$(free_port) a2=$(free_port) n2=$(free_port)
+# A second stack beside it, from its own data directory, with Grafana from
+# its image: Grafana's own is on no registry here, so a stand-in of it
+# (tests/support/grafana-standin: its layout, and a `grafana server` that
+# refuses what Grafana would, serves the provisioned dashboards' titles and
+# asks the data source's Prometheus from inside its container).
+"$engine" build "${scdino_engine_flags[@]}" -t "$standin" "$src/tests/support/grafana-standin" >"$work/standin.log" 2>&1 ||
+  fail "could not build the Grafana stand-in: $(tail -3 "$work/standin.log")"
+p2=$(free_port) a2=$(free_port) n2=$(free_port) g2=$(free_port)
 up --data-dir "$work/stack2" --sd-dir "$work/sd2" --textfile-dir "$work/textfile" --prometheus-port "$p2" \
-  --alertmanager-port "$a2" --node-exporter-port "$n2" >"$work/up3.out" 2>"$work/up3.err" ||
-  fail "a second stack failed: $(tail -3 "$work/up3.err")"
+  --alertmanager-port "$a2" --node-exporter-port "$n2" --grafana-port "$g2" --grafana-image "$standin" \
+  >"$work/up3.out" 2>"$work/up3.err" || fail "a second stack failed: $(tail -3 "$work/up3.err")"
 get "http://127.0.0.1:$p2/-/ready" >/dev/null || fail "the second stack's Prometheus is not ready"
+grep -q "^grafana        http://127.0.0.1:$g2 " "$work/up3.out" || fail "the Grafana line: $(grep grafana "$work/up3.out")"
+suffix2=$(printf '%s' "$work/stack2" | cksum | cut -d' ' -f1)
+[ "$("$engine" inspect --format '{{.ImageName}} {{.Config.User}}' "scdino-monitoring-grafana-$suffix2")" = "$standin 0" ] ||
+  fail "Grafana's container: $("$engine" inspect --format '{{.ImageName}} {{.Config.User}}' "scdino-monitoring-grafana-$suffix2")"
+titles=$(api "http://127.0.0.1:$g2/api/search" '" | ".join(sorted(x["title"] for x in d))')
+want=$($py -c 'import glob, json, sys; print(" | ".join(sorted(json.load(open(f))["title"] for f in glob.glob(sys.argv[1] + "/*.json"))))' \
+  "$src/monitoring/grafana/dashboards")
+[ "$titles" = "$want" ] || fail "Grafana's dashboards: $titles; monitoring/grafana/dashboards has $want"
+source_health=$(api "http://127.0.0.1:$g2/api/datasources/uid/scdino-prometheus/health" 'd["status"]')
+[ "$source_health" = OK ] || fail "Grafana's data source scdino-prometheus: $source_health"
+echo "ok: Grafana from its image (a stand-in) beside the second stack: its $(ls "$src"/monitoring/grafana/dashboards/*.json | wc -l) dashboards, its data source (the stack's Prometheus) answering from its container"
 up stop --data-dir "$work/stack2" >/dev/null 2>&1
 [ "$(containers_of "$suffix")" = "$first" ] || fail "stopping the second stack touched the first"
+[ -z "$("$engine" ps -a --filter "name=-$suffix2\$" -q)" ] || fail "stop left the second stack's containers"
 echo "ok: a second stack ran beside it and stopped alone"
 
 # Stop: no container, no target left.
