@@ -189,13 +189,17 @@ pick=()
 [ "$n" -le 1 ] || pick=(--combination "$(basename "$first_dir")")
 [ "$n" -gt 1 ] && [ -n "$eval_job" ] && say "the combinations compared: $top/report.html"
 # The watch follows the first combination's training job where the user is:
-# a host build's scdinoctl (or one on PATH) asks Slurm (squeue) and waits as long as the job
-# is queued; so does the image's, started by enroot through scdinoctl.sh,
-# which answers its squeue with the node's own: here when this node has
-# enroot, else as a one-task step on a compute node (Pyxis nodes have
-# enroot and Slurm's client).
+# a host build's scdinoctl (or one on PATH) asks Slurm (squeue) and waits
+# as long as the job is queued; so does the image's, started by enroot
+# through scdinoctl.sh, which answers its squeue with the node's own: here
+# when this node has enroot, else as a one-task step on a compute node
+# (Pyxis nodes have enroot and Slurm's client). An OCI bundle or an image
+# reference runs the image's scdinoctl in a step with no Slurm client: it
+# waits an hour for the start.
 first_task=$([ "$n" -gt 1 ] && echo "${train_job}_0" || echo "$train_job")
 follow=(watch --job "$first_task" --run-dir "$top" "${pick[@]}")
+step=(srun --ntasks=1 --cpus-per-task=1 --job-name=scdino-watch)
+waits=(scdinoctl watch --wait 3600 --run-dir "$top" "${pick[@]}")
 if [ -x "$build/services/ctl/scdinoctl" ]; then
   watch_cmd=("$build/services/ctl/scdinoctl" "${follow[@]}")
 elif command -v scdinoctl >/dev/null; then
@@ -203,12 +207,16 @@ elif command -v scdinoctl >/dev/null; then
 elif [ -f "$image" ] && command -v enroot >/dev/null; then
   watch_cmd=("$here/scdinoctl.sh" --image "$image" --mount "$top" "${follow[@]}")
 elif [ -f "$image" ]; then
-  watch_cmd=(srun --ntasks=1 --cpus-per-task=1 --job-name=scdino-watch "$here/scdinoctl.sh" --image "$image" --mount "$top" "${follow[@]}")
+  watch_cmd=("${step[@]}" "$here/scdinoctl.sh" --image "$image" --mount "$top" "${follow[@]}")
+elif [ -d "$image" ]; then
+  watch_cmd=("${step[@]}" --container="$image" "${waits[@]}")
+elif [ -n "$image" ]; then
+  watch_cmd=(env NVIDIA_VISIBLE_DEVICES=void "${step[@]}" --container-env=NVIDIA_VISIBLE_DEVICES --container-image="$image"
+             --container-mounts="$top:$top" "${waits[@]}")
 else
-  # An image reference or an OCI bundle: the image's scdinoctl has no
-  # Slurm client, so it waits an hour for the start.
-  watch_cmd=(env NVIDIA_VISIBLE_DEVICES=void srun --ntasks=1 --container-env=NVIDIA_VISIBLE_DEVICES --container-image="$image"
-             --container-mounts="$top:$top" scdinoctl watch --wait 3600 --run-dir "$top" "${pick[@]}")
+  say "watch: no scdinoctl here (none in $build/services/ctl (SCDINO_BUILD) or on PATH, and no --image): build it (scripts/setup.sh), then scdinoctl ${follow[*]}"
+  [ "$watch" = 0 ] || { echo "scdino-submit: --watch: nothing to watch with (above); the jobs run" >&2; exit 1; }
+  exit 0
 fi
 say "watch: ${watch_cmd[*]}"
 [ "$watch" = 0 ] || exec "${watch_cmd[@]}"
