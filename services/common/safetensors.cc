@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -34,8 +33,6 @@ const char* NameOf(torch::Dtype d) {
     if (e.dtype == d) return e.name;
   return nullptr;
 }
-
-constexpr uint64_t kMaxHeader = 100u << 20;  // as the reference implementation
 
 }  // namespace
 
@@ -166,7 +163,7 @@ StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::st
   if (bytes.size() < 8) return bad("shorter than the 8-byte header length (" + std::to_string(bytes.size()) + " bytes)");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[i]);
-  if (n > kMaxHeader || n > bytes.size() - 8) {
+  if (n > kSafetensorsMaxHeader || n > bytes.size() - 8) {
     return bad("header length " + std::to_string(n) + " exceeds the file (" + std::to_string(bytes.size()) + " bytes)");
   }
   json header;
@@ -201,30 +198,6 @@ StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   auto bytes = ReadFile(path);
   if (!bytes.ok()) return bytes.status();
   return ParseSafetensors(*bytes, path);
-}
-
-StatusOr<Metadata> ReadSafetensorsMetadata(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(path + ": cannot open");
-  unsigned char len[8];
-  if (!in.read(reinterpret_cast<char*>(len), 8)) return Status::DataLoss(path + ": shorter than a safetensors header");
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
-  if (n > kMaxHeader) return Status::DataLoss(path + ": safetensors header length " + std::to_string(n) + " too large");
-  std::string header(n, '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(n))) return Status::DataLoss(path + ": truncated header");
-  Metadata m;
-  try {
-    const json j = json::parse(header);
-    if (j.contains("__metadata__")) {
-      for (auto it = j["__metadata__"].begin(); it != j["__metadata__"].end(); ++it) {
-        if (it.value().is_string()) m[it.key()] = it.value().get<std::string>();
-      }
-    }
-  } catch (const std::exception& e) {
-    return Status::DataLoss(path + ": safetensors header is not JSON: " + e.what());
-  }
-  return m;
 }
 
 Status WriteSafetensors(const std::string& path, const TensorMap& tensors, const Metadata& metadata) {

@@ -2,7 +2,8 @@
 // length, a JSON header {name: {dtype, shape, data_offsets}, "__metadata__":
 // {string: string}}, then the raw little-endian tensor bytes. It is the format
 // of every checkpoint and weights file, so weights move to and from the
-// Python ecosystem under the reference DINO names.
+// Python ecosystem under the reference DINO names. A file's metadata alone
+// (no LibTorch) is common/safetensors_metadata.h's.
 // Functions of their arguments; thread-safe on distinct files.
 #pragma once
 
@@ -12,12 +13,12 @@
 #include <string>
 #include <string_view>
 
+#include "common/safetensors_metadata.h"
 #include "common/status.h"
 
 namespace scdino {
 
 using TensorMap = std::map<std::string, torch::Tensor>;
-using Metadata = std::map<std::string, std::string>;
 
 struct SafetensorsFile {
   TensorMap tensors;  ///< CPU tensors, contiguous, owning their memory
@@ -34,10 +35,6 @@ std::string SerializeSafetensors(const TensorMap& tensors, const Metadata& metad
 StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::string& origin);
 
 StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
-
-/// Only the "__metadata__" of a file, reading just its header (for listing
-/// large checkpoints).
-StatusOr<Metadata> ReadSafetensorsMetadata(const std::string& path);
 
 /// Writes atomically (see WriteFileAtomic): a failed write keeps the old file.
 Status WriteSafetensors(const std::string& path, const TensorMap& tensors,

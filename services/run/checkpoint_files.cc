@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <tuple>
 
-#include "common/safetensors.h"
+#include "common/safetensors_metadata.h"
 
 namespace scdino {
 

@@ -89,9 +89,9 @@ case "$(field "$s" 's["state"]')" in RUN_STATE_RUNNING|RUN_STATE_CHECKPOINTING) 
 echo "ok: status"
 
 # Watch: several messages with growing iterations. The first five are kept
-# (the watch then ends on the closed pipe); 10 s allow for scdinoctl's own
-# start (it loads LibTorch: over 2 s on this machine under the test run's
-# load), and the trainer steps every few hundredths of a second.
+# (the watch then ends on the closed pipe); 10 s allow for the test run's
+# load (2 s did not, when scdinoctl still loaded LibTorch), and the trainer
+# steps every few hundredths of a second.
 timeout 10 "$ctl" watch --run-dir "$run" --json | head -n 5 > "$work/watch.jsonl"
 $py - "$work/watch.jsonl" <<'PY' || fail "watch did not stream progress"
 import json, sys
