@@ -70,11 +70,12 @@ d = json.load(open(sys.argv[1]))
 spent = int(re.search(r"; (\d+) s of the 25 s budget", open(sys.argv[2]).read()).group(1))
 bad = {k: v["end"] for k, v in d["sections"].items()
        if k != "compile" and not re.match(r"ok$|skipped: no time left$|timed out after \d+ s$", v["end"])}
-# The sections stop at the budget; the summary's own writing (a Python start)
-# is the only time past it.
+# The sections stop at the budget. Past it, only bookkeeping: a Python start
+# for each skipped section's line and for the summary, slow under the test
+# run's load. A section run to its box (45 s for pytorch) would overrun far.
 sys.exit("sections that neither ran, were skipped nor timed out: %s" % bad if bad else
-         "the sections took %d s of a 25 s budget" % spent if spent > 26 else
-         "the command took %s s in all under a 25 s budget" % sys.argv[3] if int(sys.argv[3]) > 40 else 0)
+         "the sections took %d s of a 25 s budget" % spent if spent > 35 else
+         "the command took %s s in all under a 25 s budget" % sys.argv[3] if int(sys.argv[3]) > 50 else 0)
 PY
   { cat "$work/short/summary.md"; echo "FAIL: under GPU_CONTACT_BUDGET=25 the command overran its budget (above)"; }
 if GPU_CONTACT_BUDGET=5 bash "$src/scripts/gpu-first-contact.sh" --rehearse "$work/spent" --build-dir "$build" \
