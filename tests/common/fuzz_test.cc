@@ -75,12 +75,21 @@ TEST(Fuzz, DamagedAndHostileSafetensorsNeverThrow) {
   cases.push_back(SafetensorsWithHeader(R"([1, 2])", ""));
   cases.push_back(SafetensorsWithHeader(R"({"__metadata__": {"a": 5}})", ""));
   int rejected = 0;
+  testing::ScratchDir dir;
+  const std::string path = dir.file("fuzz.safetensors");
   for (const auto& c : cases) {
     StatusOr<SafetensorsFile> r = Status::Internal("not run");
     ASSERT_NO_THROW(r = ParseSafetensors(c, "fuzz.safetensors"));
     if (!r.ok()) {
       ++rejected;
       EXPECT_NE(r.status().message().find("fuzz.safetensors"), std::string::npos) << r.status().message();
+    }
+    // The metadata reader (a checkpoint listing) over the same file.
+    ASSERT_TRUE(WriteFileAtomic(path, c).ok());
+    StatusOr<Metadata> m = Status::Internal("not run");
+    ASSERT_NO_THROW(m = ReadSafetensorsMetadata(path));
+    if (!m.ok()) {
+      EXPECT_NE(m.status().message().find(path), std::string::npos) << m.status().message();
     }
   }
   EXPECT_GT(rejected, static_cast<int>(cases.size()) / 2);

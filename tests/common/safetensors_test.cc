@@ -69,10 +69,15 @@ TEST(Safetensors, CorruptBytesGiveErrorsNamingTheFile) {
   EXPECT_FALSE(ParseSafetensors(huge, "x").ok());
 }
 
-std::string WithHeader(const std::string& header, const std::string& data) {
+// The format's 8-byte little-endian header length.
+std::string LengthPrefix(uint64_t n) {
   std::string out;
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xff));
-  return out + header + data;
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  return out;
+}
+
+std::string WithHeader(const std::string& header, const std::string& data) {
+  return LengthPrefix(header.size()) + header + data;
 }
 
 // The tensors must tile the data section: a header whose tensors all point
@@ -128,6 +133,36 @@ TEST(Safetensors, WriteReadFile) {
   auto missing = ReadSafetensors(dir.file("nope.safetensors"));
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("nope.safetensors"), std::string::npos);
+}
+
+// The metadata alone, as a checkpoint listing reads it from every file of a
+// run directory: a damaged file is refused naming it and what is wrong, and
+// a header length past the file's end is refused before anything is
+// allocated for it.
+TEST(Safetensors, MetadataReaderRefusesDamagedFilesNamingThem) {
+  testing::ScratchDir dir;
+  const std::string path = dir.file("checkpoint.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, {{"x", torch::ones({3})}}, {{"iteration", "7"}, {"epoch", "1"}}).ok());
+  auto meta = ReadSafetensorsMetadata(path);
+  ASSERT_TRUE(meta.ok()) << meta.status().message();
+  EXPECT_EQ(*meta, (Metadata{{"iteration", "7"}, {"epoch", "1"}}));
+  EXPECT_EQ(ReadSafetensorsMetadata(dir.file("nope.safetensors")).status().code(), StatusCode::kNotFound);
+  const std::pair<std::string, std::string> damaged[] = {
+      {"abc", "shorter than the 8-byte header length (3 bytes)"},
+      // 100 MiB claimed by a 20-byte file.
+      {LengthPrefix(100u << 20) + "{\"a\": 1}    ", "header length 104857600 exceeds the file (20 bytes)"},
+      {WithHeader("{\"__metadata__\": ", ""), "the header is not JSON"},
+      {WithHeader("[1, 2]", ""), "the header is not a JSON object"},
+      {WithHeader("{\"__metadata__\": [\"a\"]}", ""), "__metadata__ is not an object"},
+  };
+  for (const auto& [bytes, what] : damaged) {
+    ASSERT_TRUE(WriteFileAtomic(path, bytes).ok());
+    auto r = ReadSafetensorsMetadata(path);
+    ASSERT_FALSE(r.ok()) << what;
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << what;
+    EXPECT_NE(r.status().message().find(path + ": not a valid safetensors file: " + what), std::string::npos)
+        << r.status().message();
+  }
 }
 
 }  // namespace
