@@ -403,11 +403,11 @@ struct KeyValue {
 
 /// A new config: `c` with `values` read as the file's keys are (the same
 /// validation), then the checks across keys. `c` itself never changes:
-/// after parsing, a config is only ever replaced whole. With `file_wins`, a
-/// key the file gives (c.given_keys) keeps the file's value (a recipe's
-/// values); otherwise every value is set (settings that override the file).
-/// Errors start with c.source_path and say "with the derived settings".
-StatusOr<RunConfig> WithValues(const RunConfig& c, const std::vector<KeyValue>& values, bool file_wins);
+/// after parsing, a config is only ever replaced whole. Every value is set,
+/// whatever the file says (a caller whose file wins leaves its keys out:
+/// run::WithRecipe). Errors start with c.source_path and say "with the
+/// derived settings".
+StatusOr<RunConfig> WithValues(const RunConfig& c, const std::vector<KeyValue>& values);
 
 /// Parses and validates YAML text; `origin` (the path) starts every error.
 /// With scdino.recipe: auto the checks across keys wait for the recipe

@@ -433,12 +433,11 @@ Status MergeSettings(const std::vector<std::string>& settings, YAML::Node* root)
   return Status::Ok();
 }
 
-StatusOr<RunConfig> WithValues(const RunConfig& c, const std::vector<KeyValue>& values, bool file_wins) {
+StatusOr<RunConfig> WithValues(const RunConfig& c, const std::vector<KeyValue>& values) {
   RunConfig out = c;
   std::optional<YAML::Node> unused;
   const auto keys = Table(out, &unused);
   for (const auto& v : values) {
-    if (file_wins && c.given_keys.count(v.key) > 0) continue;  // the file wins, also over a recipe.json
     YAML::Node node;
     try {
       node = YAML::Load(v.value);

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "common/csv.h"
+#include "common/progress.h"
 #include "data/image_io.h"
 #include "data/packed.h"
 
@@ -293,6 +294,28 @@ StatusOr<torch::Tensor> LoadImage(const std::string& path, const ImagePrep& prep
   return PrepareImage(*raw, prep, path);
 }
 
+StatusOr<Dataset> OpenDataset(const DataSource& source, std::ostream* progress) {
+  switch (source.kind) {
+    case DataSource::Kind::kSynthetic:
+      return Dataset{};
+    case DataSource::Kind::kCsv:
+      return IndexCsv(source.index_csv);
+    case DataSource::Kind::kFolder:
+      break;
+  }
+  auto packed = OpenPackedSet(source);
+  if (!packed.ok()) return packed.status();
+  if (*packed) return DatasetOf(*packed);
+  IndexOptions io;
+  io.folder_depth_for_labels = source.folder_depth_for_labels;
+  io.on_bad_image = source.on_bad_image;
+  ProgressLog log(progress, "scdino: indexing", "images");
+  io.on_progress = [&log](int64_t found) { log.Report(found, 0); };
+  auto d = IndexFolder(source.dir, io);
+  if (d.ok()) log.Done(static_cast<int64_t>(d->entries.size()));
+  return d;
+}
+
 StatusOr<RawImage> ReadEntry(const Dataset& d, size_t i) {
   if (d.packed) return d.packed->Read(static_cast<int64_t>(i));
   return ReadImage(d.entries[i].path);
@@ -306,6 +329,32 @@ StatusOr<torch::Tensor> LoadEntry(const Dataset& d, size_t i, const ImagePrep& p
   } catch (const std::exception& e) {  // memory, or a decoder's surprise: this file's error
     return Status::DataLoss(d.entries[i].path + ": cannot load: " + e.what());
   }
+}
+
+FirstImage ProbeFirstImage(const Dataset& d, const ImagePrep& prep) {
+  FirstImage first;
+  // The first few: under on_bad_image: skip the first may be bad.
+  for (size_t i = 0; i < d.entries.size() && i < 16; ++i) {
+    try {
+      auto raw = ReadEntry(d, i);
+      if (!raw.ok()) {
+        if (first.unread.ok()) first.unread = raw.status();
+        continue;
+      }
+      auto image = PrepareImage(*raw, prep, d.entries[i].path);
+      first.path = d.entries[i].path;
+      first.raw_channels = raw->size(2);
+      if (!image.ok()) {
+        first.prepared = image.status();
+      } else {
+        first.channels = image->size(0), first.height = image->size(1), first.width = image->size(2);
+      }
+      return first;
+    } catch (const std::exception& e) {  // as LoadEntry: memory, or a decoder's surprise
+      if (first.unread.ok()) first.unread = Status::DataLoss(d.entries[i].path + ": cannot load: " + e.what());
+    }
+  }
+  return first;
 }
 
 }  // namespace scdino::data

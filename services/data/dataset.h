@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +62,27 @@ StatusOr<Dataset> IndexFolder(const std::string& root, const IndexOptions& o = {
 /// relative paths are taken from the CSV's directory.
 StatusOr<Dataset> IndexCsv(const std::string& csv_path);
 
+/// Where a data set is and how it is indexed: what a service's config says
+/// of its data (run::DataSourceOf), handed to the data layer once.
+struct DataSource {
+  enum class Kind { kSynthetic, kCsv, kFolder };
+  Kind kind = Kind::kFolder;
+  std::string index_csv;  ///< kCsv: the index CSV (IndexCsv)
+  std::string dir;        ///< kFolder: a folder tree (IndexFolder) or a packed set (data/packed.h)
+  int64_t folder_depth_for_labels = 0;
+  BadImagePolicy on_bad_image = BadImagePolicy::kFail;
+  /// Where node-local copies of packed sets are staged ($SCDINO_STAGE_DIR
+  /// of deploy/slurm); "": none.
+  std::string stage_dir;
+};
+
+/// The indexed data set of `source`: its CSV, its packed set (read by
+/// index, from its verified node-local copy when one is staged:
+/// OpenPackedSet), or its folder tree, whose walk reports its progress
+/// with lines on `progress` (null: none); an empty one for the synthetic
+/// source (its images are made in memory).
+StatusOr<Dataset> OpenDataset(const DataSource& source, std::ostream* progress);
+
 /// Per-image preprocessing before augmentation (scDINO's): channel
 /// selection, optional center crop, per-channel min-max to [0, 1].
 struct ImagePrep {
@@ -82,5 +104,17 @@ StatusOr<torch::Tensor> LoadImage(const std::string& path, const ImagePrep& prep
 StatusOr<RawImage> ReadEntry(const Dataset& d, size_t i);
 /// Entry `i` of `d`, read (ReadEntry) and prepared.
 StatusOr<torch::Tensor> LoadEntry(const Dataset& d, size_t i, const ImagePrep& prep);
+
+/// The first readable of a data set's first 16 images, read once for every
+/// check made of it before a run starts (its channels against the
+/// selection, the size the recipe is derived from).
+struct FirstImage {
+  std::string path;          ///< "" when none of them reads (or `d` is empty)
+  int64_t raw_channels = 0;  ///< its channels as stored
+  Status prepared;           ///< PrepareImage's refusal of it (the selection, the crop); OK when prepared
+  int64_t channels = 0, height = 0, width = 0;  ///< after `prep`, when prepared
+  Status unread;             ///< the first read failure before it; OK when none failed
+};
+FirstImage ProbeFirstImage(const Dataset& d, const ImagePrep& prep);
 
 }  // namespace scdino::data

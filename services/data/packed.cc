@@ -9,12 +9,14 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "common/array_bytes.h"
 #include "common/csv.h"
+#include "common/env.h"
 #include "common/files.h"
 #include "common/fingerprint.h"
 #include "common/npy.h"
@@ -46,6 +48,39 @@ void UseBlockShuffle(const PackedSet& set, int64_t shuffle_buffer, SamplerOption
 }
 
 bool IsPackedSet(const std::string& dir) { return !dir.empty() && FileExists(dir + "/pack.json"); }
+
+StatusOr<std::shared_ptr<const PackedSet>> OpenPackedSet(const DataSource& source) {
+  if (source.kind != DataSource::Kind::kFolder || !IsPackedSet(source.dir)) return std::shared_ptr<const PackedSet>();
+  auto set = PackedSet::Shared(source.dir);
+  if (!set.ok()) return set.status();
+  if ((*set)->folder_depth_for_labels() != source.folder_depth_for_labels) {
+    return Status::InvalidArgument(source.dir + " was packed with labels at folder_depth_for_labels " +
+                                   std::to_string((*set)->folder_depth_for_labels()) + ", the config says " +
+                                   std::to_string(source.folder_depth_for_labels) + " (meta.folder_depth_for_labels); "
+                                   "pack it again with this config");
+  }
+  // A node-local copy staged by deploy/slurm (scdino-pack --stage), when it
+  // is there and verified: read in place of the shared copy, under the
+  // shared copy's paths (features, fingerprints and logs name those).
+  if (source.stage_dir.empty()) return set;
+  static bool said = false;
+  const auto staged = StagedCopy(**set, source.stage_dir);
+  if (staged.ok() && !staged->empty()) {
+    auto local = PackedSet::Shared(source.dir, *staged);
+    if (local.ok() && (*local)->content_fingerprint() == (*set)->content_fingerprint()) {
+      if (!said) std::cerr << "scdino: reading " << source.dir << " from its copy on this node, " << *staged << "\n";
+      said = true;
+      return local;
+    }
+  }
+  if (!said) {
+    std::cerr << "scdino: warning: no verified copy of " << source.dir << " under SCDINO_STAGE_DIR="
+              << source.stage_dir << " on " << ThisHostName()
+              << (staged.ok() ? std::string() : " (" + staged.status().message() + ")") << "; reading the shared copy\n";
+  }
+  said = true;
+  return set;
+}
 
 PackedSet::~PackedSet() {
   for (int fd : fds_) {
@@ -309,6 +344,7 @@ StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& di
   const std::string manifest_path = dir + "/pack.json", index_path = dir + "/index.csv";
   auto text = ReadFile(manifest_path);
   if (!text.ok()) return text.status();
+  const std::string content_fingerprint = Fingerprint(*text);
   auto m = ParseManifest(manifest_path, *text);
   if (!m.ok()) return m.status();
   if (auto s = CheckShardFiles(dir, manifest_path, m->shards); !s.ok()) return s;
@@ -327,7 +363,7 @@ StatusOr<std::shared_ptr<const PackedSet>> PackedSet::Open(const std::string& di
   set->channels_ = m->channels;
   set->depth_ = m->depth;
   set->fingerprint_ = m->fingerprint;
-  set->content_fingerprint_ = Fingerprint(*text);
+  set->content_fingerprint_ = content_fingerprint;
   set->index_bytes_ = m->index_bytes;
   set->index_crc32_ = m->index_crc32;
   set->shards_ = std::move(m->shards);

@@ -146,6 +146,13 @@ void UseBlockShuffle(const PackedSet& set, int64_t shuffle_buffer, SamplerOption
 /// True when `dir` holds a packed set (a pack.json).
 bool IsPackedSet(const std::string& dir);
 
+/// The packed set a folder source's `dir` holds, or null when it holds
+/// none (OpenDataset then walks the folder): its node-local copy under
+/// `stage_dir` when one is staged and verified there (StagedCopy), with a
+/// log line; the shared copy otherwise, with a warning. InvalidArgument
+/// when it was packed with labels at another folder depth.
+StatusOr<std::shared_ptr<const PackedSet>> OpenPackedSet(const DataSource& source);
+
 /// The packed set that `path` (`<set>/<source path>`) names an image of,
 /// opened once per process; nullptr when no folder above `path` is one; the
 /// error opening it (a shard cut short, an index not the pack's) when one is.

@@ -147,7 +147,10 @@ std::string StatsToJson(const ChannelStats& s) {
   return j.dump(2) + "\n";
 }
 
-Status WriteStats(const std::string& path, const ChannelStats& s) { return WriteFileAtomic(path, StatsToJson(s)); }
+Status WriteStats(const std::string& path, const ChannelStats& s) {
+  const std::string text = StatsToJson(s);
+  return WriteFileAtomic(path, text);
+}
 
 StatusOr<ChannelStats> ReadStats(const std::string& path) {
   auto text = ReadFile(path);

@@ -10,9 +10,7 @@ namespace scdino::run {
 
 StatusOr<RunConfig> PlanSettings(const RunConfig& config, const std::vector<RecipeValue>& recipe,
                                  const std::vector<RecipeValue>& resume) {
-  auto with_recipe = WithRecipe(config, recipe);
-  if (!with_recipe.ok() || resume.empty()) return with_recipe;
-  return WithSettings(*with_recipe, resume);
+  return WithRecipe(config, recipe, resume);
 }
 
 namespace {
@@ -53,7 +51,6 @@ StatusOr<std::vector<RecipeValue>> SettleRecipe(const RunConfig& c, const data::
   if (auto s = MeasureFlips(c, dataset, &shape, should_stop); !s.ok()) return s;
   auto derived = DeriveRecipe(shape, c);
   if (!derived.ok()) return derived.status();
-  if (auto s = MakeDirs(c.run_dir()); !s.ok()) return s;
   if (auto s = WriteRecipe(path, shape, *derived); !s.ok()) return s;
   lines->push_back("recipe auto for " + std::to_string(shape.images) + " images of " + std::to_string(shape.height) +
                    " x " + std::to_string(shape.width) + " px, " + std::to_string(shape.channels) +
@@ -69,7 +66,13 @@ StatusOr<RunPlan> ResolvePlan(const RunConfig& config, const data::Dataset& data
   RunPlan plan;
   plan.resume = resume;
   for (const auto& v : resume) plan.why.push_back("resume: " + v.why);
-  auto shape = MeasureData(config, dataset, ranks);
+  // The first image, read once for the checks and the shape; unreadable
+  // images are the loader's (on_bad_image), not the combinations' check.
+  const data::FirstImage first = data::ProbeFirstImage(dataset, config.image_prep());
+  if (auto s = CheckCombinations(config, first, /*only_trained=*/true); !s.ok() && s.code() != StatusCode::kNotFound) {
+    return s;
+  }
+  auto shape = MeasureData(config, dataset, first, ranks);
   if (!shape.ok()) return shape.status();
   // The global batch the run will have (the recipe's steps per epoch).
   shape->global_batch = PlannedBatch(config, resume) * ranks;

@@ -38,9 +38,11 @@ struct RunPlan {
 StatusOr<RunConfig> PlanSettings(const RunConfig& config, const std::vector<RecipeValue>& recipe,
                                  const std::vector<RecipeValue>& resume);
 
-/// Rank 0's plan. The data is measured with `resume` applied (its batch
-/// makes the global batch) and checked against the batch and crops
-/// (CheckDataFitsRun). With scdino.recipe: auto, the recipe is the one
+/// Rank 0's plan. The data's first readable image is read once
+/// (data::ProbeFirstImage) and checked against the combination the run
+/// trains (CheckCombinations). The data is measured with `resume` applied
+/// (its batch makes the global batch) and checked against the batch and
+/// crops (CheckDataFitsRun). With scdino.recipe: auto, the recipe is the one
 /// recipe.json in the run directory holds (a run started before on the
 /// same data); else it is derived from the data and written there (the
 /// flips from MeasureFlips). A recipe.json derived for other data is

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
@@ -178,22 +179,14 @@ StatusOr<std::vector<RecipeValue>> DeriveRecipe(const DataShape& d, const RunCon
   return r;
 }
 
-namespace {
-
-std::vector<KeyValue> KeyValues(const std::vector<RecipeValue>& values) {
-  std::vector<KeyValue> out;
-  for (const auto& v : values) out.push_back({v.key, v.value});
-  return out;
-}
-
-}  // namespace
-
-StatusOr<RunConfig> WithRecipe(const RunConfig& c, const std::vector<RecipeValue>& recipe) {
-  return WithValues(c, KeyValues(recipe), /*file_wins=*/true);
-}
-
-StatusOr<RunConfig> WithSettings(const RunConfig& c, const std::vector<RecipeValue>& settings) {
-  return WithValues(c, KeyValues(settings), /*file_wins=*/false);
+StatusOr<RunConfig> WithRecipe(const RunConfig& c, const std::vector<RecipeValue>& recipe,
+                               const std::vector<RecipeValue>& resume) {
+  std::vector<KeyValue> values;
+  for (const auto& v : recipe) {
+    if (c.given_keys.count(v.key) == 0) values.push_back({v.key, v.value});  // the file wins over a recipe
+  }
+  for (const auto& v : resume) values.push_back({v.key, v.value});
+  return WithValues(c, values);
 }
 
 StatusOr<RunConfig> SettingsOfRun(const RunConfig& c, std::string* warning) {
@@ -257,6 +250,8 @@ Status WriteRecipe(const std::string& path, const DataShape& d, const std::vecto
                {"height", d.height}, {"width", d.width},             {"channels", d.channels},
                {"ranks", d.ranks},   {"global_batch", d.global_batch}};
   j["values"] = ValuesToJson(recipe);
+  const auto dir = std::filesystem::path(path).parent_path();
+  if (auto s = MakeDirs(dir.empty() ? "." : dir.string()); !s.ok()) return s;
   return WriteFileAtomic(path, j.dump(2) + "\n");
 }
 

@@ -58,13 +58,11 @@ Status CheckDataFitsRun(const DataShape& d, const RunConfig& c);
 /// the key. InvalidArgument for images too small for any ViT recipe (16 px).
 StatusOr<std::vector<RecipeValue>> DeriveRecipe(const DataShape& d, const RunConfig& c);
 
-/// `c` with every value whose key the file does not give (c.given_keys),
-/// checked across keys (run::WithValues).
-StatusOr<RunConfig> WithRecipe(const RunConfig& c, const std::vector<RecipeValue>& recipe);
-
-/// `c` with every value, whatever the file says (an elastic resume's
-/// batch), checked across keys.
-StatusOr<RunConfig> WithSettings(const RunConfig& c, const std::vector<RecipeValue>& settings);
+/// `c` with every value of `recipe` whose key the file does not give
+/// (c.given_keys), then every value of `resume` whatever the file says (an
+/// elastic resume's batch), checked across keys once (run::WithValues).
+StatusOr<RunConfig> WithRecipe(const RunConfig& c, const std::vector<RecipeValue>& recipe,
+                               const std::vector<RecipeValue>& resume = {});
 
 /// The settings a run trained with, for the services after its trainer
 /// (features, evaluation, the preflight): with scdino.recipe: auto, `c`
@@ -77,7 +75,8 @@ StatusOr<RunConfig> SettingsOfRun(const RunConfig& c, std::string* warning);
 std::vector<std::string> DescribeRecipe(const std::vector<RecipeValue>& recipe);
 
 /// <run_dir>/recipe.json: the data shape and the values a run started with,
-/// which its resumes and the other services (features, evaluation) apply.
+/// which its resumes and the other services (features, evaluation) apply;
+/// WriteRecipe makes its folder.
 std::string RecipePath(const RunConfig& c);
 Status WriteRecipe(const std::string& path, const DataShape& d, const std::vector<RecipeValue>& recipe);
 /// The values as a JSON array (recipe.json's "values"), and back: what rank

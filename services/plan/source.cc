@@ -15,7 +15,6 @@
 #include <set>
 #include <thread>
 
-#include "common/env.h"
 #include "common/files.h"
 #include "common/fingerprint.h"
 #include "common/progress.h"
@@ -27,66 +26,22 @@
 
 namespace scdino::run {
 
-StatusOr<std::shared_ptr<const data::PackedSet>> OpenPackedDataset(const RunConfig& c,
-                                                                   const std::function<const char*(const char*)>& env) {
-  if (c.scdino.data_source != "folder" || !data::IsPackedSet(c.meta.dataset_dir)) {
-    return std::shared_ptr<const data::PackedSet>();
-  }
-  auto set = data::PackedSet::Shared(c.meta.dataset_dir);
-  if (!set.ok()) return set.status();
-  if ((*set)->folder_depth_for_labels() != c.meta.folder_depth_for_labels) {
-    return Status::InvalidArgument(c.meta.dataset_dir + " was packed with labels at folder_depth_for_labels " +
-                                   std::to_string((*set)->folder_depth_for_labels()) + ", the config says " +
-                                   std::to_string(c.meta.folder_depth_for_labels) + " (meta.folder_depth_for_labels); "
-                                   "pack it again with this config");
-  }
-  // A node-local copy staged by deploy/slurm (scdino-pack --stage), when it
-  // is there and verified: read in place of the shared copy, under the
-  // shared copy's paths (features, fingerprints and logs name those).
-  const char* stage_root = env ? env("SCDINO_STAGE_DIR") : nullptr;
-  if (stage_root && *stage_root) {
-    static bool said = false;
-    const auto staged = data::StagedCopy(**set, stage_root);
-    if (staged.ok() && !staged->empty()) {
-      auto local = data::PackedSet::Shared(c.meta.dataset_dir, *staged);
-      if (local.ok() && (*local)->content_fingerprint() == (*set)->content_fingerprint()) {
-        if (!said) std::cerr << "scdino: reading " << c.meta.dataset_dir << " from its copy on this node, " << *staged << "\n";
-        said = true;
-        return local;
-      }
-    }
-    if (!said) {
-      std::cerr << "scdino: warning: no verified copy of " << c.meta.dataset_dir << " under SCDINO_STAGE_DIR="
-                << stage_root << " on " << ThisHostName()
-                << (staged.ok() ? std::string() : " (" + staged.status().message() + ")") << "; reading the shared copy\n";
-    }
-    said = true;
-  }
-  return set;
+data::DataSource DataSourceOf(const RunConfig& c, const std::function<const char*(const char*)>& env) {
+  data::DataSource source;
+  source.kind = c.scdino.data_source == "synthetic" ? data::DataSource::Kind::kSynthetic
+                : c.scdino.data_source == "csv"     ? data::DataSource::Kind::kCsv
+                                                    : data::DataSource::Kind::kFolder;
+  source.index_csv = c.scdino.index_csv;
+  source.dir = c.meta.dataset_dir;
+  source.folder_depth_for_labels = c.meta.folder_depth_for_labels;
+  source.on_bad_image = c.bad_image_policy();
+  const char* stage_dir = env ? env("SCDINO_STAGE_DIR") : nullptr;
+  if (stage_dir) source.stage_dir = stage_dir;
+  return source;
 }
-
-namespace {
-
-StatusOr<data::Dataset> IndexSource(const RunConfig& c, std::ostream* progress) {
-  if (c.scdino.data_source == "csv") return data::IndexCsv(c.scdino.index_csv);
-  auto packed = OpenPackedDataset(c);
-  if (!packed.ok()) return packed.status();
-  if (*packed) return data::DatasetOf(*packed);
-  data::IndexOptions io;
-  io.folder_depth_for_labels = c.meta.folder_depth_for_labels;
-  io.on_bad_image = c.bad_image_policy();
-  ProgressLog log(progress, "scdino: indexing", "images");
-  io.on_progress = [&log](int64_t found) { log.Report(found, 0); };
-  auto d = data::IndexFolder(c.meta.dataset_dir, io);
-  if (d.ok()) log.Done(static_cast<int64_t>(d->entries.size()));
-  return d;
-}
-
-}  // namespace
 
 StatusOr<data::Dataset> IndexDataset(const RunConfig& c, std::ostream* progress) {
-  if (c.scdino.data_source == "synthetic") return data::Dataset{};
-  auto d = IndexSource(c, progress);
+  auto d = data::OpenDataset(DataSourceOf(c), progress);
   // One class (a flat folder of unlabelled images, or one class folder):
   // training needs no labels, an evaluation does, and says so up front.
   if (d.ok() && d->classes.size() == 1 && progress) {
@@ -118,16 +73,13 @@ Status CheckChannels(const data::Dataset& d, const data::ImagePrep& prep) {
   return Status::Ok();  // unreadable files are the loader's business (on_bad_image)
 }
 
-Status CheckCombinations(const RunConfig& c, const data::Dataset& d, bool only_trained) {
-  int64_t count = 0;
-  std::string image, unread;
-  for (size_t i = 0; i < d.entries.size() && i < 16 && count == 0; ++i) {
-    auto raw = data::ReadEntry(d, i);
-    if (raw.ok()) count = raw->size(2), image = d.entries[i].path;
-    else if (unread.empty()) unread = raw.status().message();
+Status CheckCombinations(const RunConfig& c, const data::FirstImage& first, bool only_trained) {
+  const int64_t count = first.raw_channels;
+  const std::string& image = first.path;
+  if (image.empty() && !first.unread.ok()) {
+    return Status::NotFound("no image of the first ones reads here: " + first.unread.message());
   }
-  if (count == 0 && !unread.empty()) return Status::NotFound("no image of the first ones reads here: " + unread);
-  if (count == 0) return Status::Ok();
+  if (image.empty()) return Status::Ok();
   const auto& all = c.meta.selected_channel_combination_per_run;
   for (size_t k = 0; k < all.size(); ++k) {
     if (only_trained && static_cast<int64_t>(k) != c.scdino.channel_combination) continue;
@@ -153,7 +105,7 @@ StatusOr<data::Dataset> FirstImageOf(const RunConfig& c) {
   if (!fs::is_directory(c.meta.dataset_dir, ec)) {
     return Status::NotFound(c.meta.dataset_dir + " (meta.dataset_dir): not a folder here");
   }
-  auto packed = OpenPackedDataset(c);
+  auto packed = data::OpenPackedSet(DataSourceOf(c));
   if (!packed.ok()) return packed.status();
   if (*packed) return data::DatasetOf(*packed);
   data::Dataset d;
@@ -353,7 +305,8 @@ StatusOr<data::ChannelStats> RecomputeStats(const RunConfig& c, const data::Data
   return StatsOfRun(c, d, prep, /*recompute=*/true, coordinator, {});
 }
 
-StatusOr<DataShape> MeasureData(const RunConfig& c, const data::Dataset& dataset, int64_t ranks) {
+StatusOr<DataShape> MeasureData(const RunConfig& c, const data::Dataset& dataset, const data::FirstImage& first,
+                                int64_t ranks) {
   DataShape d;
   d.ranks = ranks;
   d.global_batch = c.train.batch_size_per_gpu * ranks;
@@ -367,22 +320,13 @@ StatusOr<DataShape> MeasureData(const RunConfig& c, const data::Dataset& dataset
   }
   d.origin = c.scdino.data_source == "csv" ? c.scdino.index_csv : c.meta.dataset_dir;
   d.images = static_cast<int64_t>(dataset.entries.size());
-  const data::ImagePrep prep = c.image_prep();
-  // The first readable image (under on_bad_image: skip the first may be bad).
-  Status last = Status::NotFound(d.origin + ": no images");
-  for (size_t i = 0; i < dataset.entries.size() && i < 16; ++i) {
-    auto img = data::LoadEntry(dataset, i, prep);
-    if (!img.ok()) {
-      last = img.status();
-      continue;
-    }
-    d.first_image = dataset.entries[i].path;
-    d.channels = img->size(0);
-    d.height = img->size(1);
-    d.width = img->size(2);
-    return d;
-  }
-  return last;
+  if (first.path.empty()) return first.unread.ok() ? Status::NotFound(d.origin + ": no images") : first.unread;
+  if (!first.prepared.ok()) return first.prepared;
+  d.first_image = first.path;
+  d.channels = first.channels;
+  d.height = first.height;
+  d.width = first.width;
+  return d;
 }
 
 Status MeasureFlips(const RunConfig& c, const data::Dataset& dataset, DataShape* shape,
@@ -455,7 +399,6 @@ StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, 
     for (const auto& why : dataset.skipped) std::cerr << "scdino: skipping " << why << "\n";
   }
   const data::ImagePrep prep = c.image_prep();
-  if (auto s = CheckChannels(dataset, prep); !s.ok()) return s;
   auto stats = LoadOrComputeStats(c, dataset, prep, coordinator, should_stop);
   if (!stats.ok()) return stats.status();
   crops.mean = stats->mean;

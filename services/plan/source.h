@@ -21,18 +21,18 @@
 
 namespace scdino::run {
 
-/// The packed set meta.dataset_dir holds (data/packed.h), or null when it
-/// holds none: its node-local copy under $SCDINO_STAGE_DIR when one is
-/// staged and verified there (StagePackedSet), with a log line; the shared
-/// copy otherwise, with a warning. InvalidArgument when it was packed with
-/// labels at another folder depth.
-StatusOr<std::shared_ptr<const data::PackedSet>> OpenPackedDataset(
-    const RunConfig& config, const std::function<const char*(const char*)>& env = ::getenv);
+/// What the config says of its data, for the data layer (data::DataSource):
+/// scdino.data_source, scdino.index_csv, meta.dataset_dir and
+/// folder_depth_for_labels, scdino.on_bad_image, and the node-local staging
+/// folder $SCDINO_STAGE_DIR read through `env`.
+data::DataSource DataSourceOf(const RunConfig& config,
+                              const std::function<const char*(const char*)>& env = ::getenv);
 
-/// The indexed data set of a folder or csv data source, or of a packed set
-/// (Dataset::packed: read by index; bad files listed in Dataset::skipped
-/// under on_bad_image: skip); an empty one for the synthetic source (its
-/// images are made in memory). A process indexes once (a walk of a large
+/// The indexed data set of the config's source (data::OpenDataset: a
+/// folder or csv data source, or a packed set, its staged copy when one is
+/// verified: Dataset::packed, read by index; bad files listed in
+/// Dataset::skipped under on_bad_image: skip); an empty one for the
+/// synthetic source (its images are made in memory). A process indexes once (a walk of a large
 /// folder tree takes minutes on a parallel file system) and hands the
 /// index to every stage: the recipe, the statistics, the source, the
 /// learning check, the features. A folder's walk reports its progress
@@ -51,11 +51,12 @@ Status CheckChannels(const data::Dataset& d, const data::ImagePrep& prep);
 
 /// Every combination of meta.selected_channel_combination_per_run (or,
 /// with `only_trained`, the one this run trains) against the channel count
-/// of `d`'s first readable image: InvalidArgument naming the entry, the
-/// channel it selects, the image and its channel count. NotFound when none
-/// of the first images reads (not visible here; for a service, the
-/// loader's business under on_bad_image); OK when `d` is empty.
-Status CheckCombinations(const RunConfig& config, const data::Dataset& d, bool only_trained);
+/// of the data set's first readable image (data::ProbeFirstImage):
+/// InvalidArgument naming the entry, the channel it selects, the image and
+/// its channel count. NotFound when none of the first images reads (not
+/// visible here; for a service, the loader's business under
+/// on_bad_image); OK when the data set is empty.
+Status CheckCombinations(const RunConfig& config, const data::FirstImage& first, bool only_trained);
 
 /// The data set's first image, found without indexing it all (a folder's
 /// walk stops at the first image file; a CSV's rows; a packed set's index),
@@ -85,9 +86,12 @@ StatusOr<data::ChannelStats> RecomputeStats(const RunConfig& config, const data:
 
 /// The data's shape for the recipe and the checks of plan/recipe.h: the
 /// number of images of `dataset` (IndexDataset) and the size (after
-/// center_crop) and channels of the first readable one, with the global
-/// batch of `ranks`.
-StatusOr<DataShape> MeasureData(const RunConfig& config, const data::Dataset& dataset, int64_t ranks);
+/// center_crop) and channels of its first readable one (`first`:
+/// data::ProbeFirstImage with the config's image_prep), with the global
+/// batch of `ranks`. The probe's refusal or read failure when it has no
+/// prepared image.
+StatusOr<DataShape> MeasureData(const RunConfig& config, const data::Dataset& dataset,
+                                const data::FirstImage& first, int64_t ranks);
 
 /// DataShape::hflip_distance and vflip_distance of `shape`: up to 256
 /// images against up to 1,024 others of `dataset` (a sample seeded by
@@ -104,7 +108,9 @@ Status MeasureFlips(const RunConfig& config, const data::Dataset& dataset, DataS
 /// The multi-crop source of the trainer on `device`, sharded for the
 /// coordinator's rank: in memory for synthetic data, else the threaded file
 /// loader of `dataset` (IndexDataset; after the statistics, and
-/// classes.json written by rank 0).
+/// classes.json written by rank 0). The channel selection against the
+/// images is the plan's check (ResolvePlan reads the first image once); a
+/// caller without a plan makes it first (CheckChannels).
 StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& config, data::Dataset dataset,
                                                             Coordinator& coordinator, torch::Device device,
                                                             const std::function<bool()>& should_stop = {});

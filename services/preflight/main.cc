@@ -43,7 +43,7 @@ void CheckDataRead(const run::RunConfig& config, bool has_config, int64_t files,
     return;
   }
   mine->reads = true;
-  auto packed = run::OpenPackedDataset(config);
+  auto packed = data::OpenPackedSet(run::DataSourceOf(config));
   if (!packed.ok()) {
     mine->read.error = packed.status().message();
   } else if (*packed) {

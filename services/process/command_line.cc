@@ -71,7 +71,7 @@ std::optional<run::RunConfig> CommandLine::RunSettings(const std::vector<run::Ke
   // Without --config there is no run to have trained: the defaults and the
   // flags, no recipe.json looked for.
   auto settings = config_path_.empty() ? StatusOr<run::RunConfig>(config_) : run::SettingsOfRun(config_, &warning);
-  if (settings.ok() && !flags.empty()) settings = run::WithValues(*settings, flags, /*file_wins=*/false);
+  if (settings.ok() && !flags.empty()) settings = run::WithValues(*settings, flags);
   if (!settings.ok()) {
     err << program_ << ": " << settings.status().message() << "\n";
     return std::nullopt;

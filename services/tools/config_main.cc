@@ -202,7 +202,9 @@ int main(int argc, char** argv) {
   // system) is said, not judged.
   auto first = scdino::run::FirstImageOf(*c);
   const scdino::Status checked =
-      first.ok() ? scdino::run::CheckCombinations(*c, *first, /*only_trained=*/false) : first.status();
+      first.ok() ? scdino::run::CheckCombinations(*c, scdino::data::ProbeFirstImage(*first, c->image_prep()),
+                                                  /*only_trained=*/false)
+                 : first.status();
   if (checked.code() == scdino::StatusCode::kNotFound) {
     std::cerr << "scdino-config: " << file << ": the combinations' channels not checked against the images: "
               << checked.message() << "\n";

@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   // --out: the file's scdino.stats_file, set as the file would (a JSON
   // string is YAML whatever the path holds).
   if (config.ok() && !out.empty()) {
-    config = scdino::run::WithValues(*config, {{"scdino.stats_file", nlohmann::json(out).dump()}}, false);
+    config = scdino::run::WithValues(*config, {{"scdino.stats_file", nlohmann::json(out).dump()}});
   }
   if (!config.ok()) {
     std::cerr << "scdino-stats: " << config.status().message() << "\n";

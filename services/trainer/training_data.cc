@@ -49,13 +49,9 @@ StatusOr<TrainingData> PrepareTrainingData(const run::RunConfig& config, run::Co
                                            const std::function<bool()>& should_stop) {
   auto dataset = run::IndexDataset(config, coordinator.is_rank_zero() ? log : nullptr);
   if (!dataset.ok()) return dataset.status();
-  // Unreadable images are the loader's (on_bad_image), not this check's.
-  if (auto s = run::CheckCombinations(config, *dataset, /*only_trained=*/true);
-      !s.ok() && s.code() != StatusCode::kNotFound) {
-    return s;
-  }
-  // The data against the batch and crops, and the recipe derived from it
-  // (scdino.recipe: auto), before anything is built from the config.
+  // The data against the channel combination, the batch and the crops, and
+  // the recipe derived from it (scdino.recipe: auto), before anything is
+  // built from the config.
   auto plan = run::SettlePlan(config, *dataset, coordinator, resuming, resume, should_stop);
   if (!plan.ok()) return plan.status();
   if (coordinator.is_rank_zero() && log) {

@@ -185,6 +185,49 @@ TEST(IndexCsv, PathsAndLabels) {
       << open.status().message();
 }
 
+// One entry point for every source (the CSV, the folder tree; packed sets
+// in packed_test), and the first readable image read once for the checks
+// before a run: past an unreadable first file, with its refusal of a
+// channel selection the image cannot give.
+TEST(OpenDataset, EverySourceAndTheFirstReadableImage) {
+  scdino::testing::ScratchDir d;
+  Image(d.file("root/a/1.tif"), 4);
+  Image(d.file("root/a/2.tif"), 4);
+  std::ofstream(d.file("root/a/0.tif")) << "not a tiff";
+  DataSource folder;
+  folder.dir = d.file("root");
+  folder.on_bad_image = BadImagePolicy::kSkip;
+  auto tree = OpenDataset(folder, nullptr);
+  ASSERT_TRUE(tree.ok()) << tree.status().ToString();
+  ASSERT_EQ(tree->entries.size(), 3u) << "a damaged file is indexed; reading it is the loader's business";
+  const FirstImage first = ProbeFirstImage(*tree, {});
+  EXPECT_EQ(first.path, d.file("root/a/1.tif"));
+  EXPECT_EQ(first.raw_channels, 4);
+  EXPECT_TRUE(first.prepared.ok()) << first.prepared.ToString();
+  EXPECT_EQ(first.channels, 4);
+  EXPECT_EQ(first.height, 5);
+  EXPECT_EQ(first.width, 6);
+  ASSERT_FALSE(first.unread.ok());
+  EXPECT_NE(first.unread.message().find("0.tif"), std::string::npos) << first.unread.message();
+  const FirstImage wide = ProbeFirstImage(*tree, {{0, 6}, 0});
+  EXPECT_EQ(wide.raw_channels, 4);
+  EXPECT_EQ(wide.prepared.code(), StatusCode::kInvalidArgument) << wide.prepared.ToString();
+  EXPECT_TRUE(ProbeFirstImage(Dataset{}, {}).path.empty());
+
+  std::ofstream(d.file("index.csv")) << "path,label\nroot/a/2.tif,x\n";
+  DataSource csv;
+  csv.kind = DataSource::Kind::kCsv;
+  csv.index_csv = d.file("index.csv");
+  auto listed = OpenDataset(csv, nullptr);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->entries.size(), 1u);
+  DataSource synthetic;
+  synthetic.kind = DataSource::Kind::kSynthetic;
+  EXPECT_TRUE(OpenDataset(synthetic, nullptr)->entries.empty());
+  folder.dir = d.file("nowhere");
+  EXPECT_EQ(OpenDataset(folder, nullptr).status().code(), StatusCode::kNotFound);
+}
+
 TEST(PrepareImage, SelectsChannelsAndMinMaxesEach) {
   auto hwc = torch::zeros({2, 2, 12}, torch::kInt32);
   hwc.select(2, 11).copy_(torch::tensor({{10, 20}, {30, 50}}));

@@ -242,7 +242,9 @@ TEST(Recipe, SettledFromTheDataOnDisk) {
   auto parsed = AutoRecipeConfig(dir, "cells");
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   const RunConfig c = *parsed;
-  auto shape = MeasureData(c, *IndexDataset(c), 1);
+  const auto d = IndexDataset(c);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  auto shape = MeasureData(c, *d, data::ProbeFirstImage(*d, c.image_prep()), 1);
   ASSERT_TRUE(shape.ok()) << shape.status().ToString();
   EXPECT_EQ(shape->images, 20);
   EXPECT_EQ(shape->height, 20);
@@ -260,6 +262,14 @@ TEST(Recipe, SettledFromTheDataOnDisk) {
   std::filesystem::remove(RecipePath(two));
   ExpectInvalid(SettlePlan(two, *IndexDataset(two), *Ranks(2)[0], false).status(),
                 "20 images, fewer than one global batch of 32");
+  // A combination the images cannot give: refused by the plan, which reads
+  // the first image once, before any recipe is derived or written.
+  RunConfig wide = *parsed;
+  wide.meta.selected_channel_combination_per_run = {{0, 5}};
+  std::filesystem::remove(RecipePath(wide));
+  ExpectInvalid(SettlePlan(wide, *IndexDataset(wide), *Coordinator::Single(), false).status(),
+                "selects channel 5");
+  EXPECT_FALSE(FileExists(RecipePath(wide)));
 }
 
 // recipe.json records the data it was derived for: the same run directory
@@ -298,7 +308,9 @@ TEST(Recipe, OtherDataDerivesAnewOnAFreshStartAndRefusesAResume) {
   EXPECT_EQ(rewritten->data.images, 80);
   // The values are those of the large data alone, as if no stale file had been there.
   RunConfig fresh = config_for("large");
-  auto shape = MeasureData(fresh, *IndexDataset(fresh), 1);
+  const auto d = IndexDataset(fresh);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  auto shape = MeasureData(fresh, *d, data::ProbeFirstImage(*d, fresh.image_prep()), 1);
   ASSERT_TRUE(shape.ok());
   auto derived = DeriveRecipe(*shape, fresh);
   ASSERT_TRUE(derived.ok());

@@ -91,7 +91,7 @@ TEST(Orientation, FlippedImagesOfAnOrientedSetAreFarFromTheRest) {
     c.meta.dataset_dir = dir.file(data);
     auto d = IndexDataset(c);
     EXPECT_TRUE(d.ok());
-    auto shape = MeasureData(c, *d, 1);
+    auto shape = MeasureData(c, *d, data::ProbeFirstImage(*d, c.image_prep()), 1);
     EXPECT_TRUE(shape.ok());
     EXPECT_TRUE(MeasureFlips(c, *d, &*shape).ok());
     return *shape;
@@ -110,14 +110,14 @@ TEST(Orientation, FlippedImagesOfAnOrientedSetAreFarFromTheRest) {
   auto c = Config(dir.path(), "", "0");
   c.meta.dataset_dir = dir.file("few");
   auto d = IndexDataset(c);
-  auto shape = MeasureData(c, *d, 1);
+  auto shape = MeasureData(c, *d, data::ProbeFirstImage(*d, c.image_prep()), 1);
   ASSERT_TRUE(MeasureFlips(c, *d, &*shape).ok());
   EXPECT_EQ(shape->hflip_distance, 0.0);
   // A stop request ends the measure.
   c = Config(dir.path(), "", "0");
   c.meta.dataset_dir = dir.file("upright");
   d = IndexDataset(c);
-  shape = MeasureData(c, *d, 1);
+  shape = MeasureData(c, *d, data::ProbeFirstImage(*d, c.image_prep()), 1);
   EXPECT_EQ(MeasureFlips(c, *d, &*shape, [] { return true; }).code(), StatusCode::kAborted);
 }
 
@@ -292,15 +292,16 @@ TEST(Channels, EveryCombinationIsCheckedAgainstTheImagesBeforeAnythingQueues) {
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   ASSERT_FALSE(first->entries.empty());
   EXPECT_LE(first->entries.size(), 16u) << "the walk stops early: a large tree is not indexed whole";
-  auto s = CheckCombinations(c, *first, /*only_trained=*/false);
+  const data::FirstImage probe = data::ProbeFirstImage(*first, c.image_prep());
+  auto s = CheckCombinations(c, probe, /*only_trained=*/false);
   ASSERT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
   for (const char* part : {"cfg.yaml", "meta.selected_channel_combination_per_run[1] (\"5\") selects channel 5",
                            "the images have 4 channel(s)", ".tif", "channels 0 to 3"}) {
     EXPECT_NE(s.message().find(part), std::string::npos) << part << " in " << s.message();
   }
   // A run training the first one is not stopped by the other's mistake.
-  EXPECT_TRUE(CheckCombinations(c, *first, /*only_trained=*/true).ok());
-  EXPECT_TRUE(CheckCombinations(Config(dir.path(), "", "01\", \"3"), *first, false).ok());
+  EXPECT_TRUE(CheckCombinations(c, probe, /*only_trained=*/true).ok());
+  EXPECT_TRUE(CheckCombinations(Config(dir.path(), "", "01\", \"3"), probe, false).ok());
   // Data that is not here (a login node without the data's file system).
   RunConfig elsewhere = c;
   elsewhere.meta.dataset_dir = dir.file("nowhere");
@@ -322,7 +323,7 @@ TEST(PackedDataset, ItsStatisticsAreTheFoldersAndItsLabelDepthAndStagedCopyAreCh
   RunConfig packed = folders;
   packed.meta.dataset_dir = po.out;
   auto no_env = [](const char*) -> const char* { return nullptr; };
-  auto set = OpenPackedDataset(packed, no_env);
+  auto set = data::OpenPackedSet(DataSourceOf(packed, no_env));
   ASSERT_TRUE(set.ok() && *set) << set.status().ToString();
   auto pd = IndexDataset(packed);
   ASSERT_TRUE(pd.ok());
@@ -330,24 +331,24 @@ TEST(PackedDataset, ItsStatisticsAreTheFoldersAndItsLabelDepthAndStagedCopyAreCh
   // The statistics' fingerprint is of relative paths: the folders' file serves.
   EXPECT_EQ(DatasetFingerprint(*pd, packed.image_prep()), DatasetFingerprint(*d, folders.image_prep()));
   // A folder is not a packed set.
-  auto none = OpenPackedDataset(folders, no_env);
+  auto none = data::OpenPackedSet(DataSourceOf(folders, no_env));
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(*none);
   // Labels at another depth than it was packed with: refused, naming both.
   RunConfig deeper = packed;
   deeper.meta.folder_depth_for_labels = 1;
-  auto refused = OpenPackedDataset(deeper, no_env);
+  auto refused = data::OpenPackedSet(DataSourceOf(deeper, no_env));
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("folder_depth_for_labels 0, the config says 1"), std::string::npos)
       << refused.status().message();
   // SCDINO_STAGE_DIR: the verified copy there, else the shared one.
   const std::string stage = dir.path() + "/local";
   auto env = [&](const char* name) -> const char* { return std::string(name) == "SCDINO_STAGE_DIR" ? stage.c_str() : nullptr; };
-  auto shared = OpenPackedDataset(packed, env);
+  auto shared = data::OpenPackedSet(DataSourceOf(packed, env));
   ASSERT_TRUE(shared.ok());
   EXPECT_EQ((*shared)->dataset().root, po.out);
   ASSERT_TRUE(data::StagePackedSet(**set, stage).ok());
-  auto local = OpenPackedDataset(packed, env);
+  auto local = data::OpenPackedSet(DataSourceOf(packed, env));
   ASSERT_TRUE(local.ok());
   // Read from the node's copy under the shared set's paths; LoadImage too.
   EXPECT_EQ((*local)->files_dir(), stage + "/" + (*set)->content_fingerprint());
