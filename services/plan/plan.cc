@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "common/files.h"
 #include "plan/source.h"
 
 namespace scdino::run {

@@ -63,14 +63,10 @@ std::string DatasetFingerprint(const data::Dataset& d, const data::ImagePrep& pr
 }
 
 Status CheckChannels(const data::Dataset& d, const data::ImagePrep& prep) {
-  // The first few files: under on_bad_image: skip the first may be bad.
-  for (size_t i = 0; i < d.entries.size() && i < 16; ++i) {
-    auto img = data::LoadEntry(d, i, prep);
-    if (img.ok()) return Status::Ok();
-    // A selection the image cannot satisfy is the run's error, not the file's.
-    if (img.status().code() == StatusCode::kInvalidArgument) return img.status();
-  }
-  return Status::Ok();  // unreadable files are the loader's business (on_bad_image)
+  // A selection the image cannot satisfy is the run's error; unreadable
+  // files are the loader's business (on_bad_image).
+  const data::FirstImage first = data::ProbeFirstImage(d, prep);
+  return first.prepared.code() == StatusCode::kInvalidArgument ? first.prepared : Status::Ok();
 }
 
 Status CheckCombinations(const RunConfig& c, const data::FirstImage& first, bool only_trained) {
