@@ -1,6 +1,7 @@
 #include "data/crop_preview.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <opencv2/imgcodecs.hpp>
 #include <vector>
 
@@ -58,6 +59,28 @@ Status WriteCropPreview(const std::string& path, const torch::Tensor& image, con
   std::vector<uchar> png;
   if (!cv::imencode(".png", mat, png)) return Status::Internal("PNG encoding failed for " + path);
   return WriteFileAtomic(path, std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
+}
+
+Status WriteDataCropPreview(const std::string& path, const Dataset& dataset, const ImagePrep& prep,
+                            const MultiCropOptions& options, const SyntheticOptions* synthetic) {
+  torch::Tensor image;
+  if (synthetic) {
+    SyntheticOptions one = *synthetic;
+    one.per_class = 1;
+    image = MakeSyntheticSet(one).images[0];
+    if (!prep.channels.empty()) image = image.index_select(0, torch::tensor(prep.channels, torch::kInt64));
+  } else {
+    for (size_t i = 0; i < dataset.entries.size() && i < 8 && !image.defined(); ++i) {
+      auto loaded = LoadEntry(dataset, i, prep);
+      if (loaded.ok()) image = *loaded;
+    }
+  }
+  if (!image.defined()) return Status::NotFound("none of the first 8 images could be read");
+  const auto dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) {
+    if (auto s = MakeDirs(dir.string()); !s.ok()) return s;
+  }
+  return WriteCropPreview(path, image, options);
 }
 
 }  // namespace scdino::data

@@ -10,7 +10,9 @@
 #include <string>
 
 #include "common/status.h"
+#include "data/dataset.h"
 #include "data/multicrop.h"
+#include "data/synthetic.h"
 
 namespace scdino::data {
 
@@ -27,5 +29,12 @@ torch::Tensor CropPreview(const torch::Tensor& image, MultiCropOptions options, 
 /// below; 1 for wider pictures); errors name the path.
 Status WriteCropPreview(const std::string& path, const torch::Tensor& image, const MultiCropOptions& options,
                         int64_t index = 0);
+
+/// The picture of a run's data, WriteCropPreview'd at `path` (its folder
+/// made): the first of the first 8 entries of `dataset` that loads with
+/// `prep` or, with `synthetic`, the synthetic set's first cell (its
+/// `prep.channels`). NotFound when none of those images loads.
+Status WriteDataCropPreview(const std::string& path, const Dataset& dataset, const ImagePrep& prep,
+                            const MultiCropOptions& options, const SyntheticOptions* synthetic = nullptr);
 
 }  // namespace scdino::data

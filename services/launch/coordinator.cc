@@ -437,35 +437,36 @@ StatusOr<std::shared_ptr<Coordinator>> Coordinator::Connect(const LaunchInfo& la
   return c;
 }
 
-Status Coordinator::RankZeroFirst(const std::string& name, const std::function<Status()>& work) {
-  return RankZeroDecides(name, [&]() -> StatusOr<std::string> {
-           if (auto s = work(); !s.ok()) return s;
-           return std::string();
-         })
+StatusOr<std::string> Coordinator::RankZeroDecides(const std::string& name,
+                                                   const std::function<StatusOr<std::string>()>& decide) {
+  StatusOr<std::string> outcome = std::string();
+  if (rank_ == 0) {
+    try {
+      outcome = decide();
+    } catch (const std::exception& e) {
+      outcome = Status::Internal(e.what());
+    }
+  }
+  return ShareDecision(name, std::move(outcome));
+}
+
+Status Coordinator::ShareOutcome(const std::string& name, const Status& outcome) {
+  return ShareDecision(name, outcome.ok() ? StatusOr<std::string>(std::string()) : StatusOr<std::string>(outcome))
       .status();
 }
 
-StatusOr<std::string> Coordinator::RankZeroDecides(const std::string& name,
-                                                   const std::function<StatusOr<std::string>()>& decide) {
-  const auto run = [&]() -> StatusOr<std::string> {
-    try {
-      return decide();
-    } catch (const std::exception& e) {
-      return Status::Internal(e.what());
-    }
-  };
-  if (!store_) return run();
+StatusOr<std::string> Coordinator::ShareDecision(const std::string& name, StatusOr<std::string> outcome) {
+  if (!store_) return outcome;
   const std::string key = "rank0/" + name;
   if (rank_ == 0) {
-    auto d = run();
-    store_->set(key, Bytes(d.ok() ? "ok:" + *d : "error:" + d.status().ToString()));
-    return d;
+    store_->set(key, Bytes(outcome.ok() ? "ok:" + *outcome : "error:" + outcome.status().ToString()));
+    return outcome;
   }
   try {
     store_->wait({key}, timeout_);
-    const std::string outcome = Text(store_->get(key));
-    if (outcome.rfind("ok:", 0) == 0) return outcome.substr(3);
-    return Status::Aborted("rank 0 failed at '" + name + "' (" + outcome.substr(6) + "); rank " +
+    const std::string got = Text(store_->get(key));
+    if (got.rfind("ok:", 0) == 0) return got.substr(3);
+    return Status::Aborted("rank 0 failed at '" + name + "' (" + got.substr(6) + "); rank " +
                            std::to_string(rank_) + " stops too");
   } catch (const std::exception& e) {
     return Status::Unavailable("rank " + std::to_string(rank_) + " waited " + std::to_string(timeout_.count() / 1000) +

@@ -1,8 +1,8 @@
 // How the ranks of one job step meet, for every multi-rank service: a
 // key-value store served by rank 0 at the launch's rendezvous address (c10d's
-// TCPStore; one process needs none). Through it rank 0 does the work every
-// rank needs before the others use it (RankZeroFirst: classes.json, the
-// channel statistics), passes on its control requests to ranks that do not
+// TCPStore; one process needs none). Through it rank 0 shares what every
+// rank needs before the others go on (ShareOutcome, ShareDecision: the
+// plan, the channel statistics, classes.json), passes on its control requests to ranks that do not
 // step together (Publish / Latest: scdino-features), and the ranks of a
 // training step agree on what to do next (Agree, over the trainer's
 // all-reduce, so every rank stops, pauses or checkpoints at the same step).
@@ -63,7 +63,7 @@ StatusOr<ListeningSocket> ListenOn(const std::string& host, int64_t port, bool l
 
 class Coordinator {
  public:
-  /// A process alone: nothing to meet; RankZeroFirst just runs the work.
+  /// A process alone: nothing to meet; its own outcome is every rank's.
   static std::shared_ptr<Coordinator> Single();
   /// Rendezvous at launch.master_addr:master_port (rank 0 serves the store);
   /// Unavailable names the address and the timeout when it fails. World
@@ -97,16 +97,22 @@ class Coordinator {
   /// for a single process.
   const c10::intrusive_ptr<c10d::Store>& store() const { return raw_; }
 
-  /// Rank 0 runs `work`; every other rank waits (up to the timeout) for its
-  /// outcome and returns it: OK, or an error saying rank 0 failed and why.
-  /// Each `name` is used once per run of the step.
-  Status RankZeroFirst(const std::string& name, const std::function<Status()>& work);
   /// Rank 0 decides, every rank follows: rank 0 runs `decide` and every
   /// rank returns its outcome (the value, or rank 0's error), so that what
   /// one node reads from a shared or node-local file system (a file there
   /// or not, NFS's cached view) is never decided per rank. Each `name` is
   /// used once per run of the step.
   StatusOr<std::string> RankZeroDecides(const std::string& name, const std::function<StatusOr<std::string>()>& decide);
+  /// RankZeroDecides for a caller that has decided already: rank 0 passes
+  /// its outcome (the value or its error), publishes it and returns it;
+  /// every other rank ignores `outcome`, waits for rank 0's (up to the
+  /// timeout) and returns it. Each `name` is used once per run of the step.
+  StatusOr<std::string> ShareDecision(const std::string& name, StatusOr<std::string> outcome);
+  /// Rank 0 has done the work every rank needs and passes its `outcome`;
+  /// every other rank waits (up to the timeout) for it and returns it: OK,
+  /// or an error saying rank 0 failed and why (their own `outcome` is
+  /// ignored). Each `name` is used once per run of the step.
+  Status ShareOutcome(const std::string& name, const Status& outcome);
 
   /// Rank 0: its control requests, for ranks that do not step together.
   void Publish(const RunRequests& r);

@@ -91,13 +91,21 @@ StatusOr<RunPlan> ResolvePlan(const RunConfig& config, const data::Dataset& data
 StatusOr<RunPlan> SettlePlan(const RunConfig& config, const data::Dataset& dataset, Coordinator& coordinator,
                              bool resuming, const std::vector<RecipeValue>& resume,
                              const std::function<bool()>& should_stop) {
-  RunPlan mine;
-  auto decided = coordinator.RankZeroDecides("plan", [&]() -> StatusOr<std::string> {
-    auto plan = ResolvePlan(config, dataset, coordinator.world_size(), resuming, resume, should_stop);
-    if (!plan.ok()) return plan.status();
-    mine = std::move(plan).value();
-    return nlohmann::json{{"recipe", RecipeValuesJson(mine.recipe)}, {"resume", RecipeValuesJson(mine.resume)}}.dump();
-  });
+  // Rank 0 resolves first and then shares what it settled (or its error).
+  StatusOr<RunPlan> mine = RunPlan{};
+  StatusOr<std::string> settled = std::string();
+  if (coordinator.is_rank_zero()) {
+    try {
+      mine = ResolvePlan(config, dataset, coordinator.world_size(), resuming, resume, should_stop);
+    } catch (const std::exception& e) {
+      mine = Status::Internal(e.what());
+    }
+    settled = mine.ok() ? StatusOr<std::string>(nlohmann::json{{"recipe", RecipeValuesJson(mine->recipe)},
+                                                               {"resume", RecipeValuesJson(mine->resume)}}
+                                                    .dump())
+                        : StatusOr<std::string>(mine.status());
+  }
+  auto decided = coordinator.ShareDecision("plan", std::move(settled));
   if (!decided.ok()) return decided.status();
   if (coordinator.is_rank_zero()) return mine;
   RunPlan plan;

@@ -41,7 +41,8 @@ data::DataSource DataSourceOf(const RunConfig& c, const std::function<const char
 }
 
 StatusOr<data::Dataset> IndexDataset(const RunConfig& c, std::ostream* progress) {
-  auto d = data::OpenDataset(DataSourceOf(c), progress);
+  const data::DataSource source = DataSourceOf(c);
+  auto d = data::OpenDataset(source, progress);
   // One class (a flat folder of unlabelled images, or one class folder):
   // training needs no labels, an evaluation does, and says so up front.
   if (d.ok() && d->classes.size() == 1 && progress) {
@@ -239,37 +240,47 @@ class SharedStatsLock {
   int fd_ = -1;
 };
 
+// Rank 0's statistics: the file's when it fits this data and preprocessing
+// (and a recompute was not asked for), else computed and written.
+StatusOr<data::ChannelStats> LoadOrComputeHere(const RunConfig& c, const data::Dataset& d,
+                                               const data::ImagePrep& prep, const std::string& fingerprint,
+                                               bool shared, bool recompute, const std::function<bool()>& should_stop) {
+  const std::string path = c.stats_path();
+  SharedStatsLock lock;
+  if (shared) {
+    if (auto s = lock.Take(path, should_stop); !s.ok()) return s;
+  }
+  if (FileExists(path)) {
+    if (auto own = CheckOwnPath(path, "the channel statistics file"); !own.ok()) return own;
+  }
+  if (!recompute && FileExists(path)) {
+    auto s = data::ReadStats(path);
+    const std::string why = s.ok() ? Mismatch(*s, prep, fingerprint) : s.status().message();
+    if (why.empty()) return s;
+    if (!c.scdino.stats_file.empty()) {
+      return Status::FailedPrecondition(path + " (scdino.stats_file): not used: " + why +
+                                        "; delete it to recompute, or point scdino.stats_file elsewhere");
+    }
+    std::cerr << "scdino: recomputing the channel statistics: " << path << ": " << why << "\n";
+  }
+  return ComputeAndWrite(c, d, prep, fingerprint, should_stop);
+}
+
+// Rank 0 loads or computes, then the other ranks read its file.
 StatusOr<data::ChannelStats> LoadOrComputeFor(const RunConfig& c, const data::Dataset& d,
                                               const data::ImagePrep& prep, bool shared, bool recompute,
                                               Coordinator& coordinator, const std::function<bool()>& should_stop) {
   const std::string path = c.stats_path();
   const std::string fingerprint = DatasetFingerprint(d, prep);
-  StatusOr<data::ChannelStats> result = Status::Internal("statistics not computed");
-  Status ready = coordinator.RankZeroFirst("channel-statistics", [&]() -> Status {
-    SharedStatsLock lock;
-    if (shared) {
-      if (auto s = lock.Take(path, should_stop); !s.ok()) return s;
+  StatusOr<data::ChannelStats> result = data::ChannelStats{};
+  if (coordinator.is_rank_zero()) {
+    try {
+      result = LoadOrComputeHere(c, d, prep, fingerprint, shared, recompute, should_stop);
+    } catch (const std::exception& e) {
+      result = Status::Internal(e.what());
     }
-    if (FileExists(path)) {
-      if (auto own = CheckOwnPath(path, "the channel statistics file"); !own.ok()) return own;
-    }
-    if (!recompute && FileExists(path)) {
-      auto s = data::ReadStats(path);
-      const std::string why = s.ok() ? Mismatch(*s, prep, fingerprint) : s.status().message();
-      if (why.empty()) {
-        result = std::move(s);
-        return Status::Ok();
-      }
-      if (!c.scdino.stats_file.empty()) {
-        return Status::FailedPrecondition(path + " (scdino.stats_file): not used: " + why +
-                                          "; delete it to recompute, or point scdino.stats_file elsewhere");
-      }
-      std::cerr << "scdino: recomputing the channel statistics: " << path << ": " << why << "\n";
-    }
-    result = ComputeAndWrite(c, d, prep, fingerprint, should_stop);
-    return result.status();
-  });
-  if (!ready.ok()) return ready;
+  }
+  if (auto ready = coordinator.ShareOutcome("channel-statistics", result.status()); !ready.ok()) return ready;
   if (coordinator.is_rank_zero()) return result;
   if (auto own = CheckOwnPath(path, "the channel statistics file"); !own.ok()) return own;
   auto s = data::ReadStats(path);
@@ -399,11 +410,6 @@ StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, 
   if (!stats.ok()) return stats.status();
   crops.mean = stats->mean;
   crops.std = stats->std;
-  Status classes = coordinator.RankZeroFirst("classes", [&] {
-    if (auto s = MakeDirs(c.run_dir()); !s.ok()) return s;
-    return WriteFileAtomic(c.run_dir() + "/classes.json", nlohmann::json(dataset.classes).dump() + "\n");
-  });
-  if (!classes.ok()) return classes;
   data::LoaderOptions lo;
   const auto packed = dataset.packed;
   const std::string shuffle = c.scdino.shuffle == "auto" ? (packed ? "blocks" : "global") : c.scdino.shuffle;
@@ -414,6 +420,15 @@ StatusOr<std::unique_ptr<data::MultiCropSource>> MakeSource(const RunConfig& c, 
     }
     data::UseBlockShuffle(*packed, c.scdino.shuffle_buffer, &sampler);
   }
+  // The class names, by rank 0, before any rank trains on their indices.
+  Status classes = Status::Ok();
+  if (coordinator.is_rank_zero()) {
+    classes = MakeDirs(c.run_dir());
+    if (classes.ok()) {
+      classes = WriteFileAtomic(c.run_dir() + "/classes.json", nlohmann::json(dataset.classes).dump() + "\n");
+    }
+  }
+  if (auto s = coordinator.ShareOutcome("classes", classes); !s.ok()) return s;
   lo.prep = prep;
   lo.sampler = sampler;
   lo.crops = crops;

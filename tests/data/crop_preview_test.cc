@@ -4,6 +4,8 @@
 
 #include <opencv2/imgcodecs.hpp>
 
+#include "common/files.h"
+#include "data/image_io.h"
 #include "support/test_support.h"
 
 namespace scdino::data {
@@ -77,6 +79,40 @@ TEST(CropPreview, WritesAPngThatReadsBackAsThePicture) {
   const auto refused = WriteCropPreview(dir.file("no/such/dir/p.png"), image, SmallRecipe());
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.message().find(dir.file("no/such/dir/p.png")), std::string::npos) << refused.ToString();
+}
+
+// A run's picture: the first of the data set's first images that loads
+// (an unreadable file before it passed over), the synthetic set's first
+// cell in the run's channels, or NotFound and no file.
+TEST(CropPreview, ARunsPictureIsOfItsFirstImageThatLoads) {
+  scdino::testing::ScratchDir dir;
+  ASSERT_TRUE(WriteFileAtomic(dir.file("a.tif"), "not a TIFF").ok());
+  const auto hwc = torch::randint(0, 256, {20, 20, 2}, torch::kInt64).to(torch::kUInt8);
+  ASSERT_TRUE(WriteTiff(dir.file("b.tif"), hwc).ok());
+  Dataset d;
+  d.root = dir.path();
+  d.entries = {{dir.file("a.tif"), 0}, {dir.file("b.tif"), 0}};
+  ImagePrep prep;
+  const std::string path = dir.file("run/crops_preview.png");
+  ASSERT_TRUE(WriteDataCropPreview(path, d, prep, SmallRecipe()).ok());
+  auto b = LoadEntry(d, 1, prep);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_TRUE(WriteCropPreview(dir.file("want.png"), *b, SmallRecipe()).ok());
+  EXPECT_EQ(*ReadFile(path), *ReadFile(dir.file("want.png")));
+
+  SyntheticOptions synthetic;
+  synthetic.channels = 3;
+  synthetic.size = 20;
+  prep.channels = {2};
+  ASSERT_TRUE(WriteDataCropPreview(dir.file("synthetic.png"), Dataset{}, prep, SmallRecipe(), &synthetic).ok());
+  const cv::Mat one = cv::imread(dir.file("synthetic.png"), cv::IMREAD_UNCHANGED);
+  ASSERT_FALSE(one.empty());
+  EXPECT_EQ(one.rows, 4 * (4 + 1 * (24 + 4))) << "one channel, one row of tiles";
+
+  d.entries.resize(1);
+  const auto none = WriteDataCropPreview(dir.file("none.png"), d, ImagePrep{}, SmallRecipe());
+  EXPECT_EQ(none.code(), StatusCode::kNotFound) << none.ToString();
+  EXPECT_FALSE(FileExists(dir.file("none.png")));
 }
 
 }  // namespace

@@ -59,11 +59,12 @@ TEST(Coordinator, RankZeroWorksFirstAndTheOthersSeeItsOutcome) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
-      results[r] = ranks[r]->RankZeroFirst("stats", [&] {
+      Status mine = Status::Ok();
+      if (r == 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
         written = 1;
-        return Status::Ok();
-      });
+      }
+      results[r] = ranks[r]->ShareOutcome("stats", mine);
       if (written.load() == 0) ++seen_before_written;
     });
   }
@@ -72,8 +73,8 @@ TEST(Coordinator, RankZeroWorksFirstAndTheOthersSeeItsOutcome) {
   EXPECT_EQ(seen_before_written.load(), 0) << "a rank went on before rank 0 had written";
 
   std::vector<Status> failed(2);
-  std::thread zero([&] { failed[0] = ranks[0]->RankZeroFirst("classes", [] { return Status::IOError("disk full"); }); });
-  failed[1] = ranks[1]->RankZeroFirst("classes", [] { return Status::Internal("rank 1 must not work"); });
+  std::thread zero([&] { failed[0] = ranks[0]->ShareOutcome("classes", Status::IOError("disk full")); });
+  failed[1] = ranks[1]->ShareOutcome("classes", Status::Internal("rank 1's own outcome never counts"));
   zero.join();
   EXPECT_EQ(failed[0].code(), StatusCode::kIOError);
   ASSERT_EQ(failed[1].code(), StatusCode::kAborted);
@@ -107,9 +108,44 @@ TEST(Coordinator, RankZeroDecidesAndEveryRankFollows) {
   EXPECT_EQ(*got[1], "");
 }
 
+// A caller that has decided already (the plan) shares rank 0's value; what
+// another rank passes never counts.
+TEST(Coordinator, RankZeroSharesWhatItDecidedBeforeTheCall) {
+  auto ranks = Ranks(3);
+  std::vector<StatusOr<std::string>> got(3, Status::Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] { got[r] = ranks[r]->ShareDecision("plan", "from rank " + std::to_string(r)); });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(got[r].ok()) << got[r].status().ToString();
+    EXPECT_EQ(*got[r], "from rank 0") << "rank " << r;
+  }
+  // One process: its own outcome, as it is.
+  auto single = Coordinator::Single();
+  EXPECT_EQ(single->ShareOutcome("classes", Status::IOError("disk full")).code(), StatusCode::kIOError);
+  EXPECT_EQ(*single->ShareDecision("plan", std::string("mine")), "mine");
+}
+
+// A decision that throws on rank 0 is its error on every rank, not a rank
+// left waiting for the timeout.
+TEST(Coordinator, RankZerosThrowIsEveryRanksError) {
+  auto ranks = Ranks(2);
+  StatusOr<std::string> zero_got = Status::Internal("not run");
+  std::thread zero([&] {
+    zero_got = ranks[0]->RankZeroDecides("plan", []() -> StatusOr<std::string> { throw std::runtime_error("bad shape"); });
+  });
+  auto other = ranks[1]->RankZeroDecides("plan", []() -> StatusOr<std::string> { return std::string("mine"); });
+  zero.join();
+  EXPECT_EQ(zero_got.status().code(), StatusCode::kInternal);
+  ASSERT_EQ(other.status().code(), StatusCode::kAborted);
+  EXPECT_NE(other.status().message().find("bad shape"), std::string::npos) << other.status().message();
+}
+
 TEST(Coordinator, AnotherRankGivesUpWhenRankZeroNeverAnswers) {
   auto ranks = Ranks(2, std::chrono::milliseconds(300));
-  auto s = ranks[1]->RankZeroFirst("stats", [] { return Status::Ok(); });
+  auto s = ranks[1]->ShareOutcome("stats", Status::Ok());
   ASSERT_EQ(s.code(), StatusCode::kUnavailable);
   EXPECT_NE(s.message().find("for rank 0 to finish 'stats'"), std::string::npos) << s.message();
 }
@@ -224,8 +260,8 @@ TEST(Coordinator, RankZerosStoreListensOnTheAddressTheOtherRanksUse) {
     EXPECT_TRUE(Accepts("127.0.0.1", launch.master_port));
     const bool everywhere = spans_nodes || !compat::kStoreTakesListeningSocket;
     EXPECT_EQ(Accepts("127.0.0.2", launch.master_port), everywhere) << "LibTorch " << compat::TorchVersion();
-    std::thread zero([&] { EXPECT_TRUE(ranks[0]->RankZeroFirst("stats", [] { return Status::Ok(); }).ok()); });
-    EXPECT_TRUE(ranks[1]->RankZeroFirst("stats", [] { return Status::Ok(); }).ok());
+    std::thread zero([&] { EXPECT_TRUE(ranks[0]->ShareOutcome("stats", Status::Ok()).ok()); });
+    EXPECT_TRUE(ranks[1]->ShareOutcome("stats", Status::Ok()).ok());
     zero.join();
     ranks[1].reset();
     ranks[0].reset();
@@ -448,8 +484,8 @@ TEST(Coordinator, ASquatterOnTheFirstPortMovesTheRendezvousToTheNext) {
   EXPECT_TRUE(Accepts("127.0.0.1", ports[1])) << "rank 0 serves on the second port";
   EXPECT_EQ(m.ranks[0]->port(), ports[1]) << "the port the ranks say they met on";
   EXPECT_EQ(m.ranks[1]->port(), ports[1]);
-  std::thread zero([&] { EXPECT_TRUE(m.ranks[0]->RankZeroFirst("stats", [] { return Status::Ok(); }).ok()); });
-  EXPECT_TRUE(m.ranks[1]->RankZeroFirst("stats", [] { return Status::Ok(); }).ok());
+  std::thread zero([&] { EXPECT_TRUE(m.ranks[0]->ShareOutcome("stats", Status::Ok()).ok()); });
+  EXPECT_TRUE(m.ranks[1]->ShareOutcome("stats", Status::Ok()).ok());
   zero.join();
 }
 
@@ -545,8 +581,8 @@ TEST(Coordinator, TwoJobsOnTheSamePortsNeverJoinEachOthersStore) {
   auto m = MeetTwoRanks(TwoRankLaunch("slurm job 12100 step 0 restart 0 at 127.0.0.1:" + std::to_string(ports[0]), ports),
                         std::string(64, 'B'), std::chrono::seconds(30));
   ASSERT_TRUE(m.status[0].ok() && m.status[1].ok()) << m.status[0].ToString() << " | " << m.status[1].ToString();
-  std::thread zero([&] { EXPECT_TRUE(m.ranks[0]->RankZeroFirst("stats", [] { return Status::Ok(); }).ok()); });
-  EXPECT_TRUE(m.ranks[1]->RankZeroFirst("stats", [] { return Status::Ok(); }).ok());
+  std::thread zero([&] { EXPECT_TRUE(m.ranks[0]->ShareOutcome("stats", Status::Ok()).ok()); });
+  EXPECT_TRUE(m.ranks[1]->ShareOutcome("stats", Status::Ok()).ok());
   zero.join();
   a_zero.join();
 }
@@ -600,8 +636,8 @@ TEST(Coordinator, AForgedMarkAndAHalfSentMessageNeverEndTheRendezvous) {
   zero.join();
   ::close(half);
   ASSERT_TRUE(m.status[0].ok() && m.status[1].ok()) << m.status[0].ToString() << " | " << m.status[1].ToString();
-  std::thread z([&] { EXPECT_TRUE(m.ranks[0]->RankZeroFirst("stats", [] { return Status::Ok(); }).ok()); });
-  EXPECT_TRUE(m.ranks[1]->RankZeroFirst("stats", [] { return Status::Ok(); }).ok());
+  std::thread z([&] { EXPECT_TRUE(m.ranks[0]->ShareOutcome("stats", Status::Ok()).ok()); });
+  EXPECT_TRUE(m.ranks[1]->ShareOutcome("stats", Status::Ok()).ok());
   z.join();
 }
 
