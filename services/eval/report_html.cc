@@ -41,10 +41,21 @@ std::string Text(const json& j, const char* key) {
 
 namespace {
 
+constexpr uintmax_t kMaxResultsBytes = uintmax_t{64} << 20;
+
 Entry ReadEntry(const fs::path& dir) {
   Entry e;
   e.name = dir.filename().string();
   const std::string path = (dir / "knn_results.json").string();
+  // scdino-eval's results are kilobytes (a few MB with thousands of
+  // classes): a file far larger is not one, and is not read into memory.
+  std::error_code size_ec;
+  const auto bytes = fs::file_size(path, size_ec);
+  if (!size_ec && bytes > kMaxResultsBytes) {
+    e.error = path + ": " + std::to_string(bytes) + " bytes, more than the " + std::to_string(kMaxResultsBytes >> 20) +
+              " MiB of scdino-eval's results; not read";
+    return e;
+  }
   auto text = ReadFile(path);
   if (!text.ok()) {
     e.error = text.status().message();

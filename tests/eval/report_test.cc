@@ -51,6 +51,10 @@ TEST(RunReport, BaselineLatestCompleteFiguresAndHealth) {
   Results(eval + "/stopped<b>", "teacher", 3, 30, 0.8, false);  // stopped: no embeddings
   ASSERT_TRUE(MakeDirs(eval + "/damaged").ok());
   ASSERT_TRUE(WriteFileAtomic(eval + "/damaged/knn_results.json", "{\"knn\": ").ok());
+  // Far larger than any results file (sparse: no disk used): named, not read.
+  ASSERT_TRUE(MakeDirs(eval + "/huge").ok());
+  ASSERT_TRUE(WriteFileAtomic(eval + "/huge/knn_results.json", "{").ok());
+  std::filesystem::resize_file(eval + "/huge/knn_results.json", uintmax_t{1} << 30);
   ASSERT_TRUE(WriteFileAtomic(eval + "/checkpoint0002/umap.png", "png").ok());
   ASSERT_TRUE(MakeDirs(eval + "/checkpoint0002/attention").ok());
   ASSERT_TRUE(WriteFileAtomic(eval + "/checkpoint0002/attention/class_0_0.png", "png").ok());
@@ -72,6 +76,8 @@ TEST(RunReport, BaselineLatestCompleteFiguresAndHealth) {
   EXPECT_NE(at("<td>stopped&lt;b&gt;</td>"), std::string::npos) << "names are escaped";
   EXPECT_EQ(at("<td>stopped<b></td>"), std::string::npos);
   EXPECT_NE(at("damaged/knn_results.json: not the results of scdino-eval"), std::string::npos);
+  EXPECT_NE(at("huge/knn_results.json: 1073741824 bytes, more than the 64 MiB of scdino-eval&#39;s results; not read"),
+            std::string::npos);
   EXPECT_NE(at("<td>75.0%</td>"), std::string::npos);
   EXPECT_NE(at("<td>stopped</td>"), std::string::npos);
   // The figures of the latest complete checkpoint, only those that exist.
