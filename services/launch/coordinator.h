@@ -2,10 +2,11 @@
 // key-value store served by rank 0 at the launch's rendezvous address (c10d's
 // TCPStore; one process needs none). Through it rank 0 shares what every
 // rank needs before the others go on (ShareOutcome, ShareDecision: the
-// plan, the channel statistics, classes.json), passes on its control requests to ranks that do not
-// step together (Publish / Latest: scdino-features), and the ranks of a
-// training step agree on what to do next (Agree, over the trainer's
-// all-reduce, so every rank stops, pauses or checkpoints at the same step).
+// plan, the channel statistics, classes.json), passes on its control
+// requests to ranks that do not step together (Publish / Latest:
+// scdino-features), and the ranks of a training step agree on what to do
+// next (Agree, over the trainer's all-reduce, so every rank stops, pauses
+// or checkpoints at the same step).
 //
 // Thread-compatible: one thread of each rank uses its Coordinator.
 #pragma once

@@ -47,7 +47,9 @@ StatusOr<std::vector<run::RecipeValue>> ElasticResume(const run::RunConfig& conf
 /// SettlePlan: the recipe and rank 0's `resume`, ElasticResume's values;
 /// rank 0 writes its lines to `log` as soon as it is settled), then makes
 /// the source (the statistics first; `should_stop` ends them) and, on rank
-/// 0, the learning check, both from the plan's settings. `resuming`: a
+/// 0, the learning check and <run_dir>/crops_preview.png, all from the
+/// plan's settings (a preview that cannot be made is a line in `log`,
+/// never the run's end). `resuming`: a
 /// checkpoint will be resumed (a recipe derived for other data is then
 /// refused).
 StatusOr<TrainingData> PrepareTrainingData(const run::RunConfig& config, run::Coordinator& coordinator,
