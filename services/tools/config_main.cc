@@ -131,6 +131,40 @@ void PrintCheck(const scdino::run::RunConfig& c, const std::string& file) {
   std::cout << "\n";
 }
 
+// combinations: one line per channel combination (its run directory and
+// its channels' names).
+void PrintCombinations(const scdino::run::RunConfig& c) {
+  namespace fs = std::filesystem;
+  auto each = c;
+  const auto n = static_cast<int64_t>(c.meta.selected_channel_combination_per_run.size());
+  for (int64_t i = 0; i < n; ++i) {
+    each.scdino.channel_combination = i;
+    std::string names;
+    for (const auto& [ch, name] : each.named_channels(i)) names += (names.empty() ? "" : " ") + name;
+    std::cout << i << "\t" << fs::absolute(each.run_dir()).lexically_normal().string() << "\t" << names << "\n";
+  }
+}
+
+// check: every combination against the images' channels, before anything
+// queues; data not visible here (a login node without the data's file
+// system) is said, not judged. The refusal, already written, or OK.
+scdino::Status CheckAgainstTheImages(const scdino::run::RunConfig& c, const std::string& file) {
+  auto first = scdino::run::FirstImageOf(c);
+  const scdino::Status checked =
+      first.ok() ? scdino::run::CheckCombinations(c, scdino::data::ProbeFirstImage(*first, c.image_prep()),
+                                                  /*only_trained=*/false)
+                 : first.status();
+  if (checked.code() == scdino::StatusCode::kNotFound) {
+    std::cerr << "scdino-config: " << file << ": the combinations' channels not checked against the images: "
+              << checked.message() << "\n";
+    return scdino::Status::Ok();
+  }
+  if (!checked.ok()) {  // CheckCombinations' messages start with the file
+    std::cerr << "scdino-config: " << (first.ok() ? "" : file + ": ") << checked.message() << "\n";
+  }
+  return checked;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -179,15 +213,7 @@ int main(int argc, char** argv) {
     return scdino::process::ExitCodeFor(c.status());
   }
   if (app->got_subcommand("combinations")) {
-    namespace fs = std::filesystem;
-    auto each = *c;
-    const auto n = static_cast<int64_t>(c->meta.selected_channel_combination_per_run.size());
-    for (int64_t i = 0; i < n; ++i) {
-      each.scdino.channel_combination = i;
-      std::string names;
-      for (const auto& [ch, name] : each.named_channels(i)) names += (names.empty() ? "" : " ") + name;
-      std::cout << i << "\t" << fs::absolute(each.run_dir()).lexically_normal().string() << "\t" << names << "\n";
-    }
+    PrintCombinations(*c);
     return 0;
   }
   if (app->got_subcommand("paths")) {
@@ -197,21 +223,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  // Every combination against the images' channels, before anything
-  // queues; data not visible here (a login node without the data's file
-  // system) is said, not judged.
-  auto first = scdino::run::FirstImageOf(*c);
-  const scdino::Status checked =
-      first.ok() ? scdino::run::CheckCombinations(*c, scdino::data::ProbeFirstImage(*first, c->image_prep()),
-                                                  /*only_trained=*/false)
-                 : first.status();
-  if (checked.code() == scdino::StatusCode::kNotFound) {
-    std::cerr << "scdino-config: " << file << ": the combinations' channels not checked against the images: "
-              << checked.message() << "\n";
-  } else if (!checked.ok()) {  // CheckCombinations' messages start with the file
-    std::cerr << "scdino-config: " << (first.ok() ? "" : file + ": ") << checked.message() << "\n";
-    return scdino::process::ExitCodeFor(checked);
-  }
+  if (auto s = CheckAgainstTheImages(*c, file); !s.ok()) return scdino::process::ExitCodeFor(s);
   PrintCheck(*c, file);
   return 0;
 }

@@ -69,6 +69,39 @@ int Stage(const run::RunConfig& config, const std::string& config_path, const st
   return kExitCompleted;
 }
 
+// Packs the config's data set (this task's share of it) with `o`'s sizes
+// and seed; the task's rank and the stop and progress hooks are set here.
+int Pack(const run::RunConfig& config, const std::string& config_path, data::PackOptions o) {
+  if (config.scdino.data_source == "synthetic") {
+    return Fail(Status::InvalidArgument(config_path + ": scdino.data_source is synthetic: nothing to pack"));
+  }
+  if (data::IsPackedSet(config.meta.dataset_dir) && config.scdino.data_source == "folder") {
+    return Fail(Status::InvalidArgument(config.meta.dataset_dir + " (meta.dataset_dir) is already a packed set"));
+  }
+  auto dataset = run::IndexDataset(config);
+  if (!dataset.ok()) return Fail(dataset.status());
+  for (const auto& why : dataset->skipped) std::cerr << "scdino-pack: skipping " << why << "\n";
+  // The tasks of this srun step (in a batch script outside srun, one).
+  o.world_size = std::max<int64_t>(1, EnvInt("SLURM_STEP_NUM_TASKS", 1));
+  o.rank = o.world_size > 1 ? EnvInt("SLURM_PROCID", 0) : 0;
+  o.folder_depth_for_labels = config.scdino.data_source == "folder" ? config.meta.folder_depth_for_labels : 0;
+  o.should_stop = StopSignalReceived;
+  o.log = [&](const std::string& line) { std::cerr << "scdino-pack: [" << o.rank << "] " << line << "\n"; };
+  ProgressLog progress(&std::cerr, "scdino-pack: [" + std::to_string(o.rank) + "] packing", "images");
+  o.on_progress = [&](int64_t done, int64_t total) { progress.Report(done, total); };
+  auto r = data::PackDataset(*dataset, o);
+  if (!r.ok()) return Fail(r.status());
+  std::cerr << "scdino-pack: [" << o.rank << "] " << r->shards_written << " shard(s) written (" << r->images
+            << " images, " << (r->bytes >> 20) << " MiB), " << r->shards_reused << " already there";
+  if (r->finished) {
+    std::cerr << "; " << o.out << " is complete: point meta.dataset_dir at it\n";
+  } else {
+    std::cerr << "; " << r->shards_of_others << " shard(s) left to other tasks, the last to finish writes "
+              << o.out << "/pack.json\n";
+  }
+  return kExitCompleted;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,38 +131,11 @@ int main(int argc, char** argv) {
   if (!stage_to.empty()) return Stage(config, cl.config_path(), stage_to);
 
   if (out.empty()) return Fail(Status::InvalidArgument("--out DIR is required (or --stage DIR)"));
-  if (config.scdino.data_source == "synthetic") {
-    return Fail(Status::InvalidArgument(cl.config_path() + ": scdino.data_source is synthetic: nothing to pack"));
-  }
-  if (data::IsPackedSet(config.meta.dataset_dir) && config.scdino.data_source == "folder") {
-    return Fail(Status::InvalidArgument(config.meta.dataset_dir + " (meta.dataset_dir) is already a packed set"));
-  }
-  auto dataset = run::IndexDataset(config);
-  if (!dataset.ok()) return Fail(dataset.status());
-  for (const auto& why : dataset->skipped) std::cerr << "scdino-pack: skipping " << why << "\n";
   data::PackOptions o;
   o.out = out;
   o.shard_mb = shard_mb;
   o.shard_images = shard_images;
   o.block_samples = block;
   o.seed = static_cast<uint64_t>(seed);
-  // The tasks of this srun step (in a batch script outside srun, one).
-  o.world_size = std::max<int64_t>(1, EnvInt("SLURM_STEP_NUM_TASKS", 1));
-  o.rank = o.world_size > 1 ? EnvInt("SLURM_PROCID", 0) : 0;
-  o.folder_depth_for_labels = config.scdino.data_source == "folder" ? config.meta.folder_depth_for_labels : 0;
-  o.should_stop = StopSignalReceived;
-  o.log = [&](const std::string& line) { std::cerr << "scdino-pack: [" << o.rank << "] " << line << "\n"; };
-  ProgressLog progress(&std::cerr, "scdino-pack: [" + std::to_string(o.rank) + "] packing", "images");
-  o.on_progress = [&](int64_t done, int64_t total) { progress.Report(done, total); };
-  auto r = data::PackDataset(*dataset, o);
-  if (!r.ok()) return Fail(r.status());
-  std::cerr << "scdino-pack: [" << o.rank << "] " << r->shards_written << " shard(s) written (" << r->images
-            << " images, " << (r->bytes >> 20) << " MiB), " << r->shards_reused << " already there";
-  if (r->finished) {
-    std::cerr << "; " << out << " is complete: point meta.dataset_dir at it\n";
-  } else {
-    std::cerr << "; " << r->shards_of_others << " shard(s) left to other tasks, the last to finish writes "
-              << out << "/pack.json\n";
-  }
-  return kExitCompleted;
+  return Pack(config, cl.config_path(), o);
 }
