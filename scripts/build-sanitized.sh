@@ -12,10 +12,11 @@
 #                   preflight, metrics: numeric kernels over tensors, whose
 #                   tests take minutes under ASan and whose memory LibTorch
 #                   owns
-#   BUILD_DIR-tsan  ThreadSanitizer: the suites whose code starts threads of
-#                   its own (the loader, the control server, the checkpoint
-#                   follower, the metrics exporter, the parallel loop and the
-#                   shutdown)
+#   BUILD_DIR-tsan  ThreadSanitizer: one suite, scdino_thread_tests, of the
+#                   tests whose code starts threads of its own (the loader,
+#                   the control server, the checkpoint follower, the metrics
+#                   exporter, the stop signals and the shutdown;
+#                   tests/sanitizers/CMakeLists.txt)
 #
 #   bash scripts/build-sanitized.sh              # both
 #   bash scripts/build-sanitized.sh address      # one of address, thread
@@ -37,8 +38,7 @@ for kind in "${kinds[@]}"; do
                scdino_control_tests scdino_trainer_tests scdino_follower_tests scdino-trainer scdino-fuzz-replay) ;;
     thread)
       dir="$build_dir-tsan" sanitize=thread
-      targets=(scdino_common_tests scdino_data_tests scdino_process_tests scdino_follower_tests
-               scdino_control_tests scdino_metrics_tests) ;;
+      targets=(scdino_thread_tests) ;;
     *) echo "scdino: build-sanitized.sh: unknown kind '$kind' (expected address or thread)" >&2; exit 2 ;;
   esac
   if [ ! -f "$dir/build.ninja" ]; then
