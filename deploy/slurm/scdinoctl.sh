@@ -9,34 +9,65 @@
 # the job is queued, follows it through its requeues and says how it ended,
 # as a host build's does.
 #
-#   deploy/slurm/scdinoctl.sh --image IMAGE.sqsh [--mount DIR]... SCDINOCTL_ARGS...
+#   deploy/slurm/scdinoctl.sh --image IMAGE [--mount DIR]... SCDINOCTL_ARGS...
 #
 # e.g. deploy/slurm/scdinoctl.sh --image /shared/images/scdino-cuda.sqsh
 #        --mount /shared/scdino watch --job 1234_0 --run-dir /shared/scdino/runs/cluster
-# Each --mount DIR is mounted at the same path (the run directory).
+# Each --mount DIR is mounted at the same path (the run directory). Where
+# scdinoctl runs:
+#   - an Enroot image file (.sqsh) on a node with enroot: here, through
+#     `enroot start`; the relay's folder is under $TMPDIR (else /tmp);
+#   - an OCI bundle folder (Slurm's srun --container; the bundle's own
+#     mounts apply) or an image reference (Pyxis's srun --container-image):
+#     in a one-task job step with no GPU (srun's input variables, such as
+#     SLURM_PARTITION, say where). The relay's folder is then made in the
+#     first --mount DIR, which must be on storage the compute nodes share
+#     (the run directory is), so the step asks this node's squeue.
 # The exit code is scdinoctl's (docs/control.md); 2 where this node lacks
-# enroot or squeue, or the image is not a file, said.
+# enroot, srun or squeue, the image is neither a file, a bundle nor a
+# reference, or a step has no --mount to hold the relay, said.
 set -euo pipefail
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 refuse() { echo "scdinoctl.sh: $*" >&2; exit 2; }
 
-image="" mounts=()
+image="" dirs=()
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage; exit 0 ;;
-    --image) [ $# -ge 2 ] || refuse "--image needs an Enroot image file (.sqsh)"; image=$2; shift 2 ;;
-    --mount) [ $# -ge 2 ] || refuse "--mount needs a folder"; mounts+=(--mount "$2:$2"); shift 2 ;;
+    --image) [ $# -ge 2 ] || refuse "--image needs an Enroot image file (.sqsh), an OCI bundle or an image reference"
+             image=$2; shift 2 ;;
+    --mount) [ $# -ge 2 ] || refuse "--mount needs a folder"; dirs+=("$2"); shift 2 ;;
     *) break ;;
   esac
 done
-[ -n "$image" ] || refuse "--image IMAGE.sqsh is needed (--help)"
-[ -f "$image" ] || refuse "--image $image: no such file (an Enroot image: scripts/build-image.sh --cuda --enroot)"
+[ -n "$image" ] || refuse "--image IMAGE is needed (--help)"
 [ $# -gt 0 ] || refuse "no scdinoctl command given (e.g. watch --job JOBID --run-dir DIR)"
-command -v enroot >/dev/null || refuse "enroot is not on this node's PATH: run scdinoctl from a host build, or as a job step (docs/control.md#from-the-login-node)"
+# Pyxis reads an image that starts with / or . as a file, anything else as
+# a registry reference (deploy/slurm/lib.sh does the same).
+if [ -d "$image" ]; then
+  [ -f "$image/config.json" ] && [ -d "$image/rootfs" ] ||
+    refuse "--image $image is a folder but not an OCI bundle (config.json and rootfs/; scripts/build-image.sh --oci-bundle)"
+  where=bundle
+else
+  case $image in
+    /*|.*|*.sqsh)
+      [ -f "$image" ] || refuse "--image $image: no such file (an Enroot image: scripts/build-image.sh --cuda --enroot)"
+      command -v enroot >/dev/null ||
+        refuse "enroot is not on this node's PATH: run scdinoctl from a host build, or this script as a job step (docs/control.md#from-the-login-node)"
+      where=here ;;
+    *) where=reference ;;
+  esac
+fi
 squeue=$(command -v squeue) || refuse "squeue is not on this node's PATH: run this where Slurm's client is"
-
-relay=$(mktemp -d "${TMPDIR:-/tmp}/scdino-squeue.XXXXXX")
+if [ "$where" = here ]; then
+  relay=$(mktemp -d "${TMPDIR:-/tmp}/scdino-squeue.XXXXXX")
+else
+  command -v srun >/dev/null || refuse "srun is not on this node's PATH: the image $image runs as a job step"
+  [ ${#dirs[@]} -gt 0 ] && [ -d "${dirs[0]}" ] ||
+    refuse "--image $image runs as a job step: give --mount DIR, a folder the compute nodes share (the run directory), for its squeue relay"
+  relay=$(mktemp -d "$(cd "${dirs[0]}" && pwd)/.scdino-squeue.XXXXXX")
+fi
 answering=""
 finish() {
   [ -z "$answering" ] || kill "$answering" 2>/dev/null || true
@@ -48,7 +79,9 @@ trap 'exit 143' TERM
 
 # In the container: a question is a file of arguments (NAME.req), its answer
 # the exit code then the output (NAME.ans), each written under a temporary
-# name and renamed, so neither side reads half a file.
+# name and renamed, so neither side reads half a file. It waits up to 300 s:
+# on NFS, a new file can take a directory cache's time (up to a minute) to
+# be seen from the other node.
 cat > "$relay/squeue" <<'SH'
 #!/bin/sh
 # squeue for the image's scdinoctl, answered by the login node's own
@@ -59,7 +92,7 @@ printf '%s\n' "$@" > "$ask.tmp" && mv "$ask.tmp" "$ask.req"
 tries=0
 while [ ! -e "$ask.ans" ]; do
   tries=$((tries + 1))
-  [ "$tries" -le 600 ] || { echo "squeue: the login node's relay did not answer in 60 s" >&2; exit 1; }
+  [ "$tries" -le 3000 ] || { echo "squeue: the login node's relay did not answer in 300 s" >&2; exit 1; }
   sleep 0.1
 done
 { read -r code; cat; } < "$ask.ans"
@@ -86,6 +119,24 @@ answer() {
 answer &
 answering=$!
 
-enroot start --env NVIDIA_VISIBLE_DEVICES=void --env SCDINO_SQUEUE="$relay/squeue" --mount "$relay:$relay" \
-  "${mounts[@]}" "$image" scdinoctl "$@" && rc=0 || rc=$?
+# NVIDIA_VISIBLE_DEVICES=void keeps Enroot's NVIDIA hook off a node
+# without GPUs (the GPU image asks for every GPU).
+step=(srun --ntasks=1 --cpus-per-task=1 --job-name=scdino-watch)
+case $where in
+  here)
+    mounts=(--mount "$relay:$relay")
+    for d in "${dirs[@]}"; do mounts+=(--mount "$d:$d"); done
+    enroot start --env NVIDIA_VISIBLE_DEVICES=void --env SCDINO_SQUEUE="$relay/squeue" "${mounts[@]}" \
+      "$image" scdinoctl "$@" && rc=0 || rc=$? ;;
+  bundle)
+    # Slurm's own containers take the bundle's environment: set in the command.
+    "${step[@]}" --container="$image" env NVIDIA_VISIBLE_DEVICES=void SCDINO_SQUEUE="$relay/squeue" \
+      scdinoctl "$@" && rc=0 || rc=$? ;;
+  reference)
+    binds=""
+    for d in "${dirs[@]}"; do binds+="${binds:+,}$d:$d"; done
+    NVIDIA_VISIBLE_DEVICES=void SCDINO_SQUEUE="$relay/squeue" "${step[@]}" \
+      --container-env=NVIDIA_VISIBLE_DEVICES,SCDINO_SQUEUE --container-image="$image" --container-mounts="$binds" \
+      --no-container-mount-home scdinoctl "$@" && rc=0 || rc=$? ;;
+esac
 exit "$rc"

@@ -194,12 +194,11 @@ pick=()
 # through scdinoctl.sh, which answers its squeue with the node's own: here
 # when this node has enroot, else as a one-task step on a compute node
 # (Pyxis nodes have enroot and Slurm's client). An OCI bundle or an image
-# reference runs the image's scdinoctl in a step with no Slurm client: it
-# waits an hour for the start.
+# reference runs the image's scdinoctl in a step, its squeue answered by
+# this node's through a folder in the run directory (scdinoctl.sh).
 first_task=$([ "$n" -gt 1 ] && echo "${train_job}_0" || echo "$train_job")
 follow=(watch --job "$first_task" --run-dir "$top" "${pick[@]}")
 step=(srun --ntasks=1 --cpus-per-task=1 --job-name=scdino-watch)
-waits=(scdinoctl watch --wait 3600 --run-dir "$top" "${pick[@]}")
 if [ -x "$build/services/ctl/scdinoctl" ]; then
   watch_cmd=("$build/services/ctl/scdinoctl" "${follow[@]}")
 elif command -v scdinoctl >/dev/null; then
@@ -208,11 +207,8 @@ elif [ -f "$image" ] && command -v enroot >/dev/null; then
   watch_cmd=("$here/scdinoctl.sh" --image "$image" --mount "$top" "${follow[@]}")
 elif [ -f "$image" ]; then
   watch_cmd=("${step[@]}" "$here/scdinoctl.sh" --image "$image" --mount "$top" "${follow[@]}")
-elif [ -d "$image" ]; then
-  watch_cmd=("${step[@]}" --container="$image" "${waits[@]}")
 elif [ -n "$image" ]; then
-  watch_cmd=(env NVIDIA_VISIBLE_DEVICES=void "${step[@]}" --container-env=NVIDIA_VISIBLE_DEVICES --container-image="$image"
-             --container-mounts="$top:$top" "${waits[@]}")
+  watch_cmd=("$here/scdinoctl.sh" --image "$image" --mount "$top" "${follow[@]}")
 else
   say "watch: no scdinoctl here (none in $build/services/ctl (SCDINO_BUILD) or on PATH, and no --image): build it (scripts/setup.sh), then scdinoctl ${follow[*]}"
   [ "$watch" = 0 ] || { echo "scdino-submit: --watch: nothing to watch with (above); the jobs run" >&2; exit 1; }

@@ -260,9 +260,54 @@ train_scDINO:
 scdino: {threads: 1}
 YAML
   cd "$work"
-  job=$(sbatch --parsable --ntasks=1 --cpus-per-task=1 --output="$work/train-%j.out" \
+  # Held at first: the image's watch from this node (deploy/slurm/scdinoctl.sh
+  # with the bundle: a job step whose squeue this node answers through a
+  # folder in the run's parent) waits while it is queued, then follows it.
+  job=$(sbatch --parsable --hold --ntasks=1 --cpus-per-task=1 --output="$work/train-%j.out" \
     --export=ALL,SCDINO_CONTAINER="$bundle" "$src/deploy/slurm/train.sbatch" "$work/run.yaml") || fail "sbatch failed"
+  timeout 400 bash "$src/deploy/slurm/scdinoctl.sh" --image "$bundle" --mount "$work" \
+    watch --job "$job" --run-dir "$work/oci" > "$work/watch.out" 2>&1 &
+  watch_pid=$!
+  for _ in $(seq 1 60); do grep -q "waiting while Slurm job $job is queued" "$work/watch.out" && break; sleep 1; done
+  grep -q "waiting while Slurm job $job is queued" "$work/watch.out" && ls -d "$work"/.scdino-squeue.* >/dev/null ||
+    { cat "$work/watch.out"; fail "the bundle's watch did not wait for the held job $job through a relay in $work"; }
+  scontrol release "$job" || fail "scontrol release $job failed"
   for _ in $(seq 1 300); do squeue -h -j "$job" 2>/dev/null | grep -q . || break; sleep 1; done
+  wait "$watch_pid" && rc=0 || rc=$?
+  [ "$rc" = 0 ] && grep -q COMPLETED "$work/watch.out" || { cat "$work/watch.out"; fail "the bundle's watch exited $rc"; }
+  ! ls -d "$work"/.scdino-squeue.* 2>/dev/null || fail "the watch left its relay folder in $work"
+  echo "ok: the image's watch from this node, a job step in the OCI bundle, waited for the held job and followed it to COMPLETED"
+  # With an image reference the step is Pyxis's (not on this machine: an
+  # srun on PATH records its flags and environment, then runs the host's
+  # scdinoctl as the container would, with no squeue on its PATH): no GPU
+  # asked, the run's folder mounted, the relay's squeue passed in; a
+  # cancelled job ends the watch.
+  mkdir -p "$work/ref-srun"
+  cat > "$work/ref-srun/srun" <<SH
+#!/bin/bash
+echo "NVIDIA_VISIBLE_DEVICES=\$NVIDIA_VISIBLE_DEVICES \$*" > "$work/ref-srun/call"
+while [[ \$1 == -* ]]; do shift; done
+shift
+PATH="$(path_without squeue)" exec "$build/services/ctl/scdinoctl" "\$@"
+SH
+  chmod +x "$work/ref-srun/srun"
+  held=$(sbatch --parsable --hold --job-name=held --output=/dev/null --wrap true) || fail "sbatch --hold failed"
+  PATH="$work/ref-srun:$PATH" timeout 120 bash "$src/deploy/slurm/scdinoctl.sh" --image nvcr.io#scdino/cuda:1 \
+    --mount "$work" watch --job "$held" --run-dir "$work/held" > "$work/ref-watch.out" 2>&1 &
+  watch_pid=$!
+  for _ in $(seq 1 60); do grep -q "waiting while Slurm job $held is queued" "$work/ref-watch.out" && break; sleep 1; done
+  scancel "$held"
+  wait "$watch_pid" && rc=0 || rc=$?
+  call=$(cat "$work/ref-srun/call" 2>/dev/null)
+  [ "$rc" = 1 ] && grep -q "waiting while Slurm job $held is queued" "$work/ref-watch.out" &&
+    grep -q "job $held left the queue" "$work/ref-watch.out" ||
+    { cat "$work/ref-watch.out"; fail "the watch of an image reference exited $rc"; }
+  for want in "NVIDIA_VISIBLE_DEVICES=void " " --container-image=nvcr.io#scdino/cuda:1 " " --container-mounts=$work:$work " \
+              " --container-env=NVIDIA_VISIBLE_DEVICES,SCDINO_SQUEUE " " --ntasks=1 "; do
+    grep -qF -- "$want" <<<"$call" || fail "the reference's watch step lacks '$want': $call"
+  done
+  ! grep -q -- "--gpus\|--gres" <<<"$call" || fail "the watch step asks for a GPU: $call"
+  echo "ok: with an image reference, the watch is a Pyxis step with no GPU whose squeue this node answers; a cancelled job ends it (exit 1)"
   out=$(cat "$work"/train-*.out)
   [ -f "$work/oci/checkpoint.safetensors" ] || { echo "$out"; tail -20 /var/log/slurm/slurmd.log; fail "no checkpoint from the job in the OCI bundle"; }
   $py - "$work/oci/checkpoint.safetensors" <<'PY' || { echo "$out"; fail "the containerised job did not train its epoch"; }
