@@ -129,7 +129,8 @@ case $where in
     enroot start --env NVIDIA_VISIBLE_DEVICES=void --env SCDINO_SQUEUE="$relay/squeue" "${mounts[@]}" \
       "$image" scdinoctl "$@" && rc=0 || rc=$? ;;
   bundle)
-    # Slurm's own containers take the bundle's environment: set in the command.
+    # Set in the command, so that they win over the bundle's own variables
+    # (the GPU image's NVIDIA_VISIBLE_DEVICES=all).
     "${step[@]}" --container="$image" env NVIDIA_VISIBLE_DEVICES=void SCDINO_SQUEUE="$relay/squeue" \
       scdinoctl "$@" && rc=0 || rc=$? ;;
   reference)
