@@ -17,10 +17,16 @@
 #      compile; the host build runs at full priority;
 #   2. Slurm and the test cluster start, the sanitizer trees start building
 #      (nice 19), and the Slurm, cluster and monitoring tests run, alone;
+#      then, once the sanitizer trees are built, the AddressSanitizer
+#      trainer's stops on Slurm (alone too: the GPU image's build takes the
+#      core it leaves);
 #   3. the other tests, two at a time (the pipeline test alone), while the
 #      builds beneath go on;
-#   4. once every build is done: the sanitizer suites, and the podman tests
-#      one at a time (the CPU image's, the GPU image's and the pack's).
+#   4. the sanitizer suites and the CPU image's podman tests, while the GPU
+#      image's build and the pack's still go on beneath, taking what those
+#      tests leave idle (a podman build installs one package at a time);
+#   5. once those builds are done: the GPU image's test and the pack's, side
+#      by side.
 # SCDINO_SKIP_GPU_IMAGE=1 leaves the image, the pack and their tests out (a
 # quick local run; CI runs everything).
 set -euo pipefail
@@ -82,11 +88,12 @@ phases+=("Slurm and the test cluster started $(( $(date +%s) - phase_start ))")
 nice -n 19 bash scripts/build-sanitized.sh > "$build_dir/sanitizers-build.log" 2>&1 &
 sanitizers_pid=$!
 
-# One intra-op thread per test process: CTest runs tests in parallel
-# (counted first: nproc reports OMP_NUM_THREADS once it is set). A test that
+# One intra-op thread per test process: CTest runs tests in parallel, one
+# per core (nproc reports OMP_NUM_THREADS where it is set, so the cores are
+# counted without it, here and in the test scripts that run suites). A test that
 # fails is run once more and must then pass: a failure that repeats fails
 # the run, one that does not is still shown in the log.
-jobs=$(nproc)
+jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 failed=()
 n=0
@@ -118,24 +125,25 @@ timing_table() {
 trap 'status=$?; timing_table || true; exit $status' EXIT
 run_tests "bounded in seconds (Slurm, the test cluster, live monitoring)" \
   -L 'slurm|cluster|monitoring' -LE 'sanitizers|container'
-run_tests "the others but the sanitizer and container suites" \
-  -LE 'cluster|monitoring|sanitizers|container' -E '^slurm\.'
 # The builds beneath: a failed one is reported by its tests, which say why.
 phase_start=$(date +%s)
 wait "$sanitizers_pid" && echo "scdino: sanitizer trees built ($build_dir/sanitizers-build.log)" ||
   { echo "scdino: building the sanitizer trees failed:"; tail -30 "$build_dir/sanitizers-build.log"; }
+phases+=("waiting for the sanitizer trees $(( $(date +%s) - phase_start ))")
+stop_asan='^sanitizers\.AddressStopAndRequeueOnSlurm$'
+run_tests "the AddressSanitizer trainer's stops on Slurm" -R "$stop_asan"
+run_tests "the others but the sanitizer and container suites" \
+  -LE 'cluster|monitoring|sanitizers|container' -E '^slurm\.'
+run_tests "the sanitizer suites and the CPU image" -L 'sanitizers|container' -LE gpu-image -E "$stop_asan"
 if [ -n "$image_pid" ]; then
+  phase_start=$(date +%s)
   wait "$image_pid" && echo "scdino: GPU image built: $(grep '^scdino: built' "$image_log")" ||
     { echo "scdino: the GPU image's build failed ($image_log); its test repeats it:"; tail -15 "$image_log"; }
   wait "$pack_pid" && echo "scdino: the dependency pack's build done ($build_dir/gpu-pack-build.log)" ||
     { echo "scdino: the dependency pack's build failed ($build_dir/gpu-pack-build.log); its test repeats it:"
       tail -15 "$build_dir/gpu-pack-build.log"; }
-fi
-phases+=("waiting for the builds beneath $(( $(date +%s) - phase_start ))")
-if [ -n "$image_pid" ]; then
-  run_tests "the sanitizer suites and the container images" -L 'sanitizers|container'
-else
-  run_tests "the sanitizer suites and the CPU image" -L 'sanitizers|container' -LE gpu-image
+  phases+=("waiting for the GPU image and the pack $(( $(date +%s) - phase_start ))")
+  run_tests "the GPU image and the dependency pack" -L gpu-image
 fi
 if [ ${#failed[@]} -gt 0 ]; then
   printf 'scdino: tests failed in: %s\n' "${failed[@]}"

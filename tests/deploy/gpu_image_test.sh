@@ -52,7 +52,7 @@ held=$(run_in "$image" sh -c 'ls /usr/local/bin; find / -xdev -name "libcuda.so*
   readlink -f /usr/lib/x86_64-linux-gnu/libcudnn.so.9;
   dpkg-query -W -f="\${Package} \${Version} \${db:Status-Abbrev}\n" nvidia-cudnn libtorch-cuda-2.6 libnccl2 libibverbs1 ibverbs-providers librdmacm1t64;
   cat /usr/local/share/scdino/cuda-architectures.txt; for p in gcc g++ cc nvcc cmake; do command -v $p; done;
-  find /usr/local /opt -xdev \( -name "*.cc" -o -name CMakeCache.txt -o -name "scdino_*_tests" -o -name "scdino-bench-*" \) \
+  find /usr/local /opt -xdev \( -name "*.cc" -o -name CMakeCache.txt -o -name "scdino_*_tests" -o -name "scdino-bench-*" -o -name "*.deb" \) \
     -not -path "/proc/*" 2>/dev/null | sed "s/^/built: /" | head -5' 2>&1)
 echo "$held"
 for b in scdino-trainer scdino-features scdino-eval scdino-preflight scdinoctl scdino-synth scdino-stats scdino-pack scdino-config scdino-export; do
@@ -60,11 +60,13 @@ for b in scdino-trainer scdino-features scdino-eval scdino-preflight scdinoctl s
   v=$(run_in "$image" "$b" --version 2>&1) || fail "$b --version failed in the image: $v"
 done
 ! grep -q "libcuda.so" <<<"$held" || fail "the image holds an NVIDIA driver library (it must come from the host)"
-grep -q "^nvidia-cudnn 9.0.0.312~cuda12+scdino.stub ii" <<<"$held" || fail "the image's cuDNN is not the stand-in"
+# The local packages are held (containers/Dockerfile.cuda's cuda-libs): an
+# install that would replace the stand-in with Debian's downloader fails.
+grep -q "^nvidia-cudnn 9.0.0.312~cuda12+scdino.stub hi" <<<"$held" || fail "the image's cuDNN is not the stand-in, held"
 grep -q "^libtorch-cuda-2.6 2.6" <<<"$held" && grep -q "^libnccl2 2.22" <<<"$held" || fail "not LibTorch 2.6 CUDA with NCCL 2.22"
 grep -q "sm_90" <<<"$held" || fail "no sm_90 (H100) code in libtorch_cuda.so"
 ! grep -qE "^/usr/bin/(gcc|g\+\+|cc|nvcc|cmake)$" <<<"$held" || fail "the runtime image holds a compiler or CMake"
-! grep -q "^built: " <<<"$held" || fail "the runtime image holds sources, a build tree, test or benchmark programs: $(grep "^built: " <<<"$held")"
+! grep -q "^built: " <<<"$held" || fail "the runtime image holds sources, a build tree, test or benchmark programs, packages' files: $(grep "^built: " <<<"$held")"
 for p in libibverbs1 ibverbs-providers librdmacm1t64; do
   grep -qE "^$p [^ ]+ ii" <<<"$held" || fail "the image lacks $p (NCCL's InfiniBand transport would fall back to sockets)"
 done
@@ -88,7 +90,8 @@ echo "ok: image holds the services (LibTorch 2.6 CUDA, NCCL 2.22, cuDNN stand-in
 shared=${SCDINO_SHARED_DIR:-$src/../shared}
 "$engine" run --rm "${scdino_engine_flags[@]}" --network host -v "$(cd "$shared" && pwd):/opt/scdino/shared:ro" \
   -e SCDINO_SHARED_DIR=/opt/scdino/shared -e OMP_NUM_THREADS=1 -e OPENBLAS_NUM_THREADS=1 "$stage" \
-  ctest --test-dir /opt/scdino/build -L unit -E "_NOT_BUILT$" --output-on-failure --parallel "$(nproc)" --timeout 600 \
+  ctest --test-dir /opt/scdino/build -L unit -E "_NOT_BUILT$" --output-on-failure \
+  --parallel "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" --timeout 600 \
   >"$work/unit.out" 2>&1
 rc=$?
 grep -E "tests passed|tests failed|Total Test time" "$work/unit.out"

@@ -31,9 +31,13 @@ esac
 [ -f "$tree/CTestTestfile.cmake" ] ||
   { echo "FAIL: no sanitizer tree $tree (bash scripts/build-sanitized.sh $kind builds it)"; exit 1; }
 log="$tree/sanitizer-tests.log"
+# A test process per core, one thread each (nproc alone would say 1 under
+# scripts/test.sh, which sets OMP_NUM_THREADS=1: the suites ran one test at
+# a time).
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 set +e
-ctest --test-dir "$tree" "${select[@]}" --output-on-failure --parallel "$(nproc)" --timeout 900 > "$log" 2>&1
+ctest --test-dir "$tree" "${select[@]}" --output-on-failure --parallel "$cores" --timeout 900 > "$log" 2>&1
 rc=$?
 set -e
 grep -E "tests passed|tests failed|Total Test time" "$log" || true
