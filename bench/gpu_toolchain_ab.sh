@@ -49,23 +49,23 @@ for side in a b; do
 done
 args=(build "${scdino_engine_flags[@]}" --build-arg CUDNN=stub --build-context "cudnn=$tmp/empty")
 [ "$scdino_engine" = podman ] && args+=(--network host)
-# measure SIDE WHAT ARGS...: one build, timed; prints its line.
+# measure SIDE NAME WHAT ARGS...: one build, timed; prints its line.
 measure() {
-  local side=$1 what=$2 wall user sys size name
-  shift 2
+  local side=$1 name=$2 what=$3 wall user sys size
+  shift 3
   /usr/bin/time -f "%e %U %S" -o "$tmp/time" "$scdino_engine" "${args[@]}" "$@" -f "$tmp/Dockerfile.$side" . \
     > "$tmp/build.$side.$what.log" 2>&1 ||
     { tail -20 "$tmp/build.$side.$what.log"; echo "gpu_toolchain_ab: the $what build of side $side failed" >&2; exit 1; }
   read -r wall user sys < "$tmp/time"
   size=$("$scdino_engine" image inspect --format '{{.Size}}' "scdino-$what-ab:$side")
-  name=$([ "$side" = a ] && echo "$rev" || echo "this tree")
-  awk -v n="$name" -v t="$what" -v w="$wall" -v c="$(awk -v u="$user" -v s="$sys" 'BEGIN {print u + s}')" -v b="$size" \
-    'BEGIN { printf "%-10s %-9s %8.1f s wall %8.1f s CPU %6.2f GB\n", n, t, w, c, b / 1e9 }'
+  awk -v n="$name" -v t="$what" -v w="$wall" -v u="$user" -v s="$sys" -v b="$size" \
+    'BEGIN { printf "%-10s %-9s %8.1f s wall %8.1f s CPU %6.2f GB\n", n, t, w, u + s, b / 1e9 }'
   echo "$wall $user $sys" >> "$tmp/sum.$side"
 }
 for side in a b; do
-  measure "$side" toolchain --target toolchain-base -t "scdino-toolchain-ab:$side"
-  measure "$side" runtime --target runtime --build-context "binaries=$tmp/binaries" -t "scdino-runtime-ab:$side"
-  awk -v n="$([ "$side" = a ] && echo "$rev" || echo "this tree")" '{ w += $1; c += $2 + $3 }
+  name=$([ "$side" = a ] && echo "$rev" || echo "this tree")
+  measure "$side" "$name" toolchain --target toolchain-base -t "scdino-toolchain-ab:$side"
+  measure "$side" "$name" runtime --target runtime --build-context "binaries=$tmp/binaries" -t "scdino-runtime-ab:$side"
+  awk -v n="$name" '{ w += $1; c += $2 + $3 }
     END { printf "%-10s %-9s %8.1f s wall %8.1f s CPU\n", n, "both", w, c }' "$tmp/sum.$side"
 done

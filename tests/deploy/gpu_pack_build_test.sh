@@ -112,7 +112,7 @@ run_in_toolchain bash -c '
   ! ldd bench/scdino-bench-train-step | grep "not found"
   ldd bench/scdino-bench-train-step | grep -q "scdino-pack-view/usr/lib/x86_64-linux-gnu/libopencv_imgcodecs"
   SCDINO_TEST_DEVICE=cpu OPENBLAS_NUM_THREADS=1 ctest -L unit -E "_NOT_BUILT$" --output-on-failure \
-    --parallel "$(env -u OMP_NUM_THREADS nproc)" --timeout 600
+    --parallel "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" --timeout 600
   bench/scdino-bench-train-step --arch vit_tiny --depth 2 --patch 8 --global 32 --local 16 --local-crops 2 \
     --out-dim 256 --batch 2 --steps 1 --threads 2
 ' "$tree" >"$work/run.out" 2>&1 || { tail -40 "$work/run.out"; fail "what the pack build made does not run in the toolchain"; }
