@@ -64,8 +64,12 @@ def main():
         return max(alive, key=lambda p: p['start'], default=None)
 
     def context(r):
+        # At most 64 ancestors: two records of one second can name each
+        # other as parent (ids reused), and the climb must end.
         names, p = [], parent(r)
-        while p is not None and len(names) < 64:
+        for _ in range(64):
+            if p is None:
+                break
             if p['comm'] in CONTEXTS and p['comm'] not in names:
                 names.append(p['comm'])
             p = parent(p)

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """bench/cpu_by_program.py on an accounting file written here, record by
 record as the kernel writes acct v3: the sums by program and by context,
-a process id reused by a later parent, comp_t's exponent, and a file that
-is not whole records refused naming it.
+a process id reused by a later parent, comp_t's exponent, a file that
+is not whole records refused naming it, and a parent cycle that ends.
 
   cpu_by_program_test.py SOURCE_DIR"""
 import os
@@ -69,3 +69,15 @@ with tempfile.TemporaryDirectory() as tmp:
     if out.returncode == 0 or f'{bad}: 310 bytes is not a whole number of 64-byte acct v3 records' not in out.stderr:
         fail(f'a cut file: exit {out.returncode}', out.stdout + out.stderr)
     print('ok: a file cut mid-record is refused, naming it and its size')
+
+    # Two processes of one second that name each other as parent (reused ids).
+    loop = os.path.join(tmp, 'loop.acct')
+    with open(loop, 'wb') as f:
+        f.write(record(200, 201, 300, 1, 10, 0, 'a') + record(201, 200, 300, 1, 10, 0, 'b'))
+    try:
+        out = subprocess.run([sys.executable, script, loop], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        fail('two records naming each other as parent: no answer in 30 s', '')
+    if out.returncode != 0 or '- | a 1 0.1 0.0' not in [' '.join(line.split()) for line in out.stdout.splitlines()]:
+        fail(f'two records naming each other as parent: exit {out.returncode}', out.stdout + out.stderr)
+    print('ok: two records naming each other as parent end the climb')
