@@ -98,6 +98,11 @@ rc=$?
 grep -E "tests passed|tests failed|Total Test time" "$work/unit.out"
 [ "$rc" = 0 ] || { grep -E "\*\*\*Failed|Failed  |Exception|Timeout" "$work/unit.out" | head -30; tail -60 "$work/unit.out"; fail "unit tests failed on LibTorch 2.6"; }
 grep -q "100% tests passed" "$work/unit.out" || fail "no unit test result: $(tail -5 "$work/unit.out")"
+# The suites it skips are those the stage does not compile: each one it
+# compiles (the Dockerfile's TEST_SUITES) must have passed.
+for suite in $(sed -n 's/^ARG TEST_SUITES="\(.*\)"$/\1/p' "$src/containers/Dockerfile.cuda"); do
+  grep -qE "Test +#[0-9]+: $suite [. ]*Passed" "$work/unit.out" || fail "the compiling stage's $suite did not pass"
+done
 echo "ok: unit tests on LibTorch 2.6 (CUDA build, no GPU)"
 benches=$("$engine" run --rm "${scdino_engine_flags[@]}" "$stage" sh -c 'ls /opt/scdino/build/bench/ | grep -c "^scdino-bench-"')
 [ "$benches" = 7 ] || fail "the compiling stage holds $benches benchmarks, expected all 7 compiled against LibTorch 2.6"
