@@ -317,10 +317,15 @@ void ServicePlane::Finish(RunState final_state, const std::string& error, int ex
     }
     control::RemoveEndpoint(parts_->run_dir, parts_->service);
   }
+  // No linger after a stop signal (the node is being taken back), and a
+  // stop signal during it ends it: scancel does not wait out the linger.
   if (parts_->exporter && parts_->linger_seconds > 0 && !StopSignalReceived()) {
     std::cerr << "scdino-" << parts_->service << ": metrics stay up " << parts_->linger_seconds
-              << " s for the last scrape (scdino.metrics.linger_seconds)\n";
-    std::this_thread::sleep_for(std::chrono::seconds(parts_->linger_seconds));
+              << " s for the last scrape (scdino.metrics.linger_seconds; a stop signal ends it)\n";
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(parts_->linger_seconds);
+    while (!StopSignalReceived() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
   }
 #endif
 }

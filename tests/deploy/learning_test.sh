@@ -38,7 +38,7 @@ train_scDINO:
   ${5:-}
 scdino:
   device: cpu
-  threads: 2
+  threads: 1
   cache_images: true
   metrics: {enabled: false}
   $4

@@ -48,8 +48,12 @@ lint() {
     sleep 0.5
   done
   grep -qx "scdino_${service}_state{state=\"completed\"} 1" "$scrape" || { cat "$log" "$scrape"; fail "scdino-$service did not complete"; }
+  # It lingers 60 s (linger_seconds above); a stop signal ends that.
+  local stopped=$SECONDS
   kill -TERM "$pid" 2>/dev/null
   wait "$pid"
+  [ $((SECONDS - stopped)) -le 10 ] ||
+    fail "scdino-$service took $((SECONDS - stopped)) s to end after a SIGTERM during its 60 s linger: the signal does not end it"
   promtool check metrics < "$scrape" > "$work/$service.promtool" 2>&1 ||
     { cat "$work/$service.promtool"; fail "promtool check metrics on scdino-$service's /metrics"; }
   [ ! -s "$work/$service.promtool" ] || { cat "$work/$service.promtool"; fail "promtool has remarks on scdino-$service's /metrics"; }
