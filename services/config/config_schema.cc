@@ -232,7 +232,7 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
        "where each process writes its Prometheus file_sd target; \"\": <meta.output_dir>/prometheus_targets"},
       {"scdino.metrics.linger_seconds", Int(&r.metrics.linger_seconds, 0, 3600),
        "seconds the metrics stay up after the work ends, so Prometheus's last scrape sees the final values "
-       "(at least the scrape interval for the last evaluation of a follower)"},
+       "(at least the scrape interval for the last evaluation of a follower); a stop signal ends it"},
       {"scdino.split.mode", Str(&r.split.mode, {"fraction", "folders"}),
        "train/test assignment: a seeded per-class fraction, or by folder"},
       {"scdino.split.train_folder", Str(&r.split.train_folder), "for folders: the folder name marking train images"},
