@@ -7,19 +7,20 @@
 # Two cores do all of it, so no core may wait: the tests whose bounds are in
 # seconds (Slurm, the test cluster, the live monitoring stack) mostly wait
 # on Slurm and the network, and the builds that only later tests need run
-# beneath them, taking only what the tests leave idle:
-#   1. the GPU image (containers/Dockerfile.cuda: its packages first, then
-#      its compile) starts at once and, as soon as its bare toolchain stage
-#      is tagged, the first contact's build from the dependency pack in that
-#      toolchain beside it, both at the lowest CPU weight (cgroup cpu shares
-#      2: a container build is out of reach of nice), so that the one's
-#      single-threaded package installs and links overlap the other's
-#      compile; the host build runs at full priority;
-#   2. Slurm and the test cluster start, the sanitizer trees start building
+# beneath them, taking only what the tests leave idle. Beneath everything,
+# from the start: the GPU image (containers/Dockerfile.cuda: its packages
+# first, then its compile) and, as soon as its bare toolchain stage is
+# tagged, the first contact's build from the dependency pack in that
+# toolchain beside it, both at the lowest CPU weight (cgroup cpu shares 2: a
+# container build is out of reach of nice), so that the one's
+# single-threaded package installs and links overlap the other's compile.
+# In front, the host build at full priority, then the phases the run's
+# summary numbers:
+#   1. Slurm and the test cluster start, the sanitizer trees start building
 #      (nice 19), and the Slurm, cluster and monitoring tests run, alone;
-#      then, once the sanitizer trees are built, the AddressSanitizer
-#      trainer's stops on Slurm (alone too: the GPU image's build takes the
-#      core it leaves);
+#   2. once the sanitizer trees are built, the AddressSanitizer trainer's
+#      stops on Slurm (alone too: the GPU image's build takes the core it
+#      leaves);
 #   3. the other tests, two at a time (the pipeline test alone), while the
 #      builds beneath go on;
 #   4. the sanitizer suites and the CPU image's podman tests, while the GPU
