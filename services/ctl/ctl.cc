@@ -318,15 +318,25 @@ int ShowStatus(const Connection& c) {
 }
 
 // What Watch returns when a stream that had answered broke (its server
-// went away): WatchThroughRequeues tells the life's end from it, and the
-// user is told kUnreachable when it cannot.
+// went away), or when the life it found ended before its stream answered:
+// WatchThroughRequeues tells the life's end from it, and the user
+// is told kUnreachable when it cannot.
 constexpr int kStreamLost = -3;
 
-int Watch(const Connection& c) {
+// `since_unix_ms`: when the watch, or the life it waited for, began.
+int Watch(const Connection& c, int64_t since_unix_ms) {
+  // Found, then gone before its stream answered: a life that ended in
+  // between (a stop signal at its start) has written its end record since.
+  auto ended_before_answering = [&] {
+    if (c.o.run_dir.empty()) return false;
+    auto ended = control::ReadEnded(c.o.run_dir, c.o.service);
+    return ended.ok() && ended->end_unix_ms >= since_unix_ms;
+  };
   // The first message has to come within the timeout; then no deadline.
   grpc::ClientContext ctx;
   c.Prepare(ctx, false);
   if (!c.channel->WaitForConnected(c.Deadline())) {
+    if (ended_before_answering()) return kStreamLost;
     c.err << "scdinoctl: " << c.t.target << ": not reachable within " << c.o.timeout << " s\n";
     return kUnreachable;
   }
@@ -341,6 +351,7 @@ int Watch(const Connection& c) {
   }
   auto st = reader->Finish();
   if (!st.ok()) {
+    if (!streamed && st.error_code() == grpc::StatusCode::UNAVAILABLE && ended_before_answering()) return kStreamLost;
     const int code = c.Fail(st);
     return streamed && code == kUnreachable ? kStreamLost : code;
   }
@@ -539,7 +550,7 @@ int Call(const Options& o, std::ostream& out, std::ostream& err, int64_t since_u
   }
   const Connection c{o, t, *channel, out, err};
   if (o.command == "status") return ShowStatus(c);
-  if (o.command == "watch") return Watch(c);
+  if (o.command == "watch") return Watch(c, since_unix_ms);
   if (o.command == "pause" || o.command == "resume" || o.command == "stop") return Request(c, o.command);
   if (o.command == "checkpoint") return SaveCheckpoint(c);
   return ListCheckpoints(c);

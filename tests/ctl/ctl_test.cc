@@ -212,6 +212,58 @@ TEST(CtlWatchJob, FollowsTheJobPastALifeKilledBeforeItsEndRecord) {
   EXPECT_NE((watched.out + watched.err).find("COMPLETED"), std::string::npos) << watched.out << watched.err;
 }
 
+// A life that ended (a stop: its end record written, its endpoint file
+// removed) after the watch found it but before its stream answered: the
+// watch reads that end, as when a stream breaks, and follows the Slurm job
+// to its next life, which completes (not "not reachable", exit 3).
+TEST(CtlWatchJob, FollowsTheJobPastALifeThatEndedBeforeItsStreamAnswered) {
+  scdino::testing::ScratchDir dir;
+  const std::string run_dir = dir.file("run"), relay = dir.file("squeue");
+  std::filesystem::create_directories(run_dir);
+  auto token = control::LoadOrCreateToken(run_dir + "/control.token");
+  ASSERT_TRUE(token.ok()) << token.status().ToString();
+  WriteScript(relay, "echo RUNNING\n");  // Slurm's answer while the job runs and requeues
+  ::setenv("SCDINO_SQUEUE", relay.c_str(), 1);
+  // The first life's endpoint file, its server already gone: the watch
+  // finds the file (its process, this one, runs) and cannot connect.
+  RunControl first;
+  first.Update([](RunStatus& st) { st.state = RunState::kRunning; });
+  ASSERT_NE(ServeRun(run_dir, *token, "stopped", first, "88", NowMs()), nullptr);
+  Parsed watched;
+  std::thread watch([&] { watched = Execute({"watch", "--run-dir", run_dir.c_str(), "--timeout", "3"}); });
+  // While the watch connects: the life's end, as the trainer writes it at a
+  // stop signal the batch scripts requeue.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::filesystem::remove(control::EndpointPath(run_dir, "trainer"));
+  control::ServiceEnded stopped;
+  stopped.service = "trainer";
+  stopped.state = "STOPPED";
+  stopped.exit_code = 75;
+  stopped.requeue = "always";
+  stopped.slurm_job_id = "88";
+  stopped.end_unix_ms = NowMs();
+  ASSERT_TRUE(control::WriteEnded(run_dir, stopped).ok());
+  // The job's next life, once the watch has given up connecting: it completes.
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  RunControl second;
+  second.Update([](RunStatus& st) { st.state = RunState::kCompleted; });
+  auto server = ServeRun(run_dir, *token, "stopped", second, "88", NowMs());
+  ASSERT_NE(server, nullptr);
+  control::ServiceEnded completed = stopped;
+  completed.state = "COMPLETED";
+  completed.exit_code = 0;
+  completed.end_unix_ms = NowMs() + 1;
+  ASSERT_TRUE(control::WriteEnded(run_dir, completed).ok());
+  watch.join();
+  ::unsetenv("SCDINO_SQUEUE");
+  EXPECT_EQ(watched.code, kOk) << watched.out << watched.err;
+  EXPECT_NE(watched.err.find("ended STOPPED (exit 75); Slurm job 88 is still queued: waiting for its next start"),
+            std::string::npos)
+      << watched.err;
+  EXPECT_EQ(watched.err.find("not reachable"), std::string::npos) << watched.err;
+  EXPECT_NE((watched.out + watched.err).find("COMPLETED"), std::string::npos) << watched.out << watched.err;
+}
+
 TEST(CtlFormat, DurationsAndStages) {
   EXPECT_EQ(Duration(0), "-");
   EXPECT_EQ(Duration(7.4), "7s");
