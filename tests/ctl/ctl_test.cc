@@ -154,58 +154,74 @@ int64_t NowMs() {
       .count();
 }
 
-// A life killed before it wrote its end record (SIGKILL: a child process
-// serving the run, killed), in a Slurm job that stays queued: the watch
-// says so and follows the job to its next life, which completes.
-TEST(CtlWatchJob, FollowsTheJobPastALifeKilledBeforeItsEndRecord) {
-  scdino::testing::ScratchDir dir;
-  const std::string run_dir = dir.file("run"), relay = dir.file("squeue");
-  std::filesystem::create_directories(run_dir);
-  auto token = control::LoadOrCreateToken(run_dir + "/control.token");
-  ASSERT_TRUE(token.ok()) << token.status().ToString();
-  WriteScript(relay, "echo RUNNING\n");  // Slurm's answer while the job runs and requeues
-  ::setenv("SCDINO_SQUEUE", relay.c_str(), 1);
-  // One life: its state, then its server and endpoint file.
-  auto serve = [&](RunControl& control, RunState state, int64_t start_ms) {
+// A run in Slurm job 88, which Slurm lists all along (a stand-in squeue
+// answers RUNNING) while the job requeues: each life is a control server
+// and its endpoint file, as a service writes them.
+class CtlRequeuedJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    run_dir_ = dir_.file("run");
+    std::filesystem::create_directories(run_dir_);
+    auto token = control::LoadOrCreateToken(run_dir_ + "/control.token");
+    ASSERT_TRUE(token.ok()) << token.status().ToString();
+    token_ = *token;
+    WriteScript(dir_.file("squeue"), "echo RUNNING\n");
+    ::setenv("SCDINO_SQUEUE", dir_.file("squeue").c_str(), 1);
+  }
+  void TearDown() override { ::unsetenv("SCDINO_SQUEUE"); }
+  // One life: its state, then its server and endpoint file (null: failed).
+  std::unique_ptr<control::ControlServer> Serve(RunControl& control, RunState state, int64_t start_ms) {
     control.Update([&](RunStatus& st) { st.state = state; });
-    return ServeRun(run_dir, *token, "killed", control, "88", start_ms);
-  };
+    return ServeRun(run_dir_, token_, "requeued", control, "88", start_ms);
+  }
+  // The job's next life, which completes: its server, then its end record.
+  void CompleteTheNextLife() {
+    last_server_ = Serve(last_, RunState::kCompleted, NowMs());
+    ASSERT_NE(last_server_, nullptr);
+    control::ServiceEnded ended;
+    ended.service = "trainer";
+    ended.state = "COMPLETED";
+    ended.exit_code = 0;
+    ended.slurm_job_id = "88";
+    ended.end_unix_ms = NowMs() + 1;
+    ASSERT_TRUE(control::WriteEnded(run_dir_, ended).ok());
+  }
+  scdino::testing::ScratchDir dir_;
+  std::string run_dir_, token_;
+  RunControl last_;
+  std::unique_ptr<control::ControlServer> last_server_;
+};
+
+// A life killed before it wrote its end record (SIGKILL: a child process
+// serving the run, killed): the watch says so and follows the job to its
+// next life, which completes.
+TEST_F(CtlRequeuedJobTest, WatchFollowsItPastALifeKilledBeforeItsEndRecord) {
   const int64_t first_start = NowMs();
   const pid_t first = ::fork();
   ASSERT_GE(first, 0);
   if (first == 0) {
     RunControl control;
-    auto server = serve(control, RunState::kRunning, first_start);
+    auto server = Serve(control, RunState::kRunning, first_start);
     if (!server) ::_exit(1);
     for (;;) ::pause();
   }
   for (int i = 0; i < 100; ++i) {
-    auto e = control::ReadEndpoint(run_dir, "trainer");
+    auto e = control::ReadEndpoint(run_dir_, "trainer");
     if (e.ok() && e->pid == first) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   Parsed watched;
-  std::thread watch([&] { watched = Execute({"watch", "--run-dir", run_dir.c_str(), "--timeout", "5"}); });
+  std::thread watch([&] { watched = Execute({"watch", "--run-dir", run_dir_.c_str(), "--timeout", "5"}); });
   std::this_thread::sleep_for(std::chrono::seconds(2));
   ::kill(first, SIGKILL);
   ::waitpid(first, nullptr, 0);
-  // The job's next life, started after the watch saw the kill (at once: the
-  // process is gone from this host): it completes.
+  // The next life starts after the watch saw the kill (at once: the process
+  // is gone from this host).
   std::this_thread::sleep_for(std::chrono::seconds(3));
-  RunControl second;
-  auto server = serve(second, RunState::kCompleted, NowMs());
-  ASSERT_NE(server, nullptr);
-  control::ServiceEnded ended;
-  ended.service = "trainer";
-  ended.state = "COMPLETED";
-  ended.exit_code = 0;
-  ended.slurm_job_id = "88";
-  ended.end_unix_ms = NowMs() + 1;
-  ASSERT_TRUE(control::WriteEnded(run_dir, ended).ok());
+  CompleteTheNextLife();
   watch.join();
-  ::unsetenv("SCDINO_SQUEUE");
   EXPECT_EQ(watched.code, kOk) << watched.out << watched.err;
-  EXPECT_NE(watched.err.find("the trainer of " + run_dir + " went away without its end record"), std::string::npos)
+  EXPECT_NE(watched.err.find("the trainer of " + run_dir_ + " went away without its end record"), std::string::npos)
       << watched.err;
   EXPECT_NE(watched.err.find("Slurm job 88 is still queued: waiting for its next start"), std::string::npos)
       << watched.err;
@@ -214,27 +230,19 @@ TEST(CtlWatchJob, FollowsTheJobPastALifeKilledBeforeItsEndRecord) {
 
 // A life that ended (a stop: its end record written, its endpoint file
 // removed) after the watch found it but before its stream answered: the
-// watch reads that end, as when a stream breaks, and follows the Slurm job
-// to its next life, which completes (not "not reachable", exit 3).
-TEST(CtlWatchJob, FollowsTheJobPastALifeThatEndedBeforeItsStreamAnswered) {
-  scdino::testing::ScratchDir dir;
-  const std::string run_dir = dir.file("run"), relay = dir.file("squeue");
-  std::filesystem::create_directories(run_dir);
-  auto token = control::LoadOrCreateToken(run_dir + "/control.token");
-  ASSERT_TRUE(token.ok()) << token.status().ToString();
-  WriteScript(relay, "echo RUNNING\n");  // Slurm's answer while the job runs and requeues
-  ::setenv("SCDINO_SQUEUE", relay.c_str(), 1);
+// watch reads that end, as when a stream breaks, and follows the job to its
+// next life, which completes (not "not reachable", exit 3).
+TEST_F(CtlRequeuedJobTest, WatchFollowsItPastALifeThatEndedBeforeItsStreamAnswered) {
   // The first life's endpoint file, its server already gone: the watch
   // finds the file (its process, this one, runs) and cannot connect.
   RunControl first;
-  first.Update([](RunStatus& st) { st.state = RunState::kRunning; });
-  ASSERT_NE(ServeRun(run_dir, *token, "stopped", first, "88", NowMs()), nullptr);
+  ASSERT_NE(Serve(first, RunState::kRunning, NowMs()), nullptr);
   Parsed watched;
-  std::thread watch([&] { watched = Execute({"watch", "--run-dir", run_dir.c_str(), "--timeout", "3"}); });
+  std::thread watch([&] { watched = Execute({"watch", "--run-dir", run_dir_.c_str(), "--timeout", "3"}); });
   // While the watch connects: the life's end, as the trainer writes it at a
   // stop signal the batch scripts requeue.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  std::filesystem::remove(control::EndpointPath(run_dir, "trainer"));
+  std::filesystem::remove(control::EndpointPath(run_dir_, "trainer"));
   control::ServiceEnded stopped;
   stopped.service = "trainer";
   stopped.state = "STOPPED";
@@ -242,20 +250,11 @@ TEST(CtlWatchJob, FollowsTheJobPastALifeThatEndedBeforeItsStreamAnswered) {
   stopped.requeue = "always";
   stopped.slurm_job_id = "88";
   stopped.end_unix_ms = NowMs();
-  ASSERT_TRUE(control::WriteEnded(run_dir, stopped).ok());
-  // The job's next life, once the watch has given up connecting: it completes.
+  ASSERT_TRUE(control::WriteEnded(run_dir_, stopped).ok());
+  // The next life starts once the watch has given up connecting.
   std::this_thread::sleep_for(std::chrono::seconds(5));
-  RunControl second;
-  second.Update([](RunStatus& st) { st.state = RunState::kCompleted; });
-  auto server = ServeRun(run_dir, *token, "stopped", second, "88", NowMs());
-  ASSERT_NE(server, nullptr);
-  control::ServiceEnded completed = stopped;
-  completed.state = "COMPLETED";
-  completed.exit_code = 0;
-  completed.end_unix_ms = NowMs() + 1;
-  ASSERT_TRUE(control::WriteEnded(run_dir, completed).ok());
+  CompleteTheNextLife();
   watch.join();
-  ::unsetenv("SCDINO_SQUEUE");
   EXPECT_EQ(watched.code, kOk) << watched.out << watched.err;
   EXPECT_NE(watched.err.find("ended STOPPED (exit 75); Slurm job 88 is still queued: waiting for its next start"),
             std::string::npos)
