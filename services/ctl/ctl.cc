@@ -319,8 +319,8 @@ int ShowStatus(const Connection& c) {
 
 // What Watch returns when a stream that had answered broke (its server
 // went away), or when the life it found ended before its stream answered:
-// WatchThroughRequeues tells the life's end from it, and the user
-// is told kUnreachable when it cannot.
+// WatchThroughRequeues tells the life's end from it, and the user is told
+// kUnreachable when it cannot.
 constexpr int kStreamLost = -3;
 
 // `since_unix_ms`: when the watch, or the life it waited for, began.
