@@ -236,6 +236,14 @@ int LeftTheQueue(const Options& o, std::ostream& err) {
   return kFailed;
 }
 
+// The service's end record, when it ended at `since_unix_ms` or later
+// (one look).
+std::optional<control::ServiceEnded> EndRecordSince(const Options& o, int64_t since_unix_ms) {
+  auto ended = control::ReadEnded(o.run_dir, o.service);
+  if (ended.ok() && ended->end_unix_ms >= since_unix_ms) return *ended;
+  return std::nullopt;
+}
+
 // The run's target once it answers: at once, or with watch --wait or
 // --job, once its endpoint file is there and its server accepts a
 // connection (a job still in the queue, or a service still starting).
@@ -250,8 +258,7 @@ std::variant<control::ClientTarget, int> TargetWhenAnswering(const Options& o, s
   for (bool last = false;; last = !wait.More()) {
     if (last && wait.job_gone()) {
       // It may have started and ended since the look above.
-      auto ended = control::ReadEnded(o.run_dir, o.service);
-      if (!(ended.ok() && ended->end_unix_ms >= began_unix_ms)) return LeftTheQueue(o, err);
+      if (!EndRecordSince(o, began_unix_ms)) return LeftTheQueue(o, err);
     }
     if (last && !wait.trouble().empty()) {
       err << "scdinoctl: cannot ask Slurm about job " << o.job << ": " << wait.trouble() << "\n";
@@ -265,8 +272,7 @@ std::variant<control::ClientTarget, int> TargetWhenAnswering(const Options& o, s
         return kBadArguments;
       }
       // A run that started and ended between two looks leaves its end record.
-      auto ended = control::ReadEnded(o.run_dir, o.service);
-      if (ended.ok() && ended->end_unix_ms >= began_unix_ms) {
+      if (const auto ended = EndRecordSince(o, began_unix_ms)) {
         err << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << ended->state << ExitText(*ended)
             << (ended->error.empty() ? "" : ": " + ended->error) << "\n";
         return ended->state == "FAILED" ? kFailed : kOk;
@@ -327,11 +333,7 @@ constexpr int kStreamLost = -3;
 int Watch(const Connection& c, int64_t since_unix_ms) {
   // Found, then gone before its stream answered: a life that ended in
   // between (a stop signal at its start) has written its end record since.
-  auto ended_before_answering = [&] {
-    if (c.o.run_dir.empty()) return false;
-    auto ended = control::ReadEnded(c.o.run_dir, c.o.service);
-    return ended.ok() && ended->end_unix_ms >= since_unix_ms;
-  };
+  auto ended_before_answering = [&] { return !c.o.run_dir.empty() && EndRecordSince(c.o, since_unix_ms); };
   // The first message has to come within the timeout; then no deadline.
   grpc::ClientContext ctx;
   c.Prepare(ctx, false);
@@ -609,8 +611,7 @@ StatusOr<bool> JobQueued(const std::string& job) {
 // if it ended after `since_unix_ms`.
 std::optional<control::ServiceEnded> EndedSince(const Options& o, int64_t since_unix_ms) {
   for (int i = 0; i < 50; ++i) {
-    auto ended = control::ReadEnded(o.run_dir, o.service);
-    if (ended.ok() && ended->end_unix_ms >= since_unix_ms) return *ended;
+    if (auto ended = EndRecordSince(o, since_unix_ms)) return ended;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return std::nullopt;
@@ -722,12 +723,8 @@ int WatchThroughRequeues(Options o, std::ostream& out, std::ostream& err, int64_
       auto e = control::ReadEndpoint(o.run_dir, o.service);
       const bool gone =
           e.ok() && control::EndpointProcessState(*e, ThisHostName()) == control::ProcessState::kGone;
-      auto record = control::ReadEnded(o.run_dir, o.service);
-      if (record.ok() && record->end_unix_ms >= since) {
-        ended = *record;
-      } else if (!gone) {
-        ended = EndedSince(o, since);
-      }
+      ended = EndRecordSince(o, since);
+      if (!ended && !gone) ended = EndedSince(o, since);
       if (ended) {
         err << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << ended->state << ExitText(*ended)
             << (ended->error.empty() ? "" : ": " + ended->error) << "\n";
