@@ -37,6 +37,26 @@ scdino_engine_init() {
   fi
 }
 
+# scdino_gpu_ccache: the compiler cache that the GPU image's compile
+# (scripts/build-image.sh --cuda --ccache DIR) and the dependency pack's
+# build (tests/deploy/gpu_pack_build_test.sh) share, made if need be;
+# prints its directory (SCDINO_GPU_CCACHE_DIR, default
+# ~/.cache/scdino/gpu-ccache). Both compile the same sources with the same
+# compiler and LibTorch 2.6 at the same paths (/opt/scdino/src,
+# /opt/scdino/build), the pack's build with -isystem directories of its
+# own: its ccache.conf keys a result on the preprocessed source (which holds
+# every header's path and text) and not on the -isystem list, so that a
+# translation unit reading no header of the pack's (the precompiled
+# LibTorch header among them) is compiled once for both
+# (docs/performance.md#the-gpu-images-compile-and-the-packs-one-compiler-cache).
+scdino_gpu_ccache() {
+  local dir=${SCDINO_GPU_CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/scdino/gpu-ccache}
+  mkdir -p "$dir" || return 1
+  printf '%s\n' "# scdino_gpu_ccache (containers/engine.sh): shared by the GPU image's compile and the pack's build" \
+    "direct_mode = false" "ignore_options = -isystem" > "$dir/ccache.conf"
+  echo "$dir"
+}
+
 # scdino_background_parent NAME: the engine flag that runs container NAME
 # beneath other work (scripts/test.sh's background builds), or nothing.
 # --cpu-shares alone weighs a container only against its siblings under

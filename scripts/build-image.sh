@@ -19,13 +19,17 @@
 # archive=FILE (NVIDIA's cuDNN 9 archive for CUDA 12). --build-stage TAG also
 # tags the GPU image's compiling stage (toolchain, build tree and tests) as
 # TAG, and its bare toolchain (no -dev package of scdino's) as TAG-toolchain.
+# --ccache DIR (GPU image from Debian, podman): its compile uses the compiler
+# cache in DIR, bind-mounted, instead of the build's own cache mount
+# (scripts/test.sh shares one with the dependency pack's build:
+# scdino_gpu_ccache in containers/engine.sh).
 # Debian's bases are pulled, or, where no registry is reachable, made
 # locally with mmdebstrap and imported under the same name (containers/engine.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
-image=cpu tag="" sqsh="" prebuilt="" bundle="" mounts=${SCDINO_CONTAINER_MOUNTS:-} cudnn=stub build_stage=""
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+image=cpu tag="" sqsh="" prebuilt="" bundle="" mounts=${SCDINO_CONTAINER_MOUNTS:-} cudnn=stub build_stage="" ccache_dir=""
 while [ $# -gt 0 ]; do
   case $1 in
     --cuda) image=cuda ;;
@@ -34,6 +38,8 @@ while [ $# -gt 0 ]; do
     --cudnn=*) cudnn=${1#*=} ;;
     --build-stage) build_stage=${2:?--build-stage needs a tag}; shift ;;
     --build-stage=*) build_stage=${1#*=} ;;
+    --ccache) ccache_dir=${2:?--ccache needs a directory}; shift ;;
+    --ccache=*) ccache_dir=${1#*=} ;;
     --tag) tag=${2:?--tag needs a value}; shift ;;
     --tag=*) tag=${1#*=} ;;
     --sqsh) sqsh=${2:?--sqsh needs a file}; shift ;;
@@ -70,6 +76,8 @@ case $image in
 esac
 [ "$image" = cuda ] || [ "$cudnn" = stub ] || { echo "scdino: --cudnn is for --cuda (the Debian GPU image)" >&2; exit 2; }
 [ "$image" = cuda ] || [ -z "$build_stage" ] || { echo "scdino: --build-stage is for --cuda (the Debian GPU image)" >&2; exit 2; }
+[ "$image" = cuda ] || [ -z "$ccache_dir" ] || { echo "scdino: --ccache is for --cuda (the Debian GPU image)" >&2; exit 2; }
+[ -z "$ccache_dir" ] || [ -d "$ccache_dir" ] || { echo "scdino: --ccache $ccache_dir: no such directory" >&2; exit 2; }
 [ "$image" = cpu ] || [ -z "$prebuilt" ] || { echo "scdino: --prebuilt is for the CPU image (a Debian 12 host build)" >&2; exit 2; }
 # podman resolves short names only through registries.conf: name the
 # image fully so that it is found again without a registry.
@@ -132,6 +140,13 @@ if [ "$image" = cuda ]; then
   args+=(--build-arg "CUDNN=${cudnn%%=*}" --label "org.scdino.cudnn=${cudnn%%=*}"
          --build-context "cudnn=${cudnn_dir:-$stage/empty}")
   [ -z "$cudnn_dir" ] || args+=(--build-arg "CUDNN_ARCHIVE=$cudnn_file")
+  if [ -n "$ccache_dir" ]; then
+    # A bind mount for every RUN step (podman's --volume; docker's build has
+    # none), and the compile's CCACHE_DIR there (an ARG of that stage).
+    [ "$scdino_engine" = podman ] ||
+      { echo "scdino: --ccache needs podman (docker build mounts no host directory); build without it" >&2; exit 2; }
+    args+=(--volume "$(cd "$ccache_dir" && pwd):/var/cache/scdino-ccache" --build-arg CCACHE_DIR=/var/cache/scdino-ccache)
+  fi
 fi
 if [ -n "$prebuilt" ]; then
   # The `binaries` stage of the Dockerfile is replaced by this build's
@@ -233,6 +248,10 @@ if [ -n "$build_stage" ]; then
   # The whole toolchain under the compiling stage's tag until the compile
   # below moves the tag onto it.
   tag_stage toolchain "$build_stage" || { echo "scdino: building the GPU image's toolchain failed" >&2; exit 1; }
+  # The compile, tagged as soon as it is done: the pack's build, which
+  # shares its compiler cache (--ccache), starts from there.
+  tag_stage binaries "$build_stage" || { echo "scdino: compiling scdino in the GPU image failed" >&2; exit 1; }
+  echo "scdino: compiling stage tagged: $build_stage"
 fi
 if ! "$scdino_engine" "${args[@]}" . >&2; then
   free_gb=$(scdino_free_gb "$storage")
@@ -243,8 +262,6 @@ seconds=$(( $(date +%s) - start ))
 size=$("$scdino_engine" image inspect --format '{{.Size}}' "$tag")
 echo "scdino: built $tag in ${seconds}s, $(( size / 1000000 )) MB ($scdino_engine, $dockerfile${prebuilt:+, binaries from $prebuilt}${cudnn_dir:+, cuDNN from $cudnn_file})"
 if [ -n "$build_stage" ]; then
-  # The compiling stage is in the build cache: tagging it costs no build.
-  tag_stage binaries "$build_stage" >/dev/null 2>&1
   echo "scdino: tagged the compiling stage as $build_stage (build tree /opt/scdino/build: SCDINO_SKIP_UNBUILT_SUITES=1 ctest -L unit)"
   echo "scdino: tagged the bare toolchain stage as $build_stage-toolchain (tests/deploy/gpu_pack_build_test.sh)"
 fi

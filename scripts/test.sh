@@ -9,11 +9,12 @@
 # on Slurm and the network, and the builds that only later tests need run
 # beneath them, taking only what the tests leave idle. Beneath everything,
 # from the start: the GPU image (containers/Dockerfile.cuda: its packages
-# first, then its compile) and, as soon as its bare toolchain stage is
-# tagged, the first contact's build from the dependency pack in that
-# toolchain beside it, both at the lowest CPU weight (cgroup cpu shares 2: a
-# container build is out of reach of nice), so that the one's
-# single-threaded package installs and links overlap the other's compile.
+# first, then its compile) and, as soon as its compiling stage is tagged,
+# the first contact's build from the dependency pack in its bare toolchain,
+# both at the lowest CPU weight (cgroup cpu shares 2: a container build is
+# out of reach of nice). The two share a compiler cache (scdino_gpu_ccache
+# in containers/engine.sh): what the pack's build compiles after the
+# image's and reads no header of the pack's comes from there.
 # In front, the host build at full priority, then the phases the run's
 # summary numbers:
 #   1. Slurm and the test cluster start, the sanitizer trees start building
@@ -67,9 +68,9 @@ if [ "${SCDINO_SKIP_GPU_IMAGE:-0}" != 1 ]; then
   SCDINO_IMAGE_CPU_SHARES=2 bash tests/deploy/gpu_image_test.sh "$PWD" "$PWD/$build_dir" build > "$image_log" 2>&1 &
   image_pid=$!
   (
-    until grep -q '^scdino: bare toolchain tagged' "$image_log"; do
+    until grep -q '^scdino: compiling stage tagged' "$image_log"; do
       kill -0 "$image_pid" 2>/dev/null ||
-        { echo "scdino: the GPU image's build ended before its bare toolchain was tagged: no pack build beneath"; exit 1; }
+        { echo "scdino: the GPU image's build ended before its compile was done: no pack build beneath"; exit 1; }
       sleep 5
     done
     SCDINO_IMAGE_CPU_SHARES=2 bash tests/deploy/gpu_pack_build_test.sh "$PWD" "$PWD/$build_dir" build

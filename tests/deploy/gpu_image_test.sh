@@ -23,11 +23,15 @@
 # build, so that the test itself finds it in the build cache).
 # Lines starting with FAIL: fail the ctest.
 set -uo pipefail
+# Its compile shares a compiler cache with the dependency pack's build
+# (scdino_gpu_ccache).
+source "$(dirname "$0")/../../containers/engine.sh"
+build_image=(bash "$1/scripts/build-image.sh" --cuda --tag scdino:cuda-test --build-stage scdino:cuda-test-build
+             --ccache "$(scdino_gpu_ccache)")
 if [ "${3:-}" = build ]; then
-  exec bash "$1/scripts/build-image.sh" --cuda --tag scdino:cuda-test --build-stage scdino:cuda-test-build
+  exec "${build_image[@]}"
 fi
 source "$(dirname "$0")/../support/lib.sh" gpu-image "$1" "$2"
-source "$src/containers/engine.sh"
 scdino_engine_init || { echo "FAIL: no container engine"; exit 1; }
 engine=$scdino_engine
 image=localhost/scdino:cuda-test
@@ -40,8 +44,7 @@ run_in() {  # run_in IMAGE ARGS...: a command in IMAGE, $work mounted, host netw
 }
 
 start=$(date +%s)
-bash "$src/scripts/build-image.sh" --cuda --tag scdino:cuda-test --build-stage scdino:cuda-test-build \
-  >"$work/build.out" 2>"$work/build.err" || { tail -40 "$work/build.err"; fail "build-image.sh --cuda failed"; }
+"${build_image[@]}" >"$work/build.out" 2>"$work/build.err" || { tail -40 "$work/build.err"; fail "build-image.sh --cuda failed"; }
 cat "$work/build.out"
 echo "ok: built $image in $(( $(date +%s) - start )) s"
 

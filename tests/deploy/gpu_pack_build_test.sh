@@ -15,8 +15,9 @@
 #     versions, tests/deploy/gpu_image_test.sh), and a benchmark step.
 #   bash tests/deploy/gpu_pack_build_test.sh SOURCE_DIR BUILD_DIR [build]
 # `build` makes the pack and the build and stops (scripts/test.sh runs it in
-# the background once the GPU image is built, so that the test finds the
-# build tree and compiler cache warm). The toolchain image is the one
+# the background once the GPU image's compile is done, so that it finds
+# what the two share in the compiler cache, and the test finds the build
+# tree and compiler cache warm). The toolchain image is the one
 # scripts/build-image.sh --cuda --build-stage TAG tags TAG-toolchain
 # (tests/deploy/gpu_image_test.sh's build). Lines starting with FAIL: fail
 # the ctest.
@@ -28,14 +29,19 @@ engine=$scdino_engine
 toolchain=localhost/scdino:cuda-test-build-toolchain
 fail() { echo "FAIL: $*"; exit 1; }
 pack=$build/gpu-deps-pack
-# The build tree and compiler cache outlive the test (a clean clone's files
-# are new, but their content and the paths inside the container are not).
-# A change to how dependencies are found starts a new tree (a CMake cache
-# keeps what it found), and the old one goes.
+# The build tree outlives the test (a clean clone's files are new, but their
+# content and the paths inside the container are not). A change to how
+# dependencies are found starts a new tree (a CMake cache keeps what it
+# found), and the old one goes. The compiler cache is the one the GPU
+# image's compile fills (scdino_gpu_ccache), at the same paths as there
+# (/opt/scdino/src, /opt/scdino/build): what reads no header of the pack's
+# is compiled once for both.
 cache=${SCDINO_GPU_PACK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scdino/gpu-pack-build}
-tree=tree-$(cat "$src/CMakeLists.txt" "$src/cmake/"*.cmake "$src/scripts/pack-view.sh" | sha1sum | cut -c1-12)
-mkdir -p "$cache/ccache"
-find "$cache" -mindepth 1 -maxdepth 1 -name 'tree*' ! -name "$tree" -exec rm -rf {} +
+tree=tree-$( (echo /opt/scdino/build; cat "$src/CMakeLists.txt" "$src/cmake/"*.cmake "$src/scripts/pack-view.sh") |
+  sha1sum | cut -c1-12)
+mkdir -p "$cache/$tree"
+find "$cache" -mindepth 1 -maxdepth 1 ! -name "$tree" -exec rm -rf {} +
+ccache_dir=$(scdino_gpu_ccache) || fail "could not make the shared compiler cache"
 shared=$(cd "${SCDINO_SHARED_DIR:-$src/../shared}" && pwd)
 
 start=$(date +%s)
@@ -63,7 +69,7 @@ echo "ok: a pack without yaml-cpp is refused at configure time, naming libyaml-c
 
 "$engine" image exists "$toolchain" || {
   bash "$src/scripts/build-image.sh" --cuda --tag scdino:cuda-test --build-stage scdino:cuda-test-build \
-    >"$work/image.out" 2>&1 || { tail -30 "$work/image.out"; fail "could not build the GPU image's toolchain"; }
+    --ccache "$ccache_dir" >"$work/image.out" 2>&1 || { tail -30 "$work/image.out"; fail "could not build the GPU image's toolchain"; }
 }
 # None of the -dev packages the image installs for scdino
 # (scripts/packages/build.txt) and the pack stands for is in the bare
@@ -86,10 +92,11 @@ if [ -n "${SCDINO_IMAGE_CPU_SHARES:-}" ]; then
 fi
 run_in_toolchain() {
   "$engine" run --rm "${scdino_engine_flags[@]}" --network none "${background[@]}" \
-    -v "$src:/src:ro" -v "$pack:/pack:ro" -v "$shared:/shared:ro" -v "$cache:/cache" -v "$work:/work" \
-    -e CCACHE_DIR=/cache/ccache -e SCDINO_SHARED_DIR=/shared -e OMP_NUM_THREADS=1 "$toolchain" "$@"
+    -v "$src:/opt/scdino/src:ro" -v "$cache/$tree:/opt/scdino/build" -v "$pack:/pack:ro" -v "$shared:/shared:ro" \
+    -v "$ccache_dir:/var/cache/scdino-ccache" -v "$work:/work" \
+    -e CCACHE_DIR=/var/cache/scdino-ccache -e SCDINO_SHARED_DIR=/shared -e OMP_NUM_THREADS=1 "$toolchain" "$@"
 }
-run_in_toolchain bash /src/scripts/gpu-first-contact.sh --build-only /work/contact --pack /pack --build-dir "/cache/$tree" \
+run_in_toolchain bash /opt/scdino/src/scripts/gpu-first-contact.sh --build-only /work/contact --pack /pack --build-dir /opt/scdino/build \
   >"$work/build.out" 2>&1
 rc=$?
 [ "$rc" = 0 ] || { tail -40 "$work/build.out"; grep -E "error|Error" "$work/contact/first-contact.log" | head -20; fail "the build from the pack alone failed (exit $rc)"; }
@@ -100,7 +107,7 @@ cache_lines=$(grep -E '^(yaml-cpp_DIR|OpenCV_DIR|Eigen3_DIR|spectra_DIR|GTest_DI
 echo "$cache_lines"
 [ "$(wc -l <<<"$cache_lines")" = 11 ] || fail "CMakeCache.txt lacks some of the pack's dependencies"
 # Every one through the build's view of the pack (scripts/pack-view.sh).
-! grep -v "=/cache/$tree/scdino-pack-view/" <<<"$cache_lines" || fail "a dependency was found outside the pack (above)"
+! grep -v "=/opt/scdino/build/scdino-pack-view/" <<<"$cache_lines" || fail "a dependency was found outside the pack (above)"
 grep -E "building from the dependency pack" "$work/contact/first-contact.log" 2>/dev/null | head -1
 grep -q "^SCDINO_REQUIRE_CUDA:BOOL=ON" "$cache/$tree/CMakeCache.txt" || fail "not configured with SCDINO_REQUIRE_CUDA=ON"
 echo "ok: built from the pack alone against LibTorch 2.6 CUDA in $(( $(date +%s) - start )) s"
@@ -108,14 +115,14 @@ echo "ok: built from the pack alone against LibTorch 2.6 CUDA in $(( $(date +%s)
 # What it built runs, on the CPU, from the pack's libraries.
 run_in_toolchain bash -c '
   set -e
-  cd "/cache/$0"
+  cd /opt/scdino/build
   ! ldd bench/scdino-bench-train-step | grep "not found"
   ldd bench/scdino-bench-train-step | grep -q "scdino-pack-view/usr/lib/x86_64-linux-gnu/libopencv_imgcodecs"
   SCDINO_TEST_DEVICE=cpu OPENBLAS_NUM_THREADS=1 SCDINO_SKIP_UNBUILT_SUITES=1 ctest -L unit -V \
     --parallel "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" --timeout 600
   bench/scdino-bench-train-step --arch vit_tiny --depth 2 --patch 8 --global 32 --local 16 --local-crops 2 \
     --out-dim 256 --batch 2 --steps 1 --threads 2
-' "$tree" >"$work/run.out" 2>&1 || { tail -40 "$work/run.out"; fail "what the pack build made does not run in the toolchain"; }
+' >"$work/run.out" 2>&1 || { tail -40 "$work/run.out"; fail "what the pack build made does not run in the toolchain"; }
 grep -E "tests passed|Total Test time|images_per_s" "$work/run.out" | cut -c1-200
 for t in DinoParity.TwoTrainingStepsMatchReferenceOnTheDeviceUnderTest DeviceCheck.; do
   grep -qE "\[ +OK \] $t" "$work/run.out" || fail "the pack build's suites did not run $t"
