@@ -96,9 +96,14 @@ run_in_toolchain() {
     -v "$ccache_dir:/var/cache/scdino-ccache" -v "$work:/work" \
     -e CCACHE_DIR=/var/cache/scdino-ccache -e SCDINO_SHARED_DIR=/shared -e OMP_NUM_THREADS=1 "$toolchain" "$@"
 }
+run_in_toolchain ccache -z >/dev/null
 run_in_toolchain bash /opt/scdino/src/scripts/gpu-first-contact.sh --build-only /work/contact --pack /pack --build-dir /opt/scdino/build \
   >"$work/build.out" 2>&1
 rc=$?
+# How much of it the GPU image's compile had compiled already (0 of 0 where
+# this tree was built already).
+read -r hits compiles < <(run_in_toolchain ccache -s | sed -n 's/^ *Hits: *\([0-9]*\) *\/ *\([0-9]*\).*/\1 \2/p' | head -1)
+echo "the build's compiles: ${compiles:-?}, ${hits:-?} of them from the compiler cache the GPU image's compile shares"
 [ "$rc" = 0 ] || { tail -40 "$work/build.out"; grep -E "error|Error" "$work/contact/first-contact.log" | head -20; fail "the build from the pack alone failed (exit $rc)"; }
 grep -E "^first-contact: \[build\]" "$work/build.out"
 [ "${3:-}" != build ] || exit 0
