@@ -27,7 +27,7 @@ for img in "$stage" "$toolchain"; do
   "$scdino_engine" image exists "$img" ||
     { echo "gpu_cache_share: no $img (scripts/build-image.sh --cuda --build-stage tags it)" >&2; exit 1; }
 done
-tmp=$(mktemp -d /var/tmp/scdino-cache-share.XXXXXX)
+tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bash "$src/scripts/pack-gpu-deps.sh" "$tmp/pack" | tail -1
 ccache_dir=$(SCDINO_GPU_CCACHE_DIR=$tmp/ccache scdino_gpu_ccache)
@@ -48,10 +48,10 @@ build() {
       ccache -z >/dev/null
       cmake -S /opt/scdino/src -B /opt/scdino/build -G Ninja -DCMAKE_BUILD_TYPE=Release $configure >/dev/null 2>&1
       cmake --build /opt/scdino/build --target $targets >/opt/scdino/build/build.log 2>&1 ||
-        { tail -20 /opt/scdino/build/build.log; exit 1; }
-      ccache -s | sed -n 's/^ *Hits: *\([0-9]*\) *\/ *\([0-9]*\).*/\1 of \2/p' | head -1")
-  printf '%-44s %5d s wall %6d CPU s  from the cache: %s\n' "$name" "$(( $(date +%s) - t0 ))" \
-    "$(( ($(busy) - c0) / 100 ))" "$out"
+        { tail -20 /opt/scdino/build/build.log >&2; exit 1; }
+      ccache -s" | scdino_ccache_hits)
+  printf '%-44s %5d s wall %6d CPU s  from the cache: %s of %s\n' "$name" "$(( $(date +%s) - t0 ))" \
+    "$(( ($(busy) - c0) / 100 ))" $out
 }
 build "the image's compiling stage, empty cache" "$stage" "$tmp/image" "$image_configure"
 build "then the pack's build" "$toolchain" "$tmp/pack-build" "$pack_configure"

@@ -56,6 +56,10 @@ scdino_gpu_ccache() {
     "direct_mode = false" "ignore_options = -isystem" > "$dir/ccache.conf"
   echo "$dir"
 }
+# scdino_ccache_hits: "HITS COMPILES" from `ccache -s` on stdin.
+scdino_ccache_hits() {
+  sed -n 's/^ *Hits: *\([0-9]*\) *\/ *\([0-9]*\).*/\1 \2/p' | head -1
+}
 
 # scdino_background_parent NAME: the engine flag that runs container NAME
 # beneath other work (scripts/test.sh's background builds), or nothing.

@@ -102,7 +102,7 @@ run_in_toolchain bash /opt/scdino/src/scripts/gpu-first-contact.sh --build-only 
 rc=$?
 # How much of it the GPU image's compile had compiled already (0 of 0 where
 # this tree was built already).
-read -r hits compiles < <(run_in_toolchain ccache -s | sed -n 's/^ *Hits: *\([0-9]*\) *\/ *\([0-9]*\).*/\1 \2/p' | head -1)
+read -r hits compiles < <(run_in_toolchain ccache -s | scdino_ccache_hits)
 echo "the build's compiles: ${compiles:-?}, ${hits:-?} of them from the compiler cache the GPU image's compile shares"
 [ "$rc" = 0 ] || { tail -40 "$work/build.out"; grep -E "error|Error" "$work/contact/first-contact.log" | head -20; fail "the build from the pack alone failed (exit $rc)"; }
 grep -E "^first-contact: \[build\]" "$work/build.out"
