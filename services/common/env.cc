@@ -56,8 +56,9 @@ class PosixWritableFile final : public WritableFile {
   // folios, and on a VM that hands freed 2 MiB blocks back to its host
   // (free page reporting: Firecracker, the build machines here) each such
   // folio is a fresh block the host must back again. Measured there
-  // (docs/performance.md#writes-in-1-mib-pieces): a new 120 MB file took
-  // 1.2 s of kernel CPU in 4 MiB writes and 0.03 s in 1 MiB writes.
+  // (docs/performance.md#writes-in-1-mib-pieces), with memory free: a new
+  // 120 MiB file took about 1 s of kernel CPU in 2 MiB or larger writes and
+  // 0.03 s in 1 MiB writes (with memory full of page cache, both cost).
   static constexpr size_t kWritePiece = size_t{1} << 20;
   Status Append(std::string_view data) override {
     size_t done = 0;

@@ -47,11 +47,11 @@ TEST(WriteFileAtomic, ReplacesContentAndLeavesNoTemporaries) {
 }
 
 // The writer hands the kernel at most 1 MiB per write (common/env.cc): a
-// file of several pieces and a partial one comes back byte for byte.
+// file of five whole pieces and a partial sixth comes back byte for byte.
 TEST(WriteFileAtomic, AFileOfManyWritePiecesReadsBackExactly) {
   testing::ScratchDir dir;
   const std::string path = dir.file("checkpoint.safetensors");
-  std::string bytes((5 << 19) + 7, '\0');
+  std::string bytes((5 << 20) + 7, '\0');
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 131 + i / 4099) & 0xff);
   ASSERT_TRUE(WriteFileAtomic(path, bytes).ok());
   EXPECT_EQ(std::filesystem::file_size(path), bytes.size());
