@@ -226,7 +226,8 @@ std::vector<Key> Table(RunConfig& c, std::optional<YAML::Node>* combos) {
       {"scdino.control.plaintext", Bool(&r.control.plaintext),
        "serve the control API without TLS: the token travels in clear (a warning at start)"},
       {"scdino.metrics.enabled", Bool(&r.metrics.enabled), "every process exports Prometheus metrics"},
-      {"scdino.metrics.listen", Str(&r.metrics.listen), "IPv4 address of the metrics endpoint; 0.0.0.0: every interface"},
+      {"scdino.metrics.listen", Str(&r.metrics.listen), "IPv4 address of the metrics endpoint, and the address its file_sd target names; 0.0.0.0: every "
+       "interface, and the target names the full host name"},
       {"scdino.metrics.port", Int(&r.metrics.port, 0, 65535), "metrics port; 0: a free one, else port + local rank"},
       {"scdino.metrics.file_sd_dir", Str(&r.metrics.file_sd_dir),
        "where each process writes its Prometheus file_sd target; \"\": <meta.output_dir>/prometheus_targets"},

@@ -49,6 +49,14 @@ int64_t UnixMs() {
       .count();
 }
 
+// Where callers reach a listener bound to LISTEN_HOST: that address where
+// it is a specific one (a listener on 127.0.0.1 is not reached by the host's
+// name where the name resolves to another address, as in a container), else
+// the host's name.
+std::string ReachableHost(const std::string& listen_host, const std::string& host) {
+  return listen_host.empty() || listen_host == "0.0.0.0" || listen_host == "[::]" ? host : listen_host;
+}
+
 }  // namespace
 
 // What the process's stage sink reaches: the plane while it lives (its
@@ -130,7 +138,7 @@ Status ServicePlane::StartMetrics(const run::RunConfig& config, const run::Launc
   mo.run = config.run_name();
   mo.slurm_job_id = job;
   mo.node = NodeName(host);
-  mo.address = host;
+  mo.address = ReachableHost(mo.listen_address, host);
   mo.rank = launch.rank;
   auto e = metrics::Exporter::Start(mo);
   if (!e.ok()) return e.status();
@@ -150,7 +158,7 @@ Status ServicePlane::StartMetrics(const run::RunConfig& config, const run::Launc
       parts.status->Set(s);
     }
   });
-  std::cerr << tool << ": rank " << launch.rank << " metrics on http://" << host << ":" << p.exporter->port()
+  std::cerr << tool << ": rank " << launch.rank << " metrics on http://" << mo.address << ":" << p.exporter->port()
             << "/metrics" << (p.exporter->file_sd_path().empty() ? "" : ", target file " + p.exporter->file_sd_path())
             << "\n";
   return Status::Ok();
@@ -212,9 +220,7 @@ Status ServicePlane::StartControl(const run::RunConfig& config, const run::Launc
   p.server = std::move(server).value();
   control::Endpoint ep;
   ep.service = options.service;
-  // A specific listen address is what callers must use; else the host name.
-  const std::string listen_host = so.listen_address.substr(0, so.listen_address.rfind(':'));
-  ep.host = (listen_host == "0.0.0.0" || listen_host == "[::]" || listen_host.empty()) ? host : listen_host;
+  ep.host = ReachableHost(so.listen_address.substr(0, so.listen_address.rfind(':')), host);
   ep.port = p.server->port();
   ep.pid = ::getpid();
   ep.slurm_job_id = so.slurm_job_id;

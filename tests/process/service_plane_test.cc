@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/env.h"
 #include "common/files.h"
 #include "common/progress.h"
 #include "config/config.h"
@@ -24,20 +25,31 @@ namespace {
 using scdino::testing::Scrape;
 using scdino::testing::Value;
 
+// A run config with metrics on LISTEN (a free port) and no control API.
+std::string MetricsOnly(const std::string& name, const std::string& dir, const std::string& listen) {
+  return "meta: {name_of_run: " + name + ", output_dir: \"" + dir + "\"}\n" +
+         "scdino: {data_source: synthetic, control: {enabled: false}, metrics: {listen: " + listen +
+         ", port: 0, linger_seconds: 0}}\n";
+}
+
+// The "host:port" of the file_sd target a plane wrote.
+std::string WrittenTarget(const run::RunConfig& config) {
+  std::string target;
+  for (const auto& f : std::filesystem::directory_iterator(config.file_sd_dir())) {
+    target = nlohmann::json::parse(*ReadFile(f.path().string()))[0]["targets"][0];
+  }
+  return target;
+}
+
 TEST(ServicePlane, EveryLongStageReachesTheStatusAndTheMetrics) {
   scdino::testing::ScratchDir dir;
-  auto config = run::ParseRunConfig("meta: {name_of_run: sp, output_dir: \"" + dir.path() + "\"}\n"
-                                    "scdino: {data_source: synthetic, control: {enabled: false}, metrics: {listen: 127.0.0.1, port: 0, "
-                                    "linger_seconds: 0}}\n",
-                                    "sp.yaml");
+  auto config = run::ParseRunConfig(MetricsOnly("sp", dir.path(), "127.0.0.1"), "sp.yaml");
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   auto plane = ServicePlane::Start(*config, run::LaunchInfo{}, {"eval", "queries", "kNN"});
   ASSERT_TRUE(plane.ok()) << plane.status().ToString();
-  std::string target;
-  for (const auto& f : std::filesystem::directory_iterator(config->file_sd_dir())) {
-    target = nlohmann::json::parse(*ReadFile(f.path().string()))[0]["targets"][0];
-  }
+  const std::string target = WrittenTarget(*config);
   const int port = std::stoi(target.substr(target.rfind(':') + 1));
+  EXPECT_EQ(target.substr(0, target.rfind(':')), "127.0.0.1") << "the target names the address listened on";
 
   // A step of the evaluation, reported from a thread of its own.
   ProgressLog umap(nullptr, "scdino-eval: UMAP", "epochs");
@@ -71,6 +83,19 @@ TEST(ServicePlane, EveryLongStageReachesTheStatusAndTheMetrics) {
   ProgressLog later(nullptr, "scdino-eval: t-SNE", "iterations");
   later.Report(1, 10);
   later.Report(10, 10);
+}
+
+// A listener on every interface: Prometheus scrapes the target by the
+// host's name (a specific address is named as such: the test above).
+TEST(ServicePlane, AnEveryInterfaceTargetNamesTheHost) {
+  scdino::testing::ScratchDir dir;
+  auto config = run::ParseRunConfig(MetricsOnly("any", dir.path(), "0.0.0.0"), "any.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  auto plane = ServicePlane::Start(*config, run::LaunchInfo{}, {"eval", "queries", "kNN"});
+  ASSERT_TRUE(plane.ok()) << plane.status().ToString();
+  const std::string target = WrittenTarget(*config);
+  EXPECT_EQ(target.substr(0, target.rfind(':')), ThisHostName());
+  (*plane)->Finish(RunState::kCompleted);
 }
 
 // The end record a service leaves for scdinoctl and the comparison page
