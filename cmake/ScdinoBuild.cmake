@@ -53,6 +53,15 @@ function(scdino_use_torch target)
   target_precompile_headers(${target} REUSE_FROM scdino_torch_pch)
 endfunction()
 
+# scdino_thin_main(TARGET SOURCE): a program whose main.cc only calls its
+# body in scdino::program_mains (services/programs/mains.h): no LibTorch
+# header, so no precompiled header either.
+function(scdino_thin_main target source)
+  add_executable(${target} ${source})
+  target_link_libraries(${target} PRIVATE scdino::program_mains)
+  scdino_warnings(${target})
+endfunction()
+
 function(scdino_warnings target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
 endfunction()

@@ -1,4 +1,4 @@
-#include "eval/eval_wiring.h"
+#include "programs/eval_wiring.h"
 
 #ifdef SCDINO_WITH_SERVICES
 #include "metrics/eval_metrics.h"
