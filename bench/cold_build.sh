@@ -13,7 +13,7 @@
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: bash bench/cold_build.sh REV [REV...]" >&2; exit 2; }
 src=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
-work=$(mktemp -d /tmp/scdino-cold-build.XXXXXX)
+work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 programs=(scdino-synth scdino-stats scdino-trainer scdino-features scdino-eval)
 for rev in "$@"; do
