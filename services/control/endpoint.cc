@@ -29,27 +29,33 @@ std::string Link(const std::string& path) {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
-// Field 22 of /proc/<pid>/stat (the process's start time in clock ticks
-// after boot); the command name in field 2 may hold spaces and parentheses,
-// so fields are counted from its closing parenthesis.
-std::string StartTicks(const std::string& stat_path) {
+// Fields 3 (the process's state: R, S, ..., Z when it has ended and its
+// parent has not reaped it yet) and 22 (its start time in clock ticks after
+// boot) of /proc/<pid>/stat; the command name in field 2 may hold spaces
+// and parentheses, so fields are counted from its closing parenthesis.
+struct ProcStat {
+  std::string state, start_ticks;
+};
+ProcStat ReadProcStat(const std::string& stat_path) {
   std::ifstream in(stat_path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto close = text.rfind(')');
-  if (close == std::string::npos) return "";
+  if (close == std::string::npos) return {};
   std::istringstream rest(text.substr(close + 1));
+  ProcStat stat;
   std::string field;
   for (int i = 3; i <= 22 && rest >> field; ++i) {
-    if (i == 22) return field;
+    if (i == 3) stat.state = field;
+    if (i == 22) stat.start_ticks = field;
   }
-  return "";
+  return stat;
 }
 
 }  // namespace
 
 void RecordThisProcess(Endpoint* e) {
   e->pid_namespace = Link("/proc/self/ns/pid");
-  e->process_start = StartTicks("/proc/self/stat");
+  e->process_start = ReadProcStat("/proc/self/stat").start_ticks;
   e->node = ThisHostName();
 }
 
@@ -61,8 +67,12 @@ ProcessState EndpointProcessState(const Endpoint& e, const std::string& this_hos
   }
   const std::string proc = "/proc/" + std::to_string(e.pid);
   if (!std::filesystem::exists(proc)) return ProcessState::kGone;
-  const std::string start = StartTicks(proc + "/stat");
-  if (!e.process_start.empty() && !start.empty() && start != e.process_start) return ProcessState::kGone;
+  const ProcStat stat = ReadProcStat(proc + "/stat");
+  if (!e.process_start.empty() && !stat.start_ticks.empty() && stat.start_ticks != e.process_start) {
+    return ProcessState::kGone;
+  }
+  // Ended, not yet reaped (a client sees its connections close first).
+  if (stat.state == "Z" || stat.state == "X") return ProcessState::kGone;
   return ProcessState::kRunning;
 }
 

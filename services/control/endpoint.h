@@ -49,7 +49,8 @@ void RecordThisProcess(Endpoint* e);
 enum class ProcessState { kRunning, kGone, kUnknown };
 /// Whether the process that wrote `e` still runs, as far as this process
 /// can tell: kGone when it ran on this host (`this_host`) in this pid
-/// namespace and its pid is free or taken by a process started later;
+/// namespace and its pid is free, taken by a process started later, or its
+/// process has ended and is not reaped yet (a zombie);
 /// kUnknown from another host or namespace (the pinned certificate still
 /// keeps the token from whoever listens there now).
 ProcessState EndpointProcessState(const Endpoint& e, const std::string& this_host);

@@ -617,6 +617,23 @@ std::optional<control::ServiceEnded> EndedSince(const Options& o, int64_t since_
   return std::nullopt;
 }
 
+// The end record of the life whose stream broke, `life` (its endpoint
+// file, as read then): waited for while its process may still write it (up
+// to 10 s), no longer once the process is seen gone, after one last look
+// (a next life, which may start and end within that time, writes a record
+// that is not this life's).
+std::optional<control::ServiceEnded> EndOfBrokenStream(const Options& o, const StatusOr<control::Endpoint>& life,
+                                                       int64_t since_unix_ms) {
+  const std::string here = ThisHostName();
+  for (int i = 0; i < 50; ++i) {
+    const bool gone = life.ok() && control::EndpointProcessState(*life, here) == control::ProcessState::kGone;
+    if (auto ended = EndRecordSince(o, since_unix_ms)) return ended;
+    if (gone) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return std::nullopt;
+}
+
 // After a life that did not complete, inside a Slurm job that may requeue
 // it (its end record's `requeue` is not "never"): while the job is still in
 // the queue, its next life, which has started (its endpoint file, from
@@ -717,14 +734,10 @@ int WatchThroughRequeues(Options o, std::ostream& out, std::ostream& err, int64_
     std::optional<control::ServiceEnded> ended;
     bool killed = false;
     if (lost) {
-      // The stream broke. As its life ended: its end record says how (a
-      // process seen gone writes none any more: not waited for). Else
+      // The stream broke. As its life ended: its end record says how. Else
       // killed before it wrote one.
       auto e = control::ReadEndpoint(o.run_dir, o.service);
-      const bool gone =
-          e.ok() && control::EndpointProcessState(*e, ThisHostName()) == control::ProcessState::kGone;
-      ended = EndRecordSince(o, since);
-      if (!ended && !gone) ended = EndedSince(o, since);
+      ended = EndOfBrokenStream(o, e, since);
       if (ended) {
         err << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << ended->state << ExitText(*ended)
             << (ended->error.empty() ? "" : ": " + ended->error) << "\n";

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <mutex>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "run/run_control.h"
@@ -776,6 +777,54 @@ TEST(Endpoint, AStaleEndpointOfAGoneProcessIsNamedAndNothingIsSent) {
   EXPECT_NE(r.status().message().find("stale endpoint file: the trainer process " + std::to_string(child)),
             std::string::npos)
       << r.status().message();
+}
+
+// A server killed mid-stream: its clients see their connections close
+// before its parent has reaped it. Ended but not reaped (a zombie), its
+// process is gone for a client as well, not running.
+TEST(Endpoint, AnEndedProcessNotYetReapedIsGone) {
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  int go[2];
+  ASSERT_EQ(::pipe(go), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {  // async-signal-safe calls only (this process has threads)
+    char byte;
+    ::_exit(::read(go[0], &byte, 1) == 1 ? 0 : 1);
+  }
+  ::close(go[0]);
+  const std::string stat_path = "/proc/" + std::to_string(child) + "/stat";
+  // Fields 3 (the state) and 22 (the start time) of the child's
+  // /proc/<pid>/stat, counted after the command name's parenthesis.
+  auto stat_field = [&](int field) {
+    std::ifstream in(stat_path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::istringstream rest(text.substr(text.rfind(')') + 1));
+    std::string value;
+    for (int i = 3; i <= field && rest >> value; ++i) {
+    }
+    return value;
+  };
+  Endpoint e = SampleEndpoint("/nonexistent");
+  e.host = host;
+  RecordThisProcess(&e);  // this host and pid namespace
+  e.pid = child;
+  e.process_start = stat_field(22);
+  ASSERT_FALSE(e.process_start.empty());
+  EXPECT_EQ(EndpointProcessState(e, host), ProcessState::kRunning);
+  ASSERT_EQ(::write(go[1], "x", 1), 1);
+  // Ended: its state reads Z until the wait below.
+  bool zombie = false;
+  for (int i = 0; i < 500 && !zombie; ++i) {
+    zombie = stat_field(3) == "Z";
+    if (!zombie) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(zombie) << stat_path;
+  EXPECT_EQ(EndpointProcessState(e, host), ProcessState::kGone);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ::close(go[1]);
 }
 
 // The code of a GetStatus call to `stub` presenting `token`.

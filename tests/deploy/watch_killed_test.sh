@@ -41,17 +41,27 @@ watch_and_kill() {
   pkill -KILL -f "$trainer --config $work/run.yaml" || { echo "FAIL: no trainer of job $1 to kill"; exit 1; }
 }
 
-# 1. A job whose trainer is killed, then runs a second, short life.
+# 1. A job whose trainer is killed, then runs a second, short life. The
+# second starts once the watch has said it waits for it (a file the test
+# makes; 60 s at most), so that the watch has seen the first end before the
+# second begins, whatever the machine's speed.
 cat > two-lives.sh <<SH
 #!/bin/bash
 "$trainer" --config "$work/run.yaml" > "$work/life1.out" 2>&1
 echo "life 1: exit \$?" > "$work/lives"
+for _ in \$(seq 1 120); do [ -e "$work/next-life" ] && break; sleep 0.5; done
 sed 's/epochs: 3000/epochs: 2/' "$work/run.yaml" > "$work/short.yaml"
 "$trainer" --config "$work/short.yaml" --no-resume > "$work/life2.out" 2>&1
 echo "life 2: exit \$?" >> "$work/lives"
 SH
 job=$(sbatch --parsable --output="$work/two-lives.log" two-lives.sh)
 watch_and_kill "$job" two
+for _ in $(seq 1 120); do
+  grep -q "waiting for its next start" two.err 2>/dev/null && break
+  kill -0 "$watcher" 2>/dev/null || break
+  sleep 0.5
+done
+touch "$work/next-life"
 wait "$watcher" && rc=0 || rc=$?
 grep -qx "life 1: exit 137" lives && grep -qx "life 2: exit 0" lives ||
   { echo "FAIL: the job's lives: $(cat lives 2>/dev/null)"; cat life2.out; exit 1; }
