@@ -29,13 +29,10 @@ std::string Link(const std::string& path) {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
-// Fields 3 (the process's state: R, S, ..., Z when it has ended and its
-// parent has not reaped it yet) and 22 (its start time in clock ticks after
-// boot) of /proc/<pid>/stat; the command name in field 2 may hold spaces
-// and parentheses, so fields are counted from its closing parenthesis.
-struct ProcStat {
-  std::string state, start_ticks;
-};
+}  // namespace
+
+// The command name in field 2 may hold spaces and parentheses: fields are
+// counted from its closing parenthesis.
 ProcStat ReadProcStat(const std::string& stat_path) {
   std::ifstream in(stat_path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -50,8 +47,6 @@ ProcStat ReadProcStat(const std::string& stat_path) {
   }
   return stat;
 }
-
-}  // namespace
 
 void RecordThisProcess(Endpoint* e) {
   e->pid_namespace = Link("/proc/self/ns/pid");

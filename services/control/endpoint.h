@@ -43,6 +43,14 @@ struct Endpoint {
 
 std::string EndpointPath(const std::string& run_dir, const std::string& service);
 
+/// Fields 3 (the state: R, S, ..., Z once ended and not yet reaped) and 22
+/// (the start time in clock ticks after boot) of a /proc/<pid>/stat file;
+/// empty where it cannot be read.
+struct ProcStat {
+  std::string state, start_ticks;
+};
+ProcStat ReadProcStat(const std::string& stat_path);
+
 /// This process's pid namespace and start time, as an Endpoint records them.
 void RecordThisProcess(Endpoint* e);
 

@@ -608,25 +608,15 @@ StatusOr<bool> JobQueued(const std::string& job) {
 }
 
 // The service's end record once it is there (written as its stream ends),
-// if it ended after `since_unix_ms`.
-std::optional<control::ServiceEnded> EndedSince(const Options& o, int64_t since_unix_ms) {
+// if it ended after `since_unix_ms`: waited for up to 10 s. With `life`
+// (its endpoint file, as read when its stream broke), no longer once that
+// process is seen gone, after one last look (a next life, which may start
+// and end within those 10 s, writes a record that is not this life's).
+std::optional<control::ServiceEnded> EndedSince(const Options& o, int64_t since_unix_ms,
+                                                const control::Endpoint* life = nullptr) {
+  const std::string here = life ? ThisHostName() : "";
   for (int i = 0; i < 50; ++i) {
-    if (auto ended = EndRecordSince(o, since_unix_ms)) return ended;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  return std::nullopt;
-}
-
-// The end record of the life whose stream broke, `life` (its endpoint
-// file, as read then): waited for while its process may still write it (up
-// to 10 s), no longer once the process is seen gone, after one last look
-// (a next life, which may start and end within that time, writes a record
-// that is not this life's).
-std::optional<control::ServiceEnded> EndOfBrokenStream(const Options& o, const StatusOr<control::Endpoint>& life,
-                                                       int64_t since_unix_ms) {
-  const std::string here = ThisHostName();
-  for (int i = 0; i < 50; ++i) {
-    const bool gone = life.ok() && control::EndpointProcessState(*life, here) == control::ProcessState::kGone;
+    const bool gone = life && control::EndpointProcessState(*life, here) == control::ProcessState::kGone;
     if (auto ended = EndRecordSince(o, since_unix_ms)) return ended;
     if (gone) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -737,7 +727,7 @@ int WatchThroughRequeues(Options o, std::ostream& out, std::ostream& err, int64_
       // The stream broke. As its life ended: its end record says how. Else
       // killed before it wrote one.
       auto e = control::ReadEndpoint(o.run_dir, o.service);
-      ended = EndOfBrokenStream(o, e, since);
+      ended = EndedSince(o, since, e.ok() ? &*e : nullptr);
       if (ended) {
         err << "scdinoctl: the " << o.service << " of " << o.run_dir << " ended " << ended->state << ExitText(*ended)
             << (ended->error.empty() ? "" : ": " + ended->error) << "\n";

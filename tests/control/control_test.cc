@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <mutex>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "run/run_control.h"
@@ -794,29 +793,18 @@ TEST(Endpoint, AnEndedProcessNotYetReapedIsGone) {
   }
   ::close(go[0]);
   const std::string stat_path = "/proc/" + std::to_string(child) + "/stat";
-  // Fields 3 (the state) and 22 (the start time) of the child's
-  // /proc/<pid>/stat, counted after the command name's parenthesis.
-  auto stat_field = [&](int field) {
-    std::ifstream in(stat_path);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::istringstream rest(text.substr(text.rfind(')') + 1));
-    std::string value;
-    for (int i = 3; i <= field && rest >> value; ++i) {
-    }
-    return value;
-  };
   Endpoint e = SampleEndpoint("/nonexistent");
   e.host = host;
   RecordThisProcess(&e);  // this host and pid namespace
   e.pid = child;
-  e.process_start = stat_field(22);
+  e.process_start = ReadProcStat(stat_path).start_ticks;
   ASSERT_FALSE(e.process_start.empty());
   EXPECT_EQ(EndpointProcessState(e, host), ProcessState::kRunning);
   ASSERT_EQ(::write(go[1], "x", 1), 1);
   // Ended: its state reads Z until the wait below.
   bool zombie = false;
   for (int i = 0; i < 500 && !zombie; ++i) {
-    zombie = stat_field(3) == "Z";
+    zombie = ReadProcStat(stat_path).state == "Z";
     if (!zombie) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_TRUE(zombie) << stat_path;
