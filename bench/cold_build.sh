@@ -4,14 +4,18 @@
 # and built by scripts/setup.sh with the compiler cache off
 # (CCACHE_DISABLE=1), one after the other; run it on an otherwise idle
 # machine. Prints each build's wall and CPU time, and its longest steps
-# with their summed step time from ninja's log.
+# with their summed step time from ninja's log. With --empty-cache each
+# build goes through the compiler cache, empty, as a brand-new machine's
+# first build does (what a miss costs besides the compile).
 #
-#   bash bench/cold_build.sh REV [REV...]   # e.g. 9dc1315 HEAD
+#   bash bench/cold_build.sh [--empty-cache] REV [REV...]   # e.g. 9dc1315 HEAD
 #
 # The Debian packages must be installed (scripts/install-deps.sh build).
 # docs/performance.md ("Thin mains") has its figures.
 set -euo pipefail
-[ $# -ge 1 ] || { echo "usage: bash bench/cold_build.sh REV [REV...]" >&2; exit 2; }
+cache=(CCACHE_DISABLE=1)
+[ "${1:-}" != --empty-cache ] || { cache=(); shift; }
+[ $# -ge 1 ] || { echo "usage: bash bench/cold_build.sh [--empty-cache] REV [REV...]" >&2; exit 2; }
 src=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -20,7 +24,8 @@ for rev in "$@"; do
   sha=$(git -C "$src" rev-parse --short "$rev^{commit}") || { echo "cold_build: $rev is not a commit of $src" >&2; exit 2; }
   dir="$work/$sha"
   git clone -q "$src" "$dir" && git -C "$dir" checkout -q "$sha"
-  (cd "$dir" && CCACHE_DISABLE=1 /usr/bin/time -f "%e %U %S" -o "$work/time" \
+  rm -rf "$work/ccache"
+  (cd "$dir" && env "${cache[@]}" CCACHE_DIR="$work/ccache" /usr/bin/time -f "%e %U %S" -o "$work/time" \
      bash scripts/setup.sh "${programs[@]}" > "$work/$sha.log" 2>&1) ||
     { tail -20 "$work/$sha.log"; echo "cold_build: the build of $sha failed" >&2; exit 1; }
   read -r wall user sys < "$work/time"
