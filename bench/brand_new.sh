@@ -41,7 +41,7 @@ shared=${SCDINO_SHARED_DIR:-$src/../shared}
 [ -d "$shared/reference" ] ||
   { echo "brand_new: $shared has no reference/ (the tests' data): set SCDINO_SHARED_DIR" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || { echo "brand_new: needs root (a privileged container)" >&2; exit 2; }
-# shellcheck source=../containers/engine.sh
+# shellcheck source=containers/engine.sh
 source "$src/containers/engine.sh"
 scdino_engine_init
 [ "$scdino_engine" = podman ] ||
@@ -49,7 +49,7 @@ scdino_engine_init
 base=docker.io/library/debian:12
 scdino_debian_base "$base"
 
-work=$(mktemp -d /var/tmp/scdino-brand-new.XXXXXX)
+work=$(mktemp -d -p /var/tmp)
 mkdir "$work/logs" "$work/storage"
 echo "brand_new: $(git -C "$src" log --oneline -1 "$sha"); logs in $work/logs"
 cat > "$work/logs/inside.sh" <<EOF
