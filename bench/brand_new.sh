@@ -12,7 +12,8 @@
 # The host reads /proc/stat every 5 s. At the end: each command's exit
 # status, wall time and the machine's CPU seconds while it ran (user, nice,
 # system with interrupts, idle with I/O wait), then the commands' own
-# tables (where their time went).
+# tables (where their time went). It exits 1 when a command or the
+# container failed.
 #
 #   bash bench/brand_new.sh [--example-only] [REV]    # REV: HEAD by default
 #
@@ -24,7 +25,7 @@
 # has the figures.
 set -euo pipefail
 usage="usage: bash bench/brand_new.sh [--example-only] [REV]"
-example_only=0 rev=HEAD
+example_only=0 rev=HEAD status=0
 while [ $# -gt 0 ]; do
   case $1 in
     --example-only) example_only=1 ;;
@@ -50,7 +51,7 @@ base=docker.io/library/debian:12
 scdino_debian_base "$base"
 
 work=$(mktemp -d -p /var/tmp)
-mkdir "$work/logs" "$work/storage"
+mkdir "$work/logs" "$work/storage" && : > "$work/logs/marks"
 echo "brand_new: $(git -C "$src" log --oneline -1 "$sha"); logs in $work/logs"
 cat > "$work/logs/inside.sh" <<EOF
 set -uo pipefail
@@ -68,7 +69,7 @@ sampler=$!
 trap 'kill "$sampler" 2>/dev/null || true; rm -rf "$work/storage"' EXIT
 podman run --rm --privileged --shm-size 8g --ulimit nofile=20000:20000 --ulimit nproc=8192:8192 \
   -v "$work/storage:/var/lib/containers" -v "$src:/x/src:ro" -v "$shared:/x/shared:ro" \
-  -v "$work/logs:/x/logs" "$base" bash /x/logs/inside.sh || echo "brand_new: the container exited $?"
+  -v "$work/logs:/x/logs" "$base" bash /x/logs/inside.sh || { status=$?; echo "brand_new: the container exited $status"; }
 echo "$(date +%s) $(head -1 /proc/stat)" >> "$work/logs/stat.txt"
 
 # From the marks and the samples: each command's status, wall time and CPU.
@@ -89,3 +90,7 @@ for log in example test; do
   echo "--- $log.log, its end:"
   tail -n 22 "$work/logs/$log.log"
 done
+# A command that failed, or a container that did not get to run them, fails
+# the measurement too.
+awk '$1 ~ /-end$/ && $3 != 0 { bad = 1 } END { exit bad }' "$work/logs/marks" 2>/dev/null || status=1
+exit "$status"
