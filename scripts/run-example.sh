@@ -24,6 +24,13 @@ if [ "${SCDINO_SKIP_SETUP:-0}" != 1 ]; then
   bash scripts/setup.sh scdino-synth scdino-stats scdino-trainer scdino-features scdino-eval
   stage "the build of the five programs"
 fi
+# The services' heap in transparent huge pages, as deploy/slurm/lib.sh
+# sets it for a job's steps (docs/performance.md, "The services' heap in
+# huge pages"); a GLIBC_TUNABLES that names glibc.malloc.hugetlb is kept.
+case ":${GLIBC_TUNABLES:-}:" in
+  *:glibc.malloc.hugetlb=*) ;;
+  *) export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1" ;;
+esac
 build_dir=${BUILD_DIR:-build}
 config=${1:-configs/small-data.yaml}
 key() { awk -v k="$1" '$1 == k":" {v=$2; gsub(/"/, "", v); print v; exit}' "$config"; }

@@ -97,6 +97,13 @@ sanitizers_pid=$!
 # the run, one that does not is still shown in the log.
 jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# The services' heap in transparent huge pages, as deploy/slurm/lib.sh
+# sets it for a job's steps (docs/performance.md, "The services' heap in
+# huge pages"); a GLIBC_TUNABLES that names glibc.malloc.hugetlb is kept.
+case ":${GLIBC_TUNABLES:-}:" in
+  *:glibc.malloc.hugetlb=*) ;;
+  *) export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1" ;;
+esac
 failed=()
 n=0
 run_tests() {  # PHASE CTEST-SELECTION...

@@ -54,6 +54,19 @@ scdino_on_signal() {  # SIGNAL
 trap 'scdino_on_signal TERM' TERM
 trap 'scdino_on_signal USR1' USR1
 
+# The services' heap in transparent huge pages (glibc 2.35 and later; the
+# kernel's THP mode "madvise" or "always"): LibTorch's tensors come from
+# malloc, and a 4 KiB page fault for each page of each new tensor was a
+# tenth of the trainer's CPU time and half of the features' and the
+# evaluation's (docs/performance.md, "The services' heap in huge pages").
+# Exported for the job's steps; a GLIBC_TUNABLES that already names
+# glibc.malloc.hugetlb is the user's and is kept. scripts/run-example.sh
+# and scripts/test.sh set the same.
+case ":${GLIBC_TUNABLES:-}:" in
+  *:glibc.malloc.hugetlb=*) ;;
+  *) export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1" ;;
+esac
+
 # scdino_wait PID: waits for a background step through signals delivered to
 # this shell and returns the step's own exit code, whatever the order of the
 # signal, the trap and the step's end.
