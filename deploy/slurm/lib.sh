@@ -56,9 +56,9 @@ trap 'scdino_on_signal USR1' USR1
 
 # The services' heap in transparent huge pages (glibc 2.35 and later; the
 # kernel's THP mode "madvise" or "always"): LibTorch's tensors come from
-# malloc, and a 4 KiB page fault for each page of each new tensor was a
-# tenth of the trainer's CPU time and half of the features' and the
-# evaluation's (docs/performance.md, "The services' heap in huge pages").
+# malloc, and a 4 KiB page fault for each page of each new tensor cost
+# the trainer 2 to 4 % of its time and the features and the evaluation
+# about 40 % (docs/performance.md, "The services' heap in huge pages").
 # Exported for the job's steps; a GLIBC_TUNABLES that already names
 # glibc.malloc.hugetlb is the user's and is kept. scripts/run-example.sh
 # and scripts/test.sh set the same.
