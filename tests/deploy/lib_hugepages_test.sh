@@ -8,9 +8,10 @@ set -u
 src=$1
 failures=0
 # shellcheck disable=SC2016 # the inner shell expands them
-tunables_after_lib() {  # the GLIBC_TUNABLES a job's steps see, from a given one ("-": unset)
-  if [ "$1" = - ]; then env -u GLIBC_TUNABLES bash -c '. "$1/deploy/slurm/lib.sh"; . "$1/deploy/slurm/lib.sh"; printf %s "${GLIBC_TUNABLES-unset}"' _ "$src"
-  else GLIBC_TUNABLES=$1 bash -c '. "$1/deploy/slurm/lib.sh"; printf %s "${GLIBC_TUNABLES-unset}"' _ "$src"; fi
+tunables_after_lib() {  # the GLIBC_TUNABLES a job's steps see, from a given one ("-": unset); lib.sh sourced twice
+  local given=(-u GLIBC_TUNABLES)
+  [ "$1" = - ] || given=(GLIBC_TUNABLES="$1")
+  env "${given[@]}" bash -c '. "$1/deploy/slurm/lib.sh"; . "$1/deploy/slurm/lib.sh"; printf %s "${GLIBC_TUNABLES-unset}"' _ "$src"
 }
 expect() {  # expect GIVEN WANT
   local got
@@ -27,12 +28,12 @@ expect glibc.malloc.arena_max=2:glibc.malloc.hugetlb=0 glibc.malloc.arena_max=2:
 # and in none without it (where the kernel's THP mode is "madvise"; with
 # "always" both get them, with "never" neither).
 mode=$(sed -n 's/.*\[\(.*\)\].*/\1/p' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || true)
-huge_kib() {  # AnonHugePages of a process that touched 64 MiB of malloc'd memory
-  /usr/bin/python3 -c '
+huge_kib() {  # ENV-ARGS: AnonHugePages of a process that touched 64 MiB of malloc'd memory
+  env "$@" /usr/bin/python3 -c '
 b = bytearray(64 << 20)
 print(next(l.split()[1] for l in open("/proc/self/smaps_rollup") if l.startswith("AnonHugePages")))'
 }
-with=$(GLIBC_TUNABLES=$(tunables_after_lib -) huge_kib) without=$(env -u GLIBC_TUNABLES bash -c "$(declare -f huge_kib); huge_kib")
+with=$(huge_kib GLIBC_TUNABLES="$(tunables_after_lib -)") without=$(huge_kib -u GLIBC_TUNABLES)
 case $mode in
   madvise)
     if [ "$with" -ge 32768 ] && [ "$without" = 0 ]; then echo "ok: THP madvise: ${with} KiB in huge pages with the tunable, ${without} without"
