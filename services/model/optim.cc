@@ -5,6 +5,7 @@
 #include "common/parallel.h"
 #include "common/torch_compat.h"
 #include "model/cpu_gemm.h"
+#include "model/cpu_kernels.h"
 
 namespace scdino::model {
 
@@ -29,22 +30,8 @@ bool HostFlag(const torch::Tensor& apply) {
 
 constexpr int64_t kGrain = 1 << 15;
 
-struct AdamWScalars {
-  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, correction2, eps, step_size;
-};
-
 void AdamWCpu(float* p, const float* g, float* ma, float* va, int64_t n, const AdamWScalars& k) {
-  ParallelFor(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const float gi = g[i];
-      const float mi = ma[i] * k.beta1 + gi * k.one_minus_beta1;
-      const float vi = va[i] * k.beta2 + k.one_minus_beta2 * gi * gi;
-      const float denom = std::sqrt(vi) / k.correction2 + k.eps;
-      ma[i] = mi;
-      va[i] = vi;
-      p[i] = p[i] * k.decay + k.step_size * mi / denom;
-    }
-  });
+  ParallelFor(0, n, kGrain, [&](int64_t begin, int64_t end) { AdamWRange(p, g, ma, va, begin, end, k); });
 }
 
 // Consecutive trainable parameters (in layout order, so a contiguous slice
