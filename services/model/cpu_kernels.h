@@ -17,6 +17,6 @@ struct AdamWScalars {
 /// AdamW on elements [begin, end) of the parameters p, their gradients g
 /// and the two moments ma, va (none of them overlapping), in the reference's
 /// operations and order: the same bits as the scalar loop.
-void AdamWRange(float* p, const float* g, float* ma, float* va, int64_t begin, int64_t end, const AdamWScalars& k);
+void AdamWRange(float* p, const float* g, float* ma, float* va, int64_t begin, int64_t end, AdamWScalars k);
 
 }  // namespace scdino::model

@@ -54,8 +54,12 @@ TEST(CpuKernels, AdamWRangeGivesTheScalarLoopsBitsOnEverySliceAndLength) {
     EXPECT_EQ(std::memcmp(m1.data(), m2.data(), n * sizeof(float)), 0) << "first moment, slice " << begin << "-" << end;
     EXPECT_EQ(std::memcmp(v1.data(), v2.data(), n * sizeof(float)), 0) << "second moment, slice " << begin << "-" << end;
     // Outside the slice nothing moved.
-    if (begin > 0) EXPECT_EQ(p1[begin - 1], p[begin - 1]);
-    if (end < n) EXPECT_EQ(p1[end], p[end]);
+    if (begin > 0) {
+      EXPECT_EQ(p1[begin - 1], p[begin - 1]);
+    }
+    if (end < n) {
+      EXPECT_EQ(p1[end], p[end]);
+    }
   }
 }
 
